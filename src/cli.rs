@@ -1,0 +1,226 @@
+//! The `shardlab` command-line tool: a thin shell over the core. Only this module prints
+//! or touches files.
+
+use crate::ir::DType;
+use crate::models::{Model, ModelConfig};
+use crate::plan::{
+    parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, PlanSubject, SourceMap,
+};
+use clap::{Args, Parser, Subcommand};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Plan how a neural network is split across devices, PaddlePaddle-style.
+#[derive(Parser, Debug)]
+#[command(name = "shardlab", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print a preset model as a plan file (program text; with --mesh and --shard, a plan).
+    Print(PrintArgs),
+    /// Parse and verify a plan file; print every error as FILE:LINE:COL: message.
+    Check {
+        /// The plan file to check.
+        file: String,
+    },
+}
+
+#[derive(Args, Debug)]
+struct PrintArgs {
+    /// The preset: mlp, mlp_mse, gpt or embedding_lm.
+    #[arg(long)]
+    preset: String,
+    #[command(flatten)]
+    sizes: SizeArgs,
+    /// A mesh, e.g. 2x4:dp,mp (axis names optional: 2x4 names them d0,d1).
+    #[arg(long)]
+    mesh: Option<String>,
+    /// Annotate a variable, e.g. x=dp,- ; `-` replicated, `?` free, `dp+mp` co-sharded.
+    /// Repeatable. Needs --mesh.
+    #[arg(long = "shard", value_name = "VAR=AXES")]
+    shards: Vec<String>,
+}
+
+/// Model sizes; each preset has its own defaults (see `shardlab print --help`).
+#[derive(Args, Debug)]
+struct SizeArgs {
+    /// Number of transformer blocks (gpt, embedding_lm).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Batch size.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Sequence length (gpt, embedding_lm).
+    #[arg(long)]
+    seq: Option<usize>,
+    /// Hidden width (MLP hidden layer, transformer width).
+    #[arg(long)]
+    hidden: Option<usize>,
+    /// Attention heads (gpt, embedding_lm).
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Vocabulary size (embedding_lm).
+    #[arg(long)]
+    vocab: Option<usize>,
+    /// Input features (mlp, mlp_mse).
+    #[arg(long)]
+    features: Option<usize>,
+    /// Output width: classes of mlp, targets of mlp_mse.
+    #[arg(long)]
+    classes: Option<usize>,
+    /// Element type of parameters and activations: f32 or f64.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+}
+
+impl SizeArgs {
+    fn config(&self, model: Model) -> Result<ModelConfig, String> {
+        let mut cfg = model.default_config();
+        let set = |field: &mut usize, v: Option<usize>| {
+            if let Some(v) = v {
+                *field = v;
+            }
+        };
+        set(&mut cfg.layers, self.layers);
+        set(&mut cfg.batch, self.batch);
+        set(&mut cfg.seq, self.seq);
+        set(&mut cfg.hidden, self.hidden);
+        set(&mut cfg.heads, self.heads);
+        set(&mut cfg.vocab, self.vocab);
+        set(&mut cfg.features, self.features);
+        set(&mut cfg.classes, self.classes);
+        cfg.dtype = match DType::from_name(&self.dtype) {
+            Some(d @ (DType::F32 | DType::F64)) => d,
+            _ => return Err(format!("--dtype `{}`: expected f32 or f64", self.dtype)),
+        };
+        Ok(cfg)
+    }
+}
+
+/// Runs the tool; returns 0 on success, 1 when the input has problems, 2 on usage errors.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Print(args) => print(&args),
+        Command::Check { file } => check(&file),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn build_plan(
+    preset: &str,
+    sizes: &SizeArgs,
+    mesh: Option<&str>,
+    shards: &[String],
+) -> Result<Plan, String> {
+    let model = Model::from_name(preset).map_err(|e| e.to_string())?;
+    let program = model
+        .build(&sizes.config(model)?)
+        .map_err(|e| format!("preset {preset}: {e}"))?;
+    let mut plan = Plan::from_program(program);
+    if let Some(spec) = mesh {
+        plan.mesh = Some(Arc::new(parse_mesh_spec(spec)?));
+    }
+    for spec in shards {
+        let mesh = plan.mesh.clone().ok_or("--shard needs --mesh")?;
+        let ann = parse_shard_spec(spec, &plan.program, &mesh)?;
+        if plan.annotation(ann.var).is_some() {
+            return Err(format!("shard `{spec}`: variable is annotated twice"));
+        }
+        plan.annotations.push(ann);
+    }
+    Ok(plan)
+}
+
+fn print(args: &PrintArgs) -> Result<ExitCode, String> {
+    let plan = build_plan(
+        &args.preset,
+        &args.sizes,
+        args.mesh.as_deref(),
+        &args.shards,
+    )?;
+    let issues = verify_plan(&plan);
+    if let Some(first) = issues.first() {
+        return Err(format!(
+            "internal error: preset {} does not verify: {first}",
+            args.preset
+        ));
+    }
+    emit(&plan.to_string());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(file: &str) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: cannot read: {e}"))?;
+    let (plan, map) = match parse_plan(&text) {
+        Ok(parsed) => parsed,
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{file}:{e}");
+            }
+            eprintln!("{file}: {} error(s)", errors.len());
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let issues = verify_plan(&plan);
+    if !issues.is_empty() {
+        for issue in &issues {
+            eprintln!(
+                "{file}:{}:1: {}",
+                line_of(&plan, &map, &issue.subject),
+                issue.message
+            );
+        }
+        eprintln!("{file}: {} error(s)", issues.len());
+        return Ok(ExitCode::from(1));
+    }
+    emit(&format!("{file}: ok: {}\n", summary(&plan)));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn line_of(plan: &Plan, map: &SourceMap, subject: &PlanSubject) -> usize {
+    let found = match subject {
+        PlanSubject::Op(id) => map.op_lines.get(id.index()),
+        PlanSubject::Annotation(i) => map.annotation_lines.get(*i),
+        PlanSubject::Var(name) => plan
+            .program
+            .var_id(name)
+            .and_then(|v| map.var_lines.get(v.index())),
+    };
+    found.copied().unwrap_or(1)
+}
+
+/// `14 variables (4 parameters), 7 ops, mesh [4] (dp), 2 annotations`.
+pub fn summary(plan: &Plan) -> String {
+    let vars = plan.program.vars();
+    let params = vars
+        .iter()
+        .filter(|v| v.kind == crate::ir::VarKind::Parameter)
+        .count();
+    let mesh = plan
+        .mesh
+        .as_ref()
+        .map_or("no mesh".to_string(), |m| format!("mesh {m}"));
+    format!(
+        "{} variables ({params} parameters), {} ops, {mesh}, {} annotations",
+        vars.len(),
+        plan.program.ops().len(),
+        plan.annotations.len()
+    )
+}
+
+/// Writes to stdout; a closed pipe (`shardlab print | head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}

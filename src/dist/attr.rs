@@ -1,0 +1,294 @@
+//! Distributed attributes: how a tensor is laid out on a mesh (`TensorDistAttr`) and what
+//! an operator wants of its inputs and outputs (`OperatorDistAttr`).
+
+use super::mesh::ProcessMesh;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+/// How partial values combine into the true tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ReduceType {
+    Sum,
+    Avg,
+    Max,
+    Min,
+    Prod,
+}
+
+impl ReduceType {
+    /// All reduce types.
+    pub const ALL: [ReduceType; 5] = [
+        ReduceType::Sum,
+        ReduceType::Avg,
+        ReduceType::Max,
+        ReduceType::Min,
+        ReduceType::Prod,
+    ];
+
+    /// Paddle's name (`SUM`, `AVG`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceType::Sum => "SUM",
+            ReduceType::Avg => "AVG",
+            ReduceType::Max => "MAX",
+            ReduceType::Min => "MIN",
+            ReduceType::Prod => "PROD",
+        }
+    }
+
+    /// Parses Paddle's name, case-insensitively.
+    pub fn from_name(name: &str) -> Option<ReduceType> {
+        ReduceType::ALL
+            .into_iter()
+            .find(|r| r.name().eq_ignore_ascii_case(name))
+    }
+}
+
+impl fmt::Display for ReduceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a dist attr does not fit its tensor or mesh.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DistAttrError {
+    #[error("`{tensor}` has rank {rank} but its dims mapping has {mapping} entries")]
+    RankMismatch {
+        tensor: String,
+        rank: usize,
+        mapping: usize,
+    },
+    #[error("`{tensor}` dim {dim}: mesh axis {axis} does not exist on a mesh with {ndim} axes")]
+    NoSuchAxis {
+        tensor: String,
+        dim: usize,
+        axis: usize,
+        ndim: usize,
+    },
+    #[error("`{tensor}`: mesh axis `{axis}` splits more than one dim (dims {first} and {second})")]
+    AxisReused {
+        tensor: String,
+        axis: String,
+        first: usize,
+        second: usize,
+    },
+    #[error("`{tensor}`: mesh axis `{axis}` is both partial and splitting dim {dim}")]
+    PartialAndSplit {
+        tensor: String,
+        axis: String,
+        dim: usize,
+    },
+    #[error("`{tensor}` dim {dim} has size {size}, which mesh axis `{axis}` (size {axis_size}) does not divide evenly")]
+    Uneven {
+        tensor: String,
+        dim: usize,
+        size: usize,
+        axis: String,
+        axis_size: usize,
+    },
+}
+
+/// How one tensor is laid out: for each dim the mesh axes that split it (outermost first;
+/// empty = replicated, two or more = co-sharded), the mesh axes over which each rank holds
+/// a partial value, and which dims the user pinned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorDistAttr {
+    pub mesh: Arc<ProcessMesh>,
+    pub dims: Vec<Vec<usize>>,
+    /// Partial mesh axes, sorted by axis, each once.
+    pub partial: Vec<(usize, ReduceType)>,
+    /// Dims the user annotated; completion never changes them.
+    pub annotated: Vec<bool>,
+}
+
+impl TensorDistAttr {
+    /// Fully replicated on `mesh`, nothing annotated.
+    pub fn replicated(mesh: Arc<ProcessMesh>, rank: usize) -> TensorDistAttr {
+        TensorDistAttr {
+            mesh,
+            dims: vec![Vec::new(); rank],
+            partial: Vec::new(),
+            annotated: vec![false; rank],
+        }
+    }
+
+    /// From a Paddle `dims_mapping` (`-1` replicated). Entries that are not -1 or a mesh
+    /// axis are kept and rejected by [`TensorDistAttr::validate`].
+    pub fn from_dims_mapping(mesh: Arc<ProcessMesh>, mapping: &[i64]) -> TensorDistAttr {
+        let dims = mapping
+            .iter()
+            .map(|&m| if m < 0 { Vec::new() } else { vec![m as usize] })
+            .collect();
+        TensorDistAttr {
+            mesh,
+            dims,
+            partial: Vec::new(),
+            annotated: vec![false; mapping.len()],
+        }
+    }
+
+    /// Rank of the tensor this attr describes.
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    /// Paddle's `dims_mapping`, with a co-sharded dim shown by its first (outermost) axis.
+    pub fn dims_mapping(&self) -> Vec<i64> {
+        self.dims
+            .iter()
+            .map(|d| d.first().map_or(-1, |&a| a as i64))
+            .collect()
+    }
+
+    /// Whether some dim is split by more than one mesh axis.
+    pub fn is_co_sharded(&self) -> bool {
+        self.dims.iter().any(|d| d.len() > 1)
+    }
+
+    /// Whether any rank holds a partial value.
+    pub fn is_partial(&self) -> bool {
+        !self.partial.is_empty()
+    }
+
+    /// The partial mesh axes.
+    pub fn partial_axes(&self) -> Vec<usize> {
+        self.partial.iter().map(|&(a, _)| a).collect()
+    }
+
+    /// Marks `axis` partial with `reduce`, keeping the list sorted.
+    pub fn set_partial(&mut self, axis: usize, reduce: ReduceType) {
+        match self.partial.binary_search_by_key(&axis, |&(a, _)| a) {
+            Ok(i) => self.partial[i].1 = reduce,
+            Err(i) => self.partial.insert(i, (axis, reduce)),
+        }
+    }
+
+    /// Product of the sizes of the mesh axes splitting `dim`.
+    pub fn shards_of_dim(&self, dim: usize) -> usize {
+        self.dims.get(dim).map_or(1, |axes| {
+            axes.iter().map(|&a| self.mesh.axis_size(a)).product()
+        })
+    }
+
+    /// Checks this attr against a tensor called `tensor` of `shape`: rank, axes in range,
+    /// each mesh axis used at most once and never both partial and splitting, even splits.
+    pub fn validate(&self, tensor: &str, shape: &[usize]) -> Result<(), DistAttrError> {
+        let t = || tensor.to_string();
+        if self.dims.len() != shape.len() {
+            return Err(DistAttrError::RankMismatch {
+                tensor: t(),
+                rank: shape.len(),
+                mapping: self.dims.len(),
+            });
+        }
+        let ndim = self.mesh.ndim();
+        let mut owner: Vec<Option<usize>> = vec![None; ndim];
+        for (dim, axes) in self.dims.iter().enumerate() {
+            for &axis in axes {
+                if axis >= ndim {
+                    return Err(DistAttrError::NoSuchAxis {
+                        tensor: t(),
+                        dim,
+                        axis,
+                        ndim,
+                    });
+                }
+                if let Some(first) = owner[axis] {
+                    let axis = self.mesh.axis_name(axis).to_string();
+                    return Err(DistAttrError::AxisReused {
+                        tensor: t(),
+                        axis,
+                        first,
+                        second: dim,
+                    });
+                }
+                owner[axis] = Some(dim);
+            }
+        }
+        for &(axis, _) in &self.partial {
+            if axis >= ndim {
+                return Err(DistAttrError::NoSuchAxis {
+                    tensor: t(),
+                    dim: usize::MAX,
+                    axis,
+                    ndim,
+                });
+            }
+            if let Some(dim) = owner[axis] {
+                return Err(DistAttrError::PartialAndSplit {
+                    tensor: t(),
+                    axis: self.mesh.axis_name(axis).to_string(),
+                    dim,
+                });
+            }
+        }
+        local_shape(tensor, shape, self).map(|_| ())
+    }
+}
+
+/// The shape of one rank's block: each global dim divided by the product of the sizes of
+/// the mesh axes that split it (Paddle's `_get_dist_shape`). Uneven splits are an error
+/// naming the tensor, the dim and the mesh axis.
+pub fn local_shape(
+    tensor: &str,
+    shape: &[usize],
+    attr: &TensorDistAttr,
+) -> Result<Vec<usize>, DistAttrError> {
+    if attr.dims.len() != shape.len() {
+        return Err(DistAttrError::RankMismatch {
+            tensor: tensor.to_string(),
+            rank: shape.len(),
+            mapping: attr.dims.len(),
+        });
+    }
+    shape
+        .iter()
+        .zip(&attr.dims)
+        .enumerate()
+        .map(|(dim, (&size, axes))| {
+            let mut local = size;
+            for &axis in axes {
+                let axis_size = attr.mesh.axis_size(axis);
+                if local % axis_size != 0 {
+                    return Err(DistAttrError::Uneven {
+                        tensor: tensor.to_string(),
+                        dim,
+                        size,
+                        axis: attr.mesh.axis_name(axis).to_string(),
+                        axis_size,
+                    });
+                }
+                local /= axis_size;
+            }
+            Ok(local)
+        })
+        .collect()
+}
+
+/// What an operator wants: a dist attr per variable of each input and output slot, and the
+/// distributed implementation chosen for it (`impl_type`, `impl_idx`), plus its pipeline chunk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorDistAttr {
+    pub mesh: Arc<ProcessMesh>,
+    pub inputs: Vec<Vec<TensorDistAttr>>,
+    pub outputs: Vec<Vec<TensorDistAttr>>,
+    pub impl_type: String,
+    pub impl_idx: usize,
+    pub chunk_id: usize,
+}
+
+impl OperatorDistAttr {
+    /// An op attr on `mesh` with no slot attrs yet and the default implementation.
+    pub fn new(mesh: Arc<ProcessMesh>) -> OperatorDistAttr {
+        OperatorDistAttr {
+            mesh,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            impl_type: "default".to_string(),
+            impl_idx: 0,
+            chunk_id: 0,
+        }
+    }
+}

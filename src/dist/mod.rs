@@ -1,0 +1,12 @@
+//! Process meshes and distributed attributes: communication groups, tensor and operator
+//! dist attrs, local shapes, and the four notations for writing a sharding.
+//!
+//! Architecture invariant: `dist` depends on nothing else in the crate.
+
+pub mod attr;
+pub mod mesh;
+pub mod notation;
+
+pub use attr::{local_shape, DistAttrError, OperatorDistAttr, ReduceType, TensorDistAttr};
+pub use mesh::{MeshError, ProcessMesh, MAX_MESH_SIZE};
+pub use notation::{render, Notation};

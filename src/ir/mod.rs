@@ -1,0 +1,21 @@
+//! The program IR: variables, operators with named slots and typed attributes, shape and
+//! dtype inference, the canonical text format and the verifier.
+//!
+//! Architecture invariant: `ir` depends on nothing else in the crate.
+
+pub mod attr;
+pub mod builder;
+pub mod infer;
+pub mod op_type;
+pub mod program;
+pub mod text;
+pub mod types;
+pub mod verify;
+
+pub use attr::{Attr, AttrKind, Attrs};
+pub use builder::Builder;
+pub use op_type::{Arity, OpRole, OpType, SlotSpec};
+pub use program::{Op, Program, ProgramError, ROOT_SCOPE};
+pub use text::{parse_program, ParseError};
+pub use types::{DType, OpId, TensorType, Var, VarId, VarKind};
+pub use verify::{verify_program, Subject, VerifyError};

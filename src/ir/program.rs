@@ -1,0 +1,219 @@
+//! `Program`: the variables and the ordered operators of one training step.
+
+use super::attr::{Attr, Attrs};
+use super::op_type::{OpRole, OpType};
+use super::types::{OpId, TensorType, Var, VarId, VarKind};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// The namescope an op gets when nobody sets one.
+pub const ROOT_SCOPE: &str = "/";
+
+/// One operator. `inputs[i]` and `outputs[i]` hold the variables of the i-th slot of the
+/// op type's schema (an absent optional slot is empty), so slot lookups are by index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    pub ty: OpType,
+    pub inputs: Vec<Vec<VarId>>,
+    pub outputs: Vec<Vec<VarId>>,
+    pub attrs: Attrs,
+    pub role: OpRole,
+    pub namescope: String,
+}
+
+impl Op {
+    /// A forward op in the root namescope with empty slots sized to its schema.
+    pub fn new(ty: OpType) -> Op {
+        Op {
+            ty,
+            inputs: vec![Vec::new(); ty.input_slots().len()],
+            outputs: vec![Vec::new(); ty.output_slots().len()],
+            attrs: Attrs::new(),
+            role: OpRole::Forward,
+            namescope: ROOT_SCOPE.to_string(),
+        }
+    }
+
+    /// The variables of the input slot called `slot` (empty if absent or unknown).
+    pub fn input(&self, slot: &str) -> &[VarId] {
+        slot_vars(
+            self.ty.input_slots().iter().map(|s| s.name),
+            &self.inputs,
+            slot,
+        )
+    }
+
+    /// The variables of the output slot called `slot` (empty if absent or unknown).
+    pub fn output(&self, slot: &str) -> &[VarId] {
+        slot_vars(
+            self.ty.output_slots().iter().map(|s| s.name),
+            &self.outputs,
+            slot,
+        )
+    }
+
+    /// Every input variable, in slot order.
+    pub fn all_inputs(&self) -> impl Iterator<Item = VarId> + '_ {
+        self.inputs.iter().flatten().copied()
+    }
+
+    /// Every output variable, in slot order.
+    pub fn all_outputs(&self) -> impl Iterator<Item = VarId> + '_ {
+        self.outputs.iter().flatten().copied()
+    }
+
+    /// A boolean attribute, or `default` when absent. Wrong kinds are reported by the verifier;
+    /// here they fall back to the default so a bad program never panics.
+    pub fn attr_bool(&self, name: &str, default: bool) -> bool {
+        match self.attrs.get(name) {
+            Some(Attr::Bool(b)) => *b,
+            _ => default,
+        }
+    }
+
+    /// An integer attribute, or `default` when absent.
+    pub fn attr_int(&self, name: &str, default: i64) -> i64 {
+        match self.attrs.get(name) {
+            Some(Attr::Int(i)) => *i,
+            _ => default,
+        }
+    }
+
+    /// A float attribute, or `default` when absent. Integers are accepted as floats.
+    pub fn attr_float(&self, name: &str, default: f64) -> f64 {
+        match self.attrs.get(name) {
+            Some(Attr::Float(x)) => *x,
+            Some(Attr::Int(i)) => *i as f64,
+            _ => default,
+        }
+    }
+
+    /// An integer-list attribute, or `None` when absent.
+    pub fn attr_ints(&self, name: &str) -> Option<&[i64]> {
+        match self.attrs.get(name) {
+            Some(Attr::Ints(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A string attribute, or `None` when absent.
+    pub fn attr_str(&self, name: &str) -> Option<&str> {
+        match self.attrs.get(name) {
+            Some(Attr::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+fn slot_vars<'a>(
+    names: impl Iterator<Item = &'static str>,
+    slots: &'a [Vec<VarId>],
+    slot: &str,
+) -> &'a [VarId] {
+    names
+        .zip(slots)
+        .find(|(n, _)| *n == slot)
+        .map(|(_, v)| v.as_slice())
+        .unwrap_or(&[])
+}
+
+/// Errors from building a program by hand or by a builder.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ProgramError {
+    #[error("variable `{0}` is declared twice")]
+    DuplicateVar(String),
+    #[error("unknown variable `{0}`")]
+    UnknownVar(String),
+    #[error("{op}: {message}")]
+    Infer { op: String, message: String },
+}
+
+/// The variables and the ordered operators of one training step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    vars: Vec<Var>,
+    #[serde(skip)]
+    by_name: HashMap<String, VarId>,
+    ops: Vec<Op>,
+}
+
+impl Program {
+    /// An empty program.
+    pub fn new() -> Program {
+        Program::default()
+    }
+
+    /// Declares a variable; names are unique.
+    pub fn add_var(&mut self, var: Var) -> Result<VarId, ProgramError> {
+        if self.by_name.contains_key(&var.name) {
+            return Err(ProgramError::DuplicateVar(var.name));
+        }
+        let id = VarId(self.vars.len() as u32);
+        self.by_name.insert(var.name.clone(), id);
+        self.vars.push(var);
+        Ok(id)
+    }
+
+    /// Declares a variable from its parts; parameters and optimizer state are persistable.
+    pub fn declare(
+        &mut self,
+        name: &str,
+        ty: TensorType,
+        kind: VarKind,
+    ) -> Result<VarId, ProgramError> {
+        let persistable = matches!(kind, VarKind::Parameter | VarKind::OptimizerState);
+        self.add_var(Var {
+            name: name.to_string(),
+            ty,
+            kind,
+            persistable,
+        })
+    }
+
+    /// Appends an op (not checked: run the verifier).
+    pub fn push_op(&mut self, op: Op) -> OpId {
+        let id = OpId(self.ops.len() as u32);
+        self.ops.push(op);
+        id
+    }
+
+    /// All variables, indexed by `VarId`.
+    pub fn vars(&self) -> &[Var] {
+        &self.vars
+    }
+
+    /// All ops in execution order, indexed by `OpId`.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// Mutable access to the ops, for passes that rewrite attributes in place.
+    pub fn ops_mut(&mut self) -> &mut [Op] {
+        &mut self.ops
+    }
+
+    /// The variable with this id. Ids come from this program, so they are in range.
+    pub fn var(&self, id: VarId) -> &Var {
+        &self.vars[id.index()]
+    }
+
+    /// Looks a variable up by name.
+    pub fn var_id(&self, name: &str) -> Option<VarId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The op with this id.
+    pub fn op(&self, id: OpId) -> &Op {
+        &self.ops[id.index()]
+    }
+
+    /// Rebuilds the name index (after deserialising).
+    pub fn reindex(&mut self) {
+        self.by_name = self
+            .vars
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.name.clone(), VarId(i as u32)))
+            .collect();
+    }
+}

@@ -1,0 +1,174 @@
+//! The program verifier: checks every op and reports all problems, not just the first.
+//! Passes run it after they change a program.
+
+use super::attr::AttrKind;
+use super::infer::infer_op;
+use super::op_type::Arity;
+use super::program::Program;
+use super::types::{OpId, TensorType, VarKind};
+use serde::Serialize;
+use std::fmt;
+
+/// What a verifier problem is about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Subject {
+    Op(OpId),
+    Var(String),
+}
+
+/// One verifier problem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VerifyError {
+    pub subject: Subject,
+    pub message: String,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.subject {
+            Subject::Op(id) => write!(f, "{id}: {}", self.message),
+            Subject::Var(name) => write!(f, "variable `{name}`: {}", self.message),
+        }
+    }
+}
+
+/// Checks `program`: slot arities, attributes against the schema, every input defined
+/// before use, each variable written once, and declared output types equal to inferred ones.
+pub fn verify_program(program: &Program) -> Vec<VerifyError> {
+    let mut errors = Vec::new();
+    let nvars = program.vars().len();
+    let mut defined: Vec<bool> = program.vars().iter().map(|v| v.kind.is_source()).collect();
+    let mut writer: Vec<Option<OpId>> = vec![None; nvars];
+    for (i, op) in program.ops().iter().enumerate() {
+        let id = OpId(i as u32);
+        let mut err = |message: String| {
+            errors.push(VerifyError {
+                subject: Subject::Op(id),
+                message: format!("{}: {message}", op.ty),
+            })
+        };
+        let (in_specs, out_specs) = op.ty.slots();
+        if op.inputs.len() != in_specs.len() || op.outputs.len() != out_specs.len() {
+            err("slot table does not match the op type's schema".into());
+            continue;
+        }
+        if op
+            .all_inputs()
+            .chain(op.all_outputs())
+            .any(|v| v.index() >= nvars)
+        {
+            err("refers to a variable id that does not exist".into());
+            continue;
+        }
+        for (specs, slots, what) in [
+            (in_specs, &op.inputs, "input"),
+            (out_specs, &op.outputs, "output"),
+        ] {
+            for (spec, vars) in specs.iter().zip(slots) {
+                let ok = match spec.arity {
+                    Arity::One => vars.len() == 1,
+                    Arity::Optional => vars.len() <= 1,
+                    Arity::List => !vars.is_empty(),
+                };
+                if !ok {
+                    let want = match spec.arity {
+                        Arity::One => "exactly one variable",
+                        Arity::Optional => "at most one variable",
+                        Arity::List => "at least one variable",
+                    };
+                    err(format!(
+                        "{what} {} must hold {want}, has {}",
+                        spec.name,
+                        vars.len()
+                    ));
+                }
+            }
+        }
+        check_attrs(op, &mut err);
+        for v in op.all_inputs() {
+            if !defined[v.index()] {
+                let var = program.var(v);
+                err(format!(
+                    "input `{}` is used before any op defines it",
+                    var.name
+                ));
+            }
+        }
+        for v in op.all_outputs() {
+            let var = program.var(v);
+            if var.kind.is_source() && var.kind != VarKind::OptimizerState {
+                err(format!(
+                    "writes `{}`, a {} variable that only the feed may set",
+                    var.name,
+                    var.kind.name()
+                ));
+            }
+            if let Some(first) = writer[v.index()] {
+                err(format!("writes `{}`, already written by {first}", var.name));
+            }
+            writer[v.index()] = Some(id);
+            defined[v.index()] = true;
+        }
+        let inputs: Vec<Vec<&TensorType>> = op
+            .inputs
+            .iter()
+            .map(|s| s.iter().map(|&v| &program.var(v).ty).collect())
+            .collect();
+        match infer_op(op, &inputs) {
+            Err(message) => err(message),
+            Ok(inferred) => {
+                for ((spec, vars), types) in out_specs.iter().zip(&op.outputs).zip(&inferred) {
+                    if vars.len() != types.len() {
+                        err(format!(
+                            "output {} has {} variables but the op produces {}",
+                            spec.name,
+                            vars.len(),
+                            types.len()
+                        ));
+                        continue;
+                    }
+                    for (&v, t) in vars.iter().zip(types) {
+                        let var = program.var(v);
+                        if &var.ty != t {
+                            err(format!(
+                                "output {} `{}` is declared {} but the op produces {}",
+                                spec.name, var.name, var.ty, t
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    errors
+}
+
+fn check_attrs(op: &super::program::Op, err: &mut impl FnMut(String)) {
+    let schema = op.ty.attr_schema();
+    for (name, value) in &op.attrs {
+        match schema.iter().find(|s| s.name == name) {
+            None => {
+                let known: Vec<_> = schema.iter().map(|s| s.name).collect();
+                err(format!(
+                    "unknown attribute `{name}` (accepted: [{}])",
+                    known.join(", ")
+                ))
+            }
+            Some(spec) => {
+                let ok = value.kind() == spec.kind
+                    || (spec.kind == AttrKind::Float && value.kind() == AttrKind::Int);
+                if !ok {
+                    err(format!(
+                        "attribute `{name}` must be a {}, got {value}",
+                        spec.kind.name()
+                    ));
+                }
+            }
+        }
+    }
+    for spec in schema.iter().filter(|s| s.required) {
+        if !op.attrs.contains_key(spec.name) {
+            err(format!("attribute `{}` is required", spec.name));
+        }
+    }
+}

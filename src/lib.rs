@@ -1,0 +1,25 @@
+//! ShardLab: SPMD auto-parallel planning in the style of PaddlePaddle's static planner.
+//!
+//! A user describes a process mesh, a program and a few annotations (a [`plan::Plan`]);
+//! the planner completes the distributed attributes of every tensor and operator, builds
+//! the backward program, partitions it into one program per rank and inserts the
+//! communication. The same core runs natively (the `shardlab` command-line tool, feature
+//! `native`) and in the browser (the Yew playground under [`web`], wasm32 only).
+//!
+//! Modules, in dependency order:
+//! - [`ir`]: the program IR, shape inference, text format, verifier.
+//! - [`dist`]: process meshes, dist attrs, groups, local shapes, notations.
+//! - [`plan`]: a mesh + program + annotations, as one text file.
+//! - [`models`]: preset programs.
+//! - `cli` (native) and `web` (wasm32): thin shells over the above.
+
+pub mod dist;
+pub mod ir;
+pub mod models;
+pub mod plan;
+
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub mod cli;
+
+#[cfg(target_arch = "wasm32")]
+pub mod web;

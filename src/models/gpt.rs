@@ -1,0 +1,216 @@
+//! Transformer presets: `gpt` (pre-LN blocks, mean squared error loss) and `embedding_lm`
+//! (token embedding, blocks, LM head, softmax cross-entropy).
+
+use super::{ModelConfig, ModelError};
+use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
+
+type Res<T> = Result<T, ModelError>;
+
+/// `x[batch, seq, hidden]` through `layers` blocks, a final layer_norm, and
+/// `mean((out - y)^2)`.
+pub fn gpt(cfg: &ModelConfig) -> Res<Program> {
+    let mut b = Builder::new();
+    let shape = [cfg.batch, cfg.seq, cfg.hidden];
+    let mut h = b.input("x", cfg.dtype, &shape)?;
+    let y = b.label("y", cfg.dtype, &shape)?;
+    for i in 0..cfg.layers {
+        h = block(&mut b, cfg, &format!("h{i}"), h)?;
+    }
+    let out = layer_norm(&mut b, cfg, "ln_f", h)?;
+    let diff = b.op1(
+        OpType::ElementwiseSub,
+        vec![vec![out], vec![y]],
+        &[],
+        "loss.diff",
+    )?;
+    let sq = b.op1(OpType::Square, vec![vec![diff]], &[], "loss.sq")?;
+    b.set_role(OpRole::Loss);
+    b.op1(OpType::Mean, vec![vec![sq]], &[], "loss")?;
+    Ok(b.finish())
+}
+
+/// Token ids through an embedding, `layers` blocks, a final layer_norm, an LM head and a
+/// softmax cross-entropy against next-token labels.
+pub fn embedding_lm(cfg: &ModelConfig) -> Res<Program> {
+    let mut b = Builder::new();
+    let ids = b.input("ids", DType::I64, &[cfg.batch, cfg.seq])?;
+    let label = b.label("label", DType::I64, &[cfg.batch, cfg.seq, 1])?;
+    let wte = b.param("wte", cfg.dtype, &[cfg.vocab, cfg.hidden])?;
+    let mut h = b.op1(
+        OpType::LookupTableV2,
+        vec![vec![wte], vec![ids]],
+        &[("padding_idx", Attr::Int(-1))],
+        "emb",
+    )?;
+    for i in 0..cfg.layers {
+        h = block(&mut b, cfg, &format!("h{i}"), h)?;
+    }
+    let out = layer_norm(&mut b, cfg, "ln_f", h)?;
+    let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
+    let logits = b.op1(OpType::MatmulV2, vec![vec![out], vec![head]], &[], "logits")?;
+    let outs = b.op(
+        OpType::SoftmaxWithCrossEntropy,
+        vec![vec![logits], vec![label]],
+        &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
+        &["logits.softmax", "loss.tokens"],
+    )?;
+    b.set_role(OpRole::Loss);
+    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    Ok(b.finish())
+}
+
+/// One pre-LN block: `x + attn(ln_1(x))`, then `+ mlp(ln_2(.))`.
+fn block(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
+    let ln1 = layer_norm(b, cfg, &format!("{p}.ln_1"), x)?;
+    let attn = attention(b, cfg, &format!("{p}.attn"), ln1)?;
+    let res1 = b.op1(
+        OpType::ElementwiseAdd,
+        vec![vec![x], vec![attn]],
+        &[],
+        &format!("{p}.res_1"),
+    )?;
+    let ln2 = layer_norm(b, cfg, &format!("{p}.ln_2"), res1)?;
+    let fc1 = linear(
+        b,
+        cfg,
+        &format!("{p}.mlp.fc1"),
+        ln2,
+        cfg.hidden,
+        4 * cfg.hidden,
+    )?;
+    let act = b.op1(
+        OpType::Gelu,
+        vec![vec![fc1]],
+        &[("approximate", Attr::Bool(true))],
+        &format!("{p}.mlp.gelu"),
+    )?;
+    let fc2 = linear(
+        b,
+        cfg,
+        &format!("{p}.mlp.fc2"),
+        act,
+        4 * cfg.hidden,
+        cfg.hidden,
+    )?;
+    Ok(b.op1(
+        OpType::ElementwiseAdd,
+        vec![vec![res1], vec![fc2]],
+        &[],
+        &format!("{p}.res_2"),
+    )?)
+}
+
+/// Causal multi-head self-attention with separate q, k, v projections.
+fn attention(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
+    let head_dim = cfg.hidden / cfg.heads;
+    let heads = |b: &mut Builder, name: &str| -> Res<VarId> {
+        let proj = linear(b, cfg, &format!("{p}.{name}"), x, cfg.hidden, cfg.hidden)?;
+        let split = b.op1(
+            OpType::Reshape2,
+            vec![vec![proj]],
+            &[(
+                "shape",
+                Attr::Ints(vec![0, 0, cfg.heads as i64, head_dim as i64]),
+            )],
+            &format!("{p}.{name}.heads"),
+        )?;
+        Ok(b.op1(
+            OpType::Transpose2,
+            vec![vec![split]],
+            &[("axis", Attr::Ints(vec![0, 2, 1, 3]))],
+            &format!("{p}.{name}.t"),
+        )?)
+    };
+    let q = heads(b, "q")?;
+    let k = heads(b, "k")?;
+    let v = heads(b, "v")?;
+    let scores = b.op1(
+        OpType::MatmulV2,
+        vec![vec![q], vec![k]],
+        &[
+            ("trans_x", Attr::Bool(false)),
+            ("trans_y", Attr::Bool(true)),
+        ],
+        &format!("{p}.scores"),
+    )?;
+    let scale = [
+        ("scale", Attr::Float(1.0 / (head_dim as f64).sqrt())),
+        ("bias", Attr::Float(0.0)),
+    ];
+    let scaled = b.op1(
+        OpType::Scale,
+        vec![vec![scores]],
+        &scale,
+        &format!("{p}.scores.scaled"),
+    )?;
+    let probs = b.op1(
+        OpType::FusedSoftmaxMaskUpperTriangle,
+        vec![vec![scaled]],
+        &[],
+        &format!("{p}.probs"),
+    )?;
+    let ctx = b.op1(
+        OpType::MatmulV2,
+        vec![vec![probs], vec![v]],
+        &[],
+        &format!("{p}.ctx"),
+    )?;
+    let ctx_t = b.op1(
+        OpType::Transpose2,
+        vec![vec![ctx]],
+        &[("axis", Attr::Ints(vec![0, 2, 1, 3]))],
+        &format!("{p}.ctx.t"),
+    )?;
+    let merged = b.op1(
+        OpType::Reshape2,
+        vec![vec![ctx_t]],
+        &[("shape", Attr::Ints(vec![0, 0, cfg.hidden as i64]))],
+        &format!("{p}.ctx.merged"),
+    )?;
+    linear(b, cfg, &format!("{p}.o"), merged, cfg.hidden, cfg.hidden)
+}
+
+/// `x @ w + b` with parameters `{p}.w` and `{p}.b`.
+fn linear(
+    b: &mut Builder,
+    cfg: &ModelConfig,
+    p: &str,
+    x: VarId,
+    inp: usize,
+    out: usize,
+) -> Res<VarId> {
+    let w = b.param(&format!("{p}.w"), cfg.dtype, &[inp, out])?;
+    let bias = b.param(&format!("{p}.b"), cfg.dtype, &[out])?;
+    let mm = b.op1(
+        OpType::MatmulV2,
+        vec![vec![x], vec![w]],
+        &[],
+        &format!("{p}.mm"),
+    )?;
+    Ok(b.op1(
+        OpType::ElementwiseAdd,
+        vec![vec![mm], vec![bias]],
+        &[],
+        &format!("{p}.out"),
+    )?)
+}
+
+/// layer_norm over the last dim with parameters `{p}.scale` and `{p}.bias`.
+fn layer_norm(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
+    let scale = b.param(&format!("{p}.scale"), cfg.dtype, &[cfg.hidden])?;
+    let bias = b.param(&format!("{p}.bias"), cfg.dtype, &[cfg.hidden])?;
+    let outs = b.op(
+        OpType::LayerNorm,
+        vec![vec![x], vec![scale], vec![bias]],
+        &[
+            ("begin_norm_axis", Attr::Int(2)),
+            ("epsilon", Attr::Float(1e-5)),
+        ],
+        &[
+            &format!("{p}.out"),
+            &format!("{p}.mean"),
+            &format!("{p}.var"),
+        ],
+    )?;
+    Ok(outs[0])
+}

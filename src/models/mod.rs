@@ -1,0 +1,178 @@
+//! Preset models, built with sizes as parameters: `mlp` (Paddle's MLP of the oracle),
+//! `mlp_mse` (JAX's MLP of the oracle), `gpt` (pre-LN transformer blocks) and
+//! `embedding_lm` (embedding, blocks, LM head).
+
+mod gpt;
+mod mlp;
+
+use crate::ir::{DType, Program, ProgramError};
+use serde::{Deserialize, Serialize};
+
+/// The preset models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Model {
+    Mlp,
+    MlpMse,
+    Gpt,
+    EmbeddingLm,
+}
+
+/// Sizes of a preset. Each model reads the fields it needs (see [`Model::default_config`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub batch: usize,
+    /// MLP input features.
+    pub features: usize,
+    /// MLP hidden width, or transformer width.
+    pub hidden: usize,
+    /// MLP output width (classes for `mlp`).
+    pub classes: usize,
+    pub seq: usize,
+    pub heads: usize,
+    pub layers: usize,
+    pub vocab: usize,
+    pub dtype: DType,
+}
+
+/// Why a model cannot be built with the given sizes.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("unknown preset `{0}`; presets: mlp, mlp_mse, gpt, embedding_lm")]
+    Unknown(String),
+    #[error("{0}")]
+    BadSize(String),
+    #[error("{0}")]
+    Program(#[from] ProgramError),
+}
+
+impl Model {
+    /// Every preset model.
+    pub const ALL: [Model; 4] = [Model::Mlp, Model::MlpMse, Model::Gpt, Model::EmbeddingLm];
+
+    /// The preset's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Mlp => "mlp",
+            Model::MlpMse => "mlp_mse",
+            Model::Gpt => "gpt",
+            Model::EmbeddingLm => "embedding_lm",
+        }
+    }
+
+    /// Looks a preset up by name.
+    pub fn from_name(name: &str) -> Result<Model, ModelError> {
+        Model::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| ModelError::Unknown(name.to_string()))
+    }
+
+    /// One line saying what the model is.
+    pub fn description(self) -> &'static str {
+        match self {
+            Model::Mlp => "x @ W1 + b1 -> gelu -> @ W2 + b2 -> softmax_with_cross_entropy -> mean (Paddle's MLP)",
+            Model::MlpMse => "x @ W1 -> gelu(tanh) -> @ W2, loss mean((pred - y)^2) (JAX's MLP)",
+            Model::Gpt => "pre-LN transformer blocks (attention + MLP) with a mean squared error loss",
+            Model::EmbeddingLm => "token embedding -> transformer blocks -> LM head -> softmax cross-entropy",
+        }
+    }
+
+    /// The sizes of the reference models (the oracle's, for `mlp` and `mlp_mse`).
+    pub fn default_config(self) -> ModelConfig {
+        let base = ModelConfig {
+            batch: 4,
+            features: 64,
+            hidden: 64,
+            classes: 10,
+            seq: 16,
+            heads: 4,
+            layers: 2,
+            vocab: 256,
+            dtype: DType::F32,
+        };
+        match self {
+            Model::Mlp => ModelConfig {
+                batch: 16,
+                features: 64,
+                hidden: 256,
+                classes: 10,
+                ..base
+            },
+            Model::MlpMse => ModelConfig {
+                batch: 16,
+                features: 32,
+                hidden: 64,
+                classes: 32,
+                ..base
+            },
+            Model::Gpt => base,
+            Model::EmbeddingLm => ModelConfig { layers: 1, ..base },
+        }
+    }
+
+    /// Builds the model's forward program (its last op computes the loss).
+    pub fn build(self, cfg: &ModelConfig) -> Result<Program, ModelError> {
+        check_sizes(self, cfg)?;
+        match self {
+            Model::Mlp => mlp::mlp(cfg),
+            Model::MlpMse => mlp::mlp_mse(cfg),
+            Model::Gpt => gpt::gpt(cfg),
+            Model::EmbeddingLm => gpt::embedding_lm(cfg),
+        }
+    }
+}
+
+/// Largest total element count a preset may declare, so a typo cannot exhaust memory.
+const MAX_ELEMENTS: usize = 1 << 31;
+
+fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
+    let fields = [
+        ("batch", cfg.batch),
+        ("features", cfg.features),
+        ("hidden", cfg.hidden),
+        ("classes", cfg.classes),
+        ("seq", cfg.seq),
+        ("heads", cfg.heads),
+        ("layers", cfg.layers),
+        ("vocab", cfg.vocab),
+    ];
+    if let Some((name, _)) = fields.iter().find(|(_, v)| *v == 0) {
+        return Err(ModelError::BadSize(format!("{name} must be at least 1")));
+    }
+    if let Some((name, v)) = fields.iter().find(|(_, v)| *v > 1 << 20) {
+        return Err(ModelError::BadSize(format!(
+            "{name} = {v} is too large (at most 1048576)"
+        )));
+    }
+    if cfg.dtype == DType::I64 {
+        return Err(ModelError::BadSize("dtype must be f32 or f64".into()));
+    }
+    let uses_blocks = matches!(model, Model::Gpt | Model::EmbeddingLm);
+    if uses_blocks && cfg.hidden % cfg.heads != 0 {
+        return Err(ModelError::BadSize(format!(
+            "hidden {} must be divisible by heads {}",
+            cfg.hidden, cfg.heads
+        )));
+    }
+    let biggest = [
+        cfg.batch
+            .saturating_mul(cfg.seq)
+            .saturating_mul(cfg.hidden)
+            .saturating_mul(4),
+        cfg.batch
+            .saturating_mul(cfg.heads)
+            .saturating_mul(cfg.seq)
+            .saturating_mul(cfg.seq),
+        cfg.batch.saturating_mul(cfg.seq).saturating_mul(cfg.vocab),
+        cfg.hidden.saturating_mul(cfg.hidden).saturating_mul(4),
+        cfg.features
+            .saturating_mul(cfg.hidden)
+            .max(cfg.batch.saturating_mul(cfg.hidden)),
+    ];
+    if biggest.iter().any(|&n| n > MAX_ELEMENTS) {
+        return Err(ModelError::BadSize(format!(
+            "the model is too large (a tensor exceeds {MAX_ELEMENTS} elements)"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! A plan: a mesh, a program and the user's annotations, as one text file.
+//!
+//! ```text
+//! mesh [2, 4] (dp, mp)
+//!
+//! var x: f32[16, 64] input
+//! var w: f32[64, 256] parameter persistable
+//! var y: f32[16, 256] activation
+//!
+//! op matmul_v2(X=x, Y=w) -> (Out=y)
+//!
+//! shard x [dp, ?]
+//! shard w [-, mp]
+//! ```
+//!
+//! In a `shard` line each dim is a mesh axis name, `(a, b)` for co-sharding, `-` for
+//! replicated, or `?` for "not annotated" (completion decides); `partial(axis=SUM, ...)`
+//! marks partial values. Annotated dims are pinned: completion never changes them.
+
+mod parse;
+mod print;
+mod spec;
+
+pub use parse::{parse_plan, SourceMap};
+pub use print::write_shard;
+pub use spec::{parse_mesh_spec, parse_shard_spec};
+
+use crate::dist::{ProcessMesh, TensorDistAttr};
+use crate::ir::{verify_program, OpId, Program, Subject, VarId};
+use serde::Serialize;
+use std::fmt;
+use std::sync::Arc;
+
+/// A mesh, a program and the user's annotations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub mesh: Option<Arc<ProcessMesh>>,
+    pub program: Program,
+    /// User annotations, in file order, at most one per variable.
+    pub annotations: Vec<Annotation>,
+}
+
+/// The user's annotation of one variable.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Annotation {
+    pub var: VarId,
+    pub attr: TensorDistAttr,
+}
+
+/// What a plan problem is about, so a front-end can point at the right line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum PlanSubject {
+    Op(OpId),
+    Var(String),
+    /// The i-th annotation.
+    Annotation(usize),
+}
+
+/// One problem found by [`verify_plan`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlanIssue {
+    pub subject: PlanSubject,
+    pub message: String,
+}
+
+impl fmt::Display for PlanIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl Plan {
+    /// A plan holding just a program.
+    pub fn from_program(program: Program) -> Plan {
+        Plan {
+            mesh: None,
+            program,
+            annotations: Vec::new(),
+        }
+    }
+
+    /// The annotation of `var`, if any.
+    pub fn annotation(&self, var: VarId) -> Option<&TensorDistAttr> {
+        self.annotations
+            .iter()
+            .find(|a| a.var == var)
+            .map(|a| &a.attr)
+    }
+}
+
+/// Verifies the program and every annotation against its variable and the mesh. Reports
+/// every problem.
+pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
+    let mut issues: Vec<PlanIssue> = verify_program(&plan.program)
+        .into_iter()
+        .map(|e| PlanIssue {
+            message: e.to_string(),
+            subject: match e.subject {
+                Subject::Op(id) => PlanSubject::Op(id),
+                Subject::Var(name) => PlanSubject::Var(name),
+            },
+        })
+        .collect();
+    for (i, ann) in plan.annotations.iter().enumerate() {
+        let var = plan.program.var(ann.var);
+        if let Err(e) = ann.attr.validate(&var.name, &var.ty.shape) {
+            issues.push(PlanIssue {
+                subject: PlanSubject::Annotation(i),
+                message: format!("shard: {e}"),
+            });
+        }
+        if plan.annotations[..i].iter().any(|a| a.var == ann.var) {
+            issues.push(PlanIssue {
+                subject: PlanSubject::Annotation(i),
+                message: format!("shard: `{}` is annotated twice", var.name),
+            });
+        }
+    }
+    issues
+}

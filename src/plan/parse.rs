@@ -1,0 +1,182 @@
+//! Parsing a plan file: `mesh` and `shard` statements here, `var` and `op` statements by
+//! the IR's parser. Every error carries its line and column; all errors are reported.
+
+use super::{Annotation, Plan};
+use crate::dist::{ProcessMesh, ReduceType, TensorDistAttr};
+use crate::ir::text::lexer::Tok;
+use crate::ir::text::parse::{for_each_statement, parse_op, parse_var};
+use crate::ir::text::{Cursor, ParseError};
+use crate::ir::Program;
+use std::sync::Arc;
+
+/// Where each statement of a parsed plan came from (1-based lines).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceMap {
+    pub mesh_line: Option<usize>,
+    pub var_lines: Vec<usize>,
+    pub op_lines: Vec<usize>,
+    pub annotation_lines: Vec<usize>,
+}
+
+/// Parses a plan. Returns every parse error found, not just the first.
+pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
+    let mut program = Program::new();
+    let mut mesh: Option<Arc<ProcessMesh>> = None;
+    let mut annotations = Vec::new();
+    let mut map = SourceMap::default();
+    let errors = for_each_statement(text, |cur| {
+        let line = cur.line();
+        let (kw, col) = cur.ident("a statement (`mesh`, `var`, `op` or `shard`)")?;
+        match kw.as_str() {
+            "var" => {
+                parse_var(cur, &mut program)?;
+                map.var_lines.push(line);
+            }
+            "op" => {
+                parse_op(cur, &mut program)?;
+                map.op_lines.push(line);
+            }
+            "mesh" => {
+                if mesh.is_some() {
+                    return Err(cur.error_at(col, "the mesh is declared twice"));
+                }
+                mesh = Some(Arc::new(parse_mesh(cur)?));
+                map.mesh_line = Some(line);
+            }
+            "shard" => {
+                let m = mesh.clone().ok_or_else(|| {
+                    cur.error_at(col, "`shard` needs a mesh: declare `mesh [..] (..)` first")
+                })?;
+                annotations.push(parse_shard(cur, &program, m)?);
+                map.annotation_lines.push(line);
+            }
+            _ => {
+                return Err(cur.error_at(
+                    col,
+                    format!("expected `mesh`, `var`, `op` or `shard`, found `{kw}`"),
+                ))
+            }
+        }
+        Ok(())
+    });
+    if errors.is_empty() {
+        Ok((
+            Plan {
+                mesh,
+                program,
+                annotations,
+            },
+            map,
+        ))
+    } else {
+        Err(errors)
+    }
+}
+
+/// `[2, 4] (dp, mp)` with an optional `ids [..]`.
+fn parse_mesh(cur: &mut Cursor) -> Result<ProcessMesh, ParseError> {
+    let col = cur.col();
+    let shape = cur.list('[', ']', |c| {
+        let col = c.col();
+        let s = c.int("an axis size")?;
+        usize::try_from(s).map_err(|_| c.error_at(col, format!("axis size {s} must be at least 1")))
+    })?;
+    let names = cur.list('(', ')', |c| c.ident("an axis name").map(|(n, _)| n))?;
+    let ids = if cur.eat_keyword("ids") {
+        cur.list('[', ']', |c| {
+            let col = c.col();
+            let id = c.int("a process id")?;
+            u32::try_from(id)
+                .map_err(|_| c.error_at(col, format!("process id {id} must be in 0..2^32")))
+        })?
+    } else {
+        let size = shape
+            .iter()
+            .try_fold(1usize, |a, &s| a.checked_mul(s))
+            .unwrap_or(usize::MAX);
+        (0..size.min(crate::dist::MAX_MESH_SIZE + 1) as u32).collect()
+    };
+    ProcessMesh::new(shape, ids, names).map_err(|e| cur.error_at(col, format!("invalid mesh: {e}")))
+}
+
+/// `NAME [dp, -, ?, (dp, mp)] partial(mp=SUM)`.
+fn parse_shard(
+    cur: &mut Cursor,
+    program: &Program,
+    mesh: Arc<ProcessMesh>,
+) -> Result<Annotation, ParseError> {
+    let (name, name_col) = cur.ident("the annotated variable's name")?;
+    let var = program.var_id(&name).ok_or_else(|| {
+        cur.error_at(
+            name_col,
+            format!("unknown variable `{name}` (declare it before annotating it)"),
+        )
+    })?;
+    let axis = |c: &mut Cursor| -> Result<usize, ParseError> {
+        let (a, col) = c.ident("a mesh axis name")?;
+        mesh.axis_by_name(&a).ok_or_else(|| {
+            c.error_at(
+                col,
+                format!(
+                    "unknown mesh axis `{a}`; the mesh has ({})",
+                    mesh.dim_names().join(", ")
+                ),
+            )
+        })
+    };
+    let mut annotated = Vec::new();
+    let dims = cur.list('[', ']', |c| {
+        let (axes, pinned) = match c.peek() {
+            Some(Tok::Punct('-')) => (Vec::new(), true),
+            Some(Tok::Punct('?')) => (Vec::new(), false),
+            Some(Tok::Punct('(')) => {
+                return c.list('(', ')', axis).map(|a| {
+                    annotated.push(true);
+                    a
+                })
+            }
+            Some(Tok::Ident(_)) => {
+                return axis(c).map(|a| {
+                    annotated.push(true);
+                    vec![a]
+                })
+            }
+            _ => {
+                return Err(c.expected("a mesh axis name, `(a, b)`, `-` (replicated) or `?` (free)"))
+            }
+        };
+        c.bump();
+        annotated.push(pinned);
+        Ok(axes)
+    })?;
+    let mut attr = TensorDistAttr {
+        mesh: mesh.clone(),
+        dims,
+        partial: Vec::new(),
+        annotated,
+    };
+    if cur.eat_keyword("partial") {
+        let parts = cur.list('(', ')', |c| {
+            let a = axis(c)?;
+            c.expect('=')?;
+            let (r, col) = c.ident("a reduce type")?;
+            let r = ReduceType::from_name(&r).ok_or_else(|| {
+                c.error_at(
+                    col,
+                    format!("unknown reduce type `{r}`; expected SUM, AVG, MAX, MIN or PROD"),
+                )
+            })?;
+            Ok((a, r))
+        })?;
+        for (a, r) in parts {
+            if attr.partial.iter().any(|&(b, _)| b == a) {
+                return Err(cur.error(format!(
+                    "mesh axis `{}` is partial twice",
+                    mesh.axis_name(a)
+                )));
+            }
+            attr.set_partial(a, r);
+        }
+    }
+    Ok(Annotation { var, attr })
+}

@@ -1,0 +1,72 @@
+//! Compact one-line specs for meshes and annotations, as typed on a command line or kept
+//! in a URL: `2x4:dp,mp` and `x=dp,-`.
+
+use super::Annotation;
+use crate::dist::{ProcessMesh, TensorDistAttr};
+use crate::ir::Program;
+use std::sync::Arc;
+
+/// Parses `2x4:dp,mp` (or `2x4`, naming axes `d0, d1`) into a mesh with ids 0..N-1.
+pub fn parse_mesh_spec(spec: &str) -> Result<ProcessMesh, String> {
+    let (shape_part, names_part) = match spec.split_once(':') {
+        Some((s, n)) => (s, Some(n)),
+        None => (spec, None),
+    };
+    let shape = shape_part
+        .split('x')
+        .map(|s| {
+            s.trim().parse::<usize>().map_err(|_| {
+                format!("mesh `{spec}`: `{s}` is not an axis size (write e.g. 2x4:dp,mp)")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mesh = match names_part {
+        Some(names) => {
+            let names: Vec<&str> = names.split(',').map(str::trim).collect();
+            ProcessMesh::with_names(&shape, &names)
+        }
+        None => ProcessMesh::from_shape(&shape),
+    };
+    mesh.map_err(|e| format!("mesh `{spec}`: {e}"))
+}
+
+/// Parses `VAR=dp,-,?` (or `VAR=dp+mp,-` for co-sharding) against a program and mesh.
+pub fn parse_shard_spec(
+    spec: &str,
+    program: &Program,
+    mesh: &Arc<ProcessMesh>,
+) -> Result<Annotation, String> {
+    let (name, dims) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("shard `{spec}`: expected VAR=AXIS,AXIS,... (e.g. x=dp,-)"))?;
+    let var = program
+        .var_id(name.trim())
+        .ok_or_else(|| format!("shard `{spec}`: unknown variable `{}`", name.trim()))?;
+    let mut attr = TensorDistAttr::replicated(mesh.clone(), 0);
+    for item in dims.split(',').map(str::trim) {
+        let (axes, pinned) = match item {
+            "-" => (Vec::new(), true),
+            "?" => (Vec::new(), false),
+            names => {
+                let axes = names
+                    .split('+')
+                    .map(|a| {
+                        mesh.axis_by_name(a.trim()).ok_or_else(|| {
+                            format!(
+                                "shard `{spec}`: unknown mesh axis `{a}`; the mesh has ({})",
+                                mesh.dim_names().join(", ")
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                (axes, true)
+            }
+        };
+        attr.dims.push(axes);
+        attr.annotated.push(pinned);
+    }
+    let v = program.var(var);
+    attr.validate(&v.name, &v.ty.shape)
+        .map_err(|e| format!("shard `{spec}`: {e}"))?;
+    Ok(Annotation { var, attr })
+}
