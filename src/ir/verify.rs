@@ -98,7 +98,7 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
             let var = program.var(v);
             if var.kind.is_source() && var.kind != VarKind::OptimizerState {
                 err(format!(
-                    "writes `{}`, a {} variable that only the feed may set",
+                    "writes `{}`, but {} variables are set from outside the program, not by ops",
                     var.name,
                     var.kind.name()
                 ));

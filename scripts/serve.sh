@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up the tools, builds the playground (release) and serves it on 127.0.0.1.
+#   ./scripts/serve.sh            # http://127.0.0.1:8080/
+#   PORT=9000 ./scripts/serve.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+source scripts/env.sh
+PORT="${PORT:-8080}"
+echo
+echo "ShardLab playground: http://127.0.0.1:$PORT/"
+echo
+exec trunk serve --release --address 127.0.0.1 --port "$PORT"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs every tool the build and the tests need, idempotently: each step checks what is
+# already there (at the right version) and skips it. Safe to run again and again.
+#
+#   wasm32 target, Trunk 0.21.14, wasm-bindgen-cli (= the wasm-bindgen in Cargo.lock),
+#   Chromium + chromedriver (Debian packages), npm binaryen (wasm-opt) + playwright-core.
+#
+# Source scripts/env.sh afterwards (the other scripts do) to get wasm-opt on PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TRUNK_VERSION=0.21.14
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# 1. The wasm32 target.
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  say "adding rustup target wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown
+fi
+
+# 2. Trunk (0.22 needs a newer rustc than this machine has).
+if [ "$(trunk --version 2>/dev/null || true)" != "trunk $TRUNK_VERSION" ]; then
+  say "installing trunk $TRUNK_VERSION (takes several minutes on a fresh machine)"
+  cargo install trunk --locked --version "$TRUNK_VERSION"
+fi
+
+# 3. wasm-bindgen-cli, exactly the version of the wasm-bindgen crate in Cargo.lock.
+#    Not --locked: its lockfile wants a crate version this registry lacks.
+WBG_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if [ -z "$WBG_VERSION" ]; then
+  echo "setup: cannot find the wasm-bindgen version in Cargo.lock" >&2
+  exit 1
+fi
+if ! grep -q "wasm_bindgen = \"$WBG_VERSION\"" Trunk.toml; then
+  echo "setup: Trunk.toml pins a wasm_bindgen other than Cargo.lock's $WBG_VERSION; update Trunk.toml" >&2
+  exit 1
+fi
+if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WBG_VERSION" ]; then
+  say "installing wasm-bindgen-cli $WBG_VERSION (takes several minutes on a fresh machine)"
+  cargo install wasm-bindgen-cli --version "=$WBG_VERSION"
+fi
+
+# 4. Chromium and its driver, from Debian (never a downloaded browser).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  say "installing chromium and chromium-driver"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver
+fi
+
+# 5. npm packages: wasm-opt (binaryen 132 reads what rustc 1.95 emits) and playwright-core.
+if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_modules/playwright-core ] \
+   || [ tests/e2e/package-lock.json -nt tests/e2e/node_modules/.package-lock.json ]; then
+  say "installing npm packages in tests/e2e"
+  (cd tests/e2e && npm ci --no-audit --no-fund)
+fi
+
+say "tools ready: $(trunk --version), $(wasm-bindgen --version), $(tests/e2e/node_modules/.bin/wasm-opt --version), $(chromium --version 2>/dev/null | head -n1)"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Sets up the tools and runs every suite: formatting, clippy (native and wasm32), native
+# tests, browser tests (wasm-bindgen-test in headless Chromium), the release build
+# (Trunk + wasm-opt) and the end-to-end tests (Playwright against the release build).
+# Fails if any step fails or any test suite ran 0 tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+source scripts/env.sh
+
+LOGS=target/test-logs
+mkdir -p "$LOGS"
+START=$(date +%s)
+step() { printf '\n\033[1m== %s\033[0m (%ss elapsed)\n' "$*" "$(( $(date +%s) - START ))"; }
+# Sums "test result: ok. N passed" over every test binary in a cargo log.
+passed() { grep -E '^test result: ok\.' "$1" | awk '{ s += $4 } END { print s + 0 }'; }
+need_tests() { # suite-name count
+  if [ "$2" -eq 0 ]; then echo "FAIL: the $1 suite ran 0 tests" >&2; exit 1; fi
+  echo "$1: $2 tests passed"
+}
+
+step "cargo fmt --check"
+cargo fmt --check
+
+step "clippy (native)"
+cargo clippy --all-targets -- -D warnings
+
+step "clippy (wasm32)"
+cargo clippy --all-targets --target wasm32-unknown-unknown --no-default-features -- -D warnings
+
+step "native tests"
+cargo test 2>&1 | tee "$LOGS/native.log"
+NATIVE=$(passed "$LOGS/native.log")
+
+step "browser tests (wasm-bindgen-test, headless Chromium)"
+cargo test --target wasm32-unknown-unknown --no-default-features 2>&1 | tee "$LOGS/browser.log"
+BROWSER=$(passed "$LOGS/browser.log")
+
+step "release build (trunk build --release, wasm-opt)"
+trunk build --release 2>&1 | tail -n 5
+WASM=$(ls dist/*.wasm | head -n 1)
+echo "release wasm: $WASM, $(stat -c %s "$WASM") bytes, $(gzip -9 -c "$WASM" | wc -c) bytes gzipped"
+
+step "end-to-end tests (Playwright + Chromium against dist/)"
+(cd tests/e2e && node --test --test-reporter=spec --test-reporter-destination=stdout \
+  --test-reporter=tap --test-reporter-destination=../../"$LOGS"/e2e.tap)
+E2E=$(awk '/^# pass / { print $3 }' "$LOGS/e2e.tap")
+
+step "summary"
+need_tests native "$NATIVE"
+need_tests browser "$BROWSER"
+need_tests e2e "${E2E:-0}"
+echo "all suites passed in $(( $(date +%s) - START ))s"

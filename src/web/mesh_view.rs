@@ -1,0 +1,62 @@
+//! An SVG drawing of a process mesh: one box per device with its process id, axis names
+//! along the edges. Meshes with more than two axes fold the leading axes into rows.
+
+use crate::dist::ProcessMesh;
+use std::sync::Arc;
+use yew::prelude::*;
+
+/// Properties of [`MeshView`].
+#[derive(Properties, PartialEq)]
+pub struct MeshViewProps {
+    pub mesh: Arc<ProcessMesh>,
+}
+
+const CELL: f64 = 56.0;
+const GAP: f64 = 10.0;
+const MARGIN: f64 = 34.0;
+
+/// Draws the mesh as a grid of devices.
+#[component]
+pub fn MeshView(props: &MeshViewProps) -> Html {
+    let mesh = &props.mesh;
+    let shape = mesh.shape();
+    let cols = shape.last().copied().unwrap_or(1);
+    let rows = mesh.size() / cols.max(1);
+    let width = MARGIN + cols as f64 * (CELL + GAP);
+    let height = MARGIN + rows as f64 * (CELL + GAP);
+    let col_axis = mesh.axis_name(shape.len() - 1).to_string();
+    let row_axes: Vec<&str> = (0..shape.len() - 1).map(|a| mesh.axis_name(a)).collect();
+    let devices = mesh.process_ids().iter().enumerate().map(|(i, pid)| {
+        let (r, c) = (i / cols, i % cols);
+        let x = MARGIN + c as f64 * (CELL + GAP);
+        let y = MARGIN + r as f64 * (CELL + GAP);
+        html! {
+            <g class="device" data-rank={pid.to_string()}>
+                <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="8" />
+                <text x={(x + CELL / 2.0).to_string()} y={(y + CELL / 2.0 + 5.0).to_string()} text-anchor="middle">{ format!("{pid}") }</text>
+            </g>
+        }
+    });
+    let row_label = if row_axes.is_empty() {
+        html! {}
+    } else {
+        let y = MARGIN + rows as f64 * (CELL + GAP) / 2.0;
+        html! {
+            <text class="axis-label" x="14" y={y.to_string()} text-anchor="middle"
+                transform={format!("rotate(-90 14 {y})")}>{ format!("{} ↓", row_axes.join("×")) }</text>
+        }
+    };
+    html! {
+        <figure class="mesh-view">
+            <svg viewBox={format!("0 0 {width} {height}")} width={width.to_string()} height={height.to_string()}
+                role="img" aria-label={format!("process mesh {mesh}")}>
+                <text class="axis-label" x={(MARGIN + cols as f64 * (CELL + GAP) / 2.0).to_string()} y="20" text-anchor="middle">
+                    { format!("{col_axis} →") }
+                </text>
+                { row_label }
+                { for devices }
+            </svg>
+            <figcaption>{ format!("mesh {mesh}: {} devices", mesh.size()) }</figcaption>
+        </figure>
+    }
+}
