@@ -60,6 +60,7 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
             err("refers to a variable id that does not exist".into());
             continue;
         }
+        let mut arity_ok = true;
         for (specs, slots, what) in [
             (in_specs, &op.inputs, "input"),
             (out_specs, &op.outputs, "output"),
@@ -81,10 +82,11 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
                         spec.name,
                         vars.len()
                     ));
+                    arity_ok = false;
                 }
             }
         }
-        check_attrs(op, &mut err);
+        let attrs_complete = check_attrs(op, &mut err);
         for v in op.all_inputs() {
             if !defined[v.index()] {
                 let var = program.var(v);
@@ -108,6 +110,9 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
             }
             writer[v.index()] = Some(id);
             defined[v.index()] = true;
+        }
+        if !attrs_complete || !arity_ok {
+            continue; // inference would only repeat what was just reported
         }
         let inputs: Vec<Vec<&TensorType>> = op
             .inputs
@@ -143,7 +148,8 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
     errors
 }
 
-fn check_attrs(op: &super::program::Op, err: &mut impl FnMut(String)) {
+/// Checks attribute names and kinds; returns whether every required attribute is present.
+fn check_attrs(op: &super::program::Op, err: &mut impl FnMut(String)) -> bool {
     let schema = op.ty.attr_schema();
     for (name, value) in &op.attrs {
         match schema.iter().find(|s| s.name == name) {
@@ -166,9 +172,12 @@ fn check_attrs(op: &super::program::Op, err: &mut impl FnMut(String)) {
             }
         }
     }
+    let mut complete = true;
     for spec in schema.iter().filter(|s| s.required) {
         if !op.attrs.contains_key(spec.name) {
             err(format!("attribute `{}` is required", spec.name));
+            complete = false;
         }
     }
+    complete
 }

@@ -1,0 +1,151 @@
+//! The command-line tool as a user runs it: exit codes, stdout and stderr.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::io::Write;
+use std::process::{Command, Output};
+
+fn shardlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shardlab"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn temp_file(name: &str, contents: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("shardlab-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(contents.as_bytes())
+        .unwrap();
+    path
+}
+
+#[test]
+fn print_gpt_two_layers_matches_golden_and_checks() {
+    let out = shardlab(&["print", "--preset", "gpt", "--layers", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    assert_eq!(printed, include_str!("golden/gpt_2.txt"));
+    let path = temp_file("gpt2.plan", &printed);
+    let out = shardlab(&["check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stdout)
+            .ends_with("ok: 108 variables (34 parameters), 62 ops, no mesh, 0 annotations\n"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn print_with_mesh_and_shards_gives_a_plan_that_checks() {
+    let out = shardlab(&[
+        "print",
+        "--preset",
+        "mlp",
+        "--mesh",
+        "2x4:dp,mp",
+        "--shard",
+        "x=dp,?",
+        "--shard",
+        "linear_0.w_0=-,mp",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    assert!(
+        printed.starts_with("mesh [2, 4] (dp, mp)\n\nvar x: f32[16, 64] input\n"),
+        "{printed}"
+    );
+    assert!(
+        printed.ends_with("\nshard x [dp, ?]\nshard linear_0.w_0 [-, mp]\n"),
+        "{printed}"
+    );
+    let path = temp_file("mlp.plan", &printed);
+    let out = shardlab(&["check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("mesh [2, 4] (dp, mp), 2 annotations"));
+}
+
+#[test]
+fn check_reports_every_error_with_file_line_and_column() {
+    let path = temp_file("broken.plan", "mesh [2, 4] (dp, mp)\nvar x: f32[16, 64] input\nvar w: f32[64, 256] parameter\nvar y: f32[16, 128] activation\nop matmul_v2(X=x, Y=w) -> (Out=y)\nop relu(X=q) -> (Out=y)\nshard x [dp, tp]\n");
+    let p = path.to_str().unwrap();
+    let out = shardlab(&["check", p]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!("{p}:6:11: unknown variable `q` (declare it with `var`)\n{p}:7:14: unknown mesh axis `tp`; the mesh has (dp, mp)\n{p}: 2 error(s)\n")
+    );
+    // Once it parses, the verifier's problems point at their statements.
+    let path = temp_file("wrong.plan", "mesh [2, 4] (dp, mp)\nvar x: f32[16, 64] input\nvar w: f32[64, 256] parameter\nvar y: f32[16, 128] activation\nop matmul_v2(X=x, Y=w) -> (Out=y)\nshard x [dp, dp]\nshard w [-, mp]\nshard w [mp, -]\n");
+    let p = path.to_str().unwrap();
+    let out = shardlab(&["check", p]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{p}:5:1: op0: matmul_v2: output Out `y` is declared f32[16, 128] but the op produces f32[16, 256]\n\
+             {p}:6:1: shard: `x`: mesh axis `dp` splits more than one dim (dims 0 and 1)\n\
+             {p}:8:1: shard: `w` is annotated twice\n\
+             {p}: 3 error(s)\n"
+        )
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_message() {
+    let out = shardlab(&["check", "/nonexistent/plan.txt"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with("error: /nonexistent/plan.txt: cannot read: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let cases: &[(&[&str], &str)] = &[
+        (&["print", "--preset", "bert"], "error: unknown preset `bert`; presets: mlp, mlp_mse, gpt, embedding_lm\n"),
+        (&["print", "--preset", "gpt", "--heads", "5"], "error: preset gpt: hidden 64 must be divisible by heads 5\n"),
+        (&["print", "--preset", "gpt", "--dtype", "f16"], "error: --dtype `f16`: expected f32 or f64\n"),
+        (&["print", "--preset", "mlp", "--mesh", "2xq"], "error: mesh `2xq`: `q` is not an axis size (write e.g. 2x4:dp,mp)\n"),
+        (&["print", "--preset", "mlp", "--mesh", "2x4:dp"], "error: mesh `2x4:dp`: the mesh has 2 axes but 1 axis names were given\n"),
+        (&["print", "--preset", "mlp", "--shard", "x=dp,-"], "error: --shard needs --mesh\n"),
+        (&["print", "--preset", "mlp", "--mesh", "4:dp", "--shard", "x=mp,-"], "error: shard `x=mp,-`: unknown mesh axis `mp`; the mesh has (dp)\n"),
+        (&["print", "--preset", "mlp", "--mesh", "4:dp", "--shard", "nope=dp"], "error: shard `nope=dp`: unknown variable `nope`\n"),
+        (&["print", "--preset", "mlp", "--mesh", "3:dp", "--shard", "x=dp,-"], "error: shard `x=dp,-`: `x` dim 0 has size 16, which mesh axis `dp` (size 3) does not divide evenly\n"),
+    ];
+    for (args, want) in cases {
+        let out = shardlab(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(text(&out.stderr), *want, "{args:?}");
+    }
+}
+
+#[test]
+fn help_lists_every_command_and_flag() {
+    let top = text(&shardlab(&["--help"]).stdout);
+    for word in ["print", "check", "Usage: shardlab"] {
+        assert!(top.contains(word), "--help mentions {word}:\n{top}");
+    }
+    let print = text(&shardlab(&["print", "--help"]).stdout);
+    for flag in [
+        "--preset",
+        "--layers",
+        "--batch",
+        "--seq",
+        "--hidden",
+        "--heads",
+        "--vocab",
+        "--features",
+        "--classes",
+        "--dtype",
+        "--mesh",
+        "--shard",
+    ] {
+        assert!(print.contains(flag), "print --help mentions {flag}");
+    }
+}

@@ -1,0 +1,203 @@
+//! Meshes, communication groups (Paddle `_get_comm_group` semantics), local shapes, dist
+//! attr validation and the four notations.
+#![cfg(not(target_arch = "wasm32"))]
+
+use shardlab::dist::{
+    local_shape, render, MeshError, Notation, ProcessMesh, ReduceType, TensorDistAttr,
+};
+use std::sync::Arc;
+
+fn mesh(shape: &[usize], names: &[&str]) -> Arc<ProcessMesh> {
+    Arc::new(ProcessMesh::with_names(shape, names).unwrap())
+}
+
+#[test]
+fn paddle_comm_groups_on_2x4() {
+    let m = mesh(&[2, 4], &["dp", "mp"]);
+    assert_eq!(m.group_of(5, &[0]), Some(vec![1, 5]), "dp group of rank 5");
+    assert_eq!(
+        m.group_of(5, &[1]),
+        Some(vec![4, 5, 6, 7]),
+        "mp group of rank 5"
+    );
+    assert_eq!(
+        m.group_of(0, &[0, 1]),
+        Some((0..8).collect()),
+        "world group"
+    );
+    assert_eq!(m.group_of(3, &[]), Some(vec![3]), "no axes: just the rank");
+    assert_eq!(m.group_of(8, &[0]), None, "rank 8 is not on the mesh");
+    assert_eq!(
+        m.all_groups(&[0]),
+        vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+    );
+    assert_eq!(m.all_groups(&[1]), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    assert_eq!(m.coords_of(6), Some(vec![1, 2]));
+    assert_eq!(m.process_at(&[1, 2]), Some(6));
+}
+
+#[test]
+fn paddle_comm_groups_on_2x2x2x2() {
+    let m = mesh(&[2, 2, 2, 2], &["a", "b", "c", "d"]);
+    assert_eq!(m.group_of(0, &[0]), Some(vec![0, 8]));
+    assert_eq!(m.group_of(0, &[3]), Some(vec![0, 1]));
+    assert_eq!(m.group_of(5, &[1]), Some(vec![1, 5]));
+    assert_eq!(m.group_of(5, &[1, 3]), Some(vec![0, 1, 4, 5]));
+}
+
+#[test]
+fn groups_use_the_mesh_process_ids() {
+    let m = ProcessMesh::new(
+        vec![2, 2],
+        vec![10, 11, 12, 13],
+        vec!["x".into(), "y".into()],
+    )
+    .unwrap();
+    assert_eq!(m.group_of(12, &[0]), Some(vec![10, 12]));
+    assert_eq!(m.group_of(12, &[1]), Some(vec![12, 13]));
+    assert_eq!(m.to_string(), "[2, 2] (x, y) ids [10, 11, 12, 13]");
+    assert_eq!(mesh(&[4], &["dp"]).to_string(), "[4] (dp)");
+}
+
+#[test]
+fn invalid_meshes_are_errors() {
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        ProcessMesh::new(vec![], vec![], vec![]),
+        Err(MeshError::NoAxes)
+    );
+    assert_eq!(
+        ProcessMesh::new(vec![2, 0], vec![], names(&["a", "b"])),
+        Err(MeshError::ZeroSize { axis: 1 })
+    );
+    let e = ProcessMesh::new(vec![2, 2], vec![0, 1, 2], names(&["a", "b"])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "mesh shape [2, 2] holds 4 processes but 3 process ids were given"
+    );
+    let e = ProcessMesh::new(vec![2], vec![1, 1], names(&["a"])).unwrap_err();
+    assert_eq!(e.to_string(), "process id 1 appears twice in the mesh");
+    let e = ProcessMesh::new(vec![2, 2], vec![0, 1, 2, 3], names(&["a", "a"])).unwrap_err();
+    assert_eq!(e.to_string(), "mesh axis name `a` is used twice");
+    let e = ProcessMesh::new(vec![2], vec![0, 1], names(&["9x"])).unwrap_err();
+    assert!(e.to_string().contains("not a valid name"));
+    let e = ProcessMesh::with_names(&[1 << 40, 1 << 40], &["a", "b"]).unwrap_err();
+    assert!(matches!(e, MeshError::TooLarge { .. }), "{e}");
+}
+
+#[test]
+fn local_shapes_divide_by_the_splitting_axes() {
+    let m = mesh(&[2, 4], &["dp", "mp"]);
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
+    assert_eq!(local_shape("x", &[16, 64], &a), Ok(vec![8, 64]));
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]);
+    assert_eq!(local_shape("w", &[64, 256], &a), Ok(vec![64, 64]));
+    let mut co = TensorDistAttr::replicated(m.clone(), 2);
+    co.dims[0] = vec![0, 1];
+    assert_eq!(local_shape("x", &[16, 64], &co), Ok(vec![2, 64]));
+    assert_eq!(co.shards_of_dim(0), 8);
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]);
+    assert_eq!(
+        local_shape("linear_1.w_0", &[256, 10], &a)
+            .unwrap_err()
+            .to_string(),
+        "`linear_1.w_0` dim 1 has size 10, which mesh axis `mp` (size 4) does not divide evenly"
+    );
+    assert_eq!(
+        local_shape("s", &[], &TensorDistAttr::replicated(m, 0)),
+        Ok(vec![])
+    );
+}
+
+#[test]
+fn dist_attr_validation_names_variable_and_dim() {
+    let m = mesh(&[2, 4], &["dp", "mp"]);
+    let check = |mapping: &[i64], shape: &[usize]| {
+        TensorDistAttr::from_dims_mapping(m.clone(), mapping)
+            .validate("t", shape)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(check(&[0, 1], &[4, 8]), Ok(()));
+    assert_eq!(
+        check(&[0, 0], &[4, 8]),
+        Err("`t`: mesh axis `dp` splits more than one dim (dims 0 and 1)".into())
+    );
+    assert_eq!(
+        check(&[2, -1], &[4, 8]),
+        Err("`t` dim 0: mesh axis 2 does not exist on a mesh with 2 axes".into())
+    );
+    assert_eq!(
+        check(&[0], &[4, 8]),
+        Err("`t` has rank 2 but its dims mapping has 1 entries".into())
+    );
+    assert_eq!(
+        check(&[1, -1], &[6, 8]),
+        Err("`t` dim 0 has size 6, which mesh axis `mp` (size 4) does not divide evenly".into())
+    );
+    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
+    p.set_partial(0, ReduceType::Sum);
+    assert_eq!(
+        p.validate("t", &[4, 8]).unwrap_err().to_string(),
+        "`t`: mesh axis `dp` is both partial and splitting dim 0"
+    );
+}
+
+#[test]
+fn four_notations() {
+    let m = mesh(&[2, 4], &["dp", "mp"]);
+    let all = |a: &TensorDistAttr| Notation::ALL.map(|n| render(a, n));
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
+    assert_eq!(
+        all(&a),
+        [
+            "[0, -1]",
+            "P('dp', None)",
+            "[Shard(0), Replicate()]",
+            "(S(0), B)"
+        ]
+    );
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]);
+    assert_eq!(
+        all(&a),
+        [
+            "[-1, 1]",
+            "P(None, 'mp')",
+            "[Replicate(), Shard(1)]",
+            "(B, S(1))"
+        ]
+    );
+    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
+    p.set_partial(1, ReduceType::Sum);
+    assert_eq!(
+        all(&p),
+        [
+            "[0, -1] partial{1: SUM}",
+            "P('dp', None, unreduced={'mp'})",
+            "[Shard(0), Partial(sum)]",
+            "(S(0), P)"
+        ]
+    );
+    let mut co = TensorDistAttr::replicated(m.clone(), 2);
+    co.dims[1] = vec![0, 1];
+    assert_eq!(
+        all(&co),
+        [
+            "[-1, [0, 1]]",
+            "P(None, ('dp', 'mp'))",
+            "[Shard(1), Shard(1)]",
+            "(S(1), S(1))"
+        ]
+    );
+    let mut mx = TensorDistAttr::replicated(m, 1);
+    mx.set_partial(0, ReduceType::Max);
+    assert_eq!(
+        all(&mx),
+        [
+            "[-1] partial{0: MAX}",
+            "P(None, unreduced={'dp':max})",
+            "[Partial(max), Replicate()]",
+            "(P(max), B)"
+        ]
+    );
+    assert_eq!(Notation::from_id("dtensor"), Some(Notation::DTensor));
+}
