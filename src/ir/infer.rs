@@ -274,7 +274,7 @@ pub fn reshape_target(x: &TensorType, target: &[i64]) -> Res<Vec<usize>> {
     }
     let known: usize = out.iter().product();
     if let Some(i) = infer_at {
-        if known == 0 || x.numel() % known != 0 {
+        if known == 0 || !x.numel().is_multiple_of(known) {
             return Err(format!(
                 "cannot infer -1 in {target:?}: {} elements of X {x}",
                 x.numel()
@@ -325,7 +325,7 @@ pub fn split_sections(op: &Op, x: &TensorType) -> Res<(usize, Vec<usize>)> {
     match (num, op.attr_ints("sections")) {
         (n, None) if n > 0 => {
             let n = n as usize;
-            if dim % n != 0 {
+            if !dim.is_multiple_of(n) {
                 return Err(format!("num {n} does not divide dim {a} ({dim}) of X {x}"));
             }
             Ok((a, vec![dim / n; n]))

@@ -148,7 +148,7 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
         return Err(ModelError::BadSize("dtype must be f32 or f64".into()));
     }
     let uses_blocks = matches!(model, Model::Gpt | Model::EmbeddingLm);
-    if uses_blocks && cfg.hidden % cfg.heads != 0 {
+    if uses_blocks && !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(ModelError::BadSize(format!(
             "hidden {} must be divisible by heads {}",
             cfg.hidden, cfg.heads

@@ -130,9 +130,8 @@ fn parse_shard(
             Some(Tok::Punct('-')) => (Vec::new(), true),
             Some(Tok::Punct('?')) => (Vec::new(), false),
             Some(Tok::Punct('(')) => {
-                return c.list('(', ')', axis).map(|a| {
+                return c.list('(', ')', axis).inspect(|_a| {
                     annotated.push(true);
-                    a
                 })
             }
             Some(Tok::Ident(_)) => {
