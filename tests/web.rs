@@ -100,7 +100,7 @@ async fn mesh_view_draws_every_device_with_its_process_id() {
             .map(|i| nodes.item(i).unwrap().text_content().unwrap_or_default())
             .collect()
     };
-    assert_eq!(labels, ["mp →", "pp×dp ↓"]);
+    assert_eq!(labels, ["mp →", "pp×dp →"]);
     assert_eq!(
         text_of(&root, "figcaption"),
         "mesh [2, 2, 2] (pp, dp, mp) ids [7, 6, 5, 4, 3, 2, 1, 0]: 8 devices"

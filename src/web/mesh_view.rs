@@ -43,7 +43,7 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
         let y = MARGIN + rows as f64 * (CELL + GAP) / 2.0;
         html! {
             <text class="axis-label" x="14" y={y.to_string()} text-anchor="middle"
-                transform={format!("rotate(-90 14 {y})")}>{ format!("{} ↓", row_axes.join("×")) }</text>
+                transform={format!("rotate(90 14 {y})")}>{ format!("{} →", row_axes.join("×")) }</text>
         }
     };
     html! {
