@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use shardlab::dist::{ProcessMesh, ReduceType, TensorDistAttr};
 use shardlab::ir::{Attr, DType, Op, OpRole, OpType, Program, TensorType, Var, VarId, VarKind};
-use shardlab::plan::{parse_plan, Annotation, Plan};
+use shardlab::plan::{parse_plan, verify_plan, Annotation, Plan};
 use std::sync::Arc;
 
 fn name() -> impl Strategy<Value = String> {
@@ -159,6 +159,20 @@ proptest! {
         let (parsed, _) = parse_plan(&text).map_err(|e| TestCaseError::fail(format!("{e:?}\n{text}")))?;
         prop_assert_eq!(parsed.to_string(), text);
         prop_assert_eq!(parsed, plan);
+    }
+
+    #[test]
+    fn the_verifier_never_panics_on_junk_programs(plan in plan()) {
+        // Generated programs are mostly invalid: wrong arities, types, attributes.
+        let issues = verify_plan(&plan);
+        prop_assert!(issues.iter().all(|i| !i.message.is_empty()));
+    }
+
+    #[test]
+    fn the_parser_never_panics_on_arbitrary_text(text in "(mesh|var|op|shard|[a-z_.@0-9]{1,6}|[\\[\\](){}=,:?*\"# -]|->|\n){0,40}") {
+        if let Ok((plan, _)) = parse_plan(&text) {
+            let _ = verify_plan(&plan);
+        }
     }
 }
 
