@@ -157,7 +157,7 @@ fn parse_shard(
     if cur.eat_keyword("partial") {
         let parts = cur.list('(', ')', |c| {
             let a = axis(c)?;
-            c.expect('=')?;
+            c.expect_char('=')?;
             let (r, col) = c.ident("a reduce type")?;
             let r = ReduceType::from_name(&r).ok_or_else(|| {
                 c.error_at(

@@ -103,7 +103,7 @@ impl Cursor {
     }
 
     /// Consumes `c` or fails saying it was expected.
-    pub fn expect(&mut self, c: char) -> Result<(), ParseError> {
+    pub fn expect_char(&mut self, c: char) -> Result<(), ParseError> {
         if self.eat(c) {
             Ok(())
         } else {
@@ -157,7 +157,7 @@ impl Cursor {
         close: char,
         mut item: impl FnMut(&mut Cursor) -> Result<T, ParseError>,
     ) -> Result<Vec<T>, ParseError> {
-        self.expect(open)?;
+        self.expect_char(open)?;
         let mut out = Vec::new();
         loop {
             if self.eat(close) {
@@ -165,7 +165,7 @@ impl Cursor {
             }
             out.push(item(self)?);
             if !self.eat(',') {
-                self.expect(close)
+                self.expect_char(close)
                     .map_err(|_| self.expected(&format!("`,` or `{close}`")))?;
                 return Ok(out);
             }

@@ -69,7 +69,7 @@ pub fn parse_program(text: &str) -> Result<Program, Vec<ParseError>> {
 /// Parses the rest of a `var` statement (after the keyword) and declares the variable.
 pub fn parse_var(cur: &mut Cursor, program: &mut Program) -> Result<(), ParseError> {
     let (name, name_col) = cur.ident("a variable name")?;
-    cur.expect(':')?;
+    cur.expect_char(':')?;
     let (dt, dt_col) = cur.ident("a dtype (f32, f64, i64)")?;
     let dtype = DType::from_name(&dt).ok_or_else(|| {
         cur.error_at(
@@ -116,13 +116,13 @@ pub fn parse_op(cur: &mut Cursor, program: &mut Program) -> Result<(), ParseErro
         .ok_or_else(|| cur.error_at(ty_col, format!("unknown op type `{ty_name}`")))?;
     let mut op = Op::new(ty);
     op.inputs = parse_slots(cur, program, ty.input_slots(), "input")?;
-    cur.expect('>')?;
+    cur.expect_char('>')?;
     op.outputs = parse_slots(cur, program, ty.output_slots(), "output")?;
     if cur.peek() == Some(&Tok::Punct('{')) {
         op.attrs = parse_attrs(cur)?;
     }
     if cur.eat_keyword("role") {
-        cur.expect('=')?;
+        cur.expect_char('=')?;
         let (r, col) = cur.ident("an op role")?;
         op.role = OpRole::from_name(&r).ok_or_else(|| {
             cur.error_at(
@@ -132,7 +132,7 @@ pub fn parse_op(cur: &mut Cursor, program: &mut Program) -> Result<(), ParseErro
         })?;
     }
     if cur.eat_keyword("scope") {
-        cur.expect('=')?;
+        cur.expect_char('=')?;
         match cur.bump() {
             Some(Tok::Str(s)) => op.namescope = s,
             _ => return Err(cur.error_at(cur.col(), "expected a quoted namescope after `scope=`")),
@@ -165,7 +165,7 @@ fn parse_slots(
         if slots[idx].is_some() {
             return Err(c.error_at(col, format!("{what} slot `{slot}` is given twice")));
         }
-        c.expect('=')?;
+        c.expect_char('=')?;
         let vars = if c.peek() == Some(&Tok::Punct('[')) {
             c.list('[', ']', |c| var_ref(c, program))?
         } else {
@@ -192,7 +192,7 @@ fn parse_attrs(cur: &mut Cursor) -> Result<Attrs, ParseError> {
     let mut dup = None;
     cur.list('{', '}', |c| {
         let (name, col) = c.ident("an attribute name")?;
-        c.expect('=')?;
+        c.expect_char('=')?;
         let value = attr_value(c)?;
         if attrs.insert(name.clone(), value).is_some() && dup.is_none() {
             dup = Some(c.error_at(col, format!("attribute `{name}` is given twice")));
