@@ -27,6 +27,12 @@ enum Command {
         /// The plan file to check.
         file: String,
     },
+    /// Run SPMD rule cases (Paddle's rule-test schema) and print the results as JSON.
+    Spmd {
+        /// A JSON list of cases, e.g. ../shared/oracle/paddle/spmd_cases.json.
+        #[arg(long)]
+        cases: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -107,6 +113,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Print(args) => print(&args),
         Command::Check { file } => check(&file),
+        Command::Spmd { cases } => spmd_cases(&cases),
     };
     match result {
         Ok(code) => code,
@@ -223,4 +230,19 @@ pub fn summary(plan: &Plan) -> String {
 fn emit(text: &str) {
     use std::io::Write;
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn spmd_cases(file: &str) -> Result<ExitCode, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: cannot read: {e}"))?;
+    let raw: Vec<serde_json::Value> = serde_json::from_str(&text)
+        .map_err(|e| format!("{file}: not a JSON list of cases: {e}"))?;
+    let mut results = Vec::with_capacity(raw.len());
+    for (i, value) in raw.into_iter().enumerate() {
+        let case: crate::spmd::cases::Case =
+            serde_json::from_value(value).map_err(|e| format!("{file}: case {i}: {e}"))?;
+        results.push(crate::spmd::cases::run_case(&case));
+    }
+    let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
+    emit(&format!("{json}\n"));
+    Ok(ExitCode::SUCCESS)
 }

@@ -17,6 +17,7 @@ pub mod dist;
 pub mod ir;
 pub mod models;
 pub mod plan;
+pub mod spmd;
 
 #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
 pub mod cli;

@@ -1,0 +1,357 @@
+//! Runs SPMD rule cases written in the schema of PaddlePaddle's rule tests
+//! (`../shared/oracle/paddle/spmd_cases.json`): Paddle's op names and attribute names in,
+//! Paddle's result format out. Used by `shardlab spmd --cases` and the oracle tests.
+
+use super::{DistTensor, Inferred, Rule, Sharding};
+use crate::dist::ReduceType;
+use crate::ir::infer::axis as norm_axis;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// One case.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Case {
+    pub id: i64,
+    pub op: String,
+    pub direction: String,
+    pub mesh_shape: Vec<usize>,
+    #[serde(default)]
+    pub attrs: Map<String, Value>,
+    pub inputs: Vec<CaseTensor>,
+    #[serde(default)]
+    pub outputs: Vec<CaseTensor>,
+}
+
+/// A tensor of a case: shape, Paddle dims_mapping and partial mesh dims (SUM).
+#[derive(Clone, Debug, Deserialize)]
+pub struct CaseTensor {
+    pub shape: Vec<usize>,
+    pub dims_mapping: Vec<i64>,
+    #[serde(default)]
+    pub partial_dims: Vec<usize>,
+}
+
+/// What a case inferred, in Paddle's result format.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CaseResult {
+    pub id: i64,
+    pub inputs: Vec<Vec<i64>>,
+    pub inputs_partial_dims: Vec<Vec<usize>>,
+    pub outputs: Vec<CaseOutput>,
+    pub co_shard: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs_multi_dims_mapping: Option<Vec<Vec<Vec<usize>>>>,
+    pub error: Option<String>,
+}
+
+/// One output of a case.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CaseOutput {
+    pub dims_mapping: Vec<i64>,
+    pub partial_dims: Vec<usize>,
+    pub partial_reduce: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_dims_mapping: Option<Vec<Vec<usize>>>,
+}
+
+/// Paddle's dims_mapping of a possibly co-sharded dims list: a co-sharded dim shows its
+/// largest mesh axis, as Paddle's placements-derived `dims_mapping` does.
+pub fn paddle_dims_mapping(dims: &[Vec<usize>]) -> Vec<i64> {
+    dims.iter()
+        .map(|a| a.iter().max().map_or(-1, |&m| m as i64))
+        .collect()
+}
+
+/// Runs one case; a rule error becomes `error`.
+pub fn run_case(case: &Case) -> CaseResult {
+    match infer_case(case) {
+        Ok(inferred) => to_result(case.id, &inferred),
+        Err(message) => CaseResult {
+            id: case.id,
+            error: Some(message),
+            ..CaseResult::default()
+        },
+    }
+}
+
+fn to_result(id: i64, inf: &Inferred) -> CaseResult {
+    let co_shard = inf
+        .inputs
+        .iter()
+        .chain(&inf.outputs)
+        .any(|s| s.dims.iter().any(|d| d.len() > 1));
+    let partial_dims = |s: &Sharding| s.partial.iter().map(|&(a, _)| a).collect::<Vec<_>>();
+    CaseResult {
+        id,
+        inputs: inf
+            .inputs
+            .iter()
+            .map(|s| paddle_dims_mapping(&s.dims))
+            .collect(),
+        inputs_partial_dims: inf.inputs.iter().map(partial_dims).collect(),
+        outputs: inf
+            .outputs
+            .iter()
+            .map(|s| CaseOutput {
+                dims_mapping: paddle_dims_mapping(&s.dims),
+                partial_dims: partial_dims(s),
+                partial_reduce: s
+                    .partial
+                    .iter()
+                    .map(|&(a, r)| (a.to_string(), r.name().to_string()))
+                    .collect(),
+                multi_dims_mapping: co_shard.then(|| s.dims.clone()),
+            })
+            .collect(),
+        co_shard,
+        inputs_multi_dims_mapping: co_shard
+            .then(|| inf.inputs.iter().map(|s| s.dims.clone()).collect()),
+        error: None,
+    }
+}
+
+fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
+    let mut dims = Vec::with_capacity(t.dims_mapping.len());
+    for &m in &t.dims_mapping {
+        match m {
+            -1 => dims.push(Vec::new()),
+            m if m >= 0 && (m as usize) < mesh.len() => dims.push(vec![m as usize]),
+            m => {
+                return Err(format!(
+                    "dims_mapping entry {m} is not -1 or a mesh dim of a mesh with {} dims",
+                    mesh.len()
+                ))
+            }
+        }
+    }
+    if let Some(&p) = t.partial_dims.iter().find(|&&p| p >= mesh.len()) {
+        return Err(format!(
+            "partial dim {p} is not a mesh dim of a mesh with {} dims",
+            mesh.len()
+        ));
+    }
+    Ok(DistTensor {
+        shape: t.shape.clone(),
+        sharding: Sharding {
+            dims,
+            partial: t
+                .partial_dims
+                .iter()
+                .map(|&a| (a, ReduceType::Sum))
+                .collect(),
+        },
+    })
+}
+
+fn infer_case(case: &Case) -> Result<Inferred, String> {
+    let mesh = &case.mesh_shape;
+    let inputs = case
+        .inputs
+        .iter()
+        .map(|t| tensor(t, mesh))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outputs = case
+        .outputs
+        .iter()
+        .map(|t| tensor(t, mesh))
+        .collect::<Result<Vec<_>, _>>()?;
+    let x_shape = case
+        .inputs
+        .first()
+        .map(|t| t.shape.clone())
+        .unwrap_or_default();
+    let rule = case_rule(case, &x_shape)?;
+    // gelu's backward entry in Paddle 3.3.1 is its grad rule: [x, out_grad] -> [x_grad].
+    if case.op == "gelu" && case.direction == "backward" && inputs.len() == 2 && outputs.is_empty()
+    {
+        let inf = Rule::Elementwise {
+            keep_x_partial: false,
+        }
+        .infer_forward(mesh, &inputs)
+        .map_err(|e| e.0)?;
+        return Ok(inf);
+    }
+    let result = match case.direction.as_str() {
+        "forward" => rule.infer_forward(mesh, &inputs),
+        "backward" => rule.infer_backward(mesh, &inputs, &outputs),
+        other => return Err(format!("unknown direction `{other}` (forward or backward)")),
+    };
+    result.map_err(|e| e.0)
+}
+
+struct Attrs<'a>(&'a Map<String, Value>);
+
+impl Attrs<'_> {
+    fn bool(&self, name: &str, default: bool) -> bool {
+        self.0.get(name).and_then(Value::as_bool).unwrap_or(default)
+    }
+    fn int(&self, name: &str, default: i64) -> i64 {
+        self.0.get(name).and_then(Value::as_i64).unwrap_or(default)
+    }
+    fn ints(&self, name: &str) -> Vec<i64> {
+        match self.0.get(name) {
+            Some(Value::Array(v)) => v.iter().filter_map(Value::as_i64).collect(),
+            Some(v) => v.as_i64().into_iter().collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+fn axes(list: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+    let mut out = list
+        .iter()
+        .map(|&a| norm_axis(a, rank, "axis"))
+        .collect::<Result<Vec<_>, _>>()?;
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+fn reduce_type(code: i64) -> Result<ReduceType, String> {
+    Ok(match code {
+        0 => ReduceType::Sum,
+        1 => ReduceType::Max,
+        2 => ReduceType::Min,
+        3 => ReduceType::Prod,
+        4 => ReduceType::Avg,
+        other => return Err(format!("unsupported reduce_type {other}")),
+    })
+}
+
+/// Maps Paddle's op name and attributes to our rule.
+fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
+    let a = Attrs(&case.attrs);
+    let rank = x_shape.len();
+    let reduce = |r: ReduceType| -> Result<Rule, String> {
+        let list = a.ints("axis");
+        let axes = if list.is_empty() {
+            (0..rank).collect()
+        } else {
+            axes(&list, rank)?
+        };
+        Ok(Rule::Reduce {
+            axes,
+            keep_dim: a.bool("keep_dim", false),
+            reduce: r,
+        })
+    };
+    Ok(match case.op.as_str() {
+        "matmul" => Rule::Matmul {
+            trans_x: a.bool("trans_x", false),
+            trans_y: a.bool("trans_y", false),
+        },
+        "add" | "subtract" | "divide" => Rule::Elementwise {
+            keep_x_partial: false,
+        },
+        "multiply" => Rule::Elementwise {
+            keep_x_partial: true,
+        },
+        "relu" | "gelu" | "scale" | "cast" | "dropout" | "silu" | "square" | "assign" => {
+            Rule::Unary { outputs: 1 }
+        }
+        "sum" => reduce(ReduceType::Sum)?,
+        "mean" | "max_reduce" | "reduce_base" => reduce(reduce_type(a.int("reduce_type", 0))?)?,
+        "max" => reduce(ReduceType::Max)?,
+        "mean_all" => Rule::MeanAll,
+        "softmax" | "log_softmax" => Rule::Softmax {
+            axes: vec![norm_axis(a.int("axis", -1), rank, "axis")?],
+        },
+        "layer_norm" => Rule::LayerNorm {
+            begin_norm_axis: usize::try_from(a.int("begin_norm_axis", 1))
+                .map_err(|e| e.to_string())?,
+            has_scale: case.inputs.len() > 1,
+            has_bias: case.inputs.len() > 2,
+        },
+        "embedding" | "lookup_table_v2" => Rule::Embedding {
+            padding_idx: a.int("padding_idx", -1),
+        },
+        "reshape" => {
+            let x = crate::ir::TensorType::new(crate::ir::DType::F32, x_shape.to_vec());
+            Rule::Reshape {
+                target: crate::ir::infer::reshape_target(&x, &a.ints("shape"))?,
+            }
+        }
+        "flatten" => {
+            let start = norm_axis(a.int("start_axis", 1), rank, "start_axis")?;
+            let stop = norm_axis(a.int("stop_axis", -1), rank, "stop_axis")?;
+            if start > stop {
+                return Err(format!(
+                    "flatten: start_axis {start} is after stop_axis {stop}"
+                ));
+            }
+            let mut target = x_shape[..start].to_vec();
+            target.push(x_shape[start..=stop].iter().product());
+            target.extend(&x_shape[stop + 1..]);
+            Rule::Reshape { target }
+        }
+        "transpose" => Rule::Transpose {
+            perm: a
+                .ints("perm")
+                .iter()
+                .map(|&p| norm_axis(p, rank, "perm"))
+                .collect::<Result<Vec<_>, _>>()?,
+        },
+        "softmax_with_cross_entropy" | "cross_entropy_with_softmax" => Rule::CrossEntropy {
+            axis: norm_axis(a.int("axis", -1), rank, "axis")?,
+            soft_label: a.bool("soft_label", false),
+        },
+        "split" | "split_with_num" => {
+            let outputs = if case.op == "split" {
+                a.ints("sections").len()
+            } else {
+                a.int("num", 1).max(1) as usize
+            };
+            Rule::Split {
+                axis: norm_axis(a.int("axis", 0), rank, "axis")?,
+                outputs,
+            }
+        }
+        "concat" => Rule::Concat {
+            axis: norm_axis(a.int("axis", 0), rank, "axis")?,
+        },
+        "stack" => Rule::Stack {
+            axis: norm_axis(a.int("axis", 0), rank + 1, "axis")?,
+        },
+        "slice" => Rule::Slice {
+            axes: axes(&a.ints("axes"), rank)?,
+            decrease: axes(&a.ints("decrease_axis"), rank)?,
+        },
+        "squeeze" => {
+            let list = a.ints("axis");
+            let axes = if list.is_empty() {
+                (0..rank).collect()
+            } else {
+                axes(&list, rank)?
+            };
+            Rule::Squeeze {
+                axes: axes.into_iter().filter(|&d| x_shape[d] == 1).collect(),
+            }
+        }
+        "unsqueeze" => {
+            let mut positions: Vec<usize> = Vec::new();
+            for (cur, p) in (rank as i64..).zip(a.ints("axis")) {
+                let pos = if p < 0 { p + cur + 1 } else { p };
+                if pos < 0 || pos > cur {
+                    return Err(format!("unsqueeze: axis {p} is out of range"));
+                }
+                positions.iter_mut().for_each(|q| {
+                    if *q >= pos as usize {
+                        *q += 1
+                    }
+                });
+                positions.push(pos as usize);
+            }
+            positions.sort_unstable();
+            Rule::Unsqueeze { positions }
+        }
+        "tile" => Rule::Tile {
+            repeat: a
+                .ints("repeat_times")
+                .iter()
+                .map(|&r| usize::try_from(r).map_err(|e| e.to_string()))
+                .collect::<Result<Vec<_>, _>>()?,
+        },
+        other => return Err(format!("no SPMD rule for op `{other}`")),
+    })
+}

@@ -1,0 +1,29 @@
+//! Where ShardLab's SPMD rules deliberately differ from PaddlePaddle 3.3.1, case by case,
+//! with the reason. The oracle test checks that each listed case still differs.
+
+/// A deliberate deviation from Paddle on one oracle case (matched by op and note).
+#[derive(Clone, Copy, Debug)]
+pub struct Deviation {
+    pub op: &'static str,
+    pub note: &'static str,
+    pub ours: &'static str,
+    pub reason: &'static str,
+}
+
+/// Every deliberate deviation.
+pub const DEVIATIONS: &[Deviation] = &[
+    Deviation {
+        op: "matmul",
+        note: "broadcast batch [4,1] vs [8]",
+        ours: "batch dims broadcast to [4, 8]; x keeps its batch shard",
+        reason: "Paddle raises `ValueError vector::_M_fill_insert`, a crash in its notation code, \
+                 on a valid numpy broadcast; we infer the broadcast",
+    },
+    Deviation {
+        op: "slice",
+        note: "slice with decrease_axis",
+        ours: "output [0, 1]: the decreased axis is dropped",
+        reason: "Paddle returns a 3-dim mapping for a 2-dim output (it ignores decrease_axis), \
+                 which no tensor can carry",
+    },
+];

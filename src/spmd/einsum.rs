@@ -1,0 +1,250 @@
+//! The einsum-notation helper most rules are written with.
+//!
+//! Each tensor dim gets a letter; dims that share a letter must be split the same way.
+//! `merge` walks the tensors in order and builds letter -> mesh axes:
+//!
+//! ```text
+//! matmul  mk,kn->mn   x[0,-1] y[-1,-1]  =>  m:[0] k:[] n:[]   out [0,-1]
+//! add     abc,bc->abc x[0,-1,-1] y[1,-1] => a:[0] b:[1] c:[]  out [0,1,-1]
+//! ```
+//!
+//! The letter `1` marks a broadcast size-1 dim: it takes part in nothing and is replicated.
+
+use super::{Dims, Result, SpmdError};
+
+/// Letter -> mesh axes, in the order letters were first seen.
+#[derive(Clone, Debug, Default)]
+pub struct AxisMap {
+    entries: Vec<(char, Vec<usize>)>,
+}
+
+impl AxisMap {
+    /// The mesh axes of `letter` (empty if unknown or broadcast).
+    pub fn get(&self, letter: char) -> &[usize] {
+        self.entries
+            .iter()
+            .find(|(l, _)| *l == letter)
+            .map_or(&[], |(_, v)| v.as_slice())
+    }
+
+    fn entry(&mut self, letter: char) -> Option<&mut Vec<usize>> {
+        self.entries
+            .iter_mut()
+            .find(|(l, _)| *l == letter)
+            .map(|(_, v)| v)
+    }
+
+    /// Sets the mesh axes of `letter`.
+    pub fn set(&mut self, letter: char, axes: Vec<usize>) {
+        match self.entry(letter) {
+            Some(v) => *v = axes,
+            None => self.entries.push((letter, axes)),
+        }
+    }
+
+    /// Every (letter, axes) pair.
+    pub fn iter(&self) -> impl Iterator<Item = (char, &[usize])> {
+        self.entries.iter().map(|(l, v)| (*l, v.as_slice()))
+    }
+
+    /// The dims of a tensor written with `letters`.
+    pub fn dims(&self, letters: &str) -> Dims {
+        letters
+            .chars()
+            .map(|l| {
+                if l == '1' {
+                    Vec::new()
+                } else {
+                    self.get(l).to_vec()
+                }
+            })
+            .collect()
+    }
+
+    /// Mesh axes of letters that are not in `kept` (a contraction or reduction), sorted.
+    pub fn contracted_axes(&self, kept: &str) -> Vec<usize> {
+        let mut axes: Vec<usize> = self
+            .entries
+            .iter()
+            .filter(|(l, _)| !kept.contains(*l))
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect();
+        axes.sort_unstable();
+        axes.dedup();
+        axes
+    }
+}
+
+/// How two different shardings of one letter combine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnAxisConflict {
+    /// Raise, as Paddle's elementwise, cross-entropy and embedding rules do.
+    Error,
+    /// Co-shard: append the new mesh axes that no other letter uses and that keep the dim
+    /// divisible (Paddle 3.3.1 matmul). `sizes` gives each letter's dim size.
+    CoShard,
+}
+
+/// What to do when one mesh axis ends up on several letters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnMeshConflict {
+    /// The letter that took the mesh axis first keeps it; later letters lose it.
+    KeepFirst,
+    /// Raise (Paddle's embedding rule).
+    Error,
+}
+
+/// Letter sizes and mesh sizes, needed to decide whether co-sharding divides.
+pub struct Sizes<'a> {
+    pub letters: Vec<(char, usize)>,
+    pub mesh: &'a [usize],
+}
+
+impl Sizes<'_> {
+    fn divides(&self, letter: char, axes: &[usize]) -> bool {
+        let size = self
+            .letters
+            .iter()
+            .find(|(l, _)| *l == letter)
+            .map_or(1, |(_, s)| *s);
+        let shards: usize = axes
+            .iter()
+            .map(|&a| self.mesh.get(a).copied().unwrap_or(1))
+            .product();
+        shards > 0 && size % shards == 0
+    }
+}
+
+/// Letter sizes gathered from `(letters, shape)` pairs (the largest, so broadcasts count).
+pub fn letter_sizes(pairs: &[(&str, &[usize])]) -> Vec<(char, usize)> {
+    let mut sizes: Vec<(char, usize)> = Vec::new();
+    for (letters, shape) in pairs {
+        for (l, &s) in letters.chars().zip(shape.iter()) {
+            match sizes.iter_mut().find(|(m, _)| *m == l) {
+                Some(e) => e.1 = e.1.max(s),
+                None => sizes.push((l, s)),
+            }
+        }
+    }
+    sizes
+}
+
+/// Merges the shardings of several tensors written in letters (Paddle's
+/// `ShardingMergeForTensors`), resolving conflicts as asked.
+pub fn merge(
+    tensors: &[(&str, &Dims)],
+    on_axis: OnAxisConflict,
+    on_mesh: OnMeshConflict,
+    sizes: Option<&Sizes>,
+) -> Result<AxisMap> {
+    let mut map = AxisMap::default();
+    // For each mesh axis, the letters that took it, in the order they took it.
+    let mut takers: Vec<(usize, Vec<char>)> = Vec::new();
+    for (letters, dims) in tensors {
+        for (letter, axes) in letters.chars().zip(dims.iter()) {
+            if letter == '1' {
+                continue;
+            }
+            let merged = match map.entry(letter).cloned() {
+                None => axes.clone(),
+                Some(current) => merge_axis(letter, &current, axes, on_axis, &map, sizes)?,
+            };
+            for &a in &merged {
+                match takers.iter_mut().find(|(m, _)| *m == a) {
+                    Some((_, ls)) if !ls.contains(&letter) => ls.push(letter),
+                    Some(_) => {}
+                    None => takers.push((a, vec![letter])),
+                }
+            }
+            map.set(letter, merged);
+        }
+    }
+    for (mesh_axis, letters) in &takers {
+        if letters.len() < 2 {
+            continue;
+        }
+        match on_mesh {
+            OnMeshConflict::KeepFirst => {
+                for &l in &letters[1..] {
+                    if let Some(v) = map.entry(l) {
+                        v.retain(|a| a != mesh_axis);
+                    }
+                }
+            }
+            OnMeshConflict::Error => {
+                let names: Vec<String> = letters.iter().map(|l| l.to_string()).collect();
+                return Err(SpmdError(format!(
+                    "Multiple Tensor Axes [{}] is sharded by same mesh dimension [{mesh_axis}].",
+                    names.join(",")
+                )));
+            }
+        }
+    }
+    Ok(map)
+}
+
+fn merge_axis(
+    letter: char,
+    current: &[usize],
+    new: &[usize],
+    on_axis: OnAxisConflict,
+    map: &AxisMap,
+    sizes: Option<&Sizes>,
+) -> Result<Vec<usize>> {
+    if new.is_empty() || current == new {
+        return Ok(current.to_vec());
+    }
+    if current.is_empty() {
+        return Ok(new.to_vec());
+    }
+    match on_axis {
+        OnAxisConflict::Error => Err(SpmdError(format!(
+            "Tensor Axis[{letter}] is Sharded by two different mesh dimension [{}] and [{}].",
+            show(new),
+            show(current)
+        ))),
+        OnAxisConflict::CoShard => {
+            let mut merged = current.to_vec();
+            for &a in new {
+                let used_elsewhere = map.iter().any(|(l, axes)| l != letter && axes.contains(&a));
+                if merged.contains(&a) || used_elsewhere {
+                    continue;
+                }
+                let mut trial = merged.clone();
+                trial.push(a);
+                if sizes.is_none_or(|s| s.divides(letter, &trial)) {
+                    merged = trial;
+                }
+            }
+            Ok(merged)
+        }
+    }
+}
+
+fn show(axes: &[usize]) -> String {
+    axes.iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The first `n` letters of the alphabet Paddle uses for tensor dims.
+pub fn letters(n: usize) -> String {
+    "abcdefghijlopqrstuvwxyz".chars().take(n).collect()
+}
+
+/// Keeps each mesh axis on the last dim that claims it, as converting a dims mapping to
+/// placements and back does in Paddle 3.3.1 (relu `[0, 0]` gives `[-1, 0]`).
+pub fn normalize_through_placements(dims: &Dims) -> Dims {
+    let mut out: Dims = vec![Vec::new(); dims.len()];
+    let mut seen: Vec<usize> = Vec::new();
+    for (d, axes) in dims.iter().enumerate().rev() {
+        for &a in axes {
+            if !seen.contains(&a) {
+                seen.push(a);
+                out[d].push(a);
+            }
+        }
+    }
+    out
+}

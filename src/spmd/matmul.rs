@@ -1,0 +1,154 @@
+//! matmul: `mk,kn->mn` with broadcast batch letters.
+//!
+//! ```text
+//! x[-1,1] @ y[1,-1]   =>  out [-1,-1] partial{1: SUM}        (row parallel)
+//! x[0,-1] @ y[-1,1]   =>  out [0,1]                           (column parallel)
+//! x[-1,1] @ y[0,-1]   =>  k co-sharded [1,0]; out partial{0,1: SUM} (Paddle 3.3.1)
+//! ```
+//! A split k gives a SUM partial and is propagated to both inputs; size-1 (broadcast) dims
+//! are replicated, their shard moving to the other operand.
+
+use super::einsum::{letter_sizes, letters, merge, AxisMap, OnAxisConflict, OnMeshConflict, Sizes};
+use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
+use crate::dist::ReduceType;
+
+/// Letters of x, y and out (Paddle's `FillMatmulOperandNotation`).
+fn notation(x_rank: usize, y_rank: usize) -> Result<(String, String, String)> {
+    let batch = |rank: usize, max: usize| -> String {
+        let all = letters(max.saturating_sub(2));
+        all.chars()
+            .skip(max.saturating_sub(2) - rank.saturating_sub(2))
+            .collect()
+    };
+    Ok(match (x_rank, y_rank) {
+        (1, 1) => ("k".into(), "k".into(), String::new()),
+        (1, y) => {
+            let b = batch(y, y);
+            ("k".into(), format!("{b}kn"), format!("{b}n"))
+        }
+        (x, 1) => {
+            let b = batch(x, x);
+            (format!("{b}mk"), "k".into(), format!("{b}m"))
+        }
+        (x, y) if x > 1 && y > 1 => {
+            let max = x.max(y);
+            let (bx, by) = (batch(x, max), batch(y, max));
+            let out = if x > y {
+                format!("{bx}mn")
+            } else {
+                format!("{by}mn")
+            };
+            (format!("{bx}mk"), format!("{by}kn"), out)
+        }
+        _ => {
+            return Err(SpmdError(format!(
+                "matmul: unsupported ranks x {x_rank}, y {y_rank}"
+            )))
+        }
+    })
+}
+
+fn swap_last_two<T>(v: &mut [T], trans: bool) {
+    let n = v.len();
+    if trans && n >= 2 {
+        v.swap(n - 1, n - 2);
+    }
+}
+
+/// The dims of an operand from the merged letters: size-1 dims replicated, transposed back.
+fn operand_dims(map: &AxisMap, letters: &str, shape: &[usize], trans: bool) -> Dims {
+    let mut dims: Dims = letters
+        .chars()
+        .zip(shape)
+        .map(|(l, &s)| {
+            if s == 1 {
+                Vec::new()
+            } else {
+                map.get(l).to_vec()
+            }
+        })
+        .collect();
+    swap_last_two(&mut dims, trans);
+    dims
+}
+
+/// Forward: merge x and y (co-sharding a conflicting letter), out from the merged letters,
+/// SUM-partial on the mesh axes of k.
+pub fn forward(
+    mesh: &[usize],
+    inputs: &[DistTensor],
+    trans_x: bool,
+    trans_y: bool,
+) -> Result<Inferred> {
+    let (x, y) = (arg(inputs, 0, "matmul")?, arg(inputs, 1, "matmul")?);
+    check_rank(x, "matmul X")?;
+    check_rank(y, "matmul Y")?;
+    let (xl, yl, ol) = notation(x.shape.len(), y.shape.len())?;
+    let (mut xd, mut yd) = (x.dims().clone(), y.dims().clone());
+    let (mut xs, mut ys) = (x.shape.clone(), y.shape.clone());
+    swap_last_two(&mut xd, trans_x);
+    swap_last_two(&mut yd, trans_y);
+    swap_last_two(&mut xs, trans_x);
+    swap_last_two(&mut ys, trans_y);
+    let sizes = Sizes {
+        letters: letter_sizes(&[(&xl, &xs), (&yl, &ys)]),
+        mesh,
+    };
+    let map = merge(
+        &[(&xl, &xd), (&yl, &yd)],
+        OnAxisConflict::CoShard,
+        OnMeshConflict::KeepFirst,
+        Some(&sizes),
+    )?;
+    let out = Sharding {
+        dims: map.dims(&ol),
+        partial: map
+            .contracted_axes(&ol)
+            .into_iter()
+            .map(|a| (a, ReduceType::Sum))
+            .collect(),
+    };
+    Ok(Inferred {
+        inputs: vec![
+            Sharding::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
+            Sharding::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
+        ],
+        outputs: vec![out],
+    })
+}
+
+/// Backward: the output's letters alone decide both operands; k stays replicated.
+pub fn backward(
+    inputs: &[DistTensor],
+    outputs: &[DistTensor],
+    trans_x: bool,
+    trans_y: bool,
+) -> Result<Inferred> {
+    let (x, y) = (arg(inputs, 0, "matmul")?, arg(inputs, 1, "matmul")?);
+    let out = arg(outputs, 0, "matmul")?;
+    check_rank(out, "matmul Out")?;
+    let (xl, yl, ol) = notation(x.shape.len(), y.shape.len())?;
+    if ol.len() != out.shape.len() {
+        return Err(SpmdError(format!(
+            "matmul: the max rank of the inputs [{}] should equal the output rank [{}]",
+            ol.len(),
+            out.shape.len()
+        )));
+    }
+    let map = merge(
+        &[(&ol, out.dims())],
+        OnAxisConflict::Error,
+        OnMeshConflict::KeepFirst,
+        None,
+    )?;
+    let (mut xs, mut ys) = (x.shape.clone(), y.shape.clone());
+    swap_last_two(&mut xs, trans_x);
+    swap_last_two(&mut ys, trans_y);
+    Ok(Inferred {
+        inputs: vec![
+            Sharding::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
+            Sharding::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
+        ],
+        outputs: vec![Sharding::from_dims(out.dims().clone())],
+    })
+}

@@ -1,0 +1,287 @@
+//! SPMD rules: for each op family, how the shardings of the inputs determine the shardings
+//! of the outputs (`infer_forward`) and how the outputs' shardings pull back onto the inputs
+//! (`infer_backward`), with partial status and co-sharding as in PaddlePaddle 3.3.1.
+//!
+//! One file per family; [`Rule`] lists them all and [`registry::rule_for`] maps every op
+//! type of the IR to its rule. Rules see tensors as flat lists (Paddle's argument order),
+//! so the oracle cases and the completer call the same code.
+
+pub mod cases;
+mod concat;
+mod cross_entropy;
+pub mod deviations;
+mod einsum;
+mod elementwise;
+mod embedding;
+mod layer_norm;
+mod matmul;
+mod reduction;
+pub mod registry;
+mod reshape;
+mod shape_ops;
+mod softmax;
+mod split;
+mod transpose;
+
+use crate::dist::ReduceType;
+use serde::Serialize;
+
+/// The mesh axes splitting each dim of a tensor (outermost first; empty = replicated).
+pub type Dims = Vec<Vec<usize>>;
+
+/// A sharding without its mesh: dims and partial status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Sharding {
+    pub dims: Dims,
+    /// Partial mesh axes, sorted, each once.
+    pub partial: Vec<(usize, ReduceType)>,
+}
+
+impl Sharding {
+    /// Replicated over `rank` dims.
+    pub fn replicated(rank: usize) -> Sharding {
+        Sharding {
+            dims: vec![Vec::new(); rank],
+            partial: Vec::new(),
+        }
+    }
+
+    /// Not partial, with these dims.
+    pub fn from_dims(dims: Dims) -> Sharding {
+        Sharding {
+            dims,
+            partial: Vec::new(),
+        }
+    }
+}
+
+/// A tensor as a rule sees it: its global shape and its current sharding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DistTensor {
+    pub shape: Vec<usize>,
+    pub sharding: Sharding,
+}
+
+impl DistTensor {
+    /// The tensor's dims.
+    pub fn dims(&self) -> &Dims {
+        &self.sharding.dims
+    }
+}
+
+/// What a rule infers: the sharding each input should have and each output gets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Inferred {
+    pub inputs: Vec<Sharding>,
+    pub outputs: Vec<Sharding>,
+}
+
+/// A rule failure (Paddle raises in the same situations).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpmdError(pub String);
+
+/// Result alias for rules.
+pub type Result<T> = std::result::Result<T, SpmdError>;
+
+/// One SPMD rule with its parameters (attributes already resolved against shapes).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Rule {
+    /// `x @ y`; inputs `[x, y]`, output `[out]`.
+    Matmul { trans_x: bool, trans_y: bool },
+    /// Broadcasting binary op; inputs `[x, y]`. `keep_x_partial`: multiply keeps x's partial.
+    Elementwise { keep_x_partial: bool },
+    /// Same sharding in and out; `outputs` outputs (dropout has Out and Mask).
+    Unary { outputs: usize },
+    /// Reduce `axes` of the input (sorted, normalised) with `reduce`.
+    Reduce {
+        axes: Vec<usize>,
+        keep_dim: bool,
+        reduce: ReduceType,
+    },
+    /// Mean of all elements: a scalar, AVG-partial over every sharded mesh axis.
+    MeanAll,
+    /// Softmax over `axes` (each forced replicated); the causal softmax uses the last two.
+    Softmax { axes: Vec<usize> },
+    /// Inputs `[x, scale?, bias?]`, outputs `[y, mean, variance]`.
+    LayerNorm {
+        begin_norm_axis: usize,
+        has_scale: bool,
+        has_bias: bool,
+    },
+    /// Inputs `[ids, table]`, output `[out]`.
+    Embedding { padding_idx: i64 },
+    /// Reshape to `target` (already resolved: no 0 or -1).
+    Reshape { target: Vec<usize> },
+    /// `out[i] = x[perm[i]]`.
+    Transpose { perm: Vec<usize> },
+    /// Split along `axis` into `outputs` pieces.
+    Split { axis: usize, outputs: usize },
+    /// Concatenate along `axis`.
+    Concat { axis: usize },
+    /// Stack along a new `axis`.
+    Stack { axis: usize },
+    /// Slice `axes`; `decrease` dims are dropped from the output.
+    Slice {
+        axes: Vec<usize>,
+        decrease: Vec<usize>,
+    },
+    /// Remove the size-1 dims `axes` (normalised against the input).
+    Squeeze { axes: Vec<usize> },
+    /// Insert size-1 dims at `positions` of the output (sorted).
+    Unsqueeze { positions: Vec<usize> },
+    /// Tile by `repeat` (may be longer than the input rank).
+    Tile { repeat: Vec<usize> },
+    /// Inputs `[logits, label]`, outputs `[softmax, loss]`.
+    CrossEntropy { axis: usize, soft_label: bool },
+    /// No inputs; outputs start replicated (fill_constant).
+    Source,
+}
+
+impl Rule {
+    /// The rule's name, for traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Rule::Matmul { .. } => "matmul",
+            Rule::Elementwise { .. } => "elementwise",
+            Rule::Unary { .. } => "unary",
+            Rule::Reduce { .. } => "reduction",
+            Rule::MeanAll => "mean_all",
+            Rule::Softmax { .. } => "softmax",
+            Rule::LayerNorm { .. } => "layer_norm",
+            Rule::Embedding { .. } => "embedding",
+            Rule::Reshape { .. } => "reshape",
+            Rule::Transpose { .. } => "transpose",
+            Rule::Split { .. } => "split",
+            Rule::Concat { .. } => "concat",
+            Rule::Stack { .. } => "stack",
+            Rule::Slice { .. } => "slice",
+            Rule::Squeeze { .. } => "squeeze",
+            Rule::Unsqueeze { .. } => "unsqueeze",
+            Rule::Tile { .. } => "tile",
+            Rule::CrossEntropy { .. } => "cross_entropy",
+            Rule::Source => "source",
+        }
+    }
+
+    /// Infers outputs (and the inputs the op wants) from the inputs.
+    pub fn infer_forward(&self, mesh: &[usize], inputs: &[DistTensor]) -> Result<Inferred> {
+        match self {
+            Rule::Matmul { trans_x, trans_y } => matmul::forward(mesh, inputs, *trans_x, *trans_y),
+            Rule::Elementwise { keep_x_partial } => {
+                elementwise::binary_forward(inputs, *keep_x_partial)
+            }
+            Rule::Unary { outputs } => elementwise::unary_forward(inputs, *outputs),
+            Rule::Reduce {
+                axes,
+                keep_dim,
+                reduce,
+            } => reduction::forward(inputs, axes, *keep_dim, *reduce),
+            Rule::MeanAll => reduction::mean_all_forward(inputs),
+            Rule::Softmax { axes } => softmax::forward(inputs, axes),
+            Rule::LayerNorm {
+                begin_norm_axis,
+                has_scale,
+                has_bias,
+            } => layer_norm::forward(inputs, *begin_norm_axis, *has_scale, *has_bias),
+            Rule::Embedding { padding_idx } => embedding::forward(inputs, *padding_idx),
+            Rule::Reshape { target } => reshape::forward(mesh, inputs, target),
+            Rule::Transpose { perm } => transpose::forward(inputs, perm),
+            Rule::Split { axis, outputs } => split::forward(inputs, *axis, *outputs),
+            Rule::Concat { axis } => concat::concat_forward(mesh, inputs, *axis),
+            Rule::Stack { axis } => concat::stack_forward(mesh, inputs, *axis),
+            Rule::Slice { axes, decrease } => shape_ops::slice_forward(inputs, axes, decrease),
+            Rule::Squeeze { axes } => shape_ops::squeeze_forward(inputs, axes),
+            Rule::Unsqueeze { positions } => shape_ops::unsqueeze_forward(inputs, positions),
+            Rule::Tile { repeat } => shape_ops::tile_forward(inputs, repeat),
+            Rule::CrossEntropy { axis, soft_label } => {
+                cross_entropy::forward(inputs, *axis, *soft_label)
+            }
+            Rule::Source => Ok(Inferred::default()),
+        }
+    }
+
+    /// Infers the inputs (and the outputs) from the outputs' shardings. `inputs` supply
+    /// shapes; most rules ignore their shardings, as Paddle's reverse rules do.
+    pub fn infer_backward(
+        &self,
+        mesh: &[usize],
+        inputs: &[DistTensor],
+        outputs: &[DistTensor],
+    ) -> Result<Inferred> {
+        match self {
+            Rule::Matmul { trans_x, trans_y } => {
+                matmul::backward(inputs, outputs, *trans_x, *trans_y)
+            }
+            Rule::Elementwise { .. } => elementwise::binary_backward(inputs, outputs),
+            Rule::Unary { .. } => elementwise::unary_backward(inputs, outputs),
+            Rule::Reduce { axes, keep_dim, .. } => {
+                reduction::backward(inputs, outputs, axes, *keep_dim)
+            }
+            Rule::MeanAll => reduction::backward(
+                inputs,
+                outputs,
+                &(0..rank0(inputs)).collect::<Vec<_>>(),
+                false,
+            ),
+            Rule::Softmax { axes } => softmax::backward(inputs, outputs, axes),
+            Rule::LayerNorm {
+                begin_norm_axis,
+                has_scale,
+                has_bias,
+            } => layer_norm::backward(inputs, outputs, *begin_norm_axis, *has_scale, *has_bias),
+            Rule::Embedding { .. } => embedding::backward(inputs, outputs),
+            Rule::Reshape { .. } => reshape::backward(mesh, inputs, outputs),
+            Rule::Transpose { perm } => transpose::backward(inputs, outputs, perm),
+            Rule::Split { axis, .. } => split::backward(inputs, outputs, *axis),
+            Rule::Concat { axis } => concat::concat_backward(inputs, outputs, *axis),
+            Rule::Stack { axis } => concat::stack_backward(inputs, outputs, *axis),
+            Rule::Slice { axes, decrease } => {
+                shape_ops::slice_backward(inputs, outputs, axes, decrease)
+            }
+            Rule::Squeeze { axes } => shape_ops::squeeze_backward(inputs, outputs, axes),
+            Rule::Unsqueeze { positions } => {
+                shape_ops::unsqueeze_backward(inputs, outputs, positions)
+            }
+            Rule::Tile { repeat } => shape_ops::tile_backward(inputs, outputs, repeat),
+            Rule::CrossEntropy { axis, soft_label } => {
+                cross_entropy::backward(inputs, outputs, *axis, *soft_label)
+            }
+            Rule::Source => Ok(Inferred {
+                inputs: Vec::new(),
+                outputs: outputs
+                    .iter()
+                    .map(|o| Sharding::from_dims(o.dims().clone()))
+                    .collect(),
+            }),
+        }
+    }
+}
+
+fn rank0(inputs: &[DistTensor]) -> usize {
+    inputs.first().map_or(0, |t| t.shape.len())
+}
+
+/// The i-th tensor or an error naming the rule's expectation.
+fn arg<'a>(tensors: &'a [DistTensor], i: usize, rule: &str) -> Result<&'a DistTensor> {
+    tensors.get(i).ok_or_else(|| {
+        SpmdError(format!(
+            "{rule}: expected at least {} tensors, got {}",
+            i + 1,
+            tensors.len()
+        ))
+    })
+}
+
+/// Checks that a tensor's dims list matches its rank.
+fn check_rank(t: &DistTensor, what: &str) -> Result<()> {
+    if t.sharding.dims.len() == t.shape.len() {
+        Ok(())
+    } else {
+        Err(SpmdError(format!(
+            "{what}: the tensor's rank [{}] and its dims_mapping size [{}] do not match",
+            t.shape.len(),
+            t.sharding.dims.len()
+        )))
+    }
+}

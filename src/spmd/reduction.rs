@@ -1,0 +1,90 @@
+//! Reductions: sum (SUM), mean (AVG), max (MAX); keep_dim; mean of all elements (AVG).
+//!
+//! ```text
+//! sum  x[0,1,-1] over axis 2          =>  out [0,1]
+//! mean x[0,1,-1] over axis 1, keepdim =>  out [0,-1,-1] partial{1: AVG}
+//! mean_all x[0,-1]                    =>  out [] partial{0: AVG}
+//! ```
+//! A reduced letter that is split makes the output partial on its mesh axes.
+
+use super::einsum::{letters, merge, OnAxisConflict, OnMeshConflict};
+use super::{arg, check_rank, DistTensor, Inferred, Result, Sharding};
+use crate::dist::ReduceType;
+
+/// Output letters: the input's without the reduced ones (`1` for them with keep_dim).
+fn out_letters(xl: &str, axes: &[usize], keep_dim: bool) -> String {
+    xl.chars()
+        .enumerate()
+        .filter_map(|(d, l)| match (axes.contains(&d), keep_dim) {
+            (false, _) => Some(l),
+            (true, true) => Some('1'),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// Forward of a reduction over `axes`.
+pub fn forward(
+    inputs: &[DistTensor],
+    axes: &[usize],
+    keep_dim: bool,
+    reduce: ReduceType,
+) -> Result<Inferred> {
+    let x = arg(inputs, 0, "reduction")?;
+    check_rank(x, "reduction X")?;
+    let xl = letters(x.shape.len());
+    let ol = out_letters(&xl, axes, keep_dim);
+    let map = merge(
+        &[(&xl, x.dims())],
+        OnAxisConflict::Error,
+        OnMeshConflict::KeepFirst,
+        None,
+    )?;
+    let partial = map
+        .contracted_axes(&ol)
+        .into_iter()
+        .map(|a| (a, reduce))
+        .collect();
+    Ok(Inferred {
+        inputs: vec![Sharding::from_dims(map.dims(&xl))],
+        outputs: vec![Sharding {
+            dims: map.dims(&ol),
+            partial,
+        }],
+    })
+}
+
+/// Forward of `mean` over all elements.
+pub fn mean_all_forward(inputs: &[DistTensor]) -> Result<Inferred> {
+    let rank = arg(inputs, 0, "mean_all")?.shape.len();
+    forward(
+        inputs,
+        &(0..rank).collect::<Vec<_>>(),
+        false,
+        ReduceType::Avg,
+    )
+}
+
+/// Backward of a reduction: the output's letters decide the input; reduced dims replicated.
+pub fn backward(
+    inputs: &[DistTensor],
+    outputs: &[DistTensor],
+    axes: &[usize],
+    keep_dim: bool,
+) -> Result<Inferred> {
+    let x = arg(inputs, 0, "reduction")?;
+    let out = arg(outputs, 0, "reduction")?;
+    check_rank(out, "reduction Out")?;
+    let xl = letters(x.shape.len());
+    let ol = out_letters(&xl, axes, keep_dim);
+    let map = merge(
+        &[(&ol, out.dims())],
+        OnAxisConflict::Error,
+        OnMeshConflict::KeepFirst,
+        None,
+    )?;
+    Ok(Inferred {
+        inputs: vec![Sharding::from_dims(map.dims(&xl))],
+        outputs: vec![Sharding::from_dims(out.dims().clone())],
+    })
+}

@@ -1,0 +1,123 @@
+//! The registry: every op type of the IR and its SPMD rule, with the op's variables in the
+//! rule's argument order. The `match` is exhaustive, so a new op type needs a rule.
+
+use super::{Rule, SpmdError};
+use crate::dist::ReduceType;
+use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
+use crate::ir::{Op, OpType, Program, VarId};
+
+/// An op's rule and its variables in the rule's order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Binding {
+    pub rule: Rule,
+    pub inputs: Vec<VarId>,
+    pub outputs: Vec<VarId>,
+}
+
+/// The rule of `op` (attributes resolved against the program's shapes).
+pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
+    let err = |m: String| SpmdError(format!("{}: {m}", op.ty));
+    let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
+    let rank = first_input.map_or(0, |t| t.rank());
+    let slot_order = || Binding {
+        rule: Rule::Source,
+        inputs: op.all_inputs().collect(),
+        outputs: op.all_outputs().collect(),
+    };
+    let with = |rule: Rule| Binding {
+        rule,
+        ..slot_order()
+    };
+    let binding = match op.ty {
+        OpType::MatmulV2 => with(Rule::Matmul {
+            trans_x: op.attr_bool("trans_x", false),
+            trans_y: op.attr_bool("trans_y", false),
+        }),
+        OpType::ElementwiseAdd | OpType::ElementwiseSub | OpType::ElementwiseDiv => {
+            with(Rule::Elementwise {
+                keep_x_partial: false,
+            })
+        }
+        OpType::ElementwiseMul => with(Rule::Elementwise {
+            keep_x_partial: true,
+        }),
+        OpType::Relu
+        | OpType::Gelu
+        | OpType::Silu
+        | OpType::Square
+        | OpType::Scale
+        | OpType::Cast
+        | OpType::Assign
+        | OpType::Dropout => with(Rule::Unary {
+            outputs: op.all_outputs().count(),
+        }),
+        OpType::Softmax => with(Rule::Softmax {
+            axes: vec![axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?],
+        }),
+        OpType::FusedSoftmaxMaskUpperTriangle => with(Rule::Softmax {
+            axes: vec![rank.saturating_sub(2), rank.saturating_sub(1)],
+        }),
+        OpType::LayerNorm => with(Rule::LayerNorm {
+            begin_norm_axis: usize::try_from(op.attr_int("begin_norm_axis", 1))
+                .map_err(|e| err(e.to_string()))?,
+            has_scale: !op.input("Scale").is_empty(),
+            has_bias: !op.input("Bias").is_empty(),
+        }),
+        OpType::LookupTableV2 => Binding {
+            rule: Rule::Embedding {
+                padding_idx: op.attr_int("padding_idx", -1),
+            },
+            inputs: op
+                .input("Ids")
+                .iter()
+                .chain(op.input("W"))
+                .copied()
+                .collect(),
+            outputs: op.all_outputs().collect(),
+        },
+        OpType::Reshape2 => {
+            let x = first_input.ok_or_else(|| err("missing X".into()))?;
+            let target = reshape_target(x, op.attr_ints("shape").unwrap_or(&[])).map_err(err)?;
+            with(Rule::Reshape { target })
+        }
+        OpType::Transpose2 => {
+            let perm = op.attr_ints("axis").unwrap_or(&[]);
+            let perm = perm
+                .iter()
+                .map(|&p| axis(p, rank, "axis"))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            with(Rule::Transpose { perm })
+        }
+        OpType::Split => {
+            let x = first_input.ok_or_else(|| err("missing X".into()))?;
+            let (a, sections) = split_sections(op, x).map_err(err)?;
+            with(Rule::Split {
+                axis: a,
+                outputs: sections.len(),
+            })
+        }
+        OpType::Concat => with(Rule::Concat {
+            axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
+        }),
+        OpType::ReduceSum | OpType::ReduceMean => {
+            let reduce = if op.ty == OpType::ReduceSum {
+                ReduceType::Sum
+            } else {
+                ReduceType::Avg
+            };
+            with(Rule::Reduce {
+                axes: reduce_axes(op, rank).map_err(err)?,
+                keep_dim: op.attr_bool("keep_dim", false),
+                reduce,
+            })
+        }
+        OpType::Mean => with(Rule::MeanAll),
+        OpType::SoftmaxWithCrossEntropy => with(Rule::CrossEntropy {
+            axis: axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?,
+            soft_label: op.attr_bool("soft_label", false),
+        }),
+        OpType::FillConstant => with(Rule::Source),
+    };
+    Ok(binding)
+}

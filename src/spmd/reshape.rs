@@ -1,0 +1,111 @@
+//! reshape (and flatten, which is a reshape): dims are matched in groups of equal product.
+//!
+//! ```text
+//! [8,128,768][0,-1,1] -> [8,128,12,64]   =>  out [0,-1,1,-1]   (split: shard to the outer piece)
+//! [8,128,12,64][0,-1,-1,1] -> [8,128,768] =>  out [0,-1,-1]    (merge: first dim's shard only)
+//! [8,16,32][0,1,-1] -> [128,32]           =>  in [[0,1],-1,-1], out [[0,1],-1] (co-shard)
+//! ```
+//! A group's shard goes to its first output piece when that piece divides by the shard
+//! count; otherwise the group is replicated. When the first merged dim is split, later
+//! split dims of the group join it as a co-shard (Paddle 3.3.1) if the first dim divides.
+
+use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
+
+/// Groups of non-size-1 dims with equal products: (source dims, destination dims).
+fn groups(src: &[usize], dst: &[usize]) -> Result<Vec<(Vec<usize>, Vec<usize>)>> {
+    let s: Vec<usize> = (0..src.len()).filter(|&i| src[i] != 1).collect();
+    let d: Vec<usize> = (0..dst.len()).filter(|&i| dst[i] != 1).collect();
+    let mismatch = || {
+        SpmdError(format!(
+            "reshape: shapes {src:?} and {dst:?} hold different numbers of elements"
+        ))
+    };
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < s.len() && j < d.len() {
+        let (mut gs, mut gd) = (vec![s[i]], vec![d[j]]);
+        let (mut ps, mut pd) = (src[s[i]], dst[d[j]]);
+        i += 1;
+        j += 1;
+        while ps != pd {
+            if ps < pd {
+                let &k = s.get(i).ok_or_else(mismatch)?;
+                ps *= src[k];
+                gs.push(k);
+                i += 1;
+            } else {
+                let &k = d.get(j).ok_or_else(mismatch)?;
+                pd *= dst[k];
+                gd.push(k);
+                j += 1;
+            }
+        }
+        out.push((gs, gd));
+    }
+    if i != s.len() || j != d.len() {
+        return Err(mismatch());
+    }
+    Ok(out)
+}
+
+fn shards(mesh: &[usize], axes: &[usize]) -> usize {
+    axes.iter()
+        .map(|&a| mesh.get(a).copied().unwrap_or(1))
+        .product()
+}
+
+/// Moves a sharding from `src_shape` to `dst_shape`; returns (source wanted, destination).
+pub fn transform(
+    mesh: &[usize],
+    src_shape: &[usize],
+    src: &Dims,
+    dst_shape: &[usize],
+) -> Result<(Dims, Dims)> {
+    let mut src_wanted: Dims = vec![Vec::new(); src_shape.len()];
+    let mut dst: Dims = vec![Vec::new(); dst_shape.len()];
+    for (gs, gd) in groups(src_shape, dst_shape)? {
+        let first = gs[0];
+        let mut axes = src.get(first).cloned().unwrap_or_default();
+        if !axes.is_empty() {
+            for &k in &gs[1..] {
+                let more = src.get(k).cloned().unwrap_or_default();
+                if more.is_empty() {
+                    continue;
+                }
+                let mut trial = axes.clone();
+                trial.extend(more.iter().filter(|a| !axes.contains(a)));
+                if src_shape[first].is_multiple_of(shards(mesh, &trial)) {
+                    axes = trial;
+                }
+            }
+        }
+        if !axes.is_empty() && dst_shape[gd[0]].is_multiple_of(shards(mesh, &axes)) {
+            src_wanted[first] = axes.clone();
+            dst[gd[0]] = axes;
+        }
+    }
+    Ok((src_wanted, dst))
+}
+
+/// Forward: from the input to `target`.
+pub fn forward(mesh: &[usize], inputs: &[DistTensor], target: &[usize]) -> Result<Inferred> {
+    let x = arg(inputs, 0, "reshape")?;
+    check_rank(x, "reshape X")?;
+    let (wanted, out) = transform(mesh, &x.shape, x.dims(), target)?;
+    Ok(Inferred {
+        inputs: vec![Sharding::from_dims(wanted)],
+        outputs: vec![Sharding::from_dims(out)],
+    })
+}
+
+/// Backward: from the output back to the input's shape.
+pub fn backward(mesh: &[usize], inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<Inferred> {
+    let x = arg(inputs, 0, "reshape")?;
+    let out = arg(outputs, 0, "reshape")?;
+    check_rank(out, "reshape Out")?;
+    let (out_wanted, x_dims) = transform(mesh, &out.shape, out.dims(), &x.shape)?;
+    Ok(Inferred {
+        inputs: vec![Sharding::from_dims(x_dims)],
+        outputs: vec![Sharding::from_dims(out_wanted)],
+    })
+}

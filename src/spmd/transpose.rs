@@ -1,0 +1,53 @@
+//! transpose: `out[i] = x[perm[i]]`.
+//!
+//! ```text
+//! transpose(perm=[2,0,1]) x[0,1,-1]  =>  out [-1,0,1]
+//! ```
+
+use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
+
+fn check_perm(perm: &[usize], rank: usize) -> Result<()> {
+    let mut seen = vec![false; rank];
+    for &p in perm {
+        if p >= rank || std::mem::replace(&mut seen[p], true) {
+            return Err(SpmdError(format!(
+                "transpose: perm {perm:?} is not a permutation of {rank} dims"
+            )));
+        }
+    }
+    if perm.len() == rank {
+        Ok(())
+    } else {
+        Err(SpmdError(format!(
+            "transpose: perm {perm:?} is not a permutation of {rank} dims"
+        )))
+    }
+}
+
+/// Forward: permute the input's dims.
+pub fn forward(inputs: &[DistTensor], perm: &[usize]) -> Result<Inferred> {
+    let x = arg(inputs, 0, "transpose")?;
+    check_rank(x, "transpose X")?;
+    check_perm(perm, x.shape.len())?;
+    let out: Dims = perm.iter().map(|&p| x.dims()[p].clone()).collect();
+    Ok(Inferred {
+        inputs: vec![Sharding::from_dims(x.dims().clone())],
+        outputs: vec![Sharding::from_dims(out)],
+    })
+}
+
+/// Backward: un-permute the output's dims.
+pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], perm: &[usize]) -> Result<Inferred> {
+    let x = arg(inputs, 0, "transpose")?;
+    let out = arg(outputs, 0, "transpose")?;
+    check_rank(out, "transpose Out")?;
+    check_perm(perm, x.shape.len())?;
+    let mut dims: Dims = vec![Vec::new(); x.shape.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        dims[p] = out.dims()[i].clone();
+    }
+    Ok(Inferred {
+        inputs: vec![Sharding::from_dims(dims)],
+        outputs: vec![Sharding::from_dims(out.dims().clone())],
+    })
+}
