@@ -27,6 +27,8 @@ enum Command {
         /// The plan file to check.
         file: String,
     },
+    /// Plan a model: complete the dist attrs of every tensor and op.
+    Plan(PlanArgs),
     /// Run SPMD rule cases (Paddle's rule-test schema) and print the results as JSON.
     Spmd {
         /// A JSON list of cases, e.g. ../shared/oracle/paddle/spmd_cases.json.
@@ -49,6 +51,32 @@ struct PrintArgs {
     /// Repeatable. Needs --mesh.
     #[arg(long = "shard", value_name = "VAR=AXES")]
     shards: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct PlanArgs {
+    /// A plan file (mesh, program, annotations). Or use --preset.
+    file: Option<String>,
+    /// A preset model instead of a file: mlp, mlp_mse, gpt or embedding_lm.
+    #[arg(long, conflicts_with = "file")]
+    preset: Option<String>,
+    #[command(flatten)]
+    sizes: SizeArgs,
+    /// The mesh, e.g. 2x4:dp,mp (for a preset, or a file without a mesh).
+    #[arg(long)]
+    mesh: Option<String>,
+    /// Annotate a variable, e.g. x=dp,- (repeatable; adds to the file's annotations).
+    #[arg(long = "shard", value_name = "VAR=AXES")]
+    shards: Vec<String>,
+    /// The pipeline stage to print.
+    #[arg(long, default_value = "complete", value_parser = ["complete"])]
+    stage: String,
+    /// Explain why each dim of this variable is split the way it is.
+    #[arg(long, value_name = "VAR")]
+    explain: Option<String>,
+    /// Output format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
 }
 
 /// Model sizes; each preset has its own defaults (see `shardlab print --help`).
@@ -114,6 +142,7 @@ pub fn main() -> ExitCode {
         Command::Print(args) => print(&args),
         Command::Check { file } => check(&file),
         Command::Spmd { cases } => spmd_cases(&cases),
+        Command::Plan(args) => plan(&args),
     };
     match result {
         Ok(code) => code,
@@ -134,8 +163,18 @@ fn build_plan(
     let program = model
         .build(&sizes.config(model)?)
         .map_err(|e| format!("preset {preset}: {e}"))?;
-    let mut plan = Plan::from_program(program);
+    add_mesh_and_shards(Plan::from_program(program), mesh, shards)
+}
+
+fn add_mesh_and_shards(
+    mut plan: Plan,
+    mesh: Option<&str>,
+    shards: &[String],
+) -> Result<Plan, String> {
     if let Some(spec) = mesh {
+        if plan.mesh.is_some() {
+            return Err("the plan file already declares a mesh; drop --mesh".into());
+        }
         plan.mesh = Some(Arc::new(parse_mesh_spec(spec)?));
     }
     for spec in shards {
@@ -164,6 +203,57 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
         ));
     }
     emit(&plan.to_string());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads and parses a plan file; parse errors are printed as FILE:LINE:COL and make `Err`.
+fn read_plan(file: &str) -> Result<Result<(Plan, SourceMap), usize>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: cannot read: {e}"))?;
+    Ok(parse_plan(&text).map_err(|errors| {
+        for e in &errors {
+            eprintln!("{file}:{e}");
+        }
+        eprintln!("{file}: {} error(s)", errors.len());
+        errors.len()
+    }))
+}
+
+fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
+    let plan = match (&args.file, &args.preset) {
+        (Some(file), _) => match read_plan(file)? {
+            Ok((plan, _)) => add_mesh_and_shards(plan, args.mesh.as_deref(), &args.shards)?,
+            Err(_) => return Ok(ExitCode::from(1)),
+        },
+        (None, Some(preset)) => {
+            build_plan(preset, &args.sizes, args.mesh.as_deref(), &args.shards)?
+        }
+        (None, None) => return Err("give a plan FILE or --preset NAME".into()),
+    };
+    let completed = match crate::passes::complete(&plan) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let program = &plan.program;
+    let text = match (&args.explain, args.format.as_str()) {
+        (Some(name), _) => {
+            let var = program
+                .var_id(name)
+                .ok_or_else(|| format!("--explain: unknown variable `{name}`"))?;
+            crate::passes::complete::explain_text(program, &completed, var)
+        }
+        (None, "json") => {
+            let json = crate::passes::complete::completed_json(program, &completed);
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
+            )
+        }
+        (None, _) => crate::passes::complete::completed_text(program, &completed),
+    };
+    emit(&text);
     Ok(ExitCode::SUCCESS)
 }
 

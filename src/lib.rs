@@ -16,6 +16,7 @@
 pub mod dist;
 pub mod ir;
 pub mod models;
+pub mod passes;
 pub mod plan;
 pub mod spmd;
 

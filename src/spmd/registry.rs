@@ -6,12 +6,25 @@ use crate::dist::ReduceType;
 use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
 use crate::ir::{Op, OpType, Program, VarId};
 
-/// An op's rule and its variables in the rule's order.
+/// Where a rule argument sits in the op: (slot index, index within the slot).
+pub type SlotPos = (usize, usize);
+
+/// An op's rule and its variables in the rule's order, with their slot positions.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Binding {
     pub rule: Rule,
     pub inputs: Vec<VarId>,
     pub outputs: Vec<VarId>,
+    pub input_pos: Vec<SlotPos>,
+    pub output_pos: Vec<SlotPos>,
+}
+
+fn positions(slots: &[Vec<VarId>]) -> Vec<SlotPos> {
+    slots
+        .iter()
+        .enumerate()
+        .flat_map(|(s, vars)| (0..vars.len()).map(move |i| (s, i)))
+        .collect()
 }
 
 /// The rule of `op` (attributes resolved against the program's shapes).
@@ -23,6 +36,8 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
         rule: Rule::Source,
         inputs: op.all_inputs().collect(),
         outputs: op.all_outputs().collect(),
+        input_pos: positions(&op.inputs),
+        output_pos: positions(&op.outputs),
     };
     let with = |rule: Rule| Binding {
         rule,
@@ -73,7 +88,8 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
                 .chain(op.input("W"))
                 .copied()
                 .collect(),
-            outputs: op.all_outputs().collect(),
+            input_pos: vec![(1, 0), (0, 0)],
+            ..slot_order()
         },
         OpType::Reshape2 => {
             let x = first_input.ok_or_else(|| err("missing X".into()))?;

@@ -1,0 +1,460 @@
+//! Completion (Paddle's `Completer`): from a few annotations to a dist attr for every
+//! tensor and every op.
+//!
+//! Every tensor starts replicated (or as annotated). Then a forward sweep over the ops and a
+//! reverse sweep alternate until nothing changes. At each op the rule runs forward (from the
+//! inputs) and backward (from the outputs); the two results merge dim by dim (empty is a
+//! wildcard; a disagreement proposes nothing), and each tensor dim takes a proposal only if
+//! it is still replicated, not pinned by an annotation, and the mesh axes are free and divide
+//! it. Dims only ever go from replicated to split, so the sweeps reach a fixpoint; a bound
+//! turns a bug into an error instead of a hang. Output partial status comes from the forward
+//! result. Finally each op records what it wants of its inputs and picks its implementation.
+
+mod print;
+pub mod trace;
+
+pub use print::{completed_json, completed_text, explain_text};
+pub use trace::{Conflict, Direction, Event, EventKind, PackedAxes, Step, Trace};
+
+use crate::dist::{local_shape, OperatorDistAttr, ProcessMesh, TensorDistAttr};
+use crate::ir::{OpId, OpType, Program, VarId};
+use crate::plan::{verify_plan, Plan, PlanIssue};
+use crate::spmd::registry::{rule_for, Binding};
+use crate::spmd::{DistTensor, Inferred, Sharding};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Sweeps allowed before completion gives up (each useful sweep splits at least one dim).
+const MAX_SWEEPS: usize = 1000;
+
+/// Why completion failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CompleteError {
+    #[error("the plan has no mesh; declare one with `mesh [..] (..)` or --mesh")]
+    NoMesh,
+    #[error("the plan is invalid:\n{}", .0.iter().map(|i| format!("  {}", i.message)).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<PlanIssue>),
+    #[error("{op} ({ty}): {message}")]
+    Rule {
+        op: OpId,
+        ty: OpType,
+        message: String,
+    },
+    #[error("completion did not converge after {0} sweeps")]
+    NoFixpoint(usize),
+}
+
+/// The result of completion.
+#[derive(Clone, Debug)]
+pub struct Completed {
+    pub mesh: Arc<ProcessMesh>,
+    /// One dist attr per variable, indexed by `VarId`.
+    pub tensors: Vec<TensorDistAttr>,
+    /// One dist attr per op, indexed by `OpId`: what it wants of each input slot, what it
+    /// produces, and its implementation.
+    pub ops: Vec<OperatorDistAttr>,
+    /// Forward + reverse sweeps run (the last one changed nothing).
+    pub sweeps: usize,
+    pub trace: Trace,
+}
+
+struct State<'a> {
+    program: &'a Program,
+    mesh: Arc<ProcessMesh>,
+    tensors: Vec<TensorDistAttr>,
+    trace: Trace,
+    sweep: u16,
+    direction: Direction,
+    /// Rejections already recorded, so each conflict appears once in the trace.
+    rejected: HashSet<(VarId, u16, PackedAxes, Conflict)>,
+}
+
+/// Completes the dist attrs of `plan`.
+pub fn complete(plan: &Plan) -> Result<Completed, CompleteError> {
+    let mesh = plan.mesh.clone().ok_or(CompleteError::NoMesh)?;
+    let issues = verify_plan(plan);
+    if !issues.is_empty() {
+        return Err(CompleteError::Invalid(issues));
+    }
+    let program = &plan.program;
+    let bindings = program
+        .ops()
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            rule_for(op, program).map_err(|e| CompleteError::Rule {
+                op: OpId(i as u32),
+                ty: op.ty,
+                message: e.0,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut state = State {
+        program,
+        mesh: mesh.clone(),
+        tensors: program
+            .vars()
+            .iter()
+            .map(|v| TensorDistAttr::replicated(mesh.clone(), v.ty.rank()))
+            .collect(),
+        trace: Trace::default(),
+        sweep: 0,
+        direction: Direction::Forward,
+        rejected: HashSet::new(),
+    };
+    for ann in &plan.annotations {
+        for (d, axes) in ann.attr.dims.iter().enumerate() {
+            if !axes.is_empty() {
+                state
+                    .trace
+                    .annotations
+                    .push((ann.var, d as u16, PackedAxes::pack(axes)));
+            }
+        }
+        state.tensors[ann.var.index()] = ann.attr.clone();
+    }
+    let mut sweeps = 0;
+    loop {
+        if sweeps >= MAX_SWEEPS {
+            return Err(CompleteError::NoFixpoint(sweeps));
+        }
+        sweeps += 1;
+        state.sweep = sweeps as u16;
+        let mut changed = false;
+        state.direction = Direction::Forward;
+        for (i, b) in bindings.iter().enumerate() {
+            changed |= state.visit(OpId(i as u32), b);
+        }
+        state.direction = Direction::Reverse;
+        for (i, b) in bindings.iter().enumerate().rev() {
+            changed |= state.visit(OpId(i as u32), b);
+        }
+        if !changed {
+            break;
+        }
+    }
+    let ops = bindings
+        .iter()
+        .enumerate()
+        .map(|(i, b)| state.op_attr(OpId(i as u32), b))
+        .collect();
+    Ok(Completed {
+        mesh,
+        tensors: state.tensors,
+        ops,
+        sweeps,
+        trace: state.trace,
+    })
+}
+
+impl State<'_> {
+    fn dist_tensor(&self, v: VarId) -> DistTensor {
+        let attr = &self.tensors[v.index()];
+        DistTensor {
+            shape: self.program.var(v).ty.shape.clone(),
+            sharding: Sharding {
+                dims: attr.dims.clone(),
+                partial: attr.partial.clone(),
+            },
+        }
+    }
+
+    /// Runs the op's rule both ways and applies the merged proposals; returns whether
+    /// anything changed.
+    fn visit(&mut self, op: OpId, b: &Binding) -> bool {
+        let ins: Vec<DistTensor> = b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
+        let outs: Vec<DistTensor> = b.outputs.iter().map(|&v| self.dist_tensor(v)).collect();
+        let shape = self.mesh.shape().to_vec();
+        let fwd = b.rule.infer_forward(&shape, &ins);
+        let bwd = b.rule.infer_backward(&shape, &ins, &outs);
+        if let Err(e) = &fwd {
+            if !self.trace.rule_errors.iter().any(|(o, _)| *o == op) {
+                self.trace.rule_errors.push((op, e.0.clone()));
+            }
+        }
+        let (fwd, bwd) = (fwd.unwrap_or_default(), bwd.unwrap_or_default());
+        let mut changed = false;
+        for (k, &v) in b.inputs.iter().enumerate() {
+            changed |= self.propose(op, v, fwd.inputs.get(k), bwd.inputs.get(k));
+        }
+        for (k, &v) in b.outputs.iter().enumerate() {
+            changed |= self.propose(op, v, fwd.outputs.get(k), bwd.outputs.get(k));
+            if let Some(s) = fwd.outputs.get(k) {
+                changed |= self.set_partial(op, v, s);
+            }
+        }
+        changed
+    }
+
+    fn event(
+        &mut self,
+        op: OpId,
+        var: VarId,
+        dim: Option<usize>,
+        before: &[usize],
+        after: &[usize],
+        kind: EventKind,
+    ) {
+        self.trace.events.push(Event {
+            sweep: self.sweep,
+            direction: self.direction,
+            op,
+            var,
+            dim: dim.map(|d| d as u16),
+            before: PackedAxes::pack(before),
+            after: PackedAxes::pack(after),
+            kind,
+        });
+    }
+
+    /// Applies one tensor's merged proposal dim by dim.
+    fn propose(
+        &mut self,
+        op: OpId,
+        var: VarId,
+        fwd: Option<&Sharding>,
+        bwd: Option<&Sharding>,
+    ) -> bool {
+        let rank = self.tensors[var.index()].rank();
+        let mut changed = false;
+        for d in 0..rank {
+            let f = fwd.and_then(|s| s.dims.get(d)).filter(|a| !a.is_empty());
+            let g = bwd.and_then(|s| s.dims.get(d)).filter(|a| !a.is_empty());
+            let (proposal, from_outputs) = match (f, g) {
+                (None, None) => continue,
+                (Some(a), None) => (a.clone(), false),
+                (None, Some(b)) => (b.clone(), true),
+                (Some(a), Some(b)) if a == b => (a.clone(), false),
+                (Some(a), Some(_)) => {
+                    let current = self.tensors[var.index()].dims[d].clone();
+                    if current != *a {
+                        self.reject(op, var, d, &current, &a.clone(), Conflict::RulesDisagree);
+                    }
+                    continue;
+                }
+            };
+            changed |= self.apply(op, var, d, proposal, from_outputs);
+        }
+        changed
+    }
+
+    fn apply(
+        &mut self,
+        op: OpId,
+        var: VarId,
+        d: usize,
+        proposal: Vec<usize>,
+        from_outputs: bool,
+    ) -> bool {
+        let attr = &self.tensors[var.index()];
+        let current = attr.dims[d].clone();
+        if current == proposal {
+            return false;
+        }
+        let conflict = if attr.annotated.get(d).copied().unwrap_or(false) {
+            Some(Conflict::Pinned)
+        } else if !current.is_empty() {
+            Some(Conflict::AlreadySplit)
+        } else if proposal.iter().any(|a| {
+            attr.dims
+                .iter()
+                .enumerate()
+                .any(|(e, axes)| e != d && axes.contains(a))
+                || attr.partial.iter().any(|(p, _)| p == a)
+        }) {
+            Some(Conflict::AxisInUse)
+        } else {
+            let mut trial = attr.clone();
+            trial.dims[d] = proposal.clone();
+            let var_ty = &self.program.var(var).ty;
+            local_shape("", &var_ty.shape, &trial)
+                .err()
+                .map(|_| Conflict::Uneven)
+        };
+        match conflict {
+            Some(c) => {
+                self.reject(op, var, d, &current, &proposal, c);
+                false
+            }
+            None => {
+                self.tensors[var.index()].dims[d] = proposal.clone();
+                self.event(
+                    op,
+                    var,
+                    Some(d),
+                    &current,
+                    &proposal,
+                    EventKind::Set { from_outputs },
+                );
+                true
+            }
+        }
+    }
+
+    /// Records a rejected proposal once (later sweeps re-propose the same thing).
+    fn reject(
+        &mut self,
+        op: OpId,
+        var: VarId,
+        d: usize,
+        current: &[usize],
+        proposal: &[usize],
+        c: Conflict,
+    ) {
+        if self
+            .rejected
+            .insert((var, d as u16, PackedAxes::pack(proposal), c))
+        {
+            self.event(op, var, Some(d), current, proposal, EventKind::Rejected(c));
+        }
+    }
+
+    /// Output partial status follows the forward result (axes that split a dim excluded).
+    fn set_partial(&mut self, op: OpId, var: VarId, s: &Sharding) -> bool {
+        let attr = &self.tensors[var.index()];
+        if attr.annotated.iter().any(|&a| a) {
+            return false; // the user's annotation owns this tensor's partial status
+        }
+        let partial: Vec<_> = s
+            .partial
+            .iter()
+            .copied()
+            .filter(|(a, _)| !attr.dims.iter().any(|axes| axes.contains(a)))
+            .collect();
+        if partial == attr.partial {
+            return false;
+        }
+        let before: Vec<usize> = attr.partial.iter().map(|p| p.0).collect();
+        let after: Vec<usize> = partial.iter().map(|p| p.0).collect();
+        self.tensors[var.index()].partial = partial;
+        self.event(op, var, None, &before, &after, EventKind::Partial);
+        true
+    }
+
+    /// The op's final dist attr: the rule's forward result on the completed tensors (or
+    /// replicated if the rule raised), by slot, and the implementation it implies.
+    fn op_attr(&self, op: OpId, b: &Binding) -> OperatorDistAttr {
+        let o = self.program.op(op);
+        let ins: Vec<DistTensor> = b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
+        let inferred = b
+            .rule
+            .infer_forward(self.mesh.shape(), &ins)
+            .unwrap_or_else(|_| Inferred {
+                inputs: ins
+                    .iter()
+                    .map(|t| Sharding::replicated(t.shape.len()))
+                    .collect(),
+                outputs: b
+                    .outputs
+                    .iter()
+                    .map(|&v| Sharding::replicated(self.program.var(v).ty.rank()))
+                    .collect(),
+            });
+        let to_attr = |s: &Sharding| TensorDistAttr {
+            mesh: self.mesh.clone(),
+            dims: s.dims.clone(),
+            partial: s.partial.clone(),
+            annotated: vec![false; s.dims.len()],
+        };
+        let mut attr = OperatorDistAttr::new(self.mesh.clone());
+        attr.inputs = o
+            .inputs
+            .iter()
+            .map(|s| vec![TensorDistAttr::replicated(self.mesh.clone(), 0); s.len()])
+            .collect();
+        attr.outputs = o
+            .outputs
+            .iter()
+            .map(|s| vec![TensorDistAttr::replicated(self.mesh.clone(), 0); s.len()])
+            .collect();
+        for (k, &(slot, idx)) in b.input_pos.iter().enumerate() {
+            if let Some(s) = inferred.inputs.get(k) {
+                attr.inputs[slot][idx] = to_attr(s);
+            }
+        }
+        for (k, &(slot, idx)) in b.output_pos.iter().enumerate() {
+            if let Some(s) = inferred.outputs.get(k) {
+                attr.outputs[slot][idx] = to_attr(s);
+            }
+        }
+        let (impl_type, impl_idx) = choose_impl(self.program, o, &attr);
+        attr.impl_type = impl_type.to_string();
+        attr.impl_idx = impl_idx;
+        attr
+    }
+}
+
+/// Picks the distributed implementation an op's dist attr implies (Paddle's container and
+/// index): matmul column (0), row (1) or replicate (2) parallel; vocab-parallel embedding;
+/// `elementwise` for same-shape elementwise ops; `default` otherwise.
+fn choose_impl(
+    program: &Program,
+    op: &crate::ir::Op,
+    attr: &OperatorDistAttr,
+) -> (&'static str, usize) {
+    let slot_dims = |slot: usize| {
+        attr.inputs
+            .get(slot)
+            .and_then(|s| s.first())
+            .map(|a| a.dims.clone())
+            .unwrap_or_default()
+    };
+    match op.ty {
+        OpType::MatmulV2 => {
+            let y = slot_dims(1);
+            let trans_y = op.attr_bool("trans_y", false);
+            let n = y.len();
+            let (k_dim, n_dim) = match n {
+                0 => return ("matmul_v2", 2),
+                1 => (0, None),
+                _ if trans_y => (n - 1, Some(n - 2)),
+                _ => (n - 2, Some(n - 1)),
+            };
+            if !y[k_dim].is_empty() {
+                ("matmul_v2", 1)
+            } else if n_dim.is_some_and(|d| !y[d].is_empty()) {
+                ("matmul_v2", 0)
+            } else {
+                ("matmul_v2", 2)
+            }
+        }
+        OpType::LookupTableV2 if slot_dims(0).first().is_some_and(|a| !a.is_empty()) => {
+            ("lookup_table_v2", 0)
+        }
+        OpType::Reshape2 => ("reshape2", 0),
+        OpType::Transpose2 => ("transpose2", 0),
+        OpType::Softmax => ("softmax", 0),
+        OpType::Relu
+        | OpType::Gelu
+        | OpType::Silu
+        | OpType::Square
+        | OpType::Scale
+        | OpType::Cast
+        | OpType::Assign
+        | OpType::Dropout => ("elementwise", 0),
+        OpType::ElementwiseAdd
+        | OpType::ElementwiseSub
+        | OpType::ElementwiseMul
+        | OpType::ElementwiseDiv => {
+            let shapes: Vec<&[usize]> = op
+                .all_inputs()
+                .map(|v| program.var(v).ty.shape.as_slice())
+                .collect();
+            if shapes.windows(2).all(|w| w[0] == w[1]) {
+                ("elementwise", 0)
+            } else {
+                ("default", 0)
+            }
+        }
+        OpType::FusedSoftmaxMaskUpperTriangle
+        | OpType::LayerNorm
+        | OpType::LookupTableV2
+        | OpType::Split
+        | OpType::Concat
+        | OpType::ReduceSum
+        | OpType::ReduceMean
+        | OpType::Mean
+        | OpType::SoftmaxWithCrossEntropy
+        | OpType::FillConstant => ("default", 0),
+    }
+}

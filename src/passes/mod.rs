@@ -1,0 +1,11 @@
+//! The planning passes, in pipeline order (see `../shared/DESIGN.md`):
+//!
+//! 1. [`complete`]: complete the dist attrs of every tensor and op (SPMD rules, forward and
+//!    reverse sweeps to a fixpoint), recording a trace that explains every decision.
+//!
+//! Architecture invariant: passes depend on `ir`, `dist`, `spmd` and `plan` only; never on
+//! `exec`, `web` or `cli`.
+
+pub mod complete;
+
+pub use complete::{complete, CompleteError, Completed};
