@@ -4,6 +4,7 @@
 
 mod gpt;
 mod mlp;
+pub mod scenarios;
 
 use crate::ir::{DType, Program, ProgramError};
 use serde::{Deserialize, Serialize};

@@ -8,4 +8,4 @@
 
 pub mod complete;
 
-pub use complete::{complete, CompleteError, Completed};
+pub use complete::{complete, complete_from, CompleteError, Completed};

@@ -71,6 +71,15 @@ struct State<'a> {
 
 /// Completes the dist attrs of `plan`.
 pub fn complete(plan: &Plan) -> Result<Completed, CompleteError> {
+    complete_from(plan, None)
+}
+
+/// Completes starting from `start` (one attr per variable; annotations still pinned) instead
+/// of replicated tensors. Completing a completed result again changes nothing.
+pub fn complete_from(
+    plan: &Plan,
+    start: Option<&[TensorDistAttr]>,
+) -> Result<Completed, CompleteError> {
     let mesh = plan.mesh.clone().ok_or(CompleteError::NoMesh)?;
     let issues = verify_plan(plan);
     if !issues.is_empty() {
@@ -112,6 +121,13 @@ pub fn complete(plan: &Plan) -> Result<Completed, CompleteError> {
             }
         }
         state.tensors[ann.var.index()] = ann.attr.clone();
+    }
+    if let Some(start) = start.filter(|s| s.len() == state.tensors.len()) {
+        for (t, s) in state.tensors.iter_mut().zip(start) {
+            let annotated = std::mem::take(&mut t.annotated);
+            *t = s.clone();
+            t.annotated = annotated;
+        }
     }
     let mut sweeps = 0;
     loop {

@@ -1,0 +1,119 @@
+//! Ready-made plans: a preset model, a mesh and annotations, written as the one-line specs
+//! a user would type (`--mesh 2x4:dp,mp --shard x=dp,-`). The playground's presets, the
+//! CLI's `--scenario` and the golden tests share them.
+
+use super::{Model, ModelConfig, ModelError};
+use crate::plan::{parse_mesh_spec, parse_shard_spec, Plan};
+use std::sync::Arc;
+
+/// A named plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub model: Model,
+    pub layers: usize,
+    pub mesh: &'static str,
+    pub shards: Vec<String>,
+}
+
+/// Megatron-LM tensor parallelism for every block of `layers`: q, k, v and fc1 column
+/// parallel (weights `[-, mp]`, biases `[mp]`), the output projection and fc2 row parallel.
+pub fn megatron_shards(layers: usize, mp: &str) -> Vec<String> {
+    let mut shards = Vec::new();
+    for i in 0..layers {
+        for col in ["attn.q", "attn.k", "attn.v", "mlp.fc1"] {
+            shards.push(format!("h{i}.{col}.w=-,{mp}"));
+            shards.push(format!("h{i}.{col}.b={mp}"));
+        }
+        for row in ["attn.o", "mlp.fc2"] {
+            shards.push(format!("h{i}.{row}.w={mp},-"));
+        }
+    }
+    shards
+}
+
+/// Every scenario.
+pub fn scenarios() -> Vec<Scenario> {
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut gpt_shards = s(&["x=dp,-,-"]);
+    gpt_shards.extend(megatron_shards(1, "mp"));
+    vec![
+        Scenario {
+            name: "dp_mlp",
+            title: "Data-parallel MLP",
+            model: Model::Mlp,
+            layers: 0,
+            mesh: "4:dp",
+            shards: s(&["x=dp,-"]),
+        },
+        Scenario {
+            name: "megatron_mlp",
+            title: "Megatron MLP (column then row parallel)",
+            model: Model::Mlp,
+            layers: 0,
+            mesh: "4:mp",
+            shards: s(&["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]),
+        },
+        Scenario {
+            name: "gpt_dp_mp",
+            title: "GPT block, data × tensor parallel",
+            model: Model::Gpt,
+            layers: 1,
+            mesh: "2x4:dp,mp",
+            shards: gpt_shards,
+        },
+        Scenario {
+            name: "vocab_embedding",
+            title: "Vocab-parallel embedding",
+            model: Model::EmbeddingLm,
+            layers: 1,
+            mesh: "2x4:dp,mp",
+            shards: s(&["ids=dp,-", "wte=mp,-"]),
+        },
+        Scenario {
+            name: "reshard_conflict",
+            title: "A conflict that forces a reshard",
+            model: Model::Mlp,
+            layers: 0,
+            mesh: "2x4:dp,mp",
+            shards: s(&["x=dp,mp", "linear_0.w_0=-,mp"]),
+        },
+    ]
+}
+
+impl Scenario {
+    /// Looks a scenario up by name.
+    pub fn by_name(name: &str) -> Option<Scenario> {
+        scenarios().into_iter().find(|s| s.name == name)
+    }
+
+    /// The model's sizes (its defaults, with this scenario's layer count).
+    pub fn config(&self) -> ModelConfig {
+        let base = self.model.default_config();
+        if self.layers > 0 {
+            ModelConfig {
+                layers: self.layers,
+                ..base
+            }
+        } else {
+            base
+        }
+    }
+
+    /// Builds the plan.
+    pub fn plan(&self) -> Result<Plan, ModelError> {
+        let program = self.model.build(&self.config())?;
+        let mesh = Arc::new(parse_mesh_spec(self.mesh).map_err(ModelError::BadSize)?);
+        let mut plan = Plan {
+            mesh: Some(mesh.clone()),
+            program,
+            annotations: Vec::new(),
+        };
+        for spec in &self.shards {
+            plan.annotations
+                .push(parse_shard_spec(spec, &plan.program, &mesh).map_err(ModelError::BadSize)?);
+        }
+        Ok(plan)
+    }
+}

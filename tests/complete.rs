@@ -1,0 +1,269 @@
+//! Completion: golden completed programs for `gpt` under dp, Megatron mp and dp×mp, golden
+//! provenance, errors for annotations that cannot hold, the fallback on rule conflicts, and
+//! a property test (idempotent, annotations untouched, results valid).
+//! Rewrite goldens with `UPDATE_EXPECT=1 cargo test --test complete`.
+#![cfg(not(target_arch = "wasm32"))]
+
+use expect_test::{expect, expect_file, Expect, ExpectFile};
+use proptest::prelude::*;
+use shardlab::dist::{local_shape, TensorDistAttr};
+use shardlab::models::scenarios::{megatron_shards, Scenario};
+use shardlab::models::{Model, ModelConfig};
+use shardlab::passes::complete::{completed_text, explain_text, EventKind};
+use shardlab::passes::{complete, complete_from};
+use shardlab::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
+use std::sync::Arc;
+
+fn gpt_plan(mesh: &str, shards: &[String]) -> Plan {
+    let program = Model::Gpt.build(&Model::Gpt.default_config()).unwrap();
+    let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
+    let annotations = shards
+        .iter()
+        .map(|s| parse_shard_spec(s, &program, &mesh).unwrap())
+        .collect();
+    Plan {
+        mesh: Some(mesh),
+        program,
+        annotations,
+    }
+}
+
+fn check_completed(plan: &Plan, golden: ExpectFile) {
+    let c = complete(plan).unwrap();
+    golden.assert_eq(&completed_text(&plan.program, &c));
+}
+
+#[test]
+fn gpt_data_parallel() {
+    check_completed(
+        &gpt_plan("4:dp", &["x=dp,-,-".into()]),
+        expect_file!["golden/complete_gpt_dp.txt"],
+    );
+}
+
+#[test]
+fn gpt_megatron_tensor_parallel() {
+    check_completed(
+        &gpt_plan("4:mp", &megatron_shards(2, "mp")),
+        expect_file!["golden/complete_gpt_mp.txt"],
+    );
+}
+
+#[test]
+fn gpt_data_and_tensor_parallel() {
+    let mut shards = vec!["x=dp,-,-".to_string()];
+    shards.extend(megatron_shards(2, "mp"));
+    check_completed(
+        &gpt_plan("2x4:dp,mp", &shards),
+        expect_file!["golden/complete_gpt_dp_mp.txt"],
+    );
+}
+
+fn explain(scenario: &str, var: &str, golden: Expect) {
+    let plan = Scenario::by_name(scenario).unwrap().plan().unwrap();
+    let c = complete(&plan).unwrap();
+    let v = plan.program.var_id(var).unwrap();
+    golden.assert_eq(&explain_text(&plan.program, &c, v));
+}
+
+#[test]
+fn provenance_of_a_column_parallel_activation() {
+    explain(
+        "megatron_mlp",
+        "gelu_0.tmp_0",
+        expect![[r#"
+            gelu_0.tmp_0 f32[16, 256]: [-, mp]
+            dim 0 = -: nothing split it
+            dim 1 = mp:
+              1. annotated: linear_0.w_0 dim 1 = mp
+              2. sweep 1 forward: op0 (matmul_v2) set linear_0.tmp_0 dim 1 = mp from its inputs
+              3. sweep 1 forward: op1 (elementwise_add) set linear_0.tmp_1 dim 1 = mp from its inputs
+              4. sweep 1 forward: op2 (gelu) set gelu_0.tmp_0 dim 1 = mp from its inputs
+        "#]],
+    );
+}
+
+#[test]
+fn provenance_reaches_the_label_through_the_loss_op() {
+    // The label is split on the batch only because the cross-entropy merges it with the logits.
+    explain(
+        "dp_mlp",
+        "label",
+        expect![[r#"
+            label i64[16, 1]: [dp, -]
+            dim 0 = dp:
+              1. annotated: x dim 0 = dp
+              2. sweep 1 forward: op0 (matmul_v2) set linear_0.tmp_0 dim 0 = dp from its inputs
+              3. sweep 1 forward: op1 (elementwise_add) set linear_0.tmp_1 dim 0 = dp from its inputs
+              4. sweep 1 forward: op2 (gelu) set gelu_0.tmp_0 dim 0 = dp from its inputs
+              5. sweep 1 forward: op3 (matmul_v2) set linear_1.tmp_0 dim 0 = dp from its inputs
+              6. sweep 1 forward: op4 (elementwise_add) set linear_1.tmp_1 dim 0 = dp from its inputs
+              7. sweep 1 forward: op5 (softmax_with_cross_entropy) set label dim 0 = dp from its inputs
+            dim 1 = -: nothing split it
+        "#]],
+    );
+}
+
+#[test]
+fn conflicts_are_recorded_and_force_a_reshard() {
+    let plan = Scenario::by_name("reshard_conflict")
+        .unwrap()
+        .plan()
+        .unwrap();
+    let c = complete(&plan).unwrap();
+    let w = plan.program.var_id("linear_0.w_0").unwrap();
+    // x pins k to mp, so the matmul wants the weight as [mp, -]; the weight is pinned
+    // [-, mp]: the op's wanted input differs from the tensor, which is a reshard.
+    assert_eq!(c.tensors[w.index()].dims, vec![vec![], vec![1]]);
+    assert_eq!(c.ops[0].inputs[1][0].dims, vec![vec![1], vec![]]);
+    assert_eq!(c.ops[0].impl_idx, 1, "row parallel: k is split");
+    let rejected = c
+        .trace
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Rejected(_)))
+        .count();
+    assert!(rejected > 0);
+    let text = explain_text(&plan.program, &c, w);
+    assert!(text.contains("conflicts:\n  op0 (matmul_v2) proposed dim 0 = mp: rejected, the dim is pinned by an annotation"), "{text}");
+}
+
+#[test]
+fn a_rule_error_falls_back_to_replicated_inputs() {
+    let text = "mesh [2, 4] (dp, mp)\nvar a: f32[8, 8] input\nvar b: f32[8, 8] input\nvar c: f32[8, 8] activation\n\
+                op elementwise_add(X=a, Y=b) -> (Out=c)\nshard a [dp, mp]\nshard b [mp, dp]\n";
+    let (plan, _) = parse_plan(text).unwrap();
+    let c = complete(&plan).unwrap();
+    assert_eq!(c.trace.rule_errors.len(), 1);
+    assert!(
+        c.trace.rule_errors[0]
+            .1
+            .contains("is Sharded by two different mesh dimension"),
+        "{:?}",
+        c.trace.rule_errors
+    );
+    assert_eq!(c.ops[0].inputs[0][0].dims, vec![Vec::<usize>::new(); 2]);
+    assert!(completed_text(&plan.program, &c).contains("# rule error at op0 (elementwise_add)"));
+}
+
+#[test]
+fn annotations_that_cannot_hold_name_the_variable_and_dim() {
+    let base = "mesh [2, 4] (dp, mp)\nvar x: f32[6, 8] input\nvar y: f32[6, 8] activation\nop relu(X=x) -> (Out=y)\n";
+    let cases = [
+        (
+            "shard x [dp, dp]",
+            "`x`: mesh axis `dp` splits more than one dim (dims 0 and 1)",
+        ),
+        (
+            "shard x [mp, -]",
+            "`x` dim 0 has size 6, which mesh axis `mp` (size 4) does not divide evenly",
+        ),
+        (
+            "shard x [-, mp] partial(mp=SUM)",
+            "`x`: mesh axis `mp` is both partial and splitting dim 1",
+        ),
+    ];
+    for (shard, want) in cases {
+        let (plan, _) = parse_plan(&format!("{base}{shard}\n")).unwrap();
+        let err = complete(&plan).unwrap_err().to_string();
+        assert!(err.contains(want), "{shard}: {err}");
+    }
+    let err = parse_plan(&format!("{base}shard x [tp, -]\n")).unwrap_err();
+    assert_eq!(
+        err[0].to_string(),
+        "5:10: unknown mesh axis `tp`; the mesh has (dp, mp)"
+    );
+    let (plan, _) = parse_plan("var x: f32[4] input\n").unwrap();
+    assert_eq!(
+        complete(&plan).unwrap_err().to_string(),
+        "the plan has no mesh; declare one with `mesh [..] (..)` or --mesh"
+    );
+}
+
+/// A random plan: a small gpt or mlp, a random mesh, and random (valid) annotations.
+fn random_plan() -> impl Strategy<Value = Plan> {
+    let meshes = prop::sample::select(vec!["2:a", "4:a", "2x2:a,b", "2x4:a,b", "2x2x2:a,b,c"]);
+    let models = prop::sample::select(vec![
+        Model::Mlp,
+        Model::MlpMse,
+        Model::Gpt,
+        Model::EmbeddingLm,
+    ]);
+    let picks = prop::collection::vec(
+        (
+            any::<prop::sample::Index>(),
+            prop::collection::vec(0usize..5, 4),
+        ),
+        1..6,
+    );
+    (meshes, models, picks).prop_map(|(mesh, model, picks)| {
+        let cfg = ModelConfig {
+            layers: 1,
+            ..model.default_config()
+        };
+        let program = model.build(&cfg).unwrap();
+        let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
+        let mut annotations: Vec<Annotation> = Vec::new();
+        for (var, choices) in picks {
+            let v = shardlab::ir::VarId(var.index(program.vars().len()) as u32);
+            if annotations.iter().any(|a| a.var == v) {
+                continue;
+            }
+            let var_ref = program.var(v);
+            let mut attr = TensorDistAttr::replicated(mesh.clone(), var_ref.ty.rank());
+            for (d, &choice) in choices.iter().enumerate().take(var_ref.ty.rank()) {
+                // 0: free; 1: pinned replicated; 2..: a mesh axis, if free and dividing.
+                match choice {
+                    0 => {}
+                    1 => attr.annotated[d] = true,
+                    c => {
+                        let axis = (c - 2) % mesh.ndim();
+                        let mut trial = attr.clone();
+                        trial.dims[d] = vec![axis];
+                        trial.annotated[d] = true;
+                        if trial.validate(&var_ref.name, &var_ref.ty.shape).is_ok() {
+                            attr = trial;
+                        }
+                    }
+                }
+            }
+            annotations.push(Annotation { var: v, attr });
+        }
+        Plan {
+            mesh: Some(mesh),
+            program,
+            annotations,
+        }
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn completion_is_idempotent_keeps_annotations_and_is_valid(plan in random_plan()) {
+        let c = complete(&plan).unwrap();
+        for ann in &plan.annotations {
+            let t = &c.tensors[ann.var.index()];
+            for (d, pinned) in ann.attr.annotated.iter().enumerate() {
+                if *pinned {
+                    prop_assert_eq!(&t.dims[d], &ann.attr.dims[d]);
+                }
+            }
+        }
+        for (v, t) in plan.program.vars().iter().zip(&c.tensors) {
+            prop_assert!(t.validate(&v.name, &v.ty.shape).is_ok(), "{} {:?}", v.name, t.dims);
+        }
+        for (op, attr) in plan.program.ops().iter().zip(&c.ops) {
+            for (vars, attrs) in op.inputs.iter().zip(&attr.inputs) {
+                for (v, a) in vars.iter().zip(attrs) {
+                    let var = plan.program.var(*v);
+                    prop_assert!(local_shape(&var.name, &var.ty.shape, a).is_ok());
+                }
+            }
+        }
+        let again = complete_from(&plan, Some(&c.tensors)).unwrap();
+        prop_assert_eq!(&again.tensors, &c.tensors);
+        let changes = again.trace.events.iter().filter(|e| matches!(e.kind, EventKind::Set { .. } | EventKind::Partial)).count();
+        prop_assert_eq!(changes, 0);
+    }
+}

@@ -1,0 +1,141 @@
+//! Completion of Paddle's MLP agrees with Paddle 3.3.1's static Completer
+//! (`oracle/paddle/complete_mlp.json`) in every config: every variable's dims_mapping,
+//! every op's implementation, and the partial outputs Paddle records on ops.
+#![cfg(not(target_arch = "wasm32"))]
+
+use serde_json::Value;
+use shardlab::dist::{ProcessMesh, TensorDistAttr};
+use shardlab::models::Model;
+use shardlab::passes::{complete, Completed};
+use shardlab::plan::{Annotation, Plan};
+use std::sync::Arc;
+
+fn oracle() -> Value {
+    serde_json::from_str(include_str!("oracle/paddle/complete_mlp.json")).unwrap()
+}
+
+/// The plan of one config: Paddle's MLP, the config's mesh, and its annotations
+/// (`None` for a var = not annotated; `None` inside a list = a pinned replicated dim).
+fn plan_of(config: &Value) -> Plan {
+    let ann = &config["annotation"];
+    let shape: Vec<usize> = serde_json::from_value(ann["mesh_shape"].clone()).unwrap();
+    let names: Vec<String> = serde_json::from_value(ann["dim_names"].clone()).unwrap();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mesh = Arc::new(ProcessMesh::with_names(&shape, &refs).unwrap());
+    let program = Model::Mlp.build(&Model::Mlp.default_config()).unwrap();
+    let mut annotations = Vec::new();
+    for (name, dims) in ann.as_object().unwrap() {
+        let (Some(list), Some(var)) = (dims.as_array(), program.var_id(name)) else {
+            continue;
+        };
+        let mut attr = TensorDistAttr::replicated(mesh.clone(), list.len());
+        for (d, axis) in list.iter().enumerate() {
+            attr.annotated[d] = true;
+            if let Some(a) = axis.as_str() {
+                attr.dims[d] = vec![mesh.axis_by_name(a).unwrap()];
+            }
+        }
+        annotations.push(Annotation { var, attr });
+    }
+    Plan {
+        mesh: Some(mesh),
+        program,
+        annotations,
+    }
+}
+
+fn check_config(name: &str) -> Completed {
+    let oracle = oracle();
+    let config = &oracle["configs"][name];
+    let plan = plan_of(config);
+    let c = complete(&plan).unwrap();
+    let program = &plan.program;
+    for v in config["forward_completion"]["vars"].as_array().unwrap() {
+        let var = program.var_id(v["name"].as_str().unwrap()).unwrap();
+        let want: Vec<i64> = serde_json::from_value(v["dims_mapping"].clone()).unwrap();
+        assert_eq!(
+            c.tensors[var.index()].dims_mapping(),
+            want,
+            "{name}: {}",
+            v["name"]
+        );
+    }
+    for (i, op) in config["forward_completion"]["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(op["type"].as_str(), Some(program.ops()[i].ty.name()));
+        assert_eq!(
+            c.ops[i].impl_type,
+            op["impl_type"].as_str().unwrap(),
+            "{name}: op{i} impl_type"
+        );
+        assert_eq!(
+            c.ops[i].impl_idx as u64,
+            op["impl_idx"].as_u64().unwrap(),
+            "{name}: op{i} impl_idx"
+        );
+        for (slot, vars) in op["inputs"].as_object().unwrap() {
+            let slot_idx = program.ops()[i]
+                .ty
+                .input_slots()
+                .iter()
+                .position(|s| s.name == slot)
+                .unwrap();
+            for (_, want) in vars.as_object().unwrap() {
+                let want: Vec<i64> = serde_json::from_value(want.clone()).unwrap();
+                assert_eq!(
+                    c.ops[i].inputs[slot_idx][0].dims_mapping(),
+                    want,
+                    "{name}: op{i} input {slot}"
+                );
+            }
+        }
+        if let Some(partials) = op.get("output_partial_dims") {
+            for (var, axes) in partials.as_object().unwrap() {
+                let v = program.var_id(var).unwrap();
+                let want: Vec<usize> = serde_json::from_value(axes.clone()).unwrap();
+                assert_eq!(
+                    c.tensors[v.index()].partial_axes(),
+                    want,
+                    "{name}: partial of {var}"
+                );
+            }
+        }
+    }
+    c
+}
+
+/// Deviation: Paddle's Completer records no partial status on the loss of `reduce_mean`;
+/// we mark it AVG-partial over the mesh axes splitting the batch, which is what each rank
+/// holds (its local mean). The data-parallel gradient scaling follows from it.
+fn assert_loss_is_avg_partial_on(c: &Completed, plan_axes: &[usize]) {
+    let loss = c.tensors.last().unwrap();
+    assert_eq!(loss.partial_axes(), plan_axes);
+}
+
+#[test]
+fn dp_matches_paddle() {
+    let c = check_config("dp");
+    assert_loss_is_avg_partial_on(&c, &[0]);
+}
+
+#[test]
+fn megatron_mp_matches_paddle() {
+    let c = check_config("mp");
+    assert_loss_is_avg_partial_on(&c, &[]);
+}
+
+#[test]
+fn dp_mp_matches_paddle() {
+    let c = check_config("dp_mp");
+    assert_loss_is_avg_partial_on(&c, &[0]);
+}
+
+#[test]
+fn input_only_annotation_on_2d_mesh_matches_paddle() {
+    let c = check_config("dp_on_2d_mesh_input_only");
+    assert_loss_is_avg_partial_on(&c, &[0]);
+}
