@@ -98,8 +98,8 @@ pub fn completed_text(program: &Program, c: &Completed) -> String {
             let mut parts = Vec::new();
             for ((spec, vs), ats) in specs.iter().zip(vars).zip(attrs) {
                 for (v, a) in vs.iter().zip(ats) {
-                    let reshard = inputs && c.tensors[v.index()].dims != a.dims
-                        || inputs && c.tensors[v.index()].partial != a.partial;
+                    let t = &c.tensors[v.index()];
+                    let reshard = inputs && (t.dims != a.dims || t.partial != a.partial);
                     parts.push(format!(
                         "{}={}{}{}",
                         spec.name,
