@@ -149,3 +149,115 @@ fn help_lists_every_command_and_flag() {
         assert!(print.contains(flag), "print --help mentions {flag}");
     }
 }
+
+#[test]
+fn spmd_runs_paddle_cases_and_prints_json() {
+    let out = shardlab(&[
+        "spmd",
+        "--cases",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/oracle/paddle/spmd_cases.json"
+        ),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let results: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 99);
+    let case12 = results.iter().find(|r| r["id"] == 12).unwrap();
+    assert_eq!(case12["co_shard"], true);
+    assert_eq!(
+        case12["inputs_multi_dims_mapping"],
+        serde_json::json!([[[], [1, 0]], [[1, 0], []]])
+    );
+    assert_eq!(
+        case12["outputs"][0]["partial_reduce"],
+        serde_json::json!({"0": "SUM", "1": "SUM"})
+    );
+    let case54 = results.iter().find(|r| r["id"] == 54).unwrap();
+    assert_eq!(
+        case54["error"],
+        "Tensor Axis[a] is Sharded by two different mesh dimension [1] and [0]."
+    );
+    let bad = temp_file("bad_cases.json", "[{\"id\": 1}]");
+    let out = shardlab(&["spmd", "--cases", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("case 0: missing field `op`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn plan_completes_explains_and_emits_json() {
+    let args = [
+        "plan",
+        "--preset",
+        "mlp",
+        "--mesh",
+        "4:mp",
+        "--shard",
+        "linear_0.w_0=-,mp",
+        "--shard",
+        "linear_1.w_0=mp,-",
+    ];
+    let out = shardlab(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    assert!(
+        printed.contains("op0 matmul_v2 [matmul_v2 #0: column parallel]"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("op3 matmul_v2 [matmul_v2 #1: row parallel]"),
+        "{printed}"
+    );
+    let mut explain = args.to_vec();
+    explain.extend(["--explain", "gelu_0.tmp_0"]);
+    let out = text(&shardlab(&explain).stdout);
+    assert!(
+        out.contains("1. annotated: linear_0.w_0 dim 1 = mp"),
+        "{out}"
+    );
+    let mut json = args.to_vec();
+    json.extend(["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&shardlab(&json).stdout).unwrap();
+    assert_eq!(v["ops"][3]["impl_idx"], 1);
+    assert_eq!(v["vars"][9]["name"], "linear_1.tmp_0");
+    assert_eq!(v["vars"][9]["partial"], serde_json::json!({"0": "SUM"}));
+    assert!(!v["trace"]["events"].as_array().unwrap().is_empty());
+    // A plan file works the same way, and errors are reported, not panicked on.
+    let plan = text(
+        &shardlab(&[
+            "print", "--preset", "mlp", "--mesh", "4:dp", "--shard", "x=dp,-",
+        ])
+        .stdout,
+    );
+    let path = temp_file("dp.plan", &plan);
+    let out = shardlab(&["plan", path.to_str().unwrap()]);
+    assert!(
+        text(&out.stdout).contains("linear_1.tmp_1"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = shardlab(&["plan", "--preset", "mlp"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "error: the plan has no mesh; declare one with `mesh [..] (..)` or --mesh\n"
+    );
+    let out = shardlab(&[
+        "plan",
+        "--preset",
+        "mlp",
+        "--mesh",
+        "4:dp",
+        "--explain",
+        "nope",
+    ]);
+    assert_eq!(
+        text(&out.stderr),
+        "error: --explain: unknown variable `nope`\n"
+    );
+}

@@ -101,6 +101,7 @@ pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
             },
         })
         .collect();
+    let mut seen = std::collections::HashSet::new();
     for (i, ann) in plan.annotations.iter().enumerate() {
         let var = plan.program.var(ann.var);
         if let Err(e) = ann.attr.validate(&var.name, &var.ty.shape) {
@@ -109,7 +110,7 @@ pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
                 message: format!("shard: {e}"),
             });
         }
-        if plan.annotations[..i].iter().any(|a| a.var == ann.var) {
+        if !seen.insert(ann.var) {
             issues.push(PlanIssue {
                 subject: PlanSubject::Annotation(i),
                 message: format!("shard: `{}` is annotated twice", var.name),

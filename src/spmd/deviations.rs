@@ -1,7 +1,8 @@
 //! Where ShardLab's SPMD rules deliberately differ from PaddlePaddle 3.3.1, case by case,
 //! with the reason. The oracle test checks that each listed case still differs.
 
-/// A deliberate deviation from Paddle on one oracle case (matched by op and note).
+/// A deliberate deviation from Paddle on oracle cases (matched by op and note; an empty
+/// note matches every case of the op).
 #[derive(Clone, Copy, Debug)]
 pub struct Deviation {
     pub op: &'static str,
@@ -15,7 +16,14 @@ pub const DEVIATIONS: &[Deviation] = &[
     Deviation {
         op: "matmul",
         note: "broadcast batch [4,1] vs [8]",
-        ours: "batch dims broadcast to [4, 8]; x keeps its batch shard",
+        ours: "batch dims broadcast to [4, 8    Deviation {
+        op: "max",
+        note: "",
+        ours: "a MAX partial over the reduced split axes",
+        reason: "Paddle's rule registered as `max` marks the output SUM-partial, but reducing \
+                 partial maxima needs MAX",
+    },
+]; x keeps its batch shard",
         reason: "Paddle raises `ValueError vector::_M_fill_insert`, a crash in its notation code, \
                  on a valid numpy broadcast; we infer the broadcast",
     },
@@ -25,5 +33,12 @@ pub const DEVIATIONS: &[Deviation] = &[
         ours: "output [0, 1]: the decreased axis is dropped",
         reason: "Paddle returns a 3-dim mapping for a 2-dim output (it ignores decrease_axis), \
                  which no tensor can carry",
+    },
+    Deviation {
+        op: "max",
+        note: "",
+        ours: "a MAX partial over the reduced split axes",
+        reason: "Paddle's rule registered as `max` marks the output SUM-partial, but reducing \
+                 partial maxima needs MAX",
     },
 ];

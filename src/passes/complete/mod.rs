@@ -67,6 +67,13 @@ struct State<'a> {
     direction: Direction,
     /// Rejections already recorded, so each conflict appears once in the trace.
     rejected: HashSet<(VarId, u16, PackedAxes, Conflict)>,
+    /// The ops reading or writing each variable.
+    users: Vec<Vec<OpId>>,
+    /// Ops whose variables changed since they were last visited; a clean op's rule would
+    /// return what it returned last time, so sweeps skip it.
+    dirty: Vec<bool>,
+    /// Variables changed during the current visit.
+    touched: Vec<VarId>,
 }
 
 /// Completes the dist attrs of `plan`.
@@ -110,7 +117,15 @@ pub fn complete_from(
         sweep: 0,
         direction: Direction::Forward,
         rejected: HashSet::new(),
+        users: vec![Vec::new(); program.vars().len()],
+        dirty: vec![true; program.ops().len()],
+        touched: Vec::new(),
     };
+    for (i, op) in program.ops().iter().enumerate() {
+        for v in op.all_inputs().chain(op.all_outputs()) {
+            state.users[v.index()].push(OpId(i as u32));
+        }
+    }
     for ann in &plan.annotations {
         for (d, axes) in ann.attr.dims.iter().enumerate() {
             if !axes.is_empty() {
@@ -178,6 +193,19 @@ impl State<'_> {
     /// Runs the op's rule both ways and applies the merged proposals; returns whether
     /// anything changed.
     fn visit(&mut self, op: OpId, b: &Binding) -> bool {
+        if !std::mem::replace(&mut self.dirty[op.index()], false) {
+            return false;
+        }
+        let changed = self.run_rule(op, b);
+        for v in std::mem::take(&mut self.touched) {
+            for &user in &self.users[v.index()] {
+                self.dirty[user.index()] = true;
+            }
+        }
+        changed
+    }
+
+    fn run_rule(&mut self, op: OpId, b: &Binding) -> bool {
         let ins: Vec<DistTensor> = b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
         let outs: Vec<DistTensor> = b.outputs.iter().map(|&v| self.dist_tensor(v)).collect();
         let shape = self.mesh.shape().to_vec();
@@ -294,6 +322,7 @@ impl State<'_> {
             }
             None => {
                 self.tensors[var.index()].dims[d] = proposal.clone();
+                self.touched.push(var);
                 self.event(
                     op,
                     var,
@@ -343,6 +372,7 @@ impl State<'_> {
         let before: Vec<usize> = attr.partial.iter().map(|p| p.0).collect();
         let after: Vec<usize> = partial.iter().map(|p| p.0).collect();
         self.tensors[var.index()].partial = partial;
+        self.touched.push(var);
         self.event(op, var, None, &before, &after, EventKind::Partial);
         true
     }

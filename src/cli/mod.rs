@@ -1,6 +1,8 @@
 //! The `shardlab` command-line tool: a thin shell over the core. Only this module prints
 //! or touches files.
 
+mod bench;
+
 use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
 use crate::plan::{
@@ -29,6 +31,18 @@ enum Command {
     },
     /// Plan a model: complete the dist attrs of every tensor and op.
     Plan(PlanArgs),
+    /// Time the planner on growing models (medians; see also the closing notes).
+    Bench {
+        /// What to time: complete.
+        #[arg(long, default_value = "complete", value_parser = ["complete"])]
+        what: String,
+        /// Layer counts of the gpt preset.
+        #[arg(long, value_delimiter = ',', default_value = "2,8,24,48,96")]
+        layers: Vec<usize>,
+        /// Runs per size (the median is reported).
+        #[arg(long, default_value_t = 11)]
+        repeat: usize,
+    },
     /// Run SPMD rule cases (Paddle's rule-test schema) and print the results as JSON.
     Spmd {
         /// A JSON list of cases, e.g. ../shared/oracle/paddle/spmd_cases.json.
@@ -143,6 +157,12 @@ pub fn main() -> ExitCode {
         Command::Check { file } => check(&file),
         Command::Spmd { cases } => spmd_cases(&cases),
         Command::Plan(args) => plan(&args),
+        Command::Bench { what: _, layers, repeat } => {
+            bench::bench_complete(&layers, repeat).map(|t| {
+                emit(&t);
+                ExitCode::SUCCESS
+            })
+        }
     };
     match result {
         Ok(code) => code,
