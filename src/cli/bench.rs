@@ -10,21 +10,41 @@ use std::time::{Duration, Instant};
 
 /// Paddle 3.3.1's Python Completer on this machine class (forward completion), from the
 /// issue: (layers, forward ops, seconds).
-const PADDLE_COMPLETE: [(usize, usize, f64); 5] =
-    [(2, 65, 0.10), (8, 239, 0.42), (24, 703, 1.65), (48, 1399, 4.87), (96, 2791, 18.3)];
+const PADDLE_COMPLETE: [(usize, usize, f64); 5] = [
+    (2, 65, 0.10),
+    (8, 239, 0.42),
+    (24, 703, 1.65),
+    (48, 1399, 4.87),
+    (96, 2791, 18.3),
+];
 
 /// The gpt preset on a `[2, 4]` mesh with dp on the batch and Megatron mp.
 pub fn gpt_dp_mp_plan(layers: usize) -> Result<Plan, String> {
-    let program = Model::Gpt.build(&ModelConfig { layers, ..Model::Gpt.default_config() }).map_err(|e| e.to_string())?;
+    let program = Model::Gpt
+        .build(&ModelConfig {
+            layers,
+            ..Model::Gpt.default_config()
+        })
+        .map_err(|e| e.to_string())?;
     let mesh = Arc::new(parse_mesh_spec("2x4:dp,mp")?);
     let mut shards = vec!["x=dp,-,-".to_string()];
     shards.extend(megatron_shards(layers, "mp"));
-    let annotations = shards.iter().map(|s| parse_shard_spec(s, &program, &mesh)).collect::<Result<_, _>>()?;
-    Ok(Plan { mesh: Some(mesh), program, annotations })
+    let annotations = shards
+        .iter()
+        .map(|s| parse_shard_spec(s, &program, &mesh))
+        .collect::<Result<_, _>>()?;
+    Ok(Plan {
+        mesh: Some(mesh),
+        program,
+        annotations,
+    })
 }
 
 /// The median of `repeat` timings of `f`.
-pub fn median(repeat: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<Duration, String> {
+pub fn median(
+    repeat: usize,
+    mut f: impl FnMut() -> Result<(), String>,
+) -> Result<Duration, String> {
     let mut times = Vec::with_capacity(repeat);
     for _ in 0..repeat.max(1) {
         let start = Instant::now();
@@ -38,13 +58,24 @@ pub fn median(repeat: usize, mut f: impl FnMut() -> Result<(), String>) -> Resul
 /// Forward completion of gpt at each layer count: median time, time per op, and the ratio
 /// to Paddle's Python Completer.
 pub fn bench_complete(layers: &[usize], repeat: usize) -> Result<String, String> {
-    let mut out = String::from("forward completion of gpt on [2, 4] (dp x Megatron mp), median of runs\n");
-    out.push_str(&format!("{:>6} {:>6} {:>12} {:>12} {:>14}\n", "layers", "ops", "median", "per op", "vs Paddle"));
+    let mut out =
+        String::from("forward completion of gpt on [2, 4] (dp x Megatron mp), median of runs\n");
+    out.push_str(&format!(
+        "{:>6} {:>6} {:>12} {:>12} {:>14}\n",
+        "layers", "ops", "median", "per op", "vs Paddle"
+    ));
     for &l in layers {
         let plan = gpt_dp_mp_plan(l)?;
         let ops = plan.program.ops().len();
-        let t = median(repeat, || complete(&plan).map(|_| ()).map_err(|e| e.to_string()))?;
-        let paddle = PADDLE_COMPLETE.iter().find(|p| p.0 == l).map_or("-".to_string(), |p| format!("{:.0}x faster", p.2 / t.as_secs_f64()));
+        let t = median(repeat, || {
+            complete(&plan).map(|_| ()).map_err(|e| e.to_string())
+        })?;
+        let paddle = PADDLE_COMPLETE
+            .iter()
+            .find(|p| p.0 == l)
+            .map_or("-".to_string(), |p| {
+                format!("{:.0}x faster", p.2 / t.as_secs_f64())
+            });
         out.push_str(&format!(
             "{l:>6} {ops:>6} {:>10.3}ms {:>10.2}us {paddle:>14}\n",
             t.as_secs_f64() * 1e3,

@@ -157,12 +157,14 @@ pub fn main() -> ExitCode {
         Command::Check { file } => check(&file),
         Command::Spmd { cases } => spmd_cases(&cases),
         Command::Plan(args) => plan(&args),
-        Command::Bench { what: _, layers, repeat } => {
-            bench::bench_complete(&layers, repeat).map(|t| {
-                emit(&t);
-                ExitCode::SUCCESS
-            })
-        }
+        Command::Bench {
+            what: _,
+            layers,
+            repeat,
+        } => bench::bench_complete(&layers, repeat).map(|t| {
+            emit(&t);
+            ExitCode::SUCCESS
+        }),
     };
     match result {
         Ok(code) => code,

@@ -16,14 +16,7 @@ pub const DEVIATIONS: &[Deviation] = &[
     Deviation {
         op: "matmul",
         note: "broadcast batch [4,1] vs [8]",
-        ours: "batch dims broadcast to [4, 8    Deviation {
-        op: "max",
-        note: "",
-        ours: "a MAX partial over the reduced split axes",
-        reason: "Paddle's rule registered as `max` marks the output SUM-partial, but reducing \
-                 partial maxima needs MAX",
-    },
-]; x keeps its batch shard",
+        ours: "batch dims broadcast to [4, 8]; x keeps its batch shard",
         reason: "Paddle raises `ValueError vector::_M_fill_insert`, a crash in its notation code, \
                  on a valid numpy broadcast; we infer the broadcast",
     },
