@@ -6,16 +6,19 @@
 pub mod attr;
 pub mod builder;
 pub mod infer;
+pub mod infer_planner;
 pub mod op_type;
 pub mod program;
+pub mod schema;
 pub mod text;
 pub mod types;
 pub mod verify;
 
 pub use attr::{Attr, AttrKind, Attrs};
 pub use builder::Builder;
-pub use op_type::{Arity, OpRole, OpType, SlotSpec};
+pub use op_type::{OpClass, OpRole, OpType};
 pub use program::{Op, Program, ProgramError, ROOT_SCOPE};
+pub use schema::{Arity, AttrSpec, SlotSpec};
 pub use text::{parse_program, ParseError};
 pub use types::{DType, OpId, TensorType, Var, VarId, VarKind};
 pub use verify::{verify_program, Subject, VerifyError};

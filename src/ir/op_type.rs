@@ -1,56 +1,11 @@
-//! The closed set of operator types, with each type's input/output slots and attribute
-//! schema. Every `match` over [`OpType`] in the crate is exhaustive, so a new op type does
-//! not compile until it has a schema, shape inference and everything downstream.
+//! The closed set of operator types: the forward ops a plan is written with, the grad op
+//! the backward pass emits for each of them, and the ops the planner adds (gradient
+//! accumulation, optimizers, AMP, clipping, collectives, rank-local ops). Every `match` over
+//! [`OpType`] in the crate is exhaustive, so a new op type does not compile until it has a
+//! schema, shape inference and everything downstream.
 
-use super::attr::AttrKind;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-
-/// How many variables a slot holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arity {
-    /// Exactly one variable.
-    One,
-    /// Zero or one variable (e.g. layer_norm's Scale).
-    Optional,
-    /// Any number, at least one (e.g. concat's X, split's Out).
-    List,
-}
-
-/// A named input or output slot (Paddle's `X`, `Y`, `Out`, ...).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlotSpec {
-    pub name: &'static str,
-    pub arity: Arity,
-}
-
-/// One attribute an op type accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AttrSpec {
-    pub name: &'static str,
-    pub kind: AttrKind,
-    /// Required attributes have no sensible default (reshape2's `shape`).
-    pub required: bool,
-}
-
-const fn one(name: &'static str) -> SlotSpec {
-    SlotSpec {
-        name,
-        arity: Arity::One,
-    }
-}
-const fn opt(name: &'static str) -> SlotSpec {
-    SlotSpec {
-        name,
-        arity: Arity::Optional,
-    }
-}
-const fn list(name: &'static str) -> SlotSpec {
-    SlotSpec {
-        name,
-        arity: Arity::List,
-    }
-}
 
 /// An operator type, named as in Paddle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -81,28 +36,54 @@ pub enum OpType {
     Mean,
     SoftmaxWithCrossEntropy,
     FillConstant,
+    MatmulV2Grad,
+    ElementwiseAddGrad,
+    ElementwiseSubGrad,
+    ElementwiseMulGrad,
+    ElementwiseDivGrad,
+    ReluGrad,
+    GeluGrad,
+    SiluGrad,
+    SquareGrad,
+    ScaleGrad,
+    CastGrad,
+    AssignGrad,
+    DropoutGrad,
+    SoftmaxGrad,
+    FusedSoftmaxMaskUpperTriangleGrad,
+    LayerNormGrad,
+    LookupTableV2Grad,
+    Reshape2Grad,
+    Transpose2Grad,
+    SplitGrad,
+    ConcatGrad,
+    ReduceSumGrad,
+    ReduceMeanGrad,
+    MeanGrad,
+    SoftmaxWithCrossEntropyGrad,
+    Sum,
+    Sqrt,
+    ElementwiseMax,
+    SquaredL2Norm,
+    Sgd,
+    Momentum,
+    Adam,
+    AdamW,
+    CheckFiniteAndUnscale,
+    UpdateLossScaling,
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Send,
+    Recv,
+    Slice,
+    CEmbedding,
 }
-
-type Slots = (&'static [SlotSpec], &'static [SlotSpec]);
-const X_OUT: Slots = (&[one("X")], &[one("Out")]);
-const XY_OUT: Slots = (&[one("X"), one("Y")], &[one("Out")]);
-const DROPOUT: Slots = (&[one("X")], &[one("Out"), one("Mask")]);
-const LAYER_NORM: Slots = (
-    &[one("X"), opt("Scale"), opt("Bias")],
-    &[one("Y"), one("Mean"), one("Variance")],
-);
-const LOOKUP: Slots = (&[one("W"), one("Ids")], &[one("Out")]);
-const SPLIT: Slots = (&[one("X")], &[list("Out")]);
-const CONCAT: Slots = (&[list("X")], &[one("Out")]);
-const SOFTMAX_CE: Slots = (
-    &[one("Logits"), one("Label")],
-    &[one("Softmax"), one("Loss")],
-);
-const FILL: Slots = (&[], &[one("Out")]);
 
 impl OpType {
     /// Every op type, in declaration order.
-    pub const ALL: [OpType; 26] = [
+    pub const ALL: [OpType; 69] = [
         OpType::MatmulV2,
         OpType::ElementwiseAdd,
         OpType::ElementwiseSub,
@@ -129,6 +110,49 @@ impl OpType {
         OpType::Mean,
         OpType::SoftmaxWithCrossEntropy,
         OpType::FillConstant,
+        OpType::MatmulV2Grad,
+        OpType::ElementwiseAddGrad,
+        OpType::ElementwiseSubGrad,
+        OpType::ElementwiseMulGrad,
+        OpType::ElementwiseDivGrad,
+        OpType::ReluGrad,
+        OpType::GeluGrad,
+        OpType::SiluGrad,
+        OpType::SquareGrad,
+        OpType::ScaleGrad,
+        OpType::CastGrad,
+        OpType::AssignGrad,
+        OpType::DropoutGrad,
+        OpType::SoftmaxGrad,
+        OpType::FusedSoftmaxMaskUpperTriangleGrad,
+        OpType::LayerNormGrad,
+        OpType::LookupTableV2Grad,
+        OpType::Reshape2Grad,
+        OpType::Transpose2Grad,
+        OpType::SplitGrad,
+        OpType::ConcatGrad,
+        OpType::ReduceSumGrad,
+        OpType::ReduceMeanGrad,
+        OpType::MeanGrad,
+        OpType::SoftmaxWithCrossEntropyGrad,
+        OpType::Sum,
+        OpType::Sqrt,
+        OpType::ElementwiseMax,
+        OpType::SquaredL2Norm,
+        OpType::Sgd,
+        OpType::Momentum,
+        OpType::Adam,
+        OpType::AdamW,
+        OpType::CheckFiniteAndUnscale,
+        OpType::UpdateLossScaling,
+        OpType::AllReduce,
+        OpType::AllGather,
+        OpType::ReduceScatter,
+        OpType::AllToAll,
+        OpType::Send,
+        OpType::Recv,
+        OpType::Slice,
+        OpType::CEmbedding,
     ];
 
     /// Paddle's op type name.
@@ -160,6 +184,49 @@ impl OpType {
             OpType::Mean => "mean",
             OpType::SoftmaxWithCrossEntropy => "softmax_with_cross_entropy",
             OpType::FillConstant => "fill_constant",
+            OpType::MatmulV2Grad => "matmul_v2_grad",
+            OpType::ElementwiseAddGrad => "elementwise_add_grad",
+            OpType::ElementwiseSubGrad => "elementwise_sub_grad",
+            OpType::ElementwiseMulGrad => "elementwise_mul_grad",
+            OpType::ElementwiseDivGrad => "elementwise_div_grad",
+            OpType::ReluGrad => "relu_grad",
+            OpType::GeluGrad => "gelu_grad",
+            OpType::SiluGrad => "silu_grad",
+            OpType::SquareGrad => "square_grad",
+            OpType::ScaleGrad => "scale_grad",
+            OpType::CastGrad => "cast_grad",
+            OpType::AssignGrad => "assign_grad",
+            OpType::DropoutGrad => "dropout_grad",
+            OpType::SoftmaxGrad => "softmax_grad",
+            OpType::FusedSoftmaxMaskUpperTriangleGrad => "fused_softmax_mask_upper_triangle_grad",
+            OpType::LayerNormGrad => "layer_norm_grad",
+            OpType::LookupTableV2Grad => "lookup_table_v2_grad",
+            OpType::Reshape2Grad => "reshape2_grad",
+            OpType::Transpose2Grad => "transpose2_grad",
+            OpType::SplitGrad => "split_grad",
+            OpType::ConcatGrad => "concat_grad",
+            OpType::ReduceSumGrad => "reduce_sum_grad",
+            OpType::ReduceMeanGrad => "reduce_mean_grad",
+            OpType::MeanGrad => "mean_grad",
+            OpType::SoftmaxWithCrossEntropyGrad => "softmax_with_cross_entropy_grad",
+            OpType::Sum => "sum",
+            OpType::Sqrt => "sqrt",
+            OpType::ElementwiseMax => "elementwise_max",
+            OpType::SquaredL2Norm => "squared_l2_norm",
+            OpType::Sgd => "sgd",
+            OpType::Momentum => "momentum",
+            OpType::Adam => "adam",
+            OpType::AdamW => "adamw",
+            OpType::CheckFiniteAndUnscale => "check_finite_and_unscale",
+            OpType::UpdateLossScaling => "update_loss_scaling",
+            OpType::AllReduce => "all_reduce",
+            OpType::AllGather => "all_gather",
+            OpType::ReduceScatter => "reduce_scatter",
+            OpType::AllToAll => "all_to_all",
+            OpType::Send => "send",
+            OpType::Recv => "recv",
+            OpType::Slice => "slice",
+            OpType::CEmbedding => "c_embedding",
         }
     }
 
@@ -168,224 +235,248 @@ impl OpType {
         OpType::ALL.into_iter().find(|t| t.name() == name)
     }
 
-    /// Input and output slots, in canonical order.
-    pub fn slots(self) -> (&'static [SlotSpec], &'static [SlotSpec]) {
+    /// The grad op the backward pass emits for this forward op (`None` if it has none or
+    /// is not a forward op).
+    pub fn grad(self) -> Option<OpType> {
         match self {
+            OpType::MatmulV2 => Some(OpType::MatmulV2Grad),
+            OpType::ElementwiseAdd => Some(OpType::ElementwiseAddGrad),
+            OpType::ElementwiseSub => Some(OpType::ElementwiseSubGrad),
+            OpType::ElementwiseMul => Some(OpType::ElementwiseMulGrad),
+            OpType::ElementwiseDiv => Some(OpType::ElementwiseDivGrad),
+            OpType::Relu => Some(OpType::ReluGrad),
+            OpType::Gelu => Some(OpType::GeluGrad),
+            OpType::Silu => Some(OpType::SiluGrad),
+            OpType::Square => Some(OpType::SquareGrad),
+            OpType::Scale => Some(OpType::ScaleGrad),
+            OpType::Cast => Some(OpType::CastGrad),
+            OpType::Assign => Some(OpType::AssignGrad),
+            OpType::Dropout => Some(OpType::DropoutGrad),
+            OpType::Softmax => Some(OpType::SoftmaxGrad),
+            OpType::FusedSoftmaxMaskUpperTriangle => {
+                Some(OpType::FusedSoftmaxMaskUpperTriangleGrad)
+            }
+            OpType::LayerNorm => Some(OpType::LayerNormGrad),
+            OpType::LookupTableV2 => Some(OpType::LookupTableV2Grad),
+            OpType::Reshape2 => Some(OpType::Reshape2Grad),
+            OpType::Transpose2 => Some(OpType::Transpose2Grad),
+            OpType::Split => Some(OpType::SplitGrad),
+            OpType::Concat => Some(OpType::ConcatGrad),
+            OpType::ReduceSum => Some(OpType::ReduceSumGrad),
+            OpType::ReduceMean => Some(OpType::ReduceMeanGrad),
+            OpType::Mean => Some(OpType::MeanGrad),
+            OpType::SoftmaxWithCrossEntropy => Some(OpType::SoftmaxWithCrossEntropyGrad),
+            OpType::FillConstant => None,
+            OpType::MatmulV2Grad
+            | OpType::ElementwiseAddGrad
+            | OpType::ElementwiseSubGrad
+            | OpType::ElementwiseMulGrad
+            | OpType::ElementwiseDivGrad
+            | OpType::ReluGrad
+            | OpType::GeluGrad
+            | OpType::SiluGrad
+            | OpType::SquareGrad
+            | OpType::ScaleGrad
+            | OpType::CastGrad
+            | OpType::AssignGrad
+            | OpType::DropoutGrad
+            | OpType::SoftmaxGrad
+            | OpType::FusedSoftmaxMaskUpperTriangleGrad
+            | OpType::LayerNormGrad
+            | OpType::LookupTableV2Grad
+            | OpType::Reshape2Grad
+            | OpType::Transpose2Grad
+            | OpType::SplitGrad
+            | OpType::ConcatGrad
+            | OpType::ReduceSumGrad
+            | OpType::ReduceMeanGrad
+            | OpType::MeanGrad
+            | OpType::SoftmaxWithCrossEntropyGrad
+            | OpType::Sum
+            | OpType::Sqrt
+            | OpType::ElementwiseMax
+            | OpType::SquaredL2Norm
+            | OpType::Sgd
+            | OpType::Momentum
+            | OpType::Adam
+            | OpType::AdamW
+            | OpType::CheckFiniteAndUnscale
+            | OpType::UpdateLossScaling
+            | OpType::AllReduce
+            | OpType::AllGather
+            | OpType::ReduceScatter
+            | OpType::AllToAll
+            | OpType::Send
+            | OpType::Recv
+            | OpType::Slice
+            | OpType::CEmbedding => None,
+        }
+    }
+
+    /// The forward op of a grad op (`None` for every other op).
+    pub fn forward(self) -> Option<OpType> {
+        match self {
+            OpType::MatmulV2Grad => Some(OpType::MatmulV2),
+            OpType::ElementwiseAddGrad => Some(OpType::ElementwiseAdd),
+            OpType::ElementwiseSubGrad => Some(OpType::ElementwiseSub),
+            OpType::ElementwiseMulGrad => Some(OpType::ElementwiseMul),
+            OpType::ElementwiseDivGrad => Some(OpType::ElementwiseDiv),
+            OpType::ReluGrad => Some(OpType::Relu),
+            OpType::GeluGrad => Some(OpType::Gelu),
+            OpType::SiluGrad => Some(OpType::Silu),
+            OpType::SquareGrad => Some(OpType::Square),
+            OpType::ScaleGrad => Some(OpType::Scale),
+            OpType::CastGrad => Some(OpType::Cast),
+            OpType::AssignGrad => Some(OpType::Assign),
+            OpType::DropoutGrad => Some(OpType::Dropout),
+            OpType::SoftmaxGrad => Some(OpType::Softmax),
+            OpType::FusedSoftmaxMaskUpperTriangleGrad => {
+                Some(OpType::FusedSoftmaxMaskUpperTriangle)
+            }
+            OpType::LayerNormGrad => Some(OpType::LayerNorm),
+            OpType::LookupTableV2Grad => Some(OpType::LookupTableV2),
+            OpType::Reshape2Grad => Some(OpType::Reshape2),
+            OpType::Transpose2Grad => Some(OpType::Transpose2),
+            OpType::SplitGrad => Some(OpType::Split),
+            OpType::ConcatGrad => Some(OpType::Concat),
+            OpType::ReduceSumGrad => Some(OpType::ReduceSum),
+            OpType::ReduceMeanGrad => Some(OpType::ReduceMean),
+            OpType::MeanGrad => Some(OpType::Mean),
+            OpType::SoftmaxWithCrossEntropyGrad => Some(OpType::SoftmaxWithCrossEntropy),
             OpType::MatmulV2
             | OpType::ElementwiseAdd
             | OpType::ElementwiseSub
             | OpType::ElementwiseMul
-            | OpType::ElementwiseDiv => XY_OUT,
-            OpType::Relu
+            | OpType::ElementwiseDiv
+            | OpType::Relu
             | OpType::Gelu
             | OpType::Silu
             | OpType::Square
             | OpType::Scale
             | OpType::Cast
             | OpType::Assign
+            | OpType::Dropout
             | OpType::Softmax
             | OpType::FusedSoftmaxMaskUpperTriangle
+            | OpType::LayerNorm
+            | OpType::LookupTableV2
             | OpType::Reshape2
             | OpType::Transpose2
+            | OpType::Split
+            | OpType::Concat
             | OpType::ReduceSum
             | OpType::ReduceMean
-            | OpType::Mean => X_OUT,
-            OpType::Dropout => DROPOUT,
-            OpType::LayerNorm => LAYER_NORM,
-            OpType::LookupTableV2 => LOOKUP,
-            OpType::Split => SPLIT,
-            OpType::Concat => CONCAT,
-            OpType::SoftmaxWithCrossEntropy => SOFTMAX_CE,
-            OpType::FillConstant => FILL,
+            | OpType::Mean
+            | OpType::SoftmaxWithCrossEntropy
+            | OpType::FillConstant
+            | OpType::Sum
+            | OpType::Sqrt
+            | OpType::ElementwiseMax
+            | OpType::SquaredL2Norm
+            | OpType::Sgd
+            | OpType::Momentum
+            | OpType::Adam
+            | OpType::AdamW
+            | OpType::CheckFiniteAndUnscale
+            | OpType::UpdateLossScaling
+            | OpType::AllReduce
+            | OpType::AllGather
+            | OpType::ReduceScatter
+            | OpType::AllToAll
+            | OpType::Send
+            | OpType::Recv
+            | OpType::Slice
+            | OpType::CEmbedding => None,
         }
     }
 
-    /// Input slots, in canonical order.
-    pub fn input_slots(self) -> &'static [SlotSpec] {
-        self.slots().0
-    }
-
-    /// Output slots, in canonical order.
-    pub fn output_slots(self) -> &'static [SlotSpec] {
-        self.slots().1
-    }
-
-    /// The attributes this op type accepts.
-    pub fn attr_schema(self) -> &'static [AttrSpec] {
-        use AttrKind::*;
+    /// What family an op belongs to.
+    pub fn class(self) -> OpClass {
         match self {
-            OpType::MatmulV2 => &[
-                AttrSpec {
-                    name: "trans_x",
-                    kind: Bool,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "trans_y",
-                    kind: Bool,
-                    required: false,
-                },
-            ],
-            OpType::ElementwiseAdd
+            OpType::MatmulV2
+            | OpType::ElementwiseAdd
             | OpType::ElementwiseSub
             | OpType::ElementwiseMul
-            | OpType::ElementwiseDiv => &[AttrSpec {
-                name: "axis",
-                kind: Int,
-                required: false,
-            }],
-            OpType::Relu
+            | OpType::ElementwiseDiv
+            | OpType::Relu
+            | OpType::Gelu
             | OpType::Silu
             | OpType::Square
+            | OpType::Scale
+            | OpType::Cast
             | OpType::Assign
+            | OpType::Dropout
+            | OpType::Softmax
+            | OpType::FusedSoftmaxMaskUpperTriangle
+            | OpType::LayerNorm
+            | OpType::LookupTableV2
+            | OpType::Reshape2
+            | OpType::Transpose2
+            | OpType::Split
+            | OpType::Concat
+            | OpType::ReduceSum
+            | OpType::ReduceMean
             | OpType::Mean
-            | OpType::FusedSoftmaxMaskUpperTriangle => &[],
-            OpType::Gelu => &[AttrSpec {
-                name: "approximate",
-                kind: Bool,
-                required: false,
-            }],
-            OpType::Scale => &[
-                AttrSpec {
-                    name: "scale",
-                    kind: Float,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "bias",
-                    kind: Float,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "bias_after_scale",
-                    kind: Bool,
-                    required: false,
-                },
-            ],
-            OpType::Cast => &[AttrSpec {
-                name: "out_dtype",
-                kind: Str,
-                required: true,
-            }],
-            OpType::Dropout => &[
-                AttrSpec {
-                    name: "dropout_prob",
-                    kind: Float,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "seed",
-                    kind: Int,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "is_test",
-                    kind: Bool,
-                    required: false,
-                },
-            ],
-            OpType::Softmax => &[AttrSpec {
-                name: "axis",
-                kind: Int,
-                required: false,
-            }],
-            OpType::LayerNorm => &[
-                AttrSpec {
-                    name: "begin_norm_axis",
-                    kind: Int,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "epsilon",
-                    kind: Float,
-                    required: false,
-                },
-            ],
-            OpType::LookupTableV2 => &[AttrSpec {
-                name: "padding_idx",
-                kind: Int,
-                required: false,
-            }],
-            OpType::Reshape2 => &[AttrSpec {
-                name: "shape",
-                kind: Ints,
-                required: true,
-            }],
-            OpType::Transpose2 => &[AttrSpec {
-                name: "axis",
-                kind: Ints,
-                required: true,
-            }],
-            OpType::Split => &[
-                AttrSpec {
-                    name: "num",
-                    kind: Int,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "sections",
-                    kind: Ints,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "axis",
-                    kind: Int,
-                    required: false,
-                },
-            ],
-            OpType::Concat => &[AttrSpec {
-                name: "axis",
-                kind: Int,
-                required: false,
-            }],
-            OpType::ReduceSum | OpType::ReduceMean => &[
-                AttrSpec {
-                    name: "dim",
-                    kind: Ints,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "keep_dim",
-                    kind: Bool,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "reduce_all",
-                    kind: Bool,
-                    required: false,
-                },
-            ],
-            OpType::SoftmaxWithCrossEntropy => &[
-                AttrSpec {
-                    name: "soft_label",
-                    kind: Bool,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "axis",
-                    kind: Int,
-                    required: false,
-                },
-            ],
-            OpType::FillConstant => &[
-                AttrSpec {
-                    name: "shape",
-                    kind: Ints,
-                    required: true,
-                },
-                AttrSpec {
-                    name: "value",
-                    kind: Float,
-                    required: false,
-                },
-                AttrSpec {
-                    name: "dtype",
-                    kind: Str,
-                    required: true,
-                },
-            ],
+            | OpType::SoftmaxWithCrossEntropy
+            | OpType::FillConstant => OpClass::Forward,
+            OpType::MatmulV2Grad
+            | OpType::ElementwiseAddGrad
+            | OpType::ElementwiseSubGrad
+            | OpType::ElementwiseMulGrad
+            | OpType::ElementwiseDivGrad
+            | OpType::ReluGrad
+            | OpType::GeluGrad
+            | OpType::SiluGrad
+            | OpType::SquareGrad
+            | OpType::ScaleGrad
+            | OpType::CastGrad
+            | OpType::AssignGrad
+            | OpType::DropoutGrad
+            | OpType::SoftmaxGrad
+            | OpType::FusedSoftmaxMaskUpperTriangleGrad
+            | OpType::LayerNormGrad
+            | OpType::LookupTableV2Grad
+            | OpType::Reshape2Grad
+            | OpType::Transpose2Grad
+            | OpType::SplitGrad
+            | OpType::ConcatGrad
+            | OpType::ReduceSumGrad
+            | OpType::ReduceMeanGrad
+            | OpType::MeanGrad
+            | OpType::SoftmaxWithCrossEntropyGrad => OpClass::Grad,
+            OpType::Sum | OpType::Sqrt | OpType::ElementwiseMax | OpType::SquaredL2Norm => {
+                OpClass::Math
+            }
+            OpType::Sgd | OpType::Momentum | OpType::Adam | OpType::AdamW => OpClass::Optimizer,
+            OpType::CheckFiniteAndUnscale | OpType::UpdateLossScaling => OpClass::Amp,
+            OpType::AllReduce
+            | OpType::AllGather
+            | OpType::ReduceScatter
+            | OpType::AllToAll
+            | OpType::Send
+            | OpType::Recv => OpClass::Collective,
+            OpType::Slice | OpType::CEmbedding => OpClass::RankLocal,
         }
     }
+}
+
+/// Families of op types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OpClass {
+    /// Written in plans; has an SPMD rule.
+    Forward,
+    /// Emitted by the backward pass (`<type>_grad`).
+    Grad,
+    /// Helpers the planner emits (gradient accumulation, clipping math).
+    Math,
+    /// Parameter updates.
+    Optimizer,
+    /// Loss scaling.
+    Amp,
+    /// Communication between ranks.
+    Collective,
+    /// Ops of per-rank programs only (local slice, vocab-parallel embedding).
+    RankLocal,
 }
 
 impl fmt::Display for OpType {

@@ -3,8 +3,8 @@
 
 use super::attr::AttrKind;
 use super::infer::infer_op;
-use super::op_type::Arity;
 use super::program::Program;
+use super::schema::Arity;
 use super::types::{OpId, TensorType, VarKind};
 use serde::Serialize;
 use std::fmt;
@@ -70,12 +70,14 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
                     Arity::One => vars.len() == 1,
                     Arity::Optional => vars.len() <= 1,
                     Arity::List => !vars.is_empty(),
+                    Arity::Many => true,
                 };
                 if !ok {
                     let want = match spec.arity {
                         Arity::One => "exactly one variable",
                         Arity::Optional => "at most one variable",
                         Arity::List => "at least one variable",
+                        Arity::Many => "any number of variables",
                     };
                     err(format!(
                         "{what} {} must hold {want}, has {}",

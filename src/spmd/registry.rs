@@ -134,6 +134,72 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
             soft_label: op.attr_bool("soft_label", false),
         }),
         OpType::FillConstant => with(Rule::Source),
+        OpType::Sqrt => with(Rule::Unary { outputs: 1 }),
+        OpType::ElementwiseMax => with(Rule::Elementwise {
+            keep_x_partial: false,
+        }),
+        OpType::SquaredL2Norm => with(Rule::Reduce {
+            axes: (0..rank).collect(),
+            keep_dim: false,
+            reduce: ReduceType::Sum,
+        }),
+        OpType::Slice => {
+            let axes = op.attr_ints("axes").unwrap_or(&[]);
+            let axes = axes
+                .iter()
+                .map(|&a| axis(a, rank, "axes"))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            with(Rule::Slice {
+                axes,
+                decrease: Vec::new(),
+            })
+        }
+        OpType::MatmulV2Grad
+        | OpType::ElementwiseAddGrad
+        | OpType::ElementwiseSubGrad
+        | OpType::ElementwiseMulGrad
+        | OpType::ElementwiseDivGrad
+        | OpType::ReluGrad
+        | OpType::GeluGrad
+        | OpType::SiluGrad
+        | OpType::SquareGrad
+        | OpType::ScaleGrad
+        | OpType::CastGrad
+        | OpType::AssignGrad
+        | OpType::DropoutGrad
+        | OpType::SoftmaxGrad
+        | OpType::FusedSoftmaxMaskUpperTriangleGrad
+        | OpType::LayerNormGrad
+        | OpType::LookupTableV2Grad
+        | OpType::Reshape2Grad
+        | OpType::Transpose2Grad
+        | OpType::SplitGrad
+        | OpType::ConcatGrad
+        | OpType::ReduceSumGrad
+        | OpType::ReduceMeanGrad
+        | OpType::MeanGrad
+        | OpType::SoftmaxWithCrossEntropyGrad
+        | OpType::Sum
+        | OpType::Sgd
+        | OpType::Momentum
+        | OpType::Adam
+        | OpType::AdamW
+        | OpType::CheckFiniteAndUnscale
+        | OpType::UpdateLossScaling
+        | OpType::AllReduce
+        | OpType::AllGather
+        | OpType::ReduceScatter
+        | OpType::AllToAll
+        | OpType::Send
+        | OpType::Recv
+        | OpType::CEmbedding => {
+            return Err(err(
+                "is emitted by the planner; a plan's program holds forward ops (completion of the \
+                 backward and optimizer ops copies from their forward ops)"
+                    .into(),
+            ))
+        }
     };
     Ok(binding)
 }

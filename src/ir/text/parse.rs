@@ -10,8 +10,9 @@
 use super::cursor::{Cursor, ParseError};
 use super::lexer::{lex_line, Tok};
 use crate::ir::attr::{Attr, Attrs};
-use crate::ir::op_type::{OpRole, OpType, SlotSpec};
+use crate::ir::op_type::{OpRole, OpType};
 use crate::ir::program::{Op, Program};
+use crate::ir::schema::SlotSpec;
 use crate::ir::types::{DType, TensorType, Var, VarId, VarKind};
 
 /// Runs `stmt` on every non-empty line, collecting every error rather than stopping at the

@@ -2,8 +2,9 @@
 //! program back, and printing that gives the same text.
 
 use crate::ir::attr::write_quoted;
-use crate::ir::op_type::{OpRole, SlotSpec};
+use crate::ir::op_type::OpRole;
 use crate::ir::program::{Op, Program, ROOT_SCOPE};
+use crate::ir::schema::{Arity, SlotSpec};
 use crate::ir::types::{Var, VarId};
 use std::fmt::{self, Write};
 
@@ -60,7 +61,7 @@ fn write_slots(
         first = false;
         write!(f, "{}=", spec.name)?;
         // A list slot always prints as a list, so one-element lists round-trip.
-        let as_list = vars.len() > 1 || spec.arity == crate::ir::op_type::Arity::List;
+        let as_list = vars.len() > 1 || matches!(spec.arity, Arity::List | Arity::Many);
         if as_list {
             f.write_str("[")?;
         }

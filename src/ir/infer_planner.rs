@@ -1,0 +1,197 @@
+//! Shape and dtype inference for the ops the planner emits: grad ops (each `<In>@GRAD` has
+//! the type of its forward input), gradient accumulation, optimizers, AMP, clipping math,
+//! collectives and rank-local ops.
+
+use super::infer::{axis, broadcast};
+use super::op_type::OpType;
+use super::program::Op;
+use super::types::{DType, TensorType};
+
+type Res<T> = Result<T, String>;
+
+/// Grad op: output slot k (`<In>@GRAD`) gets the types of input slot k (the forward `In`).
+pub fn infer_grad(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    let names = op.ty.output_slots();
+    op.outputs
+        .iter()
+        .enumerate()
+        .map(|(k, outs)| {
+            if outs.is_empty() {
+                return Ok(Vec::new());
+            }
+            let fwd = inputs
+                .get(k)
+                .filter(|v| v.len() == outs.len())
+                .ok_or_else(|| {
+                    let name = names.get(k).map_or("?", |s| s.name);
+                    format!(
+                        "{name} needs its forward input ({} variables) among the inputs",
+                        outs.len()
+                    )
+                })?;
+            Ok(fwd.iter().map(|t| (*t).clone()).collect())
+        })
+        .collect()
+}
+
+fn one<'a>(inputs: &'a [Vec<&'a TensorType>], slot: usize, name: &str) -> Res<&'a TensorType> {
+    match inputs.get(slot).map(|v| v.as_slice()) {
+        Some([t]) => Ok(t),
+        _ => Err(format!("input {name} must hold exactly one variable")),
+    }
+}
+
+fn group_size(op: &Op) -> Res<usize> {
+    match op.attr_ints("group") {
+        Some(g) if !g.is_empty() => Ok(g.len()),
+        _ => Err("attribute group must list at least one rank".into()),
+    }
+}
+
+/// Inference for the non-grad planner ops.
+pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    let single = |t: TensorType| Ok(vec![vec![t]]);
+    match op.ty {
+        OpType::Sum => {
+            let xs = inputs.first().map(|v| v.as_slice()).unwrap_or(&[]);
+            let first = xs.first().ok_or("X must hold at least one variable")?;
+            if let Some(other) = xs.iter().find(|t| **t != *first) {
+                return Err(format!("every X must be {first}, found {other}"));
+            }
+            single((*first).clone())
+        }
+        OpType::Sqrt => single(one(inputs, 0, "X")?.clone()),
+        OpType::SquaredL2Norm => single(TensorType::new(one(inputs, 0, "X")?.dtype, vec![])),
+        OpType::ElementwiseMax => {
+            let (x, y) = (one(inputs, 0, "X")?, one(inputs, 1, "Y")?);
+            let shape = broadcast(&x.shape, &y.shape)
+                .ok_or_else(|| format!("X ({x}) and Y ({y}) do not broadcast"))?;
+            single(TensorType::new(x.dtype, shape))
+        }
+        OpType::Sgd | OpType::Momentum | OpType::Adam | OpType::AdamW => {
+            let (param, grad) = (one(inputs, 0, "Param")?, one(inputs, 1, "Grad")?);
+            if param != grad {
+                return Err(format!("Grad ({grad}) must match Param ({param})"));
+            }
+            // Outputs mirror Param and the state inputs, in slot order.
+            let states: &[usize] = match op.ty {
+                OpType::Momentum => &[2],
+                OpType::Adam | OpType::AdamW => &[3, 4, 5, 6],
+                _ => &[],
+            };
+            let mut outs = vec![vec![param.clone()]];
+            for &s in states {
+                outs.push(vec![one(inputs, s, "state")?.clone()]);
+            }
+            Ok(outs)
+        }
+        OpType::CheckFiniteAndUnscale => {
+            let xs: Vec<TensorType> = inputs
+                .first()
+                .map(|v| v.iter().map(|t| (*t).clone()).collect())
+                .unwrap_or_default();
+            Ok(vec![xs, vec![TensorType::new(DType::F32, vec![])]])
+        }
+        OpType::UpdateLossScaling => {
+            let xs: Vec<TensorType> = inputs
+                .first()
+                .map(|v| v.iter().map(|t| (*t).clone()).collect())
+                .unwrap_or_default();
+            Ok(vec![
+                xs,
+                vec![one(inputs, 2, "PrevLossScaling")?.clone()],
+                vec![one(inputs, 3, "InGoodSteps")?.clone()],
+                vec![one(inputs, 4, "InBadSteps")?.clone()],
+            ])
+        }
+        OpType::AllReduce => {
+            group_size(op)?;
+            single(one(inputs, 0, "X")?.clone())
+        }
+        OpType::AllGather | OpType::ReduceScatter => {
+            let x = one(inputs, 0, "X")?;
+            let n = group_size(op)?;
+            let a = axis(op.attr_int("axis", 0), x.rank(), "axis")?;
+            let mut shape = x.shape.clone();
+            if op.ty == OpType::AllGather {
+                shape[a] *= n;
+            } else if shape[a] % n == 0 {
+                shape[a] /= n;
+            } else {
+                return Err(format!(
+                    "dim {a} of X {x} does not divide by the group size {n}"
+                ));
+            }
+            single(TensorType::new(x.dtype, shape))
+        }
+        OpType::AllToAll => {
+            let x = one(inputs, 0, "X")?;
+            let n = group_size(op)?;
+            let s = axis(op.attr_int("split_axis", 0), x.rank(), "split_axis")?;
+            let c = axis(op.attr_int("concat_axis", 0), x.rank(), "concat_axis")?;
+            let mut shape = x.shape.clone();
+            if shape[s] % n != 0 {
+                return Err(format!(
+                    "split dim {s} of X {x} does not divide by the group size {n}"
+                ));
+            }
+            shape[s] /= n;
+            shape[c] *= n;
+            single(TensorType::new(x.dtype, shape))
+        }
+        OpType::Send => {
+            one(inputs, 0, "X")?;
+            Ok(vec![])
+        }
+        OpType::Recv => {
+            let dtype = op
+                .attr_str("dtype")
+                .and_then(DType::from_name)
+                .ok_or("attribute dtype must be f32, f64 or i64")?;
+            let shape = op.attr_ints("shape").unwrap_or(&[]);
+            let dims = shape
+                .iter()
+                .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
+                .collect::<Option<Vec<_>>>();
+            single(TensorType::new(
+                dtype,
+                dims.ok_or_else(|| format!("shape {shape:?} must have positive dims"))?,
+            ))
+        }
+        OpType::Slice => {
+            let x = one(inputs, 0, "Input")?;
+            let (axes, starts, ends) = (
+                op.attr_ints("axes").unwrap_or(&[]),
+                op.attr_ints("starts").unwrap_or(&[]),
+                op.attr_ints("ends").unwrap_or(&[]),
+            );
+            if axes.len() != starts.len() || axes.len() != ends.len() {
+                return Err("axes, starts and ends must have the same length".into());
+            }
+            let mut shape = x.shape.clone();
+            for ((&a, &s), &e) in axes.iter().zip(starts).zip(ends) {
+                let a = axis(a, x.rank(), "axes entry")?;
+                let size = x.shape[a] as i64;
+                if s < 0 || e > size || s >= e {
+                    return Err(format!(
+                        "slice [{s}, {e}) is not inside dim {a} of size {size}"
+                    ));
+                }
+                shape[a] = (e - s) as usize;
+            }
+            single(TensorType::new(x.dtype, shape))
+        }
+        OpType::CEmbedding => {
+            let (w, ids) = (one(inputs, 0, "W")?, one(inputs, 1, "Ids")?);
+            if w.rank() != 2 || ids.dtype != DType::I64 {
+                return Err(format!(
+                    "W must be a [rows, width] table and Ids i64, got {w} and {ids}"
+                ));
+            }
+            let mut shape = ids.shape.clone();
+            shape.push(w.shape[1]);
+            single(TensorType::new(w.dtype, shape))
+        }
+        other => Err(format!("{other} is not a planner op")),
+    }
+}

@@ -1,0 +1,423 @@
+//! Each op type's input/output slots and attribute schema. Grad ops derive theirs from
+//! their forward op: inputs are the forward inputs, the forward outputs and
+//! `<Out>@GRAD` for each forward output; outputs are `<In>@GRAD` for each forward input;
+//! attributes are the forward op's.
+
+use super::attr::AttrKind::{self, Bool, Float, Int, Ints, Str};
+use super::op_type::OpType;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// How many variables a slot holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// Exactly one variable.
+    One,
+    /// Zero or one variable (e.g. layer_norm's Scale).
+    Optional,
+    /// At least one (e.g. concat's X, split's Out).
+    List,
+    /// Any number, zero included (list slots of grad ops).
+    Many,
+}
+
+/// A named input or output slot (Paddle's `X`, `Y`, `Out`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotSpec {
+    pub name: &'static str,
+    pub arity: Arity,
+}
+
+/// One attribute an op type accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttrSpec {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    /// Required attributes have no sensible default (reshape2's `shape`).
+    pub required: bool,
+}
+
+const fn one(name: &'static str) -> SlotSpec {
+    SlotSpec {
+        name,
+        arity: Arity::One,
+    }
+}
+const fn opt(name: &'static str) -> SlotSpec {
+    SlotSpec {
+        name,
+        arity: Arity::Optional,
+    }
+}
+const fn list(name: &'static str) -> SlotSpec {
+    SlotSpec {
+        name,
+        arity: Arity::List,
+    }
+}
+const fn attr(name: &'static str, kind: AttrKind) -> AttrSpec {
+    AttrSpec {
+        name,
+        kind,
+        required: false,
+    }
+}
+const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
+    AttrSpec {
+        name,
+        kind,
+        required: true,
+    }
+}
+
+type Slots = (&'static [SlotSpec], &'static [SlotSpec]);
+const X_OUT: Slots = (&[one("X")], &[one("Out")]);
+const XY_OUT: Slots = (&[one("X"), one("Y")], &[one("Out")]);
+const DROPOUT: Slots = (&[one("X")], &[one("Out"), one("Mask")]);
+const LAYER_NORM: Slots = (
+    &[one("X"), opt("Scale"), opt("Bias")],
+    &[one("Y"), one("Mean"), one("Variance")],
+);
+const LOOKUP: Slots = (&[one("W"), one("Ids")], &[one("Out")]);
+const SPLIT: Slots = (&[one("X")], &[list("Out")]);
+const CONCAT: Slots = (&[list("X")], &[one("Out")]);
+const SOFTMAX_CE: Slots = (
+    &[one("Logits"), one("Label")],
+    &[one("Softmax"), one("Loss")],
+);
+const FILL: Slots = (&[], &[one("Out")]);
+const SGD: Slots = (
+    &[one("Param"), one("Grad"), one("LearningRate")],
+    &[one("ParamOut")],
+);
+const MOMENTUM: Slots = (
+    &[
+        one("Param"),
+        one("Grad"),
+        one("Velocity"),
+        one("LearningRate"),
+    ],
+    &[one("ParamOut"), one("VelocityOut")],
+);
+const ADAM: Slots = (
+    &[
+        one("Param"),
+        one("Grad"),
+        one("LearningRate"),
+        one("Moment1"),
+        one("Moment2"),
+        one("Beta1Pow"),
+        one("Beta2Pow"),
+    ],
+    &[
+        one("ParamOut"),
+        one("Moment1Out"),
+        one("Moment2Out"),
+        one("Beta1PowOut"),
+        one("Beta2PowOut"),
+    ],
+);
+const CHECK_FINITE: Slots = (
+    &[list("X"), one("Scale")],
+    &[list("Out"), one("FoundInfinite")],
+);
+const UPDATE_SCALING: Slots = (
+    &[
+        list("X"),
+        one("FoundInfinite"),
+        one("PrevLossScaling"),
+        one("InGoodSteps"),
+        one("InBadSteps"),
+    ],
+    &[
+        list("Out"),
+        one("LossScaling"),
+        one("OutGoodSteps"),
+        one("OutBadSteps"),
+    ],
+);
+const SEND: Slots = (&[one("X")], &[]);
+const SLICE: Slots = (&[one("Input")], &[one("Out")]);
+
+const NONE: &[AttrSpec] = &[];
+const MATMUL_ATTRS: &[AttrSpec] = &[attr("trans_x", Bool), attr("trans_y", Bool)];
+const AXIS: &[AttrSpec] = &[attr("axis", Int)];
+const GELU_ATTRS: &[AttrSpec] = &[attr("approximate", Bool)];
+const SCALE_ATTRS: &[AttrSpec] = &[
+    attr("scale", Float),
+    attr("bias", Float),
+    attr("bias_after_scale", Bool),
+];
+const CAST_ATTRS: &[AttrSpec] = &[req("out_dtype", Str)];
+const DROPOUT_ATTRS: &[AttrSpec] = &[
+    attr("dropout_prob", Float),
+    attr("seed", Int),
+    attr("is_test", Bool),
+];
+const LAYER_NORM_ATTRS: &[AttrSpec] = &[attr("begin_norm_axis", Int), attr("epsilon", Float)];
+const LOOKUP_ATTRS: &[AttrSpec] = &[attr("padding_idx", Int)];
+const RESHAPE_ATTRS: &[AttrSpec] = &[req("shape", Ints)];
+const TRANSPOSE_ATTRS: &[AttrSpec] = &[req("axis", Ints)];
+const SPLIT_ATTRS: &[AttrSpec] = &[attr("num", Int), attr("sections", Ints), attr("axis", Int)];
+const REDUCE_ATTRS: &[AttrSpec] = &[
+    attr("dim", Ints),
+    attr("keep_dim", Bool),
+    attr("reduce_all", Bool),
+];
+const CE_ATTRS: &[AttrSpec] = &[attr("soft_label", Bool), attr("axis", Int)];
+const FILL_ATTRS: &[AttrSpec] = &[req("shape", Ints), attr("value", Float), req("dtype", Str)];
+const MOMENTUM_ATTRS: &[AttrSpec] = &[attr("mu", Float), attr("use_nesterov", Bool)];
+const ADAM_ATTRS: &[AttrSpec] = &[
+    attr("beta1", Float),
+    attr("beta2", Float),
+    attr("epsilon", Float),
+];
+const ADAMW_ATTRS: &[AttrSpec] = &[
+    attr("beta1", Float),
+    attr("beta2", Float),
+    attr("epsilon", Float),
+    attr("coeff", Float),
+];
+const SCALING_ATTRS: &[AttrSpec] = &[
+    attr("incr_every_n_steps", Int),
+    attr("decr_every_n_nan_or_inf", Int),
+    attr("incr_ratio", Float),
+    attr("decr_ratio", Float),
+];
+const ALL_REDUCE_ATTRS: &[AttrSpec] = &[
+    req("reduce_type", Str),
+    req("group", Ints),
+    attr("ring_id", Int),
+];
+const ALL_GATHER_ATTRS: &[AttrSpec] =
+    &[attr("axis", Int), req("group", Ints), attr("ring_id", Int)];
+const REDUCE_SCATTER_ATTRS: &[AttrSpec] = &[
+    attr("axis", Int),
+    req("reduce_type", Str),
+    req("group", Ints),
+    attr("ring_id", Int),
+];
+const ALL_TO_ALL_ATTRS: &[AttrSpec] = &[
+    req("split_axis", Int),
+    req("concat_axis", Int),
+    req("group", Ints),
+    attr("ring_id", Int),
+];
+const SEND_ATTRS: &[AttrSpec] = &[req("peer", Int), attr("ring_id", Int)];
+const RECV_ATTRS: &[AttrSpec] = &[
+    req("peer", Int),
+    req("shape", Ints),
+    req("dtype", Str),
+    attr("ring_id", Int),
+];
+const SLICE_ATTRS: &[AttrSpec] = &[req("axes", Ints), req("starts", Ints), req("ends", Ints)];
+const C_EMBEDDING_ATTRS: &[AttrSpec] = &[req("start_index", Int)];
+
+impl OpType {
+    /// Input and output slots, in canonical order.
+    pub fn slots(self) -> (&'static [SlotSpec], &'static [SlotSpec]) {
+        match self {
+            OpType::MatmulV2
+            | OpType::ElementwiseAdd
+            | OpType::ElementwiseSub
+            | OpType::ElementwiseMul
+            | OpType::ElementwiseDiv
+            | OpType::ElementwiseMax => XY_OUT,
+            OpType::Relu
+            | OpType::Gelu
+            | OpType::Silu
+            | OpType::Square
+            | OpType::Scale
+            | OpType::Cast
+            | OpType::Assign
+            | OpType::Softmax
+            | OpType::FusedSoftmaxMaskUpperTriangle
+            | OpType::Reshape2
+            | OpType::Transpose2
+            | OpType::ReduceSum
+            | OpType::ReduceMean
+            | OpType::Mean
+            | OpType::Sqrt
+            | OpType::SquaredL2Norm
+            | OpType::AllReduce
+            | OpType::AllGather
+            | OpType::ReduceScatter
+            | OpType::AllToAll => X_OUT,
+            OpType::Dropout => DROPOUT,
+            OpType::LayerNorm => LAYER_NORM,
+            OpType::LookupTableV2 | OpType::CEmbedding => LOOKUP,
+            OpType::Split => SPLIT,
+            OpType::Concat | OpType::Sum => CONCAT,
+            OpType::SoftmaxWithCrossEntropy => SOFTMAX_CE,
+            OpType::FillConstant | OpType::Recv => FILL,
+            OpType::Sgd => SGD,
+            OpType::Momentum => MOMENTUM,
+            OpType::Adam | OpType::AdamW => ADAM,
+            OpType::CheckFiniteAndUnscale => CHECK_FINITE,
+            OpType::UpdateLossScaling => UPDATE_SCALING,
+            OpType::Send => SEND,
+            OpType::Slice => SLICE,
+            OpType::MatmulV2Grad
+            | OpType::ElementwiseAddGrad
+            | OpType::ElementwiseSubGrad
+            | OpType::ElementwiseMulGrad
+            | OpType::ElementwiseDivGrad
+            | OpType::ReluGrad
+            | OpType::GeluGrad
+            | OpType::SiluGrad
+            | OpType::SquareGrad
+            | OpType::ScaleGrad
+            | OpType::CastGrad
+            | OpType::AssignGrad
+            | OpType::DropoutGrad
+            | OpType::SoftmaxGrad
+            | OpType::FusedSoftmaxMaskUpperTriangleGrad
+            | OpType::LayerNormGrad
+            | OpType::LookupTableV2Grad
+            | OpType::Reshape2Grad
+            | OpType::Transpose2Grad
+            | OpType::SplitGrad
+            | OpType::ConcatGrad
+            | OpType::ReduceSumGrad
+            | OpType::ReduceMeanGrad
+            | OpType::MeanGrad
+            | OpType::SoftmaxWithCrossEntropyGrad => grad_slots(self),
+        }
+    }
+
+    /// Input slots, in canonical order.
+    pub fn input_slots(self) -> &'static [SlotSpec] {
+        self.slots().0
+    }
+
+    /// Output slots, in canonical order.
+    pub fn output_slots(self) -> &'static [SlotSpec] {
+        self.slots().1
+    }
+
+    /// The attributes this op type accepts (a grad op takes its forward op's).
+    pub fn attr_schema(self) -> &'static [AttrSpec] {
+        if let Some(fwd) = self.forward() {
+            return fwd.attr_schema();
+        }
+        match self {
+            OpType::MatmulV2 => MATMUL_ATTRS,
+            OpType::ElementwiseAdd
+            | OpType::ElementwiseSub
+            | OpType::ElementwiseMul
+            | OpType::ElementwiseDiv
+            | OpType::ElementwiseMax
+            | OpType::Softmax
+            | OpType::Concat => AXIS,
+            OpType::Relu
+            | OpType::Silu
+            | OpType::Square
+            | OpType::Assign
+            | OpType::Mean
+            | OpType::FusedSoftmaxMaskUpperTriangle
+            | OpType::Sum
+            | OpType::Sqrt
+            | OpType::SquaredL2Norm
+            | OpType::Sgd
+            | OpType::CheckFiniteAndUnscale => NONE,
+            OpType::Gelu => GELU_ATTRS,
+            OpType::Scale => SCALE_ATTRS,
+            OpType::Cast => CAST_ATTRS,
+            OpType::Dropout => DROPOUT_ATTRS,
+            OpType::LayerNorm => LAYER_NORM_ATTRS,
+            OpType::LookupTableV2 => LOOKUP_ATTRS,
+            OpType::Reshape2 => RESHAPE_ATTRS,
+            OpType::Transpose2 => TRANSPOSE_ATTRS,
+            OpType::Split => SPLIT_ATTRS,
+            OpType::ReduceSum | OpType::ReduceMean => REDUCE_ATTRS,
+            OpType::SoftmaxWithCrossEntropy => CE_ATTRS,
+            OpType::FillConstant => FILL_ATTRS,
+            OpType::Momentum => MOMENTUM_ATTRS,
+            OpType::Adam => ADAM_ATTRS,
+            OpType::AdamW => ADAMW_ATTRS,
+            OpType::UpdateLossScaling => SCALING_ATTRS,
+            OpType::AllReduce => ALL_REDUCE_ATTRS,
+            OpType::AllGather => ALL_GATHER_ATTRS,
+            OpType::ReduceScatter => REDUCE_SCATTER_ATTRS,
+            OpType::AllToAll => ALL_TO_ALL_ATTRS,
+            OpType::Send => SEND_ATTRS,
+            OpType::Recv => RECV_ATTRS,
+            OpType::Slice => SLICE_ATTRS,
+            OpType::CEmbedding => C_EMBEDDING_ATTRS,
+            OpType::MatmulV2Grad
+            | OpType::ElementwiseAddGrad
+            | OpType::ElementwiseSubGrad
+            | OpType::ElementwiseMulGrad
+            | OpType::ElementwiseDivGrad
+            | OpType::ReluGrad
+            | OpType::GeluGrad
+            | OpType::SiluGrad
+            | OpType::SquareGrad
+            | OpType::ScaleGrad
+            | OpType::CastGrad
+            | OpType::AssignGrad
+            | OpType::DropoutGrad
+            | OpType::SoftmaxGrad
+            | OpType::FusedSoftmaxMaskUpperTriangleGrad
+            | OpType::LayerNormGrad
+            | OpType::LookupTableV2Grad
+            | OpType::Reshape2Grad
+            | OpType::Transpose2Grad
+            | OpType::SplitGrad
+            | OpType::ConcatGrad
+            | OpType::ReduceSumGrad
+            | OpType::ReduceMeanGrad
+            | OpType::MeanGrad
+            | OpType::SoftmaxWithCrossEntropyGrad => NONE,
+        }
+    }
+}
+
+/// `name@GRAD`, leaked once per slot name so slot tables stay `&'static`.
+fn grad_name(name: &str) -> &'static str {
+    Box::leak(format!("{name}@GRAD").into_boxed_str())
+}
+
+fn optional(arity: Arity) -> Arity {
+    match arity {
+        Arity::One | Arity::Optional => Arity::Optional,
+        Arity::List | Arity::Many => Arity::Many,
+    }
+}
+
+/// The slots of a grad op, built once from its forward op's.
+fn grad_slots(grad: OpType) -> Slots {
+    static TABLE: OnceLock<HashMap<OpType, Slots>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let mut table = HashMap::new();
+        for fwd in OpType::ALL {
+            let Some(g) = fwd.grad() else { continue };
+            let (ins, outs) = fwd.slots();
+            let mut inputs: Vec<SlotSpec> = ins
+                .iter()
+                .map(|s| SlotSpec {
+                    name: s.name,
+                    arity: optional(s.arity),
+                })
+                .collect();
+            inputs.extend(outs.iter().map(|s| SlotSpec {
+                name: s.name,
+                arity: optional(s.arity),
+            }));
+            inputs.extend(outs.iter().map(|s| SlotSpec {
+                name: grad_name(s.name),
+                arity: optional(s.arity),
+            }));
+            let outputs: Vec<SlotSpec> = ins
+                .iter()
+                .map(|s| SlotSpec {
+                    name: grad_name(s.name),
+                    arity: optional(s.arity),
+                })
+                .collect();
+            table.insert(g, (&*Vec::leak(inputs), &*Vec::leak(outputs)));
+        }
+        table
+    });
+    table.get(&grad).copied().unwrap_or((&[], &[]))
+}
