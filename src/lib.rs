@@ -14,6 +14,7 @@
 //! - `cli` (native) and `web` (wasm32): thin shells over the above.
 
 pub mod dist;
+pub mod dist_ops;
 pub mod ir;
 pub mod models;
 pub mod passes;

@@ -2,6 +2,7 @@
 //! or touches files.
 
 mod bench;
+mod stages;
 
 use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
@@ -82,9 +83,28 @@ struct PlanArgs {
     /// Annotate a variable, e.g. x=dp,- (repeatable; adds to the file's annotations).
     #[arg(long = "shard", value_name = "VAR=AXES")]
     shards: Vec<String>,
-    /// The pipeline stage to print.
-    #[arg(long, default_value = "complete", value_parser = ["complete"])]
+    /// The pipeline stage to print: complete (forward dist attrs), backward (with grad ops),
+    /// optimizer (with update ops), partition (per-rank programs), all.
+    #[arg(long, default_value = "complete", value_parser = ["complete", "backward", "optimizer", "partition", "all"])]
     stage: String,
+    /// With --stage partition: print only this rank's program.
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Print the communication ledger (collectives with groups, bytes and reasons).
+    #[arg(long)]
+    ledger: bool,
+    /// The optimizer: sgd, momentum, adam or adamw.
+    #[arg(long, default_value = "sgd", value_parser = ["sgd", "momentum", "adam", "adamw"])]
+    optimizer: String,
+    /// Add AMP dynamic loss scaling.
+    #[arg(long)]
+    amp: bool,
+    /// Clip gradients to this global norm.
+    #[arg(long, value_name = "NORM")]
+    clip_norm: Option<f64>,
+    /// Do not scale data-parallel gradients by 1/|group| after the all-reduce.
+    #[arg(long)]
+    no_grad_scale: bool,
     /// Explain why each dim of this variable is split the way it is.
     #[arg(long, value_name = "VAR")]
     explain: Option<String>,
@@ -251,7 +271,53 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         }
         (None, None) => return Err("give a plan FILE or --preset NAME".into()),
     };
-    let completed = match crate::passes::complete(&plan) {
+    if args.stage == "complete" && !args.ledger {
+        return print_completion(args, &plan);
+    }
+    let opts = crate::passes::pipeline::PipelineOptions {
+        optimizer: crate::passes::optimizer::OptimizerOptions {
+            optimizer: crate::passes::optimizer::Optimizer::from_name(&args.optimizer)
+                .unwrap_or(crate::passes::optimizer::Optimizer::Sgd),
+            amp: args.amp,
+            clip_norm: args.clip_norm,
+        },
+        partition: crate::passes::partition::PartitionOptions {
+            scale_gradients: !args.no_grad_scale,
+        },
+    };
+    if let Some(norm) = args.clip_norm.filter(|n| !(n.is_finite() && *n > 0.0)) {
+        return Err(format!("--clip-norm {norm}: expected a positive number"));
+    }
+    let pipeline = match crate::passes::pipeline::run_pipeline(&plan, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if let Some(r) = args.rank {
+        if !pipeline.partitioned.ranks.iter().any(|p| p.rank == r) {
+            return Err(format!(
+                "--rank {r}: the mesh has ranks {:?}",
+                pipeline.completed.mesh.process_ids()
+            ));
+        }
+    }
+    let text = if args.format == "json" {
+        let json = stages::pipeline_json(&pipeline, args.rank);
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
+        )
+    } else {
+        stages::pipeline_text(&pipeline, &args.stage, args.rank, args.ledger)
+    };
+    emit(&text);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_completion(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
+    let completed = match crate::passes::complete(plan) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");

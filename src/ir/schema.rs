@@ -155,7 +155,8 @@ const DROPOUT_ATTRS: &[AttrSpec] = &[
     attr("is_test", Bool),
 ];
 const LAYER_NORM_ATTRS: &[AttrSpec] = &[attr("begin_norm_axis", Int), attr("epsilon", Float)];
-const LOOKUP_ATTRS: &[AttrSpec] = &[attr("padding_idx", Int)];
+// `start_index`: the vocab id of W's first row (0 unless W is a vocab shard).
+const LOOKUP_ATTRS: &[AttrSpec] = &[attr("padding_idx", Int), attr("start_index", Int)];
 const RESHAPE_ATTRS: &[AttrSpec] = &[req("shape", Ints)];
 const TRANSPOSE_ATTRS: &[AttrSpec] = &[req("axis", Ints)];
 const SPLIT_ATTRS: &[AttrSpec] = &[attr("num", Int), attr("sections", Ints), attr("axis", Int)];

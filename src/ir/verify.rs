@@ -3,6 +3,7 @@
 
 use super::attr::AttrKind;
 use super::infer::infer_op;
+use super::op_type::OpRole;
 use super::program::Program;
 use super::schema::Arity;
 use super::types::{OpId, TensorType, VarKind};
@@ -100,14 +101,22 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
         }
         for v in op.all_outputs() {
             let var = program.var(v);
-            if var.kind.is_source() && var.kind != VarKind::OptimizerState {
-                err(format!(
+            // Writing a variable the op also reads is an in-place update (an optimizer on its
+            // parameter, a collective on its buffer); anything else is a second definition.
+            let in_place = op.all_inputs().any(|i| i == v);
+            match var.kind {
+                VarKind::Input | VarKind::Label => err(format!(
                     "writes `{}`, but {} variables are set from outside the program, not by ops",
                     var.name,
                     var.kind.name()
-                ));
+                )),
+                VarKind::Parameter if !(in_place && op.role == OpRole::Optimize) => err(format!(
+                    "writes parameter `{}`; only optimizer ops update parameters, in place",
+                    var.name
+                )),
+                _ => {}
             }
-            if let Some(first) = writer[v.index()] {
+            if let Some(first) = writer[v.index()].filter(|_| !in_place) {
                 err(format!("writes `{}`, already written by {first}", var.name));
             }
             writer[v.index()] = Some(id);

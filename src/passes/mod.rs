@@ -6,6 +6,16 @@
 //! Architecture invariant: passes depend on `ir`, `dist`, `spmd` and `plan` only; never on
 //! `exec`, `web` or `cli`.
 
+pub mod backward;
 pub mod complete;
+pub mod complete_backward;
+pub mod dist_program;
+pub mod grad_sync;
+pub mod ledger;
+pub mod optimizer;
+pub mod partition;
+pub mod pipeline;
+pub mod rank;
+pub mod reshard;
 
 pub use complete::{complete, complete_from, CompleteError, Completed};

@@ -13,7 +13,7 @@ use super::{arg, check_rank, DistTensor, Inferred, Result, Sharding};
 use crate::ir::infer::broadcast;
 
 /// Letters of a broadcast operand: aligned right, `1` for a size-1 dim the output expands.
-fn operand_letters(out: &str, out_shape: &[usize], shape: &[usize]) -> String {
+pub fn operand_letters(out: &str, out_shape: &[usize], shape: &[usize]) -> String {
     let skip = out.len().saturating_sub(shape.len());
     out.chars()
         .skip(skip)

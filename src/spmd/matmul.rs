@@ -13,7 +13,7 @@ use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdE
 use crate::dist::ReduceType;
 
 /// Letters of x, y and out (Paddle's `FillMatmulOperandNotation`).
-fn notation(x_rank: usize, y_rank: usize) -> Result<(String, String, String)> {
+pub fn notation(x_rank: usize, y_rank: usize) -> Result<(String, String, String)> {
     let batch = |rank: usize, max: usize| -> String {
         let all = letters(max.saturating_sub(2));
         all.chars()

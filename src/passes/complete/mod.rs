@@ -13,7 +13,7 @@
 mod print;
 pub mod trace;
 
-pub use print::{completed_json, completed_text, explain_text};
+pub use print::{attrs_text, completed_json, completed_text, explain_text};
 pub use trace::{Conflict, Direction, Event, EventKind, PackedAxes, Step, Trace};
 
 use crate::dist::{local_shape, OperatorDistAttr, ProcessMesh, TensorDistAttr};

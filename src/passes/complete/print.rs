@@ -2,7 +2,7 @@
 
 use super::trace::{EventKind, Step};
 use super::Completed;
-use crate::dist::TensorDistAttr;
+use crate::dist::{OperatorDistAttr, TensorDistAttr};
 use crate::ir::{OpId, Program, VarId};
 use serde_json::{json, Value};
 
@@ -44,23 +44,14 @@ fn impl_name(ty: &str, idx: usize) -> &'static str {
     }
 }
 
-/// The completed program: every tensor's dist attr, then every op with its impl and the
-/// dist attrs it wants (a `*` marks an input that must be resharded).
-pub fn completed_text(program: &Program, c: &Completed) -> String {
-    let mut out = format!("mesh {}\n", c.mesh);
-    let conflicts = c
-        .trace
-        .events
-        .iter()
-        .filter(|e| matches!(e.kind, EventKind::Rejected(_)))
-        .count();
-    out.push_str(&format!(
-        "# completed in {} sweeps: {} events, {} conflicts, {} rule errors\n\ntensors:\n",
-        c.sweeps,
-        c.trace.events.len(),
-        conflicts,
-        c.trace.rule_errors.len()
-    ));
+/// Every tensor's dist attr, then every op with its impl and the dist attrs it wants (a
+/// `*` marks an input that must be resharded).
+pub fn attrs_text(
+    program: &Program,
+    tensors: &[TensorDistAttr],
+    ops: &[OperatorDistAttr],
+) -> String {
+    let mut out = String::from("tensors:\n");
     let width = program
         .vars()
         .iter()
@@ -68,7 +59,7 @@ pub fn completed_text(program: &Program, c: &Completed) -> String {
         .max()
         .unwrap_or(0);
     for (i, v) in program.vars().iter().enumerate() {
-        let attr = &c.tensors[i];
+        let attr = &tensors[i];
         let pinned = if attr.annotated.iter().any(|&a| a) {
             "  (annotated)"
         } else {
@@ -83,7 +74,7 @@ pub fn completed_text(program: &Program, c: &Completed) -> String {
     }
     out.push_str("\nops:\n");
     for (i, op) in program.ops().iter().enumerate() {
-        let attr = &c.ops[i];
+        let attr = &ops[i];
         out.push_str(&format!(
             "  op{i} {} [{} #{}: {}]",
             op.ty,
@@ -98,7 +89,7 @@ pub fn completed_text(program: &Program, c: &Completed) -> String {
             let mut parts = Vec::new();
             for ((spec, vs), ats) in specs.iter().zip(vars).zip(attrs) {
                 for (v, a) in vs.iter().zip(ats) {
-                    let t = &c.tensors[v.index()];
+                    let t = &tensors[v.index()];
                     let reshard = inputs && (t.dims != a.dims || t.partial != a.partial);
                     parts.push(format!(
                         "{}={}{}{}",
@@ -117,6 +108,27 @@ pub fn completed_text(program: &Program, c: &Completed) -> String {
             slots(op.ty.output_slots(), &op.outputs, &attr.outputs, false)
         ));
     }
+    out
+}
+
+/// The completed program: every tensor's dist attr, then every op with its impl and the
+/// dist attrs it wants (a `*` marks an input that must be resharded).
+pub fn completed_text(program: &Program, c: &Completed) -> String {
+    let mut out = format!("mesh {}\n", c.mesh);
+    let conflicts = c
+        .trace
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Rejected(_)))
+        .count();
+    out.push_str(&format!(
+        "# completed in {} sweeps: {} events, {} conflicts, {} rule errors\n\n",
+        c.sweeps,
+        c.trace.events.len(),
+        conflicts,
+        c.trace.rule_errors.len()
+    ));
+    out.push_str(&attrs_text(program, &c.tensors, &c.ops));
     for (op, message) in &c.trace.rule_errors {
         out.push_str(&format!(
             "# rule error at {op} ({}): {message}; its inputs fall back to replicated\n",

@@ -1,0 +1,138 @@
+//! Rewriting one op for one rank: the local op (attributes turned to local shapes, the
+//! vocab-parallel embedding turned into `c_embedding`), and the communication an
+//! implementation adds after it.
+
+use super::Impl;
+use crate::dist::{OperatorDistAttr, TensorDistAttr};
+use crate::ir::{Attr, Op, OpType, VarId};
+use crate::passes::dist_program::DistProgram;
+use crate::passes::rank::{scope, PartitionError, RankBuilder};
+use crate::passes::reshard::reshard;
+
+/// The vocab id of this rank's first table row when `w` splits rows over mesh axes.
+fn start_index(b: &RankBuilder, w: &TensorDistAttr, local_rows: usize) -> i64 {
+    let axes = w.dims.first().cloned().unwrap_or_default();
+    let index = axes
+        .iter()
+        .fold(0usize, |acc, &a| acc * b.mesh.axis_size(a) + b.coord(a));
+    (index * local_rows) as i64
+}
+
+fn shape_attr(shape: &[usize]) -> Attr {
+    Attr::Ints(shape.iter().map(|&d| d as i64).collect())
+}
+
+/// Appends the local op for `local` (inputs already resharded); records the layout of its
+/// outputs. An output produced in another layout than its variable's goes through a
+/// temporary and a reshard.
+pub fn lower(
+    b: &mut RankBuilder,
+    mut local: Op,
+    attr: &OperatorDistAttr,
+    imp: Impl,
+    declared: &[TensorDistAttr],
+) -> Result<(), PartitionError> {
+    let mut fixups: Vec<(VarId, VarId)> = Vec::new();
+    let inputs: Vec<VarId> = local.all_inputs().collect();
+    for (k, slot) in local.outputs.iter_mut().enumerate() {
+        for (j, v) in slot.iter_mut().enumerate() {
+            let Some(produced) = attr.outputs.get(k).and_then(|s| s.get(j)) else {
+                continue;
+            };
+            if inputs.contains(v) {
+                continue; // in-place update keeps the variable's layout
+            }
+            if produced.dims != declared[v.index()].dims {
+                let t = b.temp(*v, produced, "OUT")?;
+                fixups.push((t, *v));
+                *v = t;
+            } else {
+                b.cur[v.index()] = produced.clone();
+            }
+        }
+    }
+    match (local.ty, imp) {
+        (OpType::Reshape2, _) => {
+            if let Some(&out) = local.outputs.first().and_then(|s| s.first()) {
+                let shape = b.program.var(out).ty.shape.clone();
+                local.attrs.insert("shape".into(), shape_attr(&shape));
+            }
+        }
+        (OpType::FillConstant, _) => {
+            if let Some(&out) = local.outputs.first().and_then(|s| s.first()) {
+                let shape = b.program.var(out).ty.shape.clone();
+                local.attrs.insert("shape".into(), shape_attr(&shape));
+            }
+        }
+        (OpType::LookupTableV2, Impl::EmbeddingVocab)
+        | (OpType::LookupTableV2Grad, Impl::EmbeddingVocab) => {
+            let w = local.input("W").first().copied();
+            let w_attr = attr.inputs.first().and_then(|s| s.first());
+            if let (Some(w), Some(w_attr)) = (w, w_attr) {
+                let rows = b.program.var(w).ty.shape.first().copied().unwrap_or(0);
+                let start = start_index(b, w_attr, rows);
+                if local.ty == OpType::LookupTableV2 {
+                    let mut c = Op::new(OpType::CEmbedding);
+                    c.inputs = local.inputs.clone();
+                    c.outputs = local.outputs.clone();
+                    c.namescope = local.namescope.clone();
+                    c.attrs.insert("start_index".into(), Attr::Int(start));
+                    local = c;
+                } else {
+                    local.attrs.insert("start_index".into(), Attr::Int(start));
+                }
+            }
+        }
+        _ => {}
+    }
+    b.local(local);
+    for (t, v) in fixups {
+        let target = DistProgram::settled(&declared[v.index()]);
+        let r = reshard(b, t, &target)?;
+        let mut assign = Op::new(OpType::Assign);
+        assign.inputs = vec![vec![r]];
+        assign.outputs = vec![vec![v]];
+        assign.namescope = scope::RESHARD.into();
+        b.local(assign);
+        b.cur[v.index()] = target;
+    }
+    Ok(())
+}
+
+/// All-reduces `v` in place over its partial axes (tensor parallel).
+fn all_reduce_partial(b: &mut RankBuilder, v: VarId) {
+    let attr = b.cur[v.index()].clone();
+    if attr.partial.is_empty() {
+        return;
+    }
+    let axes: Vec<usize> = attr.partial_axes();
+    let reduce = attr.partial[0].1;
+    b.collective(
+        OpType::AllReduce,
+        v,
+        v,
+        &axes,
+        vec![("reduce_type", Attr::Str(reduce.name().into()))],
+        scope::TENSOR_PARALLEL,
+    );
+    b.cur[v.index()] = DistProgram::settled(&attr);
+}
+
+/// The communication an implementation adds after its op: the row-parallel matmul and the
+/// vocab-parallel embedding all-reduce their output; the column-parallel matmul's backward
+/// all-reduces the input's gradient.
+pub fn after(b: &mut RankBuilder, op: &Op, imp: Impl) {
+    match (imp, op.ty) {
+        (Impl::MatmulRow, OpType::MatmulV2) | (Impl::EmbeddingVocab, OpType::LookupTableV2) => {
+            if let Some(&out) = op.outputs.first().and_then(|s| s.first()) {
+                all_reduce_partial(b, out);
+            }
+        }
+        (Impl::MatmulColumn, OpType::MatmulV2Grad) => {
+            if let Some(&xg) = op.outputs.first().and_then(|s| s.first()) {
+                all_reduce_partial(b, xg);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,52 @@
+//! A serial program with a dist attr for every variable and every op: what each stage of
+//! the pipeline (forward, backward, optimizer) hands to the next.
+
+use crate::dist::{OperatorDistAttr, ProcessMesh, ReduceType, TensorDistAttr};
+use crate::ir::{Op, Program};
+use std::sync::Arc;
+
+/// A program and its dist attrs (`tensors[v]` for variable `v`, `ops[i]` for op `i`).
+#[derive(Clone, Debug)]
+pub struct DistProgram {
+    pub mesh: Arc<ProcessMesh>,
+    pub program: Program,
+    pub tensors: Vec<TensorDistAttr>,
+    pub ops: Vec<OperatorDistAttr>,
+}
+
+impl DistProgram {
+    /// A replicated, non-partial attr with `dims` (the shape of a wanted attr).
+    pub fn attr(&self, dims: Vec<Vec<usize>>, partial: Vec<(usize, ReduceType)>) -> TensorDistAttr {
+        let rank = dims.len();
+        TensorDistAttr {
+            mesh: self.mesh.clone(),
+            dims,
+            partial,
+            annotated: vec![false; rank],
+        }
+    }
+
+    /// An op attr whose slots mirror `op`'s, every slot attr replicated over its variable's
+    /// rank, with the `default` implementation.
+    pub fn replicated_op_attr(&self, op: &Op) -> OperatorDistAttr {
+        let slot = |vars: &Vec<crate::ir::VarId>| {
+            vars.iter()
+                .map(|&v| {
+                    TensorDistAttr::replicated(self.mesh.clone(), self.program.var(v).ty.rank())
+                })
+                .collect()
+        };
+        let mut attr = OperatorDistAttr::new(self.mesh.clone());
+        attr.inputs = op.inputs.iter().map(slot).collect();
+        attr.outputs = op.outputs.iter().map(slot).collect();
+        attr
+    }
+
+    /// Every variable's attr without partial status (what a consumer normally wants).
+    pub fn settled(attr: &TensorDistAttr) -> TensorDistAttr {
+        TensorDistAttr {
+            partial: Vec::new(),
+            ..attr.clone()
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The communication ledger: every collective of every rank with its kind, purpose (from
+//! its namescope), group, bytes moved per rank, phase and reason. Bytes follow the ring
+//! model: all-reduce 2(n−1)/n·S, all-gather (n−1)/n·S_out, reduce-scatter (n−1)/n·S_in,
+//! all-to-all (n−1)/n·S, send/recv S.
+
+use super::grad_sync::{is_amp_flag_sync_op, is_data_parallel_reduce_op, is_global_norm_sync_op};
+use super::partition::Partitioned;
+use super::rank::scope;
+use crate::ir::{Op, OpClass, OpRole, OpType, Program};
+use serde::Serialize;
+
+/// What a collective is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Purpose {
+    DataParallel,
+    TensorParallel,
+    Reshard,
+    AmpFlag,
+    GlobalNorm,
+    Other,
+}
+
+impl Purpose {
+    /// From the op's namescope (and the seed's predicates).
+    pub fn of(op: &Op) -> Purpose {
+        if is_data_parallel_reduce_op(op) {
+            Purpose::DataParallel
+        } else if is_amp_flag_sync_op(op) {
+            Purpose::AmpFlag
+        } else if is_global_norm_sync_op(op) {
+            Purpose::GlobalNorm
+        } else if op.namescope == scope::TENSOR_PARALLEL {
+            Purpose::TensorParallel
+        } else if op.namescope == scope::RESHARD {
+            Purpose::Reshard
+        } else {
+            Purpose::Other
+        }
+    }
+
+    /// A short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Purpose::DataParallel => "data parallel",
+            Purpose::TensorParallel => "tensor parallel",
+            Purpose::Reshard => "reshard",
+            Purpose::AmpFlag => "AMP flag",
+            Purpose::GlobalNorm => "global norm",
+            Purpose::Other => "other",
+        }
+    }
+}
+
+/// One collective on one rank.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Entry {
+    pub rank: u32,
+    pub op_index: usize,
+    pub kind: &'static str,
+    pub purpose: Purpose,
+    pub group: Vec<u32>,
+    pub reduce_type: Option<String>,
+    pub tensor: String,
+    pub bytes_per_rank: f64,
+    pub phase: &'static str,
+    pub reason: String,
+}
+
+/// Bytes one rank sends for `op` in the ring model.
+pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
+    let n = op.attr_ints("group").map_or(1, |g| g.len()).max(1) as f64;
+    let size = |v: Option<&crate::ir::VarId>| {
+        v.map_or(0.0, |&v| {
+            let t = &program.var(v).ty;
+            (t.numel() * t.dtype.size_bytes()) as f64
+        })
+    };
+    let x = size(op.input("X").first());
+    let out = size(op.output("Out").first());
+    match op.ty {
+        OpType::AllReduce => 2.0 * (n - 1.0) / n * x,
+        OpType::AllGather => (n - 1.0) / n * out,
+        OpType::ReduceScatter | OpType::AllToAll => (n - 1.0) / n * x,
+        OpType::Send => x,
+        _ => 0.0,
+    }
+}
+
+fn phase(role: OpRole) -> &'static str {
+    match role {
+        OpRole::Forward | OpRole::Loss => "forward",
+        OpRole::Backward => "backward",
+        OpRole::Optimize => "optimizer",
+    }
+}
+
+fn reason(program: &Program, ops: &[Op], i: usize, purpose: Purpose) -> String {
+    let op = &ops[i];
+    let tensor = op
+        .input("X")
+        .first()
+        .map(|&v| program.var(v).name.clone())
+        .unwrap_or_default();
+    let consumer = ops[i + 1..]
+        .iter()
+        .find(|o| o.ty.class() != OpClass::Collective && o.namescope != scope::RESHARD);
+    match purpose {
+        Purpose::DataParallel => format!("sum the data-parallel shards of the gradient {tensor}"),
+        Purpose::TensorParallel => {
+            let producer = ops[..i].iter().rev().find(|o| {
+                o.all_outputs()
+                    .any(|v| Some(v) == op.input("X").first().copied())
+            });
+            format!(
+                "complete the partial sums of {tensor} after {}",
+                producer.map_or("its producer", |p| p.ty.name())
+            )
+        }
+        Purpose::Reshard => format!(
+            "{tensor} is laid out differently from what {} wants",
+            consumer.map_or("its consumer".to_string(), |c| c.ty.name().to_string())
+        ),
+        Purpose::AmpFlag => "agree on found_inf across the mesh".into(),
+        Purpose::GlobalNorm => "sum the squared-norm shards of the gradients".into(),
+        Purpose::Other => String::new(),
+    }
+}
+
+/// The ledger of every rank.
+pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    for r in &parts.ranks {
+        let ops = r.program.ops();
+        for (i, op) in ops.iter().enumerate() {
+            if op.ty.class() != OpClass::Collective {
+                continue;
+            }
+            let purpose = Purpose::of(op);
+            entries.push(Entry {
+                rank: r.rank,
+                op_index: i,
+                kind: op.ty.name(),
+                purpose,
+                group: op
+                    .attr_ints("group")
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|&g| g as u32)
+                    .collect(),
+                reduce_type: op.attr_str("reduce_type").map(str::to_string),
+                tensor: op
+                    .input("X")
+                    .first()
+                    .map(|&v| r.program.var(v).name.clone())
+                    .unwrap_or_default(),
+                bytes_per_rank: bytes_per_rank(&r.program, op),
+                phase: phase(op.role),
+                reason: reason(&r.program, ops, i, purpose),
+            });
+        }
+    }
+    entries
+}
+
+/// Counts and bytes per (phase, purpose, kind) for one rank, as text.
+pub fn summary(entries: &[Entry], rank: u32) -> String {
+    let mut rows: Vec<(&str, Purpose, &str, usize, f64)> = Vec::new();
+    for e in entries.iter().filter(|e| e.rank == rank) {
+        match rows
+            .iter_mut()
+            .find(|r| r.0 == e.phase && r.1 == e.purpose && r.2 == e.kind)
+        {
+            Some(r) => {
+                r.3 += 1;
+                r.4 += e.bytes_per_rank;
+            }
+            None => rows.push((e.phase, e.purpose, e.kind, 1, e.bytes_per_rank)),
+        }
+    }
+    let mut out = format!("communication of rank {rank} (ring model, bytes sent per rank):\n");
+    out.push_str(&format!(
+        "  {:<10} {:<16} {:<15} {:>5} {:>12}\n",
+        "phase", "purpose", "collective", "count", "bytes"
+    ));
+    let mut total = 0.0;
+    for (phase, purpose, kind, count, bytes) in &rows {
+        out.push_str(&format!(
+            "  {phase:<10} {:<16} {kind:<15} {count:>5} {bytes:>12.0}\n",
+            purpose.name()
+        ));
+        total += bytes;
+    }
+    out.push_str(&format!(
+        "  {:<10} {:<16} {:<15} {:>5} {total:>12.0}\n",
+        "total",
+        "",
+        "",
+        rows.iter().map(|r| r.3).sum::<usize>()
+    ));
+    out
+}

@@ -1,0 +1,428 @@
+//! The optimizer stage: optional AMP loss-scaling checks, optional global-norm gradient
+//! clipping, and one update op per parameter (sgd, momentum, adam or adamw), each with its
+//! state variables. Update completion: an optimizer op and its state follow the parameter;
+//! the learning rate, the loss scale, `found_inf` and the global norm are replicated.
+
+use super::dist_program::DistProgram;
+use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
+use crate::ir::{Attr, DType, Op, OpRole, OpType, ProgramError, TensorType, VarId, VarKind};
+use serde::{Deserialize, Serialize};
+
+/// The update rule.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Optimizer {
+    Sgd,
+    Momentum {
+        mu: f64,
+    },
+    Adam {
+        beta1: f64,
+        beta2: f64,
+        epsilon: f64,
+    },
+    AdamW {
+        beta1: f64,
+        beta2: f64,
+        epsilon: f64,
+        coeff: f64,
+    },
+}
+
+impl Optimizer {
+    /// Parses `sgd`, `momentum`, `adam` or `adamw` with their usual defaults.
+    pub fn from_name(name: &str) -> Option<Optimizer> {
+        Some(match name {
+            "sgd" => Optimizer::Sgd,
+            "momentum" => Optimizer::Momentum { mu: 0.9 },
+            "adam" => Optimizer::Adam {
+                beta1: 0.9,
+                beta2: 0.999,
+                epsilon: 1e-8,
+            },
+            "adamw" => Optimizer::AdamW {
+                beta1: 0.9,
+                beta2: 0.999,
+                epsilon: 1e-8,
+                coeff: 0.01,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// What the optimizer stage appends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OptimizerOptions {
+    pub optimizer: Optimizer,
+    /// AMP dynamic loss scaling (`check_finite_and_unscale`, `update_loss_scaling`).
+    pub amp: bool,
+    /// Clip gradients to this global norm.
+    pub clip_norm: Option<f64>,
+}
+
+impl Default for OptimizerOptions {
+    fn default() -> Self {
+        OptimizerOptions {
+            optimizer: Optimizer::Sgd,
+            amp: false,
+            clip_norm: None,
+        }
+    }
+}
+
+struct Builder<'a> {
+    dp: &'a mut DistProgram,
+}
+
+impl Builder<'_> {
+    /// A replicated scalar optimizer state variable.
+    fn scalar(&mut self, name: &str, dtype: DType) -> Result<VarId, ProgramError> {
+        let id = self.dp.program.declare(
+            name,
+            TensorType::new(dtype, vec![]),
+            VarKind::OptimizerState,
+        )?;
+        self.dp
+            .tensors
+            .push(TensorDistAttr::replicated(self.dp.mesh.clone(), 0));
+        Ok(id)
+    }
+
+    /// A state variable shaped and laid out like `like`.
+    fn state_like(
+        &mut self,
+        name: &str,
+        like: VarId,
+        kind: VarKind,
+    ) -> Result<VarId, ProgramError> {
+        let ty = self.dp.program.var(like).ty.clone();
+        let id = self.dp.program.declare(name, ty, kind)?;
+        self.dp
+            .tensors
+            .push(DistProgram::settled(&self.dp.tensors[like.index()]));
+        Ok(id)
+    }
+
+    /// Appends `op`; its slot attrs are the variables' current attrs (outputs of in-place
+    /// updates keep their layout), or `overrides` for outputs computed here.
+    fn push(&mut self, op: Op, impl_type: &str) {
+        let mut attr = OperatorDistAttr::new(self.dp.mesh.clone());
+        let at = |v: &VarId| self.dp.tensors[v.index()].clone();
+        attr.inputs = op
+            .inputs
+            .iter()
+            .map(|s| s.iter().map(at).collect())
+            .collect();
+        attr.outputs = op
+            .outputs
+            .iter()
+            .map(|s| s.iter().map(at).collect())
+            .collect();
+        attr.impl_type = impl_type.to_string();
+        self.dp.program.push_op(op);
+        self.dp.ops.push(attr);
+    }
+}
+
+fn op(
+    ty: OpType,
+    inputs: Vec<Vec<VarId>>,
+    outputs: Vec<Vec<VarId>>,
+    attrs: &[(&str, Attr)],
+    scope: &str,
+) -> Op {
+    let mut o = Op::new(ty);
+    o.inputs = inputs;
+    o.outputs = outputs;
+    o.attrs = attrs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    o.role = OpRole::Optimize;
+    if !scope.is_empty() {
+        o.namescope = scope.to_string();
+    }
+    o
+}
+
+/// Appends the optimizer stage to `dp` for `param_grads` (parameter, gradient pairs).
+pub fn append_optimizer(
+    dp: &mut DistProgram,
+    param_grads: &[(VarId, VarId)],
+    opts: &OptimizerOptions,
+) -> Result<(), ProgramError> {
+    let dtype = param_grads
+        .first()
+        .map_or(DType::F32, |(p, _)| dp.program.var(*p).ty.dtype);
+    let mut b = Builder { dp };
+    let grads: Vec<VarId> = param_grads.iter().map(|&(_, g)| g).collect();
+    if opts.amp {
+        amp(&mut b, &grads, dtype)?;
+    }
+    if let Some(clip) = opts.clip_norm {
+        clip_by_global_norm(&mut b, &grads, clip, dtype)?;
+    }
+    let lr = b.scalar("learning_rate_0", dtype)?;
+    for &(p, g) in param_grads {
+        let name = b.dp.program.var(p).name.clone();
+        let (ty, inputs, outputs, attrs): (
+            OpType,
+            Vec<Vec<VarId>>,
+            Vec<Vec<VarId>>,
+            Vec<(&str, Attr)>,
+        ) = match opts.optimizer {
+            Optimizer::Sgd => (
+                OpType::Sgd,
+                vec![vec![p], vec![g], vec![lr]],
+                vec![vec![p]],
+                vec![],
+            ),
+            Optimizer::Momentum { mu } => {
+                let vel =
+                    b.state_like(&format!("{name}_velocity_0"), p, VarKind::OptimizerState)?;
+                (
+                    OpType::Momentum,
+                    vec![vec![p], vec![g], vec![vel], vec![lr]],
+                    vec![vec![p], vec![vel]],
+                    vec![("mu", Attr::Float(mu))],
+                )
+            }
+            Optimizer::Adam {
+                beta1,
+                beta2,
+                epsilon,
+            }
+            | Optimizer::AdamW {
+                beta1,
+                beta2,
+                epsilon,
+                ..
+            } => {
+                let m1 = b.state_like(&format!("{name}_moment1_0"), p, VarKind::OptimizerState)?;
+                let m2 = b.state_like(&format!("{name}_moment2_0"), p, VarKind::OptimizerState)?;
+                let b1 = b.scalar(&format!("{name}_beta1_pow_acc_0"), dtype)?;
+                let b2 = b.scalar(&format!("{name}_beta2_pow_acc_0"), dtype)?;
+                let mut attrs = vec![
+                    ("beta1", Attr::Float(beta1)),
+                    ("beta2", Attr::Float(beta2)),
+                    ("epsilon", Attr::Float(epsilon)),
+                ];
+                let ty = match opts.optimizer {
+                    Optimizer::AdamW { coeff, .. } => {
+                        attrs.push(("coeff", Attr::Float(coeff)));
+                        OpType::AdamW
+                    }
+                    _ => OpType::Adam,
+                };
+                (
+                    ty,
+                    vec![
+                        vec![p],
+                        vec![g],
+                        vec![lr],
+                        vec![m1],
+                        vec![m2],
+                        vec![b1],
+                        vec![b2],
+                    ],
+                    vec![vec![p], vec![m1], vec![m2], vec![b1], vec![b2]],
+                    attrs,
+                )
+            }
+        };
+        // The update follows its parameter: the gradient must arrive laid out like it.
+        let pa = DistProgram::settled(&b.dp.tensors[p.index()]);
+        b.dp.tensors[g.index()] = b.dp.tensors[g.index()].clone();
+        let o = op(ty, inputs, outputs, &attrs, "");
+        let mut attr = OperatorDistAttr::new(b.dp.mesh.clone());
+        attr.inputs = o
+            .inputs
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|v| {
+                        if *v == g {
+                            pa.clone()
+                        } else {
+                            b.dp.tensors[v.index()].clone()
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        attr.outputs = o
+            .outputs
+            .iter()
+            .map(|s| s.iter().map(|v| b.dp.tensors[v.index()].clone()).collect())
+            .collect();
+        attr.impl_type = "default".into();
+        b.dp.program.push_op(o);
+        b.dp.ops.push(attr);
+    }
+    Ok(())
+}
+
+/// AMP: unscale the gradients, flag non-finite values, update the loss scale.
+fn amp(b: &mut Builder, grads: &[VarId], dtype: DType) -> Result<(), ProgramError> {
+    // The pipeline created the loss scale when it scaled the loss; reuse it.
+    let scale = match b.dp.program.var_id("loss_scaling_0") {
+        Some(v) => v,
+        None => b.scalar("loss_scaling_0", dtype)?,
+    };
+    let found = b.scalar("found_infinite_0", DType::F32)?;
+    let good = b.scalar("num_good_steps_0", dtype)?;
+    let bad = b.scalar("num_bad_steps_0", dtype)?;
+    let check = op(
+        OpType::CheckFiniteAndUnscale,
+        vec![grads.to_vec(), vec![scale]],
+        vec![grads.to_vec(), vec![found]],
+        &[],
+        "",
+    );
+    b.push(check, "default");
+    let update = op(
+        OpType::UpdateLossScaling,
+        vec![
+            grads.to_vec(),
+            vec![found],
+            vec![scale],
+            vec![good],
+            vec![bad],
+        ],
+        vec![grads.to_vec(), vec![scale], vec![good], vec![bad]],
+        &[
+            ("incr_every_n_steps", Attr::Int(1000)),
+            ("decr_every_n_nan_or_inf", Attr::Int(2)),
+            ("incr_ratio", Attr::Float(2.0)),
+            ("decr_ratio", Attr::Float(0.5)),
+        ],
+        "",
+    );
+    b.push(update, "default");
+    Ok(())
+}
+
+/// Global-norm clipping: `g *= clip / max(sqrt(sum of squared norms), clip)`. A sharded
+/// gradient's squared norm is a partial sum over the mesh axes that shard it.
+fn clip_by_global_norm(
+    b: &mut Builder,
+    grads: &[VarId],
+    clip: f64,
+    dtype: DType,
+) -> Result<(), ProgramError> {
+    let mut norms = Vec::new();
+    for &g in grads {
+        let name = format!("{}@SQNORM", b.dp.program.var(g).name);
+        let sq =
+            b.dp.program
+                .declare(&name, TensorType::new(dtype, vec![]), VarKind::Activation)?;
+        let mut attr = TensorDistAttr::replicated(b.dp.mesh.clone(), 0);
+        let mut axes: Vec<usize> = b.dp.tensors[g.index()]
+            .dims
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        axes.sort_unstable();
+        for a in axes {
+            attr.set_partial(a, ReduceType::Sum);
+        }
+        b.dp.tensors.push(attr);
+        b.push(
+            op(
+                OpType::SquaredL2Norm,
+                vec![vec![g]],
+                vec![vec![sq]],
+                &[],
+                "",
+            ),
+            "default",
+        );
+        norms.push(sq);
+    }
+    let total = b.dp.program.declare(
+        "global_norm_sq_0",
+        TensorType::new(dtype, vec![]),
+        VarKind::Activation,
+    )?;
+    b.dp.tensors
+        .push(TensorDistAttr::replicated(b.dp.mesh.clone(), 0));
+    let sum = op(OpType::Sum, vec![norms.clone()], vec![vec![total]], &[], "");
+    // The sum wants every squared norm complete (non-partial): sharded grads' norms are
+    // all-reduced first (global-norm synchronisation, in the partitioner).
+    let mut attr = OperatorDistAttr::new(b.dp.mesh.clone());
+    attr.inputs = vec![norms
+        .iter()
+        .map(|_| TensorDistAttr::replicated(b.dp.mesh.clone(), 0))
+        .collect()];
+    attr.outputs = vec![vec![TensorDistAttr::replicated(b.dp.mesh.clone(), 0)]];
+    attr.impl_type = "default".into();
+    b.dp.program.push_op(sum);
+    b.dp.ops.push(attr);
+    let norm = b.scalar_activation("global_norm_0", dtype)?;
+    b.push(
+        op(OpType::Sqrt, vec![vec![total]], vec![vec![norm]], &[], ""),
+        "default",
+    );
+    let clip_var = b.scalar_activation("clip_norm_0", dtype)?;
+    let fill = op(
+        OpType::FillConstant,
+        vec![],
+        vec![vec![clip_var]],
+        &[
+            ("shape", Attr::Ints(vec![])),
+            ("value", Attr::Float(clip)),
+            ("dtype", Attr::Str(dtype.name().into())),
+        ],
+        "",
+    );
+    b.push(fill, "default");
+    let denom = b.scalar_activation("clip_denominator_0", dtype)?;
+    b.push(
+        op(
+            OpType::ElementwiseMax,
+            vec![vec![norm], vec![clip_var]],
+            vec![vec![denom]],
+            &[],
+            "",
+        ),
+        "default",
+    );
+    let factor = b.scalar_activation("clip_factor_0", dtype)?;
+    b.push(
+        op(
+            OpType::ElementwiseDiv,
+            vec![vec![clip_var], vec![denom]],
+            vec![vec![factor]],
+            &[],
+            "",
+        ),
+        "default",
+    );
+    for &g in grads {
+        b.push(
+            op(
+                OpType::ElementwiseMul,
+                vec![vec![g], vec![factor]],
+                vec![vec![g]],
+                &[],
+                "",
+            ),
+            "default",
+        );
+    }
+    Ok(())
+}
+
+impl Builder<'_> {
+    fn scalar_activation(&mut self, name: &str, dtype: DType) -> Result<VarId, ProgramError> {
+        let id =
+            self.dp
+                .program
+                .declare(name, TensorType::new(dtype, vec![]), VarKind::Activation)?;
+        self.dp
+            .tensors
+            .push(TensorDistAttr::replicated(self.dp.mesh.clone(), 0));
+        Ok(id)
+    }
+}

@@ -1,0 +1,187 @@
+//! The partitioner (Paddle's `Partitioner` + `Resharder`): one program per rank, with local
+//! shapes, each op rewritten by its distributed implementation, reshards where a variable's
+//! layout differs from what its consumer wants, and gradient synchronisation.
+
+use super::dist_program::DistProgram;
+use super::grad_sync::sync_gradients;
+use super::rank::{scope, Groups, PartitionError, RankBuilder};
+use super::reshard::reshard;
+use crate::dist::{ReduceType, TensorDistAttr};
+use crate::dist_ops::{after, find_impl, lower};
+use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, VarId};
+use std::collections::HashMap;
+
+/// One rank's program and where its variables came from.
+#[derive(Clone, Debug)]
+pub struct RankProgram {
+    pub rank: u32,
+    pub program: Program,
+    /// The layout of each local variable's contents at the end of the step.
+    pub attrs: Vec<TensorDistAttr>,
+    /// The serial variable each local variable holds a piece of.
+    pub origin: Vec<VarId>,
+}
+
+/// Every rank's program and the job's communication groups.
+#[derive(Clone, Debug)]
+pub struct Partitioned {
+    pub ranks: Vec<RankProgram>,
+    pub groups: Groups,
+}
+
+/// Options of the partitioner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionOptions {
+    /// Scale data-parallel gradients by 1/|group| after the all-reduce (Paddle's default).
+    pub scale_gradients: bool,
+}
+
+impl Default for PartitionOptions {
+    fn default() -> Self {
+        PartitionOptions {
+            scale_gradients: true,
+        }
+    }
+}
+
+/// Partitions `dp` for every rank of its mesh. `forward_of` maps grad ops to forward ops;
+/// `param_grads` lists the parameter gradients to synchronise.
+pub fn partition(
+    dp: &DistProgram,
+    forward_of: &HashMap<OpId, OpId>,
+    param_grads: &[VarId],
+    opts: PartitionOptions,
+) -> Result<Partitioned, PartitionError> {
+    let mut groups = Groups::new(&dp.mesh);
+    let mut ranks = Vec::with_capacity(dp.mesh.size());
+    for &rank in dp.mesh.process_ids() {
+        ranks.push(partition_rank(
+            dp,
+            rank,
+            forward_of,
+            param_grads,
+            opts,
+            &mut groups,
+        )?);
+    }
+    Ok(Partitioned { ranks, groups })
+}
+
+fn partition_rank(
+    dp: &DistProgram,
+    rank: u32,
+    forward_of: &HashMap<OpId, OpId>,
+    param_grads: &[VarId],
+    opts: PartitionOptions,
+    groups: &mut Groups,
+) -> Result<RankProgram, PartitionError> {
+    let mut b = RankBuilder::new(rank, &dp.mesh, &dp.program, &dp.tensors, groups)?;
+    for (i, op) in dp.program.ops().iter().enumerate() {
+        let attr = &dp.ops[i];
+        b.role = op.role;
+        if op.ty == OpType::Sum && op.role == OpRole::Optimize && global_norm_sum(&mut b, op)? {
+            continue;
+        }
+        let mut local = op.clone();
+        for (k, vars) in op.inputs.iter().enumerate() {
+            for (j, &v) in vars.iter().enumerate() {
+                if let Some(wanted) = attr.inputs.get(k).and_then(|s| s.get(j)) {
+                    local.inputs[k][j] = reshard(&mut b, v, wanted)?;
+                }
+            }
+        }
+        let fwd = forward_of
+            .get(&OpId(i as u32))
+            .map(|f| (dp.program.op(*f), &dp.ops[f.index()]));
+        let imp = find_impl(op, attr, fwd, &dp.program);
+        lower(&mut b, local, attr, imp, &dp.tensors)?;
+        sync_gradients(
+            &mut b,
+            &dp.program,
+            op,
+            attr,
+            param_grads,
+            opts.scale_gradients,
+        );
+        after(&mut b, op, imp);
+        if op.ty == OpType::CheckFiniteAndUnscale && dp.mesh.size() > 1 {
+            if let Some(&found) = op.output("FoundInfinite").first() {
+                let all: Vec<usize> = (0..dp.mesh.ndim()).collect();
+                b.collective(
+                    OpType::AllReduce,
+                    found,
+                    found,
+                    &all,
+                    vec![("reduce_type", Attr::Str("MAX".into()))],
+                    scope::AMP,
+                );
+            }
+        }
+    }
+    let issues = verify_program(&b.program);
+    if let Some(first) = issues.first() {
+        return Err(PartitionError::Layout(format!(
+            "rank {rank}'s program does not verify: {first} ({} problems)",
+            issues.len()
+        )));
+    }
+    Ok(RankProgram {
+        rank,
+        program: b.program,
+        attrs: b.cur,
+        origin: b.origin,
+    })
+}
+
+/// Global-norm clipping's sum of squared norms: norms sharded over the same mesh axes are
+/// summed locally and all-reduced once (global-norm synchronisation), then all are added.
+/// Returns false if `op` is not that sum.
+fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionError> {
+    let inputs = op.input("X").to_vec();
+    let Some(&out) = op.output("Out").first() else {
+        return Ok(false);
+    };
+    if b.program.var(out).name != "global_norm_sq_0" {
+        return Ok(false);
+    }
+    let mut by_axes: Vec<(Vec<usize>, Vec<VarId>)> = Vec::new();
+    for v in inputs {
+        let axes = b.cur[v.index()].partial_axes();
+        match by_axes.iter_mut().find(|(a, _)| *a == axes) {
+            Some((_, vs)) => vs.push(v),
+            None => by_axes.push((axes, vec![v])),
+        }
+    }
+    let mut totals = Vec::new();
+    for (axes, vars) in by_axes {
+        if axes.is_empty() {
+            totals.extend(vars);
+            continue;
+        }
+        let mut partial_attr = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
+        for &a in &axes {
+            partial_attr.set_partial(a, ReduceType::Sum);
+        }
+        let group_sum = b.temp(out, &partial_attr, "PARTIAL")?;
+        let mut sum = Op::new(OpType::Sum);
+        sum.inputs = vec![vars];
+        sum.outputs = vec![vec![group_sum]];
+        b.local(sum);
+        b.collective(
+            OpType::AllReduce,
+            group_sum,
+            group_sum,
+            &axes,
+            vec![("reduce_type", Attr::Str("SUM".into()))],
+            scope::GLOBAL_NORM,
+        );
+        b.cur[group_sum.index()] = DistProgram::settled(&partial_attr);
+        totals.push(group_sum);
+    }
+    let mut sum = Op::new(OpType::Sum);
+    sum.inputs = vec![totals];
+    sum.outputs = vec![vec![out]];
+    b.local(sum);
+    b.cur[out.index()] = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
+    Ok(true)
+}

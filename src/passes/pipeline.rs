@@ -1,0 +1,138 @@
+//! The pipeline, in the order of `../shared/DESIGN.md`, with a verifier run after every
+//! stage: complete forward → backward → complete backward → optimizer (+ AMP, clipping)
+//! → partition (+ reshard, gradient synchronisation) → ledger. Every stage's result is
+//! kept for the UI, the goldens and the command line.
+
+use super::backward::{append_backward, find_loss, Backward, BackwardError};
+use super::complete::{complete, CompleteError, Completed};
+use super::complete_backward::complete_backward;
+use super::dist_program::DistProgram;
+use super::ledger::{ledger, Entry};
+use super::optimizer::{append_optimizer, OptimizerOptions};
+use super::partition::{partition, PartitionOptions, Partitioned};
+use super::rank::PartitionError;
+use crate::dist::TensorDistAttr;
+use crate::ir::{verify_program, Op, OpRole, OpType, ProgramError, TensorType, VarKind};
+use crate::plan::Plan;
+
+/// What the pipeline builds.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineOptions {
+    pub optimizer: OptimizerOptions,
+    pub partition: PartitionOptions,
+}
+
+/// Why the pipeline stopped.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum PipelineError {
+    #[error("{0}")]
+    Complete(#[from] CompleteError),
+    #[error("backward: {0}")]
+    Backward(#[from] BackwardError),
+    #[error("{stage}: the program does not verify: {first} ({count} problems)")]
+    Verify {
+        stage: &'static str,
+        first: String,
+        count: usize,
+    },
+    #[error("partition: {0}")]
+    Partition(#[from] PartitionError),
+    #[error("{0}")]
+    Program(#[from] ProgramError),
+}
+
+/// Every stage's result.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    /// The forward plan that was completed (with AMP's loss scaling op when AMP is on).
+    pub plan: Plan,
+    pub completed: Completed,
+    pub backward: Backward,
+    /// Forward + backward with dist attrs.
+    pub backward_dist: DistProgram,
+    /// Forward + backward + optimizer with dist attrs.
+    pub full: DistProgram,
+    pub partitioned: Partitioned,
+    pub ledger: Vec<Entry>,
+}
+
+fn verify(stage: &'static str, program: &crate::ir::Program) -> Result<(), PipelineError> {
+    let issues = verify_program(program);
+    match issues.first() {
+        None => Ok(()),
+        Some(first) => Err(PipelineError::Verify {
+            stage,
+            first: first.to_string(),
+            count: issues.len(),
+        }),
+    }
+}
+
+/// AMP scales the loss before differentiating it: `loss@SCALED = loss * loss_scaling_0`.
+fn scale_loss(plan: &mut Plan) -> Result<(), PipelineError> {
+    let loss = find_loss(&plan.program)?;
+    let loss_var = plan.program.var(loss).clone();
+    let scale = plan.program.declare(
+        "loss_scaling_0",
+        TensorType::new(loss_var.ty.dtype, vec![]),
+        VarKind::OptimizerState,
+    )?;
+    let scaled = plan.program.declare(
+        &format!("{}@SCALED", loss_var.name),
+        loss_var.ty.clone(),
+        VarKind::Activation,
+    )?;
+    for op in plan
+        .program
+        .ops_mut()
+        .iter_mut()
+        .filter(|o| o.role == OpRole::Loss)
+    {
+        op.role = OpRole::Forward;
+    }
+    let mut mul = Op::new(OpType::ElementwiseMul);
+    mul.inputs = vec![vec![loss], vec![scale]];
+    mul.outputs = vec![vec![scaled]];
+    mul.role = OpRole::Loss;
+    plan.program.push_op(mul);
+    Ok(())
+}
+
+/// Runs every stage.
+pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, PipelineError> {
+    let mut plan = plan.clone();
+    if opts.optimizer.amp {
+        scale_loss(&mut plan)?;
+    }
+    let completed = complete(&plan)?;
+    let backward = append_backward(&plan.program)?;
+    verify("backward", &backward.program)?;
+    let backward_dist = complete_backward(&backward, &completed);
+    let mut full = backward_dist.clone();
+    append_optimizer(&mut full, &backward.param_grads, &opts.optimizer)?;
+    verify("optimizer", &full.program)?;
+    check_layouts(&full)?;
+    let grads: Vec<_> = backward.param_grads.iter().map(|&(_, g)| g).collect();
+    let partitioned = partition(&full, &backward.forward_of, &grads, opts.partition)?;
+    let ledger = ledger(&partitioned);
+    Ok(Pipeline {
+        plan,
+        completed,
+        backward,
+        backward_dist,
+        full,
+        partitioned,
+        ledger,
+    })
+}
+
+/// Every variable's layout must divide its shape (an annotation that cannot be partitioned
+/// is reported naming the variable, not discovered as a panic later).
+fn check_layouts(dp: &DistProgram) -> Result<(), PipelineError> {
+    for (v, attr) in dp.program.vars().iter().zip(&dp.tensors) {
+        let attr: &TensorDistAttr = attr;
+        attr.validate(&v.name, &v.ty.shape)
+            .map_err(|e| PartitionError::Layout(e.to_string()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! Reshard (Paddle's `Resharder`): the communication that turns a variable's current
+//! layout on this rank into the layout its consumer wants. Primitives, in the order they
+//! are applied:
+//!
+//! ```text
+//! partial -> replicated        all_reduce(reduce type) over the partial axes
+//! partial -> split             reduce_scatter along the dim that axis will split
+//! split d -> split e           all_to_all (split e, concat d) over the axis
+//! split   -> replicated        all_gather along the dim (our all_gather takes the axis,
+//!                              so Paddle's gather-then-split/concat is one op)
+//! replicated -> split          a local slice: no communication
+//! replicated -> partial (SUM)  a local scale by 1/n
+//! ```
+//! Every op goes to namescope `/auto_parallel/reshard` and produces a temporary
+//! (`x@RESHARD@k`); a second consumer wanting the same layout reuses it.
+
+use super::rank::{scope, PartitionError, RankBuilder};
+use crate::dist::{ReduceType, TensorDistAttr};
+use crate::ir::{Attr, Op, OpType, VarId};
+
+fn key(attr: &TensorDistAttr) -> String {
+    format!("{:?}|{:?}", attr.dims, attr.partial)
+}
+
+/// Makes `v`'s contents available on this rank in layout `to`; returns the variable that
+/// holds them (`v` itself when nothing is needed).
+pub fn reshard(
+    b: &mut RankBuilder,
+    v: VarId,
+    to: &TensorDistAttr,
+) -> Result<VarId, PartitionError> {
+    let from = b.cur[v.index()].clone();
+    if from.dims == to.dims && from.partial == to.partial {
+        return Ok(v);
+    }
+    if let Some(&done) = b.reshard_cache.get(&(v, key(to))) {
+        return Ok(done);
+    }
+    let mut cur = v;
+    let mut attr = from.clone();
+    // 1. Partial axes the target does not keep.
+    let dropped: Vec<(usize, ReduceType)> = from
+        .partial
+        .iter()
+        .copied()
+        .filter(|p| !to.partial.contains(p))
+        .collect();
+    let mut to_all_reduce: Vec<(usize, ReduceType)> = Vec::new();
+    for (axis, reduce) in dropped {
+        // partial -> split: reduce_scatter when the target appends this axis to one dim.
+        let target_dim = (0..to.rank()).find(|&d| {
+            to.dims[d].starts_with(&attr.dims[d])
+                && to.dims[d].get(attr.dims[d].len()) == Some(&axis)
+        });
+        attr.partial.retain(|p| p.0 != axis);
+        match target_dim {
+            Some(d) if reduce == ReduceType::Sum => {
+                let mut next = attr.clone();
+                next.dims[d].push(axis);
+                let out = b.temp(cur, &next, "RESHARD")?;
+                let attrs = vec![
+                    ("axis", Attr::Int(d as i64)),
+                    ("reduce_type", Attr::Str(reduce.name().into())),
+                ];
+                b.collective(
+                    OpType::ReduceScatter,
+                    cur,
+                    out,
+                    &[axis],
+                    attrs,
+                    scope::RESHARD,
+                );
+                cur = out;
+                attr = next;
+            }
+            _ => to_all_reduce.push((axis, reduce)),
+        }
+    }
+    // Axes with the same reduce type are reduced together over their joint group.
+    let mut reduces: Vec<ReduceType> = to_all_reduce.iter().map(|p| p.1).collect();
+    reduces.dedup();
+    for reduce in reduces {
+        let axes: Vec<usize> = to_all_reduce
+            .iter()
+            .filter(|p| p.1 == reduce)
+            .map(|p| p.0)
+            .collect();
+        let out = b.temp(cur, &attr, "RESHARD")?;
+        b.collective(
+            OpType::AllReduce,
+            cur,
+            out,
+            &axes,
+            vec![("reduce_type", Attr::Str(reduce.name().into()))],
+            scope::RESHARD,
+        );
+        cur = out;
+    }
+    // 2. split d -> split e of a single axis: all_to_all.
+    for d in 0..attr.rank() {
+        let [axis] = attr.dims[d].as_slice() else {
+            continue;
+        };
+        let axis = *axis;
+        if !to.dims[d].is_empty() {
+            continue;
+        }
+        let Some(e) = (0..to.rank()).find(|&e| {
+            e != d
+                && to.dims[e].starts_with(&attr.dims[e])
+                && to.dims[e].get(attr.dims[e].len()) == Some(&axis)
+        }) else {
+            continue;
+        };
+        let mut next = attr.clone();
+        next.dims[d].clear();
+        next.dims[e].push(axis);
+        let out = b.temp(cur, &next, "RESHARD")?;
+        let attrs = vec![
+            ("split_axis", Attr::Int(e as i64)),
+            ("concat_axis", Attr::Int(d as i64)),
+        ];
+        b.collective(OpType::AllToAll, cur, out, &[axis], attrs, scope::RESHARD);
+        cur = out;
+        attr = next;
+    }
+    // 3. Gather axes the target does not have on this dim (innermost first).
+    for d in 0..attr.rank() {
+        let common = attr.dims[d]
+            .iter()
+            .zip(&to.dims[d])
+            .take_while(|(a, b)| a == b)
+            .count();
+        while attr.dims[d].len() > common {
+            let axis = attr.dims[d][attr.dims[d].len() - 1];
+            let mut next = attr.clone();
+            next.dims[d].pop();
+            let out = b.temp(cur, &next, "RESHARD")?;
+            b.collective(
+                OpType::AllGather,
+                cur,
+                out,
+                &[axis],
+                vec![("axis", Attr::Int(d as i64))],
+                scope::RESHARD,
+            );
+            cur = out;
+            attr = next;
+        }
+    }
+    // 4. Slice axes the target adds (local, no communication).
+    for d in 0..attr.rank() {
+        while attr.dims[d].len() < to.dims[d].len() {
+            let axis = to.dims[d][attr.dims[d].len()];
+            let local = b.program.var(cur).ty.shape[d];
+            let n = b.mesh.axis_size(axis);
+            let piece = local / n.max(1);
+            let start = b.coord(axis) * piece;
+            let mut next = attr.clone();
+            next.dims[d].push(axis);
+            let out = b.temp(cur, &next, "RESHARD")?;
+            let mut op = Op::new(OpType::Slice);
+            op.inputs = vec![vec![cur]];
+            op.outputs = vec![vec![out]];
+            op.attrs.insert("axes".into(), Attr::Ints(vec![d as i64]));
+            op.attrs
+                .insert("starts".into(), Attr::Ints(vec![start as i64]));
+            op.attrs
+                .insert("ends".into(), Attr::Ints(vec![(start + piece) as i64]));
+            op.namescope = scope::RESHARD.into();
+            b.local(op);
+            cur = out;
+            attr = next;
+        }
+    }
+    // 5. replicated -> partial: SUM partial values that add up to the replicated one.
+    let added: Vec<(usize, ReduceType)> = to
+        .partial
+        .iter()
+        .copied()
+        .filter(|p| !attr.partial.contains(p))
+        .collect();
+    if !added.is_empty() {
+        let n: usize = added
+            .iter()
+            .filter(|p| p.1 == ReduceType::Sum)
+            .map(|p| b.mesh.axis_size(p.0))
+            .product();
+        let mut next = attr.clone();
+        for (a, r) in added {
+            next.set_partial(a, r);
+        }
+        let out = b.temp(cur, &next, "RESHARD")?;
+        let mut op = Op::new(OpType::Scale);
+        op.inputs = vec![vec![cur]];
+        op.outputs = vec![vec![out]];
+        op.attrs.insert("scale".into(), Attr::Float(1.0 / n as f64));
+        op.namescope = scope::RESHARD.into();
+        b.local(op);
+        cur = out;
+        attr = next;
+    }
+    if attr.dims != to.dims || attr.partial != to.partial {
+        let name = b.program.var(v).name.clone();
+        return Err(PartitionError::Layout(format!(
+            "cannot reshard `{name}` from {:?} {:?} to {:?} {:?}",
+            from.dims, from.partial, to.dims, to.partial
+        )));
+    }
+    b.reshard_cache.insert((v, key(to)), cur);
+    Ok(cur)
+}
