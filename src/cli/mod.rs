@@ -75,6 +75,9 @@ struct PlanArgs {
     /// A preset model instead of a file: mlp, mlp_mse, gpt or embedding_lm.
     #[arg(long, conflicts_with = "file")]
     preset: Option<String>,
+    /// A ready-made plan instead: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict.
+    #[arg(long, conflicts_with_all = ["file", "preset"])]
+    scenario: Option<String>,
     #[command(flatten)]
     sizes: SizeArgs,
     /// The mesh, e.g. 2x4:dp,mp (for a preset, or a file without a mesh).
@@ -85,8 +88,9 @@ struct PlanArgs {
     shards: Vec<String>,
     /// The pipeline stage to print: complete (forward dist attrs), backward (with grad ops),
     /// optimizer (with update ops), partition (per-rank programs), all.
-    #[arg(long, default_value = "complete", value_parser = ["complete", "backward", "optimizer", "partition", "all"])]
-    stage: String,
+    /// (Default: complete, or nothing but the ledger with --ledger.)
+    #[arg(long, value_parser = ["complete", "backward", "optimizer", "partition", "all"])]
+    stage: Option<String>,
     /// With --stage partition: print only this rank's program.
     #[arg(long)]
     rank: Option<u32>,
@@ -261,17 +265,37 @@ fn read_plan(file: &str) -> Result<Result<(Plan, SourceMap), usize>, String> {
 }
 
 fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
-    let plan = match (&args.file, &args.preset) {
-        (Some(file), _) => match read_plan(file)? {
+    let plan = match (&args.file, &args.preset, &args.scenario) {
+        (Some(file), _, _) => match read_plan(file)? {
             Ok((plan, _)) => add_mesh_and_shards(plan, args.mesh.as_deref(), &args.shards)?,
             Err(_) => return Ok(ExitCode::from(1)),
         },
-        (None, Some(preset)) => {
+        (None, Some(preset), _) => {
             build_plan(preset, &args.sizes, args.mesh.as_deref(), &args.shards)?
         }
-        (None, None) => return Err("give a plan FILE or --preset NAME".into()),
+        (None, None, Some(name)) => {
+            let scenario = crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
+                let names: Vec<&str> = crate::models::scenarios::scenarios()
+                    .iter()
+                    .map(|s| s.name)
+                    .collect();
+                format!("unknown scenario `{name}`; scenarios: {}", names.join(", "))
+            })?;
+            let plan = scenario.plan().map_err(|e| e.to_string())?;
+            add_mesh_and_shards(plan, None, &args.shards)?
+        }
+        (None, None, None) => {
+            return Err("give a plan FILE, --preset NAME or --scenario NAME".into())
+        }
     };
-    if args.stage == "complete" && !args.ledger {
+    let stage = args.stage.clone().unwrap_or_else(|| {
+        if args.ledger {
+            "none".into()
+        } else {
+            "complete".into()
+        }
+    });
+    if stage == "complete" && !args.ledger {
         return print_completion(args, &plan);
     }
     let opts = crate::passes::pipeline::PipelineOptions {
@@ -310,7 +334,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
         )
     } else {
-        stages::pipeline_text(&pipeline, &args.stage, args.rank, args.ledger)
+        stages::pipeline_text(&pipeline, &stage, args.rank, args.ledger)
     };
     emit(&text);
     Ok(ExitCode::SUCCESS)

@@ -9,6 +9,7 @@
 //! elementwise_add_grad out[dp,-] + b[-]  =>  b@GRAD [-] partial(dp=SUM)
 //! layer_norm_grad, lookup_table_v2_grad: scale/bias/table grads partial on the batch axes
 //! ```
+//! Gradient accumulation (`sum`) adds complete contributions, as Paddle does.
 //! Paddle marks these for matmul_v2_grad, elementwise_add_grad, layer_norm_grad and
 //! lookup_table_v2_grad; we apply the same contraction rule to every broadcasting
 //! elementwise grad (sub, mul, div), which Paddle would otherwise get wrong.
@@ -159,16 +160,9 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
                         grad_base(program, g).map(|v| DistProgram::settled(&dp.tensors[v.index()]));
                     let mut a = base.unwrap_or_else(|| dp.tensors[g.index()].clone());
                     if op.ty == OpType::Sum {
-                        // Contributions that agree on partial status are summed as they are.
-                        let parts: Vec<&TensorDistAttr> = op.inputs[0]
-                            .iter()
-                            .map(|v| &dp.tensors[v.index()])
-                            .collect();
-                        if parts.windows(2).all(|w| w[0] == w[1]) {
-                            if let Some(p) = parts.first() {
-                                a = (*p).clone();
-                            }
-                        }
+                        // Like Paddle, contributions are complete (non-partial) before they
+                        // are added: each producing implementation reduces its own partials.
+                        a = DistProgram::settled(&a);
                         attr.inputs[0] = op.inputs[0].iter().map(|_| a.clone()).collect();
                     }
                     dp.tensors[g.index()] = a.clone();
