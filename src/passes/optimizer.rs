@@ -70,6 +70,9 @@ impl Default for OptimizerOptions {
     }
 }
 
+/// An update op's type, input slots, output slots and attributes.
+type UpdateOp = (OpType, Vec<Vec<VarId>>, Vec<Vec<VarId>>, Vec<(&'static str, Attr)>);
+
 struct Builder<'a> {
     dp: &'a mut DistProgram,
 }
@@ -107,11 +110,14 @@ impl Builder<'_> {
     /// updates keep their layout), or `overrides` for outputs computed here.
     fn push(&mut self, op: Op, impl_type: &str) {
         let mut attr = OperatorDistAttr::new(self.dp.mesh.clone());
+        // Inputs complete (non-partial: gradients are synchronised by now); outputs as the
+        // variables are laid out.
+        let settled = |v: &VarId| DistProgram::settled(&self.dp.tensors[v.index()]);
         let at = |v: &VarId| self.dp.tensors[v.index()].clone();
         attr.inputs = op
             .inputs
             .iter()
-            .map(|s| s.iter().map(at).collect())
+            .map(|s| s.iter().map(settled).collect())
             .collect();
         attr.outputs = op
             .outputs
@@ -165,12 +171,7 @@ pub fn append_optimizer(
     let lr = b.scalar("learning_rate_0", dtype)?;
     for &(p, g) in param_grads {
         let name = b.dp.program.var(p).name.clone();
-        let (ty, inputs, outputs, attrs): (
-            OpType,
-            Vec<Vec<VarId>>,
-            Vec<Vec<VarId>>,
-            Vec<(&str, Attr)>,
-        ) = match opts.optimizer {
+        let (ty, inputs, outputs, attrs): UpdateOp = match opts.optimizer {
             Optimizer::Sgd => (
                 OpType::Sgd,
                 vec![vec![p], vec![g], vec![lr]],

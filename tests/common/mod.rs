@@ -1,0 +1,91 @@
+//! Helpers shared by the test suites.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use shardlab::dist::{ProcessMesh, TensorDistAttr};
+use shardlab::models::scenarios::megatron_shards;
+use shardlab::models::{Model, ModelConfig};
+use shardlab::plan::{parse_mesh_spec, parse_shard_spec, Annotation, Plan};
+use std::sync::Arc;
+
+/// Paddle's MLP oracle data.
+pub fn paddle_mlp_oracle() -> Value {
+    serde_json::from_str(include_str!("../oracle/paddle/complete_mlp.json")).unwrap()
+}
+
+/// The plan of one oracle config: Paddle's MLP, the config's mesh and its annotations
+/// (`None` for a var = not annotated; `None` inside a list = a pinned replicated dim).
+pub fn paddle_config_plan(config: &Value) -> Plan {
+    let ann = &config["annotation"];
+    let shape: Vec<usize> = serde_json::from_value(ann["mesh_shape"].clone()).unwrap();
+    let names: Vec<String> = serde_json::from_value(ann["dim_names"].clone()).unwrap();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mesh = Arc::new(ProcessMesh::with_names(&shape, &refs).unwrap());
+    let program = Model::Mlp.build(&Model::Mlp.default_config()).unwrap();
+    let mut annotations = Vec::new();
+    for (name, dims) in ann.as_object().unwrap() {
+        let (Some(list), Some(var)) = (dims.as_array(), program.var_id(name)) else {
+            continue;
+        };
+        let mut attr = TensorDistAttr::replicated(mesh.clone(), list.len());
+        for (d, axis) in list.iter().enumerate() {
+            attr.annotated[d] = true;
+            if let Some(a) = axis.as_str() {
+                attr.dims[d] = vec![mesh.axis_by_name(a).unwrap()];
+            }
+        }
+        annotations.push(Annotation { var, attr });
+    }
+    Plan {
+        mesh: Some(mesh),
+        program,
+        annotations,
+    }
+}
+
+/// A preset with `layers`, a mesh spec and shard specs.
+pub fn preset_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -> Plan {
+    let cfg = ModelConfig {
+        layers: layers.max(1),
+        ..model.default_config()
+    };
+    let program = model.build(&cfg).unwrap();
+    let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
+    let annotations = shards
+        .iter()
+        .map(|s| parse_shard_spec(s, &program, &mesh).unwrap())
+        .collect();
+    Plan {
+        mesh: Some(mesh),
+        program,
+        annotations,
+    }
+}
+
+/// The three standard configs of a preset: (name, mesh, shards).
+pub fn standard_configs(
+    model: Model,
+    layers: usize,
+) -> Vec<(&'static str, &'static str, Vec<String>)> {
+    let (x, dp) = match model {
+        Model::Mlp => ("x", "x=dp,-".to_string()),
+        Model::EmbeddingLm => ("ids", "ids=dp,-".to_string()),
+        _ => ("x", "x=dp,-,-".to_string()),
+    };
+    let _ = x;
+    let mp = match model {
+        Model::Mlp => vec![
+            "linear_0.w_0=-,mp".to_string(),
+            "linear_0.b_0=mp".to_string(),
+            "linear_1.w_0=mp,-".to_string(),
+        ],
+        _ => megatron_shards(layers, "mp"),
+    };
+    let mut both = vec![dp.clone()];
+    both.extend(mp.clone());
+    vec![
+        ("dp", "4:dp", vec![dp]),
+        ("mp", "4:mp", mp),
+        ("dp_mp", "2x4:dp,mp", both),
+    ]
+}
