@@ -35,7 +35,7 @@ enum Command {
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
-        #[arg(long, default_value = "complete", value_parser = ["complete"])]
+        #[arg(long, default_value = "complete", value_parser = ["complete", "pipeline"])]
         what: String,
         /// Layer counts of the gpt preset.
         #[arg(long, value_delimiter = ',', default_value = "2,8,24,48,96")]
@@ -182,10 +182,10 @@ pub fn main() -> ExitCode {
         Command::Spmd { cases } => spmd_cases(&cases),
         Command::Plan(args) => plan(&args),
         Command::Bench {
-            what: _,
+            what,
             layers,
             repeat,
-        } => bench::bench_complete(&layers, repeat).map(|t| {
+        } => if what == "pipeline" { bench::bench_pipeline(&layers, repeat) } else { bench::bench_complete(&layers, repeat) }.map(|t| {
             emit(&t);
             ExitCode::SUCCESS
         }),

@@ -5,6 +5,7 @@ use super::op_type::{OpRole, OpType};
 use super::types::{OpId, TensorType, Var, VarId, VarKind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// The namescope an op gets when nobody sets one.
 pub const ROOT_SCOPE: &str = "/";
@@ -129,12 +130,20 @@ pub enum ProgramError {
 }
 
 /// The variables and the ordered operators of one training step.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Program {
     vars: Vec<Var>,
+    /// Name -> id, built on first use: per-rank programs are built by the thousand and
+    /// rarely looked up by name.
     #[serde(skip)]
-    by_name: HashMap<String, VarId>,
+    by_name: OnceLock<HashMap<String, VarId>>,
     ops: Vec<Op>,
+}
+
+impl PartialEq for Program {
+    fn eq(&self, other: &Program) -> bool {
+        self.vars == other.vars && self.ops == other.ops
+    }
 }
 
 impl Program {
@@ -145,13 +154,31 @@ impl Program {
 
     /// Declares a variable; names are unique.
     pub fn add_var(&mut self, var: Var) -> Result<VarId, ProgramError> {
-        if self.by_name.contains_key(&var.name) {
-            return Err(ProgramError::DuplicateVar(var.name));
-        }
+        self.index();
         let id = VarId(self.vars.len() as u32);
-        self.by_name.insert(var.name.clone(), id);
+        if let Some(map) = self.by_name.get_mut() {
+            if map.contains_key(&var.name) {
+                return Err(ProgramError::DuplicateVar(var.name));
+            }
+            map.insert(var.name.clone(), id);
+        }
         self.vars.push(var);
         Ok(id)
+    }
+
+    /// Declares a variable whose name the caller guarantees is new (the partitioner's
+    /// per-rank copies of a verified program); skips the name check.
+    pub fn add_var_unchecked(&mut self, var: Var) -> VarId {
+        let id = VarId(self.vars.len() as u32);
+        if let Some(map) = self.by_name.get_mut() {
+            map.insert(var.name.clone(), id);
+        }
+        self.vars.push(var);
+        id
+    }
+
+    fn index(&self) -> &HashMap<String, VarId> {
+        self.by_name.get_or_init(|| self.vars.iter().enumerate().map(|(i, v)| (v.name.clone(), VarId(i as u32))).collect())
     }
 
     /// Declares a variable from its parts; parameters and optimizer state are persistable.
@@ -199,7 +226,7 @@ impl Program {
 
     /// Looks a variable up by name.
     pub fn var_id(&self, name: &str) -> Option<VarId> {
-        self.by_name.get(name).copied()
+        self.index().get(name).copied()
     }
 
     /// The op with this id.
@@ -207,13 +234,8 @@ impl Program {
         &self.ops[id.index()]
     }
 
-    /// Rebuilds the name index (after deserialising).
+    /// Drops the name index (it is rebuilt on the next lookup).
     pub fn reindex(&mut self) {
-        self.by_name = self
-            .vars
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (v.name.clone(), VarId(i as u32)))
-            .collect();
+        self.by_name = OnceLock::new();
     }
 }

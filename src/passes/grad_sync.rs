@@ -14,7 +14,7 @@
 use super::dist_program::DistProgram;
 use super::rank::{scope, RankBuilder};
 use crate::dist::OperatorDistAttr;
-use crate::ir::{Attr, Op, OpRole, OpType, Program, VarId, VarKind};
+use crate::ir::{Attr, Op, OpRole, OpType, Program, VarKind};
 
 /// Inserts the synchronisation of the parameter gradients `op` produced.
 pub fn sync_gradients(
@@ -22,13 +22,13 @@ pub fn sync_gradients(
     serial: &Program,
     op: &Op,
     attr: &OperatorDistAttr,
-    param_grads: &[VarId],
+    is_param_grad: &[bool],
     scale: bool,
 ) {
     if op.role != OpRole::Backward || op.ty.forward().is_none() {
         return;
     }
-    for g in op.all_outputs().filter(|g| param_grads.contains(g)) {
+    for g in op.all_outputs().filter(|g| is_param_grad.get(g.index()).copied().unwrap_or(false)) {
         let cur = b.cur[g.index()].clone();
         let groups: Vec<usize> = if cur.is_partial() {
             cur.partial_axes()

@@ -52,26 +52,54 @@ pub fn partition(
     param_grads: &[VarId],
     opts: PartitionOptions,
 ) -> Result<Partitioned, PartitionError> {
+    let mut is_param_grad = vec![false; dp.program.vars().len()];
+    for g in param_grads {
+        is_param_grad[g.index()] = true;
+    }
+    // Ranks are independent: each gets its own group registry, merged in rank order below
+    // so ring ids do not depend on scheduling.
+    let one = |rank: u32| -> Result<(RankProgram, Groups), PartitionError> {
+        let mut local = Groups::new(&dp.mesh);
+        let r = partition_rank(dp, rank, forward_of, &is_param_grad, opts, &mut local)?;
+        Ok((r, local))
+    };
+    let results = run_ranks(dp.mesh.process_ids(), &one);
     let mut groups = Groups::new(&dp.mesh);
-    let mut ranks = Vec::with_capacity(dp.mesh.size());
-    for &rank in dp.mesh.process_ids() {
-        ranks.push(partition_rank(
-            dp,
-            rank,
-            forward_of,
-            param_grads,
-            opts,
-            &mut groups,
-        )?);
+    let mut ranks = Vec::with_capacity(results.len());
+    for result in results {
+        let (mut r, local) = result?;
+        let map: Vec<usize> = local.rings.iter().map(|g| groups.ring_of(g)).collect();
+        for op in r.program.ops_mut() {
+            if let Some(crate::ir::Attr::Int(ring)) = op.attrs.get_mut("ring_id") {
+                *ring = map.get(*ring as usize).copied().unwrap_or(0) as i64;
+            }
+        }
+        ranks.push(r);
     }
     Ok(Partitioned { ranks, groups })
+}
+
+/// Runs `f` for every rank, on all cores natively, in order in the browser.
+fn run_ranks<T: Send>(ranks: &[u32], f: &(dyn Fn(u32) -> T + Sync)) -> Vec<T> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ranks.len()).max(1);
+        if workers > 1 {
+            let chunk = ranks.len().div_ceil(workers);
+            return std::thread::scope(|s| {
+                let handles: Vec<_> = ranks.chunks(chunk).map(|c| s.spawn(move || c.iter().map(|&r| f(r)).collect::<Vec<T>>())).collect();
+                handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+            });
+        }
+    }
+    ranks.iter().map(|&r| f(r)).collect()
 }
 
 fn partition_rank(
     dp: &DistProgram,
     rank: u32,
     forward_of: &HashMap<OpId, OpId>,
-    param_grads: &[VarId],
+    is_param_grad: &[bool],
     opts: PartitionOptions,
     groups: &mut Groups,
 ) -> Result<RankProgram, PartitionError> {
@@ -100,7 +128,7 @@ fn partition_rank(
             &dp.program,
             op,
             attr,
-            param_grads,
+            is_param_grad,
             opts.scale_gradients,
         );
         after(&mut b, op, imp);

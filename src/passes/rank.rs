@@ -83,12 +83,12 @@ impl<'a> RankBuilder<'a> {
         for (v, attr) in serial.vars().iter().zip(attrs) {
             let shape = local_shape(&v.name, &v.ty.shape, attr)
                 .map_err(|e| PartitionError::Layout(e.to_string()))?;
-            program.add_var(Var {
+            program.add_var_unchecked(Var {
                 name: v.name.clone(),
                 ty: TensorType::new(v.ty.dtype, shape),
                 kind: v.kind,
                 persistable: v.persistable,
-            })?;
+            });
         }
         Ok(RankBuilder {
             rank,
@@ -118,12 +118,13 @@ impl<'a> RankBuilder<'a> {
             .map_err(|e| PartitionError::Layout(e.to_string()))?;
         self.temps += 1;
         let ty = TensorType::new(self.program.var(of).ty.dtype, shape);
-        let id = self.program.add_var(Var {
+        // `@TAG@k` names are unique within the rank: k counts every temporary.
+        let id = self.program.add_var_unchecked(Var {
             name: format!("{serial_name}@{tag}@{}", self.temps),
             ty,
             kind: VarKind::Activation,
             persistable: false,
-        })?;
+        });
         self.cur.push(attr.clone());
         self.origin.push(base);
         self.global.push(serial_shape);

@@ -29,10 +29,11 @@ pub fn reshard(
     v: VarId,
     to: &TensorDistAttr,
 ) -> Result<VarId, PartitionError> {
-    let from = b.cur[v.index()].clone();
-    if from.dims == to.dims && from.partial == to.partial {
+    let current = &b.cur[v.index()];
+    if current.dims == to.dims && current.partial == to.partial {
         return Ok(v);
     }
+    let from = current.clone();
     if let Some(&done) = b.reshard_cache.get(&(v, key(to))) {
         return Ok(done);
     }
