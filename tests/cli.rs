@@ -261,3 +261,79 @@ fn plan_completes_explains_and_emits_json() {
         "error: --explain: unknown variable `nope`\n"
     );
 }
+
+#[test]
+fn plan_prints_every_stage_rank_programs_and_the_ledger() {
+    let base = ["plan", "--scenario", "megatron_mlp"];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let out = shardlab(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let backward = run(&["--stage", "backward"]);
+    assert!(
+        backward.contains("matmul_v2_grad [matmul_v2 #1: row parallel]"),
+        "{backward}"
+    );
+    let optimizer = run(&["--stage", "optimizer", "--optimizer", "adam"]);
+    assert!(optimizer.contains("linear_0.w_0_moment1_0"), "{optimizer}");
+    let rank = run(&["--stage", "partition", "--rank", "2"]);
+    assert!(rank.starts_with("== rank 2\n"), "{rank}");
+    assert!(
+        rank.contains("var linear_0.w_0: f32[64, 64] parameter persistable"),
+        "{rank}"
+    );
+    assert!(
+        rank.contains("scope=\"/auto_parallel/tensor_parallel\""),
+        "{rank}"
+    );
+    let ledger = run(&["--ledger", "--rank", "0"]);
+    assert!(
+        ledger.contains("forward    tensor parallel  all_reduce          1"),
+        "{ledger}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&[
+        "--stage",
+        "all",
+        "--format",
+        "json",
+        "--amp",
+        "--clip-norm",
+        "1.0",
+    ]))
+    .unwrap();
+    assert_eq!(json["ranks"].as_array().unwrap().len(), 4);
+    assert!(json["ranks"][0]["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["type"] == "check_finite_and_unscale"));
+    assert!(json["ledger"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["purpose"] == "AmpFlag"));
+    let out = shardlab(&[
+        "plan",
+        "--scenario",
+        "megatron_mlp",
+        "--stage",
+        "partition",
+        "--rank",
+        "9",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "error: --rank 9: the mesh has ranks [0, 1, 2, 3]\n"
+    );
+    let out = shardlab(&["plan", "--scenario", "nope"]);
+    assert!(
+        text(&out.stderr)
+            .starts_with("error: unknown scenario `nope`; scenarios: dp_mlp, megatron_mlp"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -59,7 +59,7 @@ fn per_rank_programs_match_paddle_on_every_config() {
                 let var = ours.program.var(op.input("X")[0]).name.clone();
                 assert_eq!(
                     var,
-                    c["vars"][0].as_str().unwrap(),
+                    c["vars"][0].as_str().unwrap().into(),
                     "{name} rank {rank} op{i}"
                 );
                 if let Some(ring) = c.get("ring_id") {

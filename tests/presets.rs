@@ -83,7 +83,7 @@ fn mlp_var_shapes_match_paddle_oracle() {
     let got: Vec<(&str, &[usize])> = program
         .vars()
         .iter()
-        .map(|v| (v.name.as_str(), v.ty.shape.as_slice()))
+        .map(|v| (&*v.name, v.ty.shape.as_slice()))
         .collect();
     assert_eq!(got, expected);
     let ops: Vec<&str> = program.ops().iter().map(|o| o.ty.name()).collect();

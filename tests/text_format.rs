@@ -69,7 +69,7 @@ fn plan() -> impl Strategy<Value = Plan> {
         for (name, (dtype, shape, kind, persistable)) in vars {
             program
                 .add_var(Var {
-                    name,
+                    name: name.into(),
                     ty: TensorType::new(dtype, shape),
                     kind,
                     persistable,

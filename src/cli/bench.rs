@@ -59,13 +59,22 @@ pub fn median(
 /// of gpt at each layer count.
 pub fn bench_pipeline(layers: &[usize], repeat: usize) -> Result<String, String> {
     use crate::passes::pipeline::{run_pipeline, PipelineOptions};
-    let mut out = String::from("whole pipeline of gpt on [2, 4] (dp x Megatron mp), all 8 ranks, median of runs\n");
-    out.push_str(&format!("{:>6} {:>6} {:>8} {:>12} {:>12}\n", "layers", "fwd ops", "all ops", "median", "per op"));
+    let mut out = String::from(
+        "whole pipeline of gpt on [2, 4] (dp x Megatron mp), all 8 ranks, median of runs\n",
+    );
+    out.push_str(&format!(
+        "{:>6} {:>6} {:>8} {:>12} {:>12}\n",
+        "layers", "fwd ops", "all ops", "median", "per op"
+    ));
     for &l in layers {
         let plan = gpt_dp_mp_plan(l)?;
         let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
         let ops: usize = p.full.program.ops().len();
-        let t = median(repeat, || run_pipeline(&plan, &PipelineOptions::default()).map(|_| ()).map_err(|e| e.to_string()))?;
+        let t = median(repeat, || {
+            run_pipeline(&plan, &PipelineOptions::default())
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })?;
         out.push_str(&format!(
             "{l:>6} {:>6} {ops:>8} {:>10.3}ms {:>10.2}us\n",
             plan.program.ops().len(),

@@ -185,7 +185,12 @@ pub fn main() -> ExitCode {
             what,
             layers,
             repeat,
-        } => if what == "pipeline" { bench::bench_pipeline(&layers, repeat) } else { bench::bench_complete(&layers, repeat) }.map(|t| {
+        } => if what == "pipeline" {
+            bench::bench_pipeline(&layers, repeat)
+        } else {
+            bench::bench_complete(&layers, repeat)
+        }
+        .map(|t| {
             emit(&t);
             ExitCode::SUCCESS
         }),

@@ -136,7 +136,7 @@ pub struct Program {
     /// Name -> id, built on first use: per-rank programs are built by the thousand and
     /// rarely looked up by name.
     #[serde(skip)]
-    by_name: OnceLock<HashMap<String, VarId>>,
+    by_name: OnceLock<HashMap<std::sync::Arc<str>, VarId>>,
     ops: Vec<Op>,
 }
 
@@ -158,7 +158,7 @@ impl Program {
         let id = VarId(self.vars.len() as u32);
         if let Some(map) = self.by_name.get_mut() {
             if map.contains_key(&var.name) {
-                return Err(ProgramError::DuplicateVar(var.name));
+                return Err(ProgramError::DuplicateVar(var.name.to_string()));
             }
             map.insert(var.name.clone(), id);
         }
@@ -177,8 +177,14 @@ impl Program {
         id
     }
 
-    fn index(&self) -> &HashMap<String, VarId> {
-        self.by_name.get_or_init(|| self.vars.iter().enumerate().map(|(i, v)| (v.name.clone(), VarId(i as u32))).collect())
+    fn index(&self) -> &HashMap<std::sync::Arc<str>, VarId> {
+        self.by_name.get_or_init(|| {
+            self.vars
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.name.clone(), VarId(i as u32)))
+                .collect()
+        })
     }
 
     /// Declares a variable from its parts; parameters and optimizer state are persistable.
@@ -190,7 +196,7 @@ impl Program {
     ) -> Result<VarId, ProgramError> {
         let persistable = matches!(kind, VarKind::Parameter | VarKind::OptimizerState);
         self.add_var(Var {
-            name: name.to_string(),
+            name: name.into(),
             ty,
             kind,
             persistable,

@@ -178,7 +178,7 @@ impl fmt::Display for TensorType {
 /// A variable: a named tensor of the program.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Var {
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     pub ty: TensorType,
     pub kind: VarKind,
     /// Survives across steps (parameters, optimizer state).

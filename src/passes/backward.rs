@@ -64,7 +64,7 @@ pub fn find_loss(program: &Program) -> Result<VarId, BackwardError> {
     let ty = &program.var(loss).ty;
     if ty.numel() != 1 {
         return Err(BackwardError::LossNotScalar(
-            program.var(loss).name.clone(),
+            program.var(loss).name.to_string(),
             ty.clone(),
         ));
     }

@@ -28,7 +28,10 @@ pub fn sync_gradients(
     if op.role != OpRole::Backward || op.ty.forward().is_none() {
         return;
     }
-    for g in op.all_outputs().filter(|g| is_param_grad.get(g.index()).copied().unwrap_or(false)) {
+    for g in op
+        .all_outputs()
+        .filter(|g| is_param_grad.get(g.index()).copied().unwrap_or(false))
+    {
         let cur = b.cur[g.index()].clone();
         let groups: Vec<usize> = if cur.is_partial() {
             cur.partial_axes()

@@ -151,7 +151,7 @@ pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
                 tensor: op
                     .input("X")
                     .first()
-                    .map(|&v| r.program.var(v).name.clone())
+                    .map(|&v| r.program.var(v).name.to_string())
                     .unwrap_or_default(),
                 bytes_per_rank: bytes_per_rank(&r.program, op),
                 phase: phase(op.role),

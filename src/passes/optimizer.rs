@@ -71,7 +71,12 @@ impl Default for OptimizerOptions {
 }
 
 /// An update op's type, input slots, output slots and attributes.
-type UpdateOp = (OpType, Vec<Vec<VarId>>, Vec<Vec<VarId>>, Vec<(&'static str, Attr)>);
+type UpdateOp = (
+    OpType,
+    Vec<Vec<VarId>>,
+    Vec<Vec<VarId>>,
+    Vec<(&'static str, Attr)>,
+);
 
 struct Builder<'a> {
     dp: &'a mut DistProgram,

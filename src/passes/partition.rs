@@ -83,12 +83,22 @@ pub fn partition(
 fn run_ranks<T: Send>(ranks: &[u32], f: &(dyn Fn(u32) -> T + Sync)) -> Vec<T> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(ranks.len()).max(1);
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(ranks.len())
+            .max(1);
         if workers > 1 {
             let chunk = ranks.len().div_ceil(workers);
             return std::thread::scope(|s| {
-                let handles: Vec<_> = ranks.chunks(chunk).map(|c| s.spawn(move || c.iter().map(|&r| f(r)).collect::<Vec<T>>())).collect();
-                handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+                let handles: Vec<_> = ranks
+                    .chunks(chunk)
+                    .map(|c| s.spawn(move || c.iter().map(|&r| f(r)).collect::<Vec<T>>()))
+                    .collect();
+                // A worker that panicked is a planner bug: re-raise it rather than lose ranks.
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                    .collect()
             });
         }
     }
@@ -169,7 +179,7 @@ fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionError>
     let Some(&out) = op.output("Out").first() else {
         return Ok(false);
     };
-    if b.program.var(out).name != "global_norm_sq_0" {
+    if &*b.program.var(out).name != "global_norm_sq_0" {
         return Ok(false);
     }
     let mut by_axes: Vec<(Vec<usize>, Vec<VarId>)> = Vec::new();

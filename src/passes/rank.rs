@@ -120,7 +120,7 @@ impl<'a> RankBuilder<'a> {
         let ty = TensorType::new(self.program.var(of).ty.dtype, shape);
         // `@TAG@k` names are unique within the rank: k counts every temporary.
         let id = self.program.add_var_unchecked(Var {
-            name: format!("{serial_name}@{tag}@{}", self.temps),
+            name: format!("{serial_name}@{tag}@{}", self.temps).into(),
             ty,
             kind: VarKind::Activation,
             persistable: false,

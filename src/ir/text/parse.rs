@@ -99,7 +99,7 @@ pub fn parse_var(cur: &mut Cursor, program: &mut Program) -> Result<(), ParseErr
     })?;
     let persistable = cur.eat_keyword("persistable");
     let var = Var {
-        name: name.clone(),
+        name: name.clone().into(),
         ty: TensorType::new(dtype, shape),
         kind,
         persistable,
