@@ -15,6 +15,7 @@
 
 pub mod dist;
 pub mod dist_ops;
+pub mod exec;
 pub mod ir;
 pub mod models;
 pub mod passes;

@@ -67,19 +67,18 @@ pub fn standard_configs(
     model: Model,
     layers: usize,
 ) -> Vec<(&'static str, &'static str, Vec<String>)> {
-    let (x, dp) = match model {
-        Model::Mlp => ("x", "x=dp,-".to_string()),
-        Model::EmbeddingLm => ("ids", "ids=dp,-".to_string()),
-        _ => ("x", "x=dp,-,-".to_string()),
-    };
-    let _ = x;
+    let dp = match model {
+        Model::Mlp => "x=dp,-",
+        Model::MlpMse => "batch.x=dp,-",
+        Model::EmbeddingLm => "ids=dp,-",
+        Model::Gpt => "x=dp,-,-",
+    }
+    .to_string();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let mp = match model {
-        Model::Mlp => vec![
-            "linear_0.w_0=-,mp".to_string(),
-            "linear_0.b_0=mp".to_string(),
-            "linear_1.w_0=mp,-".to_string(),
-        ],
-        _ => megatron_shards(layers, "mp"),
+        Model::Mlp => s(&["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]),
+        Model::MlpMse => s(&["params.W1=-,mp", "params.W2=mp,-"]),
+        Model::Gpt | Model::EmbeddingLm => megatron_shards(layers, "mp"),
     };
     let mut both = vec![dp.clone()];
     both.extend(mp.clone());

@@ -1,0 +1,158 @@
+//! Communicators. Every collective is built on one primitive, `exchange`: each member of
+//! a group contributes a tensor and receives every member's contribution, in group order;
+//! the reduction, gather, scatter or transpose is then computed locally. Natively the
+//! ranks are OS threads that block (with a timeout) until the group is complete; in the
+//! browser they are stepped cooperatively and an incomplete exchange says "pending".
+
+use super::tensor::Tensor;
+use std::collections::HashMap;
+#[cfg(not(target_arch = "wasm32"))]
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+/// Identifies one exchange: the group and how many exchanges this group had before.
+pub type ExchangeKey = (Vec<u32>, u64);
+
+/// What an exchange returned.
+pub enum Exchange {
+    /// Every member's contribution, in group order.
+    Ready(Vec<Tensor>),
+    /// Not every member has arrived yet (cooperative mode only).
+    Pending,
+}
+
+/// A way for ranks to exchange tensors.
+pub trait Communicator: Sync {
+    /// Contributes `t` (once; repeated calls for the same key only poll) and returns the
+    /// group's contributions when complete. Errors name the missing ranks on timeout.
+    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, String>;
+}
+
+#[derive(Default)]
+struct Slot {
+    contributions: HashMap<u32, Tensor>,
+    taken: usize,
+}
+
+/// The shared bookkeeping of both communicators.
+#[derive(Default)]
+pub struct Mailbox {
+    slots: HashMap<ExchangeKey, Slot>,
+}
+
+impl Mailbox {
+    fn offer(&mut self, rank: u32, key: &ExchangeKey, t: Tensor) {
+        self.slots
+            .entry(key.clone())
+            .or_default()
+            .contributions
+            .entry(rank)
+            .or_insert(t);
+    }
+
+    fn missing(&self, key: &ExchangeKey) -> Vec<u32> {
+        let have = self.slots.get(key).map(|s| &s.contributions);
+        key.0
+            .iter()
+            .copied()
+            .filter(|r| !have.is_some_and(|h| h.contains_key(r)))
+            .collect()
+    }
+
+    fn take(&mut self, key: &ExchangeKey) -> Option<Vec<Tensor>> {
+        let slot = self.slots.get_mut(key)?;
+        if slot.contributions.len() < key.0.len() {
+            return None;
+        }
+        let all = key
+            .0
+            .iter()
+            .filter_map(|r| slot.contributions.get(r).cloned())
+            .collect();
+        slot.taken += 1;
+        if slot.taken == key.0.len() {
+            self.slots.remove(key);
+        }
+        Some(all)
+    }
+}
+
+/// Threads that block until their group is complete.
+#[cfg(not(target_arch = "wasm32"))]
+pub struct ThreadComm {
+    mailbox: Mutex<Mailbox>,
+    arrived: Condvar,
+    timeout: Duration,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl ThreadComm {
+    /// A communicator whose exchanges give up after `timeout`.
+    pub fn new(timeout: Duration) -> ThreadComm {
+        ThreadComm {
+            mailbox: Mutex::new(Mailbox::default()),
+            arrived: Condvar::new(),
+            timeout,
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Communicator for ThreadComm {
+    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, String> {
+        let mut mb = self
+            .mailbox
+            .lock()
+            .map_err(|_| "a rank panicked while holding the mailbox".to_string())?;
+        mb.offer(rank, key, t);
+        self.arrived.notify_all();
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            if let Some(all) = mb.take(key) {
+                self.arrived.notify_all();
+                return Ok(Exchange::Ready(all));
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "timed out after {:?} waiting for ranks {:?}",
+                    self.timeout,
+                    mb.missing(key)
+                ));
+            }
+            mb = self
+                .arrived
+                .wait_timeout(mb, deadline - now)
+                .map_err(|_| "mailbox poisoned".to_string())?
+                .0;
+        }
+    }
+}
+
+/// Ranks stepped in turn on one thread (the browser): an incomplete exchange is pending.
+#[derive(Default)]
+pub struct CoopComm {
+    mailbox: std::sync::Mutex<Mailbox>,
+}
+
+impl Communicator for CoopComm {
+    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, String> {
+        let mut mb = self
+            .mailbox
+            .lock()
+            .map_err(|_| "mailbox poisoned".to_string())?;
+        mb.offer(rank, key, t);
+        Ok(match mb.take(key) {
+            Some(all) => Exchange::Ready(all),
+            None => Exchange::Pending,
+        })
+    }
+}
+
+/// Which members are still missing from an exchange (for deadlock reports).
+pub fn missing(comm: &CoopComm, key: &ExchangeKey) -> Vec<u32> {
+    comm.mailbox
+        .lock()
+        .map(|m| m.missing(key))
+        .unwrap_or_default()
+}

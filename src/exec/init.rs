@@ -1,0 +1,111 @@
+//! Deterministic seeded values for everything a step reads before writing: inputs, labels,
+//! parameters and optimizer state. The same name always gets the same values.
+
+use super::kernels::pointwise::uniform;
+use super::tensor::Tensor;
+use crate::ir::{DType, Program, Var, VarKind};
+
+/// Hyper-parameters of the optimizer state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InitOptions {
+    pub seed: u64,
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub loss_scale: f64,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions {
+            seed: 0,
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            loss_scale: 1024.0,
+        }
+    }
+}
+
+fn name_seed(seed: u64, name: &str) -> u64 {
+    name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The upper bound (exclusive) of integer values for `var` in `program`: the class count
+/// for hard labels, the vocabulary for ids.
+fn int_range(program: &Program, var: &Var) -> i64 {
+    let id = program.var_id(&var.name);
+    for op in program.ops() {
+        let uses = |slot: &str| id.is_some_and(|v| op.input(slot).contains(&v));
+        if uses("Label") {
+            if let Some(&logits) = op.input("Logits").first() {
+                let shape = &program.var(logits).ty.shape;
+                let a = op.attr_int("axis", -1);
+                let a = if a < 0 { shape.len() as i64 + a } else { a };
+                return shape.get(a.max(0) as usize).copied().unwrap_or(2) as i64;
+            }
+        }
+        if uses("Ids") {
+            if let Some(&w) = op.input("W").first() {
+                return program.var(w).ty.shape.first().copied().unwrap_or(2) as i64;
+            }
+        }
+    }
+    2
+}
+
+/// The initial global value of a source variable (None for other kinds).
+pub fn initial_value(program: &Program, var: &Var, opts: &InitOptions) -> Option<Tensor> {
+    let seed = name_seed(opts.seed, &var.name);
+    let n = var.ty.numel();
+    let shape = var.ty.shape.clone();
+    let u = |i: usize| uniform(seed, i as u64);
+    let fan_in = if var.ty.rank() >= 2 {
+        var.ty.shape[var.ty.rank() - 2]
+    } else {
+        var.ty.shape.first().copied().unwrap_or(1)
+    };
+    let scalar = |v: f64| Some(Tensor::float(var.ty.dtype, shape.clone(), vec![v; n]));
+    match var.kind {
+        VarKind::Input | VarKind::Label if var.ty.dtype == DType::I64 => {
+            let hi = int_range(program, var).max(1);
+            Some(Tensor::float(
+                DType::I64,
+                shape,
+                (0..n)
+                    .map(|i| (u(i) * hi as f64).floor().min(hi as f64 - 1.0))
+                    .collect(),
+            ))
+        }
+        VarKind::Input | VarKind::Label => Some(Tensor::float(
+            var.ty.dtype,
+            shape,
+            (0..n).map(|i| 2.0 * u(i) - 1.0).collect(),
+        )),
+        VarKind::Parameter => {
+            let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
+            Some(Tensor::float(
+                var.ty.dtype,
+                shape,
+                (0..n).map(|i| bound * (2.0 * u(i) - 1.0)).collect(),
+            ))
+        }
+        VarKind::OptimizerState => {
+            let name = &*var.name;
+            if name.starts_with("learning_rate") {
+                scalar(opts.lr)
+            } else if name.contains("beta1_pow") {
+                scalar(opts.beta1)
+            } else if name.contains("beta2_pow") {
+                scalar(opts.beta2)
+            } else if name.starts_with("loss_scaling") {
+                scalar(opts.loss_scale)
+            } else {
+                scalar(0.0)
+            }
+        }
+        VarKind::Activation | VarKind::Gradient => None,
+    }
+}

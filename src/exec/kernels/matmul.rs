@@ -1,0 +1,186 @@
+//! Batched matrix products through `matrixmultiply` (sgemm / dgemm, pure Rust, also on
+//! wasm32), and the matmul gradient.
+
+use crate::exec::tensor::{reduce_to, Data, Tensor};
+use crate::ir::infer::broadcast;
+use crate::ir::DType;
+
+type Res<T> = Result<T, String>;
+
+/// Promotes a vector operand to a matrix: X `[k]` is a row `[1, k]`, Y `[k]` a column.
+fn as_matrix(shape: &[usize], is_x: bool) -> Vec<usize> {
+    match shape.len() {
+        1 if is_x => vec![1, shape[0]],
+        1 => vec![shape[0], 1],
+        _ => shape.to_vec(),
+    }
+}
+
+/// `op(a) @ op(b)` over broadcast batch dims, where `op` transposes the last two dims when
+/// asked. Returns the result with full (broadcast) batch dims and matrix dims `[m, n]`.
+pub fn bmm(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Res<Tensor> {
+    let (sa, sb) = (as_matrix(&a.shape, true), as_matrix(&b.shape, false));
+    let (ra, rb) = (sa.len(), sb.len());
+    let (m, ka) = if ta {
+        (sa[ra - 1], sa[ra - 2])
+    } else {
+        (sa[ra - 2], sa[ra - 1])
+    };
+    let (kb, n) = if tb {
+        (sb[rb - 1], sb[rb - 2])
+    } else {
+        (sb[rb - 2], sb[rb - 1])
+    };
+    if ka != kb {
+        return Err(format!("matmul: contraction sizes differ ({ka} vs {kb})"));
+    }
+    let (ba, bb) = (&sa[..ra - 2], &sb[..rb - 2]);
+    let batch = broadcast(ba, bb).ok_or("matmul: batch dims do not broadcast")?;
+    let nb: usize = batch.iter().product();
+    let ia = crate::exec::tensor::broadcast_index(ba, &batch);
+    let ib = crate::exec::tensor::broadcast_index(bb, &batch);
+    let (ma, mb) = (sa[ra - 2] * sa[ra - 1], sb[rb - 2] * sb[rb - 1]);
+    // Row/column strides of the (possibly transposed) operands.
+    let (rsa, csa) = if ta {
+        (1, sa[ra - 1] as isize)
+    } else {
+        (sa[ra - 1] as isize, 1)
+    };
+    let (rsb, csb) = if tb {
+        (1, sb[rb - 1] as isize)
+    } else {
+        (sb[rb - 1] as isize, 1)
+    };
+    // The unsafe gemm calls below rely on every batch block lying inside its buffer.
+    let blocks = |idx: &[usize]| idx.iter().copied().max().map_or(0, |x| x + 1);
+    if a.numel() < ma * blocks(&ia) || b.numel() < mb * blocks(&ib) {
+        return Err("matmul: operand smaller than its shape".into());
+    }
+    let mut shape = batch.clone();
+    shape.extend([m, n]);
+    let k = ka;
+    let data = match (&a.data, &b.data) {
+        (Data::F32(x), Data::F32(y)) => {
+            let mut c = vec![0f32; nb * m * n];
+            for i in 0..nb {
+                let (xo, yo, co) = (ia[i] * ma, ib[i] * mb, i * m * n);
+                // SAFETY: the offsets and strides address only elements inside `x`, `y`
+                // and `c`: each batch block has ma / mb / m*n elements and the strides are
+                // those of a row-major matrix of that block (checked shapes above).
+                unsafe {
+                    matrixmultiply::sgemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        x[xo..].as_ptr(),
+                        rsa,
+                        csa,
+                        y[yo..].as_ptr(),
+                        rsb,
+                        csb,
+                        0.0,
+                        c[co..].as_mut_ptr(),
+                        n as isize,
+                        1,
+                    );
+                }
+            }
+            Data::F32(c)
+        }
+        (Data::F64(x), Data::F64(y)) => {
+            let mut c = vec![0f64; nb * m * n];
+            for i in 0..nb {
+                let (xo, yo, co) = (ia[i] * ma, ib[i] * mb, i * m * n);
+                // SAFETY: as above.
+                unsafe {
+                    matrixmultiply::dgemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        x[xo..].as_ptr(),
+                        rsa,
+                        csa,
+                        y[yo..].as_ptr(),
+                        rsb,
+                        csb,
+                        0.0,
+                        c[co..].as_mut_ptr(),
+                        n as isize,
+                        1,
+                    );
+                }
+            }
+            Data::F64(c)
+        }
+        _ => return Err("matmul: operands must both be f32 or both f64".into()),
+    };
+    Ok(Tensor { shape, data })
+}
+
+/// matmul_v2 forward, with Paddle's vector rules.
+pub fn matmul(x: &Tensor, y: &Tensor, tx: bool, ty: bool) -> Res<Tensor> {
+    let tx = tx && x.shape.len() >= 2;
+    let ty = ty && y.shape.len() >= 2;
+    let mut out = bmm(x, tx, y, ty)?;
+    // Drop the promoted unit dims of vector operands.
+    let r = out.shape.len();
+    if y.shape.len() == 1 {
+        out.shape.remove(r - 1);
+    }
+    if x.shape.len() == 1 {
+        let r = out.shape.len();
+        out.shape.remove(r - if y.shape.len() == 1 { 1 } else { 2 });
+    }
+    Ok(out)
+}
+
+/// Sums a full-batch gradient down to the operand's own (broadcast) shape.
+fn to_operand(g: Tensor, shape: &[usize], dtype: DType, is_x: bool) -> Tensor {
+    if g.shape == shape {
+        return g;
+    }
+    let promoted = as_matrix(shape, is_x);
+    let vals = g.to_f64();
+    let numel: usize = shape.iter().product();
+    if vals.len() == numel {
+        return Tensor::float(dtype, shape.to_vec(), vals);
+    }
+    let reduced = reduce_to(&vals, &g.shape, &promoted);
+    Tensor::float(dtype, shape.to_vec(), reduced)
+}
+
+/// matmul_v2_grad: (dX, dY) for `out = op(x) @ op(y)`.
+pub fn matmul_grad(
+    x: &Tensor,
+    y: &Tensor,
+    dout: &Tensor,
+    tx: bool,
+    ty: bool,
+) -> Res<(Tensor, Tensor)> {
+    let tx = tx && x.shape.len() >= 2;
+    let ty = ty && y.shape.len() >= 2;
+    // Work with matrix-shaped operands; dout gets back its unit dims.
+    let xm = x.clone().reshaped(as_matrix(&x.shape, true));
+    let ym = y.clone().reshaped(as_matrix(&y.shape, false));
+    let mut dshape = dout.shape.clone();
+    if y.shape.len() == 1 {
+        dshape.push(1);
+    }
+    if x.shape.len() == 1 {
+        let r = dshape.len();
+        dshape.insert(r - 1, 1);
+    }
+    let d = dout.clone().reshaped(dshape);
+    let (dx, dy) = match (tx, ty) {
+        (false, false) => (bmm(&d, false, &ym, true)?, bmm(&xm, true, &d, false)?),
+        (true, false) => (bmm(&ym, false, &d, true)?, bmm(&xm, false, &d, false)?),
+        (false, true) => (bmm(&d, false, &ym, false)?, bmm(&d, true, &xm, false)?),
+        (true, true) => (bmm(&ym, true, &d, true)?, bmm(&d, true, &xm, true)?),
+    };
+    Ok((
+        to_operand(dx, &x.shape, x.dtype(), true),
+        to_operand(dy, &y.shape, y.dtype(), false),
+    ))
+}

@@ -1,0 +1,12 @@
+//! The CPU executor: tensors, kernels for every op, the interpreter, communicators, the
+//! serial and rank executors, and verification of the distributed step against the serial
+//! one.
+
+pub mod comm;
+pub mod gather;
+pub mod init;
+pub mod interp;
+pub mod kernels;
+pub mod run;
+pub mod tensor;
+pub mod verify;

@@ -1,0 +1,319 @@
+//! Running a planned step: serially, and on every rank (threads natively, cooperative
+//! stepping in the browser), then comparing the two.
+
+use super::comm::{Communicator, CoopComm};
+use super::gather::{gather, shard, Piece};
+use super::init::{initial_value, InitOptions};
+use super::interp::{ExecError, Placement, Rank, Status};
+use super::tensor::Tensor;
+use crate::ir::{DType, VarId};
+use crate::passes::pipeline::Pipeline;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// What a run records.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Log {
+    /// The loss after each step.
+    pub losses: Vec<f64>,
+    /// Every parameter gradient of the first step, by parameter name.
+    pub grads: Vec<(String, Tensor)>,
+    /// Every parameter after the last step.
+    pub params: Vec<(String, Tensor)>,
+    /// The loss tensor of the first step.
+    pub first_loss: Option<Tensor>,
+    /// Largest difference between replicas of one tensor (distributed runs).
+    pub replica_diff: f64,
+}
+
+/// Options of a run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub steps: usize,
+    pub init: InitOptions,
+    /// Values to use instead of seeded ones, by variable name (global tensors).
+    pub feeds: HashMap<String, Tensor>,
+    /// How long a collective may wait for its group (threads).
+    pub timeout: std::time::Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            steps: 1,
+            init: InitOptions::default(),
+            feeds: HashMap::new(),
+            timeout: std::time::Duration::from_secs(20),
+        }
+    }
+}
+
+/// The loss to report: the plan's loss (under AMP, the loss before scaling).
+pub fn reported_loss(p: &Pipeline) -> VarId {
+    let program = &p.full.program;
+    let loss = p.backward.loss;
+    let name = &program.var(loss).name;
+    name.strip_suffix("@SCALED")
+        .and_then(|base| program.var_id(base))
+        .unwrap_or(loss)
+}
+
+/// Every source variable's initial global value.
+pub fn initial_values(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Option<Tensor>>, ExecError> {
+    let program = &p.full.program;
+    program
+        .vars()
+        .iter()
+        .map(|v| match opts.feeds.get(&*v.name) {
+            Some(t) => {
+                if t.shape != v.ty.shape || (t.dtype() == DType::I64) != (v.ty.dtype == DType::I64)
+                {
+                    return Err(ExecError::Setup(format!(
+                        "the value given for `{}` is {:?} {:?}, but the variable is {}",
+                        v.name,
+                        t.dtype(),
+                        t.shape,
+                        v.ty
+                    )));
+                }
+                Ok(Some(Tensor::float(v.ty.dtype, t.shape.clone(), t.to_f64())))
+            }
+            None => Ok(initial_value(program, v, &opts.init)),
+        })
+        .collect()
+}
+
+fn snapshot(
+    log: &mut Log,
+    step: usize,
+    p: &Pipeline,
+    read: &dyn Fn(VarId) -> Result<Tensor, ExecError>,
+) -> Result<(), ExecError> {
+    let program = &p.full.program;
+    let loss = read(reported_loss(p))?;
+    log.losses.push(loss.scalar());
+    if step == 0 {
+        log.first_loss = Some(loss);
+        for &(param, g) in &p.backward.param_grads {
+            log.grads
+                .push((program.var(param).name.to_string(), read(g)?));
+        }
+    }
+    // The parameters after the latest step (the last snapshot wins).
+    log.params = p
+        .backward
+        .param_grads
+        .iter()
+        .map(|&(param, _)| Ok((program.var(param).name.to_string(), read(param)?)))
+        .collect::<Result<_, ExecError>>()?;
+    Ok(())
+}
+
+/// Runs the serial program for `opts.steps` steps.
+pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
+    let program = &p.full.program;
+    let env = initial_values(p, opts)?;
+    let mut rank = Rank::new(0, program, env, None);
+    let comm = CoopComm::default();
+    let mut log = Log::default();
+    for step in 0..opts.steps {
+        rank.rewind();
+        if rank.step(&comm)? != Status::Done {
+            return Err(ExecError::Setup(
+                "the serial program waited on a collective".into(),
+            ));
+        }
+        let env = &rank.env;
+        snapshot(&mut log, step, p, &|v| {
+            env.get(v.index()).cloned().flatten().ok_or_else(|| {
+                ExecError::Setup(format!("`{}` was not computed", program.var(v).name))
+            })
+        })?;
+    }
+    Ok(log)
+}
+
+/// The environment of every rank: each source variable's shard.
+fn rank_envs(
+    p: &Pipeline,
+    globals: &[Option<Tensor>],
+) -> Result<Vec<Vec<Option<Tensor>>>, ExecError> {
+    let mesh = &p.full.mesh;
+    p.partitioned
+        .ranks
+        .iter()
+        .map(|r| {
+            let mut env: Vec<Option<Tensor>> = vec![None; r.program.vars().len()];
+            for (i, g) in globals.iter().enumerate() {
+                if let Some(g) = g {
+                    env[i] =
+                        Some(shard(g, &p.full.tensors[i], mesh, r.rank).map_err(ExecError::Setup)?);
+                }
+            }
+            Ok(env)
+        })
+        .collect()
+}
+
+fn placements(p: &Pipeline) -> Vec<Placement> {
+    p.partitioned
+        .ranks
+        .iter()
+        .map(|r| Placement {
+            attrs: r.attrs.clone(),
+            global: r
+                .origin
+                .iter()
+                .map(|&o| p.full.program.var(o).ty.shape.clone())
+                .collect(),
+            coords: p.full.mesh.coords_of(r.rank).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Gathers serial variable `v` from every rank's environment.
+fn gather_var(
+    p: &Pipeline,
+    envs: &[&Vec<Option<Tensor>>],
+    v: VarId,
+    diff: &mut f64,
+) -> Result<Tensor, ExecError> {
+    let mut pieces = Vec::new();
+    for (r, env) in p.partitioned.ranks.iter().zip(envs) {
+        let value = env.get(v.index()).and_then(|t| t.as_ref()).ok_or_else(|| {
+            ExecError::Setup(format!(
+                "rank {} has no value for `{}`",
+                r.rank,
+                p.full.program.var(v).name
+            ))
+        })?;
+        pieces.push(Piece {
+            rank: r.rank,
+            value,
+            attr: &r.attrs[v.index()],
+        });
+    }
+    let shape = &p.full.program.var(v).ty.shape;
+    let (t, d) = gather(&p.full.mesh, shape, &pieces).map_err(|e| {
+        ExecError::Setup(format!("gathering `{}`: {e}", p.full.program.var(v).name))
+    })?;
+    *diff = diff.max(d);
+    Ok(t)
+}
+
+/// Runs every rank for `opts.steps` steps: on threads natively when `threads`, else
+/// cooperatively on this thread.
+pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+    let globals = initial_values(p, opts)?;
+    let envs = rank_envs(p, &globals)?;
+    let places = placements(p);
+    let mut ranks: Vec<Rank> = p
+        .partitioned
+        .ranks
+        .iter()
+        .zip(envs)
+        .zip(&places)
+        .map(|((r, env), pl)| Rank::new(r.rank, &r.program, env, Some(pl)))
+        .collect();
+    let mut log = Log::default();
+    let mut diff = 0.0;
+    #[cfg(not(target_arch = "wasm32"))]
+    let threaded = threads.then(|| super::comm::ThreadComm::new(opts.timeout));
+    #[cfg(target_arch = "wasm32")]
+    let threaded: Option<CoopComm> = {
+        let _ = threads;
+        None
+    };
+    let coop = CoopComm::default();
+    for step in 0..opts.steps {
+        for r in ranks.iter_mut() {
+            r.rewind();
+        }
+        match &threaded {
+            Some(comm) => step_threads(&mut ranks, comm)?,
+            None => step_coop(&mut ranks, &coop)?,
+        }
+        let envs: Vec<&Vec<Option<Tensor>>> = ranks.iter().map(|r| &r.env).collect();
+        let cell = std::cell::RefCell::new(0.0f64);
+        snapshot(&mut log, step, p, &|v| {
+            let mut d = *cell.borrow();
+            let t = gather_var(p, &envs, v, &mut d);
+            *cell.borrow_mut() = d;
+            t
+        })?;
+        diff = f64::max(diff, *cell.borrow());
+    }
+    log.replica_diff = diff;
+    Ok(log)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn step_threads(ranks: &mut [Rank], comm: &(dyn Communicator + Sync)) -> Result<(), ExecError> {
+    let results: Vec<Result<Status, ExecError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter_mut()
+            .map(|r| s.spawn(move || r.step(comm)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    // Report the first real failure (a timeout elsewhere is usually its consequence).
+    let mut errors: Vec<ExecError> = results.into_iter().filter_map(Result::err).collect();
+    errors.sort_by_key(|e| e.to_string().contains("timed out"));
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn step_threads(_: &mut [Rank], _: &CoopComm) -> Result<(), ExecError> {
+    Err(ExecError::Setup(
+        "threads are not available in the browser".into(),
+    ))
+}
+
+/// Steps ranks in turn until all are done; a round in which nobody moves is a deadlock.
+fn step_coop(ranks: &mut [Rank], comm: &CoopComm) -> Result<(), ExecError> {
+    let mut done = vec![false; ranks.len()];
+    loop {
+        let mut moved = false;
+        for (i, r) in ranks.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            let before = r.pc;
+            match r.step(comm)? {
+                Status::Done => {
+                    done[i] = true;
+                    moved = true;
+                }
+                Status::Blocked => moved |= r.pc != before,
+            }
+        }
+        if done.iter().all(|&d| d) {
+            return Ok(());
+        }
+        if !moved {
+            let stuck: Vec<String> = ranks
+                .iter()
+                .filter(|r| r.pc < r.program.ops().len())
+                .map(|r| {
+                    let waiting = r
+                        .pending_key()
+                        .map(|k| format!(" waiting for {:?}", super::comm::missing(comm, k)))
+                        .unwrap_or_default();
+                    format!(
+                        "rank {} at op{} ({}){waiting}",
+                        r.rank,
+                        r.pc,
+                        r.program.ops()[r.pc].ty
+                    )
+                })
+                .collect();
+            return Err(ExecError::Setup(format!("deadlock: {}", stuck.join("; "))));
+        }
+    }
+}

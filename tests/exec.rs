@@ -1,0 +1,107 @@
+//! The executor: for every preset under every annotation set, the distributed step equals
+//! the serial one within tolerance for 3 optimizer steps; the checker catches planner bugs.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::{preset_plan, standard_configs};
+use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
+use shardlab::exec::verify::{verify, Check};
+use shardlab::models::scenarios::Scenario;
+use shardlab::models::Model;
+use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
+use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::plan::Plan;
+
+fn checks(p: &Pipeline, steps: usize, threads: bool) -> Vec<Check> {
+    let opts = RunOptions {
+        steps,
+        ..Default::default()
+    };
+    let serial = run_serial(p, &opts).unwrap();
+    let dist = run_distributed(p, &opts, threads).unwrap();
+    assert!(serial.losses.iter().all(|l| l.is_finite()));
+    verify(&serial, &dist)
+}
+
+fn assert_equal(name: &str, plan: &Plan, opts: &PipelineOptions) {
+    let p = run_pipeline(plan, opts).unwrap();
+    let failed: Vec<String> = checks(&p, 3, true)
+        .into_iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{name}: distributed differs from serial:\n{}",
+        failed.join("\n")
+    );
+}
+
+#[test]
+fn presets_distributed_equals_serial() {
+    for (model, layers) in [
+        (Model::Mlp, 1),
+        (Model::MlpMse, 1),
+        (Model::Gpt, 1),
+        (Model::Gpt, 2),
+        (Model::EmbeddingLm, 1),
+    ] {
+        for (config, mesh, shards) in standard_configs(model, layers) {
+            let plan = preset_plan(model, layers, mesh, &shards);
+            assert_equal(
+                &format!("{} x{layers} {config}", model.name()),
+                &plan,
+                &PipelineOptions::default(),
+            );
+        }
+    }
+}
+
+#[test]
+fn scenarios_distributed_equals_serial() {
+    for s in shardlab::models::scenarios::scenarios() {
+        assert_equal(s.name, &s.plan().unwrap(), &PipelineOptions::default());
+    }
+}
+
+#[test]
+fn optimizers_amp_and_clipping_distributed_equals_serial() {
+    let plan = Scenario::by_name("gpt_dp_mp").unwrap().plan().unwrap();
+    for optimizer in ["sgd", "momentum", "adam", "adamw"] {
+        for (amp, clip) in [
+            (false, None),
+            (true, None),
+            (false, Some(0.5)),
+            (true, Some(0.5)),
+        ] {
+            let opts = PipelineOptions {
+                optimizer: OptimizerOptions {
+                    optimizer: Optimizer::from_name(optimizer).unwrap(),
+                    amp,
+                    clip_norm: clip,
+                },
+                ..Default::default()
+            };
+            assert_equal(
+                &format!("{optimizer} amp={amp} clip={clip:?}"),
+                &plan,
+                &opts,
+            );
+        }
+    }
+}
+
+#[test]
+fn cooperative_ranks_match_threads() {
+    let plan = Scenario::by_name("gpt_dp_mp").unwrap().plan().unwrap();
+    let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let opts = RunOptions {
+        steps: 2,
+        ..Default::default()
+    };
+    let a = run_distributed(&p, &opts, true).unwrap();
+    let b = run_distributed(&p, &opts, false).unwrap();
+    assert_eq!(a.losses, b.losses);
+    assert_eq!(a.params, b.params);
+}
