@@ -105,3 +105,62 @@ fn cooperative_ranks_match_threads() {
     assert_eq!(a.losses, b.losses);
     assert_eq!(a.params, b.params);
 }
+
+/// Deletes, on every rank, the first op matching `pick`; returns the failing checks.
+fn with_op_deleted(scenario: &str, pick: impl Fn(&shardlab::ir::Op) -> bool) -> Vec<Check> {
+    let plan = Scenario::by_name(scenario).unwrap().plan().unwrap();
+    let mut p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let mut deleted = 0;
+    for r in &mut p.partitioned.ranks {
+        if let Some(i) = r.program.ops().iter().position(&pick) {
+            r.program.remove_op(i);
+            deleted += 1;
+        }
+    }
+    assert!(deleted > 0, "nothing to delete");
+    checks(&p, 1, true)
+        .into_iter()
+        .filter(|c| !c.pass)
+        .collect()
+}
+
+#[test]
+fn verification_catches_a_missing_data_parallel_scale() {
+    let failed = with_op_deleted("dp_mlp", |o| {
+        shardlab::passes::grad_sync::is_data_parallel_scale_op(o)
+    });
+    let names: Vec<&str> = failed.iter().map(|c| c.tensor.as_str()).collect();
+    // The first scale in program order is linear_1.b_0's (its grad is produced first).
+    assert!(names.contains(&"linear_1.b_0@GRAD (step 1)"), "{names:?}");
+    assert!(names.contains(&"linear_1.b_0 (after step 1)"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("linear_0")),
+        "only the unscaled gradient is wrong: {names:?}"
+    );
+}
+
+#[test]
+fn verification_catches_a_missing_tensor_parallel_all_reduce() {
+    let failed = with_op_deleted("megatron_mlp", |o| {
+        o.namescope == "/auto_parallel/tensor_parallel"
+    });
+    let names: Vec<&str> = failed.iter().map(|c| c.tensor.as_str()).collect();
+    assert!(
+        names.contains(&"loss (step 1)"),
+        "the row-parallel output is never summed: {names:?}"
+    );
+    assert!(names.contains(&"linear_1.b_0@GRAD (step 1)"), "{names:?}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    /// Random presets, meshes and valid annotations: planned, run on every rank and
+    /// compared with the serial run.
+    #[test]
+    fn random_plans_distributed_equals_serial(plan in common::random_plan()) {
+        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let failed: Vec<String> = checks(&p, 1, false).into_iter().filter(|c| !c.pass).map(|c| format!("{c:?}")).collect();
+        let annotations: Vec<String> = plan.annotations.iter().map(|a| format!("{} {:?}", plan.program.var(a.var).name, a.attr.dims)).collect();
+        proptest::prop_assert!(failed.is_empty(), "mesh {:?} {:?}:\n{}", plan.mesh.as_ref().map(|m| m.to_string()), annotations, failed.join("\n"));
+    }
+}

@@ -220,6 +220,12 @@ impl Program {
         &self.ops
     }
 
+    /// Removes and returns op `i` (for fault injection: the checker's own tests delete a
+    /// planned collective and expect verification to fail).
+    pub fn remove_op(&mut self, i: usize) -> Option<Op> {
+        (i < self.ops.len()).then(|| self.ops.remove(i))
+    }
+
     /// Mutable access to the ops, for passes that rewrite attributes in place.
     pub fn ops_mut(&mut self) -> &mut [Op] {
         &mut self.ops

@@ -7,25 +7,33 @@
 //! op scale(X=w@GRAD) -> (Out=w@GRAD) {scale=0.5} scope="/auto_parallel/data_parallel"
 //! ```
 //! The groups come from the gradient's partial axes (the partial-producing grad ops:
-//! matmul_v2_grad, elementwise_*_grad, layer_norm_grad, lookup_table_v2_grad); otherwise
-//! from the mesh axis that splits the batch dim of the op's activation input, if its size
-//! is above 1 and the gradient is not itself split on it. Never for optimizer ops.
+//! matmul_v2_grad, elementwise_*_grad, layer_norm_grad, lookup_table_v2_grad, and the `sum`
+//! of a shared parameter's contributions). The scale is 1/N for the N ranks whose losses
+//! are averaged (see [`sync_gradients`]); where the seed falls back to the activation's
+//! batch axis for a non-partial gradient, we scale without reducing, which is what makes
+//! such a gradient correct. Never for optimizer ops.
 
 use super::dist_program::DistProgram;
 use super::rank::{scope, RankBuilder};
-use crate::dist::OperatorDistAttr;
-use crate::ir::{Attr, Op, OpRole, OpType, Program, VarKind};
+use crate::ir::{Attr, Op, OpRole, OpType};
 
-/// Inserts the synchronisation of the parameter gradients `op` produced.
+/// Inserts the synchronisation of the parameter gradients `op` produced: an in-place
+/// all-reduce (SUM) over each mesh axis the gradient is partial on, then, with gradient
+/// scaling on, `scale(1/N)` where N is the size of the mesh axes the loss is averaged over.
+///
+/// Why N and not the reduced group: every rank seeds its backward with d loss = 1, so every
+/// gradient it computes is a gradient of the *sum* of the per-rank losses. Dividing by the
+/// number of summed losses gives the gradient of their mean, also for a parameter whose
+/// gradient is not partial (its activations were gathered, say), which the seed's rule
+/// (scale by the reduced group only) would leave N times too large.
 pub fn sync_gradients(
     b: &mut RankBuilder,
-    serial: &Program,
     op: &Op,
-    attr: &OperatorDistAttr,
     is_param_grad: &[bool],
+    loss_avg_axes: &[usize],
     scale: bool,
 ) {
-    if op.role != OpRole::Backward || op.ty.forward().is_none() {
+    if op.role != OpRole::Backward {
         return;
     }
     for g in op
@@ -33,27 +41,7 @@ pub fn sync_gradients(
         .filter(|g| is_param_grad.get(g.index()).copied().unwrap_or(false))
     {
         let cur = b.cur[g.index()].clone();
-        let groups: Vec<usize> = if cur.is_partial() {
-            cur.partial_axes()
-        } else {
-            // The seed's fallback: the mesh axis splitting the activation input's batch dim.
-            let activation = op
-                .inputs
-                .iter()
-                .zip(&attr.inputs)
-                .flat_map(|(vs, ats)| vs.iter().zip(ats))
-                .find(|(v, _)| {
-                    matches!(serial.var(**v).kind, VarKind::Activation | VarKind::Input)
-                });
-            let batch_axis =
-                activation.and_then(|(_, a)| a.dims.first().and_then(|d| d.first().copied()));
-            batch_axis
-                .filter(|&a| b.mesh.axis_size(a) > 1 && !cur.dims.iter().flatten().any(|&x| x == a))
-                .into_iter()
-                .collect()
-        };
-        for axis in groups {
-            let n = b.mesh.axis_size(axis);
+        for axis in cur.partial_axes() {
             b.collective(
                 OpType::AllReduce,
                 g,
@@ -62,14 +50,15 @@ pub fn sync_gradients(
                 vec![("reduce_type", Attr::Str("SUM".into()))],
                 scope::DATA_PARALLEL,
             );
-            if scale {
-                let mut s = Op::new(OpType::Scale);
-                s.inputs = vec![vec![g]];
-                s.outputs = vec![vec![g]];
-                s.attrs.insert("scale".into(), Attr::Float(1.0 / n as f64));
-                s.namescope = scope::DATA_PARALLEL.into();
-                b.local(s);
-            }
+        }
+        let n: usize = loss_avg_axes.iter().map(|&a| b.mesh.axis_size(a)).product();
+        if scale && n > 1 {
+            let mut s = Op::new(OpType::Scale);
+            s.inputs = vec![vec![g]];
+            s.outputs = vec![vec![g]];
+            s.attrs.insert("scale".into(), Attr::Float(1.0 / n as f64));
+            s.namescope = scope::DATA_PARALLEL.into();
+            b.local(s);
         }
         b.cur[g.index()] = DistProgram::settled(&cur);
     }

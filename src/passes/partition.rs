@@ -45,11 +45,13 @@ impl Default for PartitionOptions {
 }
 
 /// Partitions `dp` for every rank of its mesh. `forward_of` maps grad ops to forward ops;
-/// `param_grads` lists the parameter gradients to synchronise.
+/// `param_grads` lists the parameter gradients to synchronise; `loss_avg_axes` are the mesh
+/// axes the loss is averaged over (its AVG-partial axes).
 pub fn partition(
     dp: &DistProgram,
     forward_of: &HashMap<OpId, OpId>,
     param_grads: &[VarId],
+    loss_avg_axes: &[usize],
     opts: PartitionOptions,
 ) -> Result<Partitioned, PartitionError> {
     let mut is_param_grad = vec![false; dp.program.vars().len()];
@@ -60,7 +62,15 @@ pub fn partition(
     // so ring ids do not depend on scheduling.
     let one = |rank: u32| -> Result<(RankProgram, Groups), PartitionError> {
         let mut local = Groups::new(&dp.mesh);
-        let r = partition_rank(dp, rank, forward_of, &is_param_grad, opts, &mut local)?;
+        let r = partition_rank(
+            dp,
+            rank,
+            forward_of,
+            &is_param_grad,
+            loss_avg_axes,
+            opts,
+            &mut local,
+        )?;
         Ok((r, local))
     };
     let results = run_ranks(dp.mesh.process_ids(), &one);
@@ -110,6 +120,7 @@ fn partition_rank(
     rank: u32,
     forward_of: &HashMap<OpId, OpId>,
     is_param_grad: &[bool],
+    loss_avg_axes: &[usize],
     opts: PartitionOptions,
     groups: &mut Groups,
 ) -> Result<RankProgram, PartitionError> {
@@ -135,10 +146,9 @@ fn partition_rank(
         lower(&mut b, local, attr, imp, &dp.tensors)?;
         sync_gradients(
             &mut b,
-            &dp.program,
             op,
-            attr,
             is_param_grad,
+            loss_avg_axes,
             opts.scale_gradients,
         );
         after(&mut b, op, imp);

@@ -11,7 +11,7 @@ use super::ledger::{ledger, Entry};
 use super::optimizer::{append_optimizer, OptimizerOptions};
 use super::partition::{partition, PartitionOptions, Partitioned};
 use super::rank::PartitionError;
-use crate::dist::TensorDistAttr;
+use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{verify_program, Op, OpRole, OpType, ProgramError, TensorType, VarKind};
 use crate::plan::Plan;
 
@@ -113,7 +113,20 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     verify("optimizer", &full.program)?;
     check_layouts(&full)?;
     let grads: Vec<_> = backward.param_grads.iter().map(|&(_, g)| g).collect();
-    let partitioned = partition(&full, &backward.forward_of, &grads, opts.partition)?;
+    let loss_attr = &full.tensors[backward.loss.index()];
+    let loss_avg_axes: Vec<usize> = loss_attr
+        .partial
+        .iter()
+        .filter(|p| p.1 == ReduceType::Avg)
+        .map(|p| p.0)
+        .collect();
+    let partitioned = partition(
+        &full,
+        &backward.forward_of,
+        &grads,
+        &loss_avg_axes,
+        opts.partition,
+    )?;
     let ledger = ledger(&partitioned);
     Ok(Pipeline {
         plan,

@@ -1,6 +1,7 @@
 //! Helpers shared by the test suites.
 #![allow(dead_code)]
 
+use proptest::prelude::*;
 use serde_json::Value;
 use shardlab::dist::{ProcessMesh, TensorDistAttr};
 use shardlab::models::scenarios::megatron_shards;
@@ -87,4 +88,61 @@ pub fn standard_configs(
         ("mp", "4:mp", mp),
         ("dp_mp", "2x4:dp,mp", both),
     ]
+}
+
+/// A random plan: a small gpt or mlp, a random mesh, and random (valid) annotations.
+pub fn random_plan() -> impl Strategy<Value = Plan> {
+    let meshes = prop::sample::select(vec!["2:a", "4:a", "2x2:a,b", "2x4:a,b", "2x2x2:a,b,c"]);
+    let models = prop::sample::select(vec![
+        Model::Mlp,
+        Model::MlpMse,
+        Model::Gpt,
+        Model::EmbeddingLm,
+    ]);
+    let picks = prop::collection::vec(
+        (
+            any::<prop::sample::Index>(),
+            prop::collection::vec(0usize..5, 4),
+        ),
+        1..6,
+    );
+    (meshes, models, picks).prop_map(|(mesh, model, picks)| {
+        let cfg = ModelConfig {
+            layers: 1,
+            ..model.default_config()
+        };
+        let program = model.build(&cfg).unwrap();
+        let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
+        let mut annotations: Vec<Annotation> = Vec::new();
+        for (var, choices) in picks {
+            let v = shardlab::ir::VarId(var.index(program.vars().len()) as u32);
+            if annotations.iter().any(|a| a.var == v) {
+                continue;
+            }
+            let var_ref = program.var(v);
+            let mut attr = TensorDistAttr::replicated(mesh.clone(), var_ref.ty.rank());
+            for (d, &choice) in choices.iter().enumerate().take(var_ref.ty.rank()) {
+                // 0: free; 1: pinned replicated; 2..: a mesh axis, if free and dividing.
+                match choice {
+                    0 => {}
+                    1 => attr.annotated[d] = true,
+                    c => {
+                        let axis = (c - 2) % mesh.ndim();
+                        let mut trial = attr.clone();
+                        trial.dims[d] = vec![axis];
+                        trial.annotated[d] = true;
+                        if trial.validate(&var_ref.name, &var_ref.ty.shape).is_ok() {
+                            attr = trial;
+                        }
+                    }
+                }
+            }
+            annotations.push(Annotation { var: v, attr });
+        }
+        Plan {
+            mesh: Some(mesh),
+            program,
+            annotations,
+        }
+    })
 }

@@ -382,7 +382,7 @@ impl State<'_> {
     fn op_attr(&self, op: OpId, b: &Binding) -> OperatorDistAttr {
         let o = self.program.op(op);
         let ins: Vec<DistTensor> = b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
-        let inferred = b
+        let mut inferred = b
             .rule
             .infer_forward(self.mesh.shape(), &ins)
             .unwrap_or_else(|_| Inferred {
@@ -396,6 +396,7 @@ impl State<'_> {
                     .map(|&v| Sharding::replicated(self.program.var(v).ty.rank()))
                     .collect(),
             });
+        gather_split_classes(o, self.program, &mut inferred);
         let to_attr = |s: &Sharding| TensorDistAttr {
             mesh: self.mesh.clone(),
             dims: s.dims.clone(),
@@ -427,6 +428,31 @@ impl State<'_> {
         attr.impl_type = impl_type.to_string();
         attr.impl_idx = impl_idx;
         attr
+    }
+}
+
+/// ShardLab has no vocab-parallel cross-entropy kernel (Paddle's
+/// `c_softmax_with_cross_entropy`), so a class axis the rule would leave split is gathered
+/// before the op instead: the op wants it replicated and produces it replicated.
+fn gather_split_classes(op: &crate::ir::Op, program: &Program, inferred: &mut Inferred) {
+    if op.ty != OpType::SoftmaxWithCrossEntropy {
+        return;
+    }
+    let rank = op
+        .input("Logits")
+        .first()
+        .map_or(0, |&v| program.var(v).ty.rank());
+    let Ok(axis) = crate::ir::infer::axis(op.attr_int("axis", -1), rank, "axis") else {
+        return;
+    };
+    for s in inferred
+        .inputs
+        .iter_mut()
+        .chain(inferred.outputs.iter_mut())
+    {
+        if let Some(d) = s.dims.get_mut(axis) {
+            d.clear();
+        }
     }
 }
 
