@@ -7,6 +7,8 @@ pub mod gather;
 pub mod init;
 pub mod interp;
 pub mod kernels;
+#[cfg(feature = "native")]
+pub mod npy;
 pub mod run;
 pub mod tensor;
 pub mod verify;
