@@ -337,3 +337,83 @@ fn plan_prints_every_stage_rank_programs_and_the_ledger() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn run_trains_serially_and_distributed_and_verifies() {
+    let inputs = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/oracle/jax/mlp_mse/inputs"
+    );
+    let dump = std::env::temp_dir().join(format!("shardlab-dump-{}", std::process::id()));
+    let out = shardlab(&[
+        "run",
+        "--preset",
+        "mlp_mse",
+        "--mesh",
+        "2x4:dp,mp",
+        "--shard",
+        "batch.x=dp,-",
+        "--shard",
+        "params.W1=-,mp",
+        "--shard",
+        "params.W2=mp,-",
+        "--inputs",
+        inputs,
+        "--steps",
+        "2",
+        "--dump",
+        dump.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    // JAX: 1.3111387 (f32), 1.31113865 (f64); we accumulate f32 programs in f64.
+    assert!(
+        stdout.contains("     1      1.31113863      1.31113863"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("PASS: 6 of 6 tensors within tolerance"),
+        "{stdout}"
+    );
+    for file in [
+        "serial/loss.npy",
+        "serial/grad.params.W1.npy",
+        "distributed/params.W2.npy",
+    ] {
+        assert!(dump.join(file).exists(), "{file} was dumped");
+    }
+    let json: serde_json::Value = serde_json::from_slice(
+        &shardlab(&["run", "--scenario", "dp_mlp", "--format", "json"]).stdout,
+    )
+    .unwrap();
+    assert_eq!(json["pass"], true);
+    assert_eq!(json["ranks"], 4);
+    let out = shardlab(&["run", "--scenario", "dp_mlp", "--inputs", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with("error: --inputs /nonexistent: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = shardlab(&["run", "--scenario", "dp_mlp", "--steps", "0"]);
+    assert_eq!(
+        text(&out.stderr),
+        "error: --steps 0: expected 1 to 100000\n"
+    );
+    let bad = temp_file("bad.npy", "not numpy");
+    let dir = bad.parent().unwrap();
+    std::fs::copy(&bad, dir.join("x.npy")).unwrap();
+    let out = shardlab(&[
+        "run",
+        "--scenario",
+        "dp_mlp",
+        "--inputs",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("x.npy: not a .npy file"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -8,12 +8,12 @@ mod common;
 
 use expect_test::{expect, expect_file, Expect, ExpectFile};
 use proptest::prelude::*;
-use shardlab::dist::{local_shape, TensorDistAttr};
+use shardlab::dist::local_shape;
 use shardlab::models::scenarios::{megatron_shards, Scenario};
-use shardlab::models::{Model, ModelConfig};
+use shardlab::models::Model;
 use shardlab::passes::complete::{completed_text, explain_text, EventKind};
 use shardlab::passes::{complete, complete_from};
-use shardlab::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
+use shardlab::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, Plan};
 use std::sync::Arc;
 
 fn gpt_plan(mesh: &str, shards: &[String]) -> Plan {

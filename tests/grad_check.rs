@@ -7,7 +7,7 @@ use shardlab::exec::comm::CoopComm;
 use shardlab::exec::init::{initial_value, InitOptions};
 use shardlab::exec::interp::Rank;
 use shardlab::exec::tensor::Tensor;
-use shardlab::ir::{parse_program, DType, Program, VarId, VarKind};
+use shardlab::ir::{parse_program, DType, Program};
 use shardlab::passes::backward::append_backward;
 use std::collections::HashMap;
 
@@ -91,7 +91,7 @@ fn check(name: &str, body: &str, outs: &[(&str, &str)], feeds: &[(&str, Vec<f64>
         let eps = 1e-6;
         let mut numeric = Vec::new();
         for i in 0..base.numel() {
-            let mut probe = |delta: f64| {
+            let probe = |delta: f64| {
                 let mut e = env.clone();
                 let mut v = base.to_f64();
                 v[i] += delta;
@@ -297,6 +297,3 @@ fn shape_and_reduction_grads() {
     );
     check("mean", &body, &[("o", "f64[]")], &[]);
 }
-
-#[allow(dead_code)]
-fn unused(_: VarId, _: VarKind) {}

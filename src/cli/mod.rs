@@ -2,6 +2,7 @@
 //! or touches files.
 
 mod bench;
+mod run;
 mod stages;
 
 use crate::ir::DType;
@@ -32,6 +33,8 @@ enum Command {
     },
     /// Plan a model: complete the dist attrs of every tensor and op.
     Plan(PlanArgs),
+    /// Run training steps serially and on every rank, and compare them tensor by tensor.
+    Run(RunArgs),
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
@@ -117,6 +120,51 @@ struct PlanArgs {
     format: String,
 }
 
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    /// A plan file. Or use --preset / --scenario.
+    file: Option<String>,
+    /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
+    #[arg(long, conflicts_with = "file")]
+    preset: Option<String>,
+    /// A ready-made plan: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict.
+    #[arg(long, conflicts_with_all = ["file", "preset"])]
+    scenario: Option<String>,
+    #[command(flatten)]
+    sizes: SizeArgs,
+    /// The mesh, e.g. 2x4:dp,mp.
+    #[arg(long)]
+    mesh: Option<String>,
+    /// Annotate a variable, e.g. x=dp,- (repeatable).
+    #[arg(long = "shard", value_name = "VAR=AXES")]
+    shards: Vec<String>,
+    /// Load `<var>.npy` from this directory for any input or parameter found there.
+    #[arg(long, value_name = "DIR")]
+    inputs: Option<String>,
+    /// Training steps.
+    #[arg(long, default_value_t = 1)]
+    steps: usize,
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.1)]
+    lr: f64,
+    /// The optimizer: sgd, momentum, adam or adamw.
+    #[arg(long, default_value = "sgd", value_parser = ["sgd", "momentum", "adam", "adamw"])]
+    optimizer: String,
+    /// Add AMP dynamic loss scaling.
+    #[arg(long)]
+    amp: bool,
+    /// Clip gradients to this global norm.
+    #[arg(long, value_name = "NORM")]
+    clip_norm: Option<f64>,
+    /// Write loss.npy, grad.<param>.npy (first step) and <param>.npy (after the last step)
+    /// under DIR/serial and DIR/distributed.
+    #[arg(long, value_name = "DIR")]
+    dump: Option<String>,
+    /// Output format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
+}
+
 /// Model sizes; each preset has its own defaults (see `shardlab print --help`).
 #[derive(Args, Debug)]
 struct SizeArgs {
@@ -181,6 +229,7 @@ pub fn main() -> ExitCode {
         Command::Check { file } => check(&file),
         Command::Spmd { cases } => spmd_cases(&cases),
         Command::Plan(args) => plan(&args),
+        Command::Run(args) => run::run(&args),
         Command::Bench {
             what,
             layers,
@@ -269,15 +318,22 @@ fn read_plan(file: &str) -> Result<Result<(Plan, SourceMap), usize>, String> {
     }))
 }
 
-fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
-    let plan = match (&args.file, &args.preset, &args.scenario) {
+/// The plan a command works on: a file, a preset or a scenario, with --mesh and --shard
+/// applied. `None` when the file had parse errors (already printed).
+fn resolve_plan(
+    file: &Option<String>,
+    preset: &Option<String>,
+    scenario: &Option<String>,
+    sizes: &SizeArgs,
+    mesh: Option<&str>,
+    shards: &[String],
+) -> Result<Option<Plan>, String> {
+    Ok(Some(match (file, preset, scenario) {
         (Some(file), _, _) => match read_plan(file)? {
-            Ok((plan, _)) => add_mesh_and_shards(plan, args.mesh.as_deref(), &args.shards)?,
-            Err(_) => return Ok(ExitCode::from(1)),
+            Ok((plan, _)) => add_mesh_and_shards(plan, mesh, shards)?,
+            Err(_) => return Ok(None),
         },
-        (None, Some(preset), _) => {
-            build_plan(preset, &args.sizes, args.mesh.as_deref(), &args.shards)?
-        }
+        (None, Some(preset), _) => build_plan(preset, sizes, mesh, shards)?,
         (None, None, Some(name)) => {
             let scenario = crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
                 let names: Vec<&str> = crate::models::scenarios::scenarios()
@@ -287,11 +343,25 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
                 format!("unknown scenario `{name}`; scenarios: {}", names.join(", "))
             })?;
             let plan = scenario.plan().map_err(|e| e.to_string())?;
-            add_mesh_and_shards(plan, None, &args.shards)?
+            add_mesh_and_shards(plan, None, shards)?
         }
         (None, None, None) => {
             return Err("give a plan FILE, --preset NAME or --scenario NAME".into())
         }
+    }))
+}
+
+fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
+    let plan = match resolve_plan(
+        &args.file,
+        &args.preset,
+        &args.scenario,
+        &args.sizes,
+        args.mesh.as_deref(),
+        &args.shards,
+    )? {
+        Some(plan) => plan,
+        None => return Ok(ExitCode::from(1)),
     };
     let stage = args.stage.clone().unwrap_or_else(|| {
         if args.ledger {
@@ -434,7 +504,7 @@ pub fn summary(plan: &Plan) -> String {
 }
 
 /// Writes to stdout; a closed pipe (`shardlab print | head`) is not an error.
-fn emit(text: &str) {
+pub(crate) fn emit(text: &str) {
     use std::io::Write;
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }

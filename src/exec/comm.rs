@@ -8,6 +8,7 @@ use super::tensor::Tensor;
 use std::collections::HashMap;
 #[cfg(not(target_arch = "wasm32"))]
 use std::sync::{Condvar, Mutex};
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
 
 /// Identifies one exchange: the group and how many exchanges this group had before.

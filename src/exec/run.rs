@@ -1,7 +1,9 @@
 //! Running a planned step: serially, and on every rank (threads natively, cooperative
 //! stepping in the browser), then comparing the two.
 
-use super::comm::{Communicator, CoopComm};
+#[cfg(not(target_arch = "wasm32"))]
+use super::comm::Communicator;
+use super::comm::CoopComm;
 use super::gather::{gather, shard, Piece};
 use super::init::{initial_value, InitOptions};
 use super::interp::{ExecError, Placement, Rank, Status};

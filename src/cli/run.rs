@@ -1,0 +1,188 @@
+//! `shardlab run`: training steps serially and on every rank (threads), the losses, and
+//! the verification table; `.npy` inputs and dumps.
+
+use super::{emit, resolve_plan, RunArgs};
+use crate::exec::npy::{read_npy, write_npy};
+use crate::exec::run::{run_distributed, run_serial, Log, RunOptions};
+use crate::exec::tensor::Tensor;
+use crate::exec::verify::{verify, Check};
+use crate::passes::optimizer::{Optimizer, OptimizerOptions};
+use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// Loads `<var>.npy` for every source variable found in `dir`.
+fn load_inputs(dir: &str, program: &crate::ir::Program) -> Result<HashMap<String, Tensor>, String> {
+    let mut feeds = HashMap::new();
+    std::fs::read_dir(dir).map_err(|e| format!("--inputs {dir}: {e}"))?;
+    for v in program.vars().iter().filter(|v| v.kind.is_source()) {
+        let path = std::path::Path::new(dir).join(format!("{}.npy", v.name));
+        if !path.exists() {
+            continue;
+        }
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let t = read_npy(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        feeds.insert(v.name.to_string(), t);
+    }
+    Ok(feeds)
+}
+
+fn dump(dir: &std::path::Path, log: &Log) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: String, t: &Tensor| -> Result<(), String> {
+        let path = dir.join(name);
+        std::fs::write(&path, write_npy(t)?).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    if let Some(l) = &log.first_loss {
+        write("loss.npy".into(), l)?;
+    }
+    for (name, g) in &log.grads {
+        write(format!("grad.{name}.npy"), g)?;
+    }
+    for (name, p) in &log.params {
+        write(format!("{name}.npy"), p)?;
+    }
+    Ok(())
+}
+
+fn table(checks: &[Check]) -> String {
+    let width = checks
+        .iter()
+        .map(|c| c.tensor.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut out = format!(
+        "  {:width$}  {:>12}  {:>12}  result\n",
+        "tensor", "max |diff|", "tolerance"
+    );
+    for c in checks {
+        out.push_str(&format!(
+            "  {:width$}  {:>12.3e}  {:>12.3e}  {}\n",
+            c.tensor,
+            c.max_abs_diff,
+            c.tolerance,
+            if c.pass { "pass" } else { "FAIL" }
+        ));
+    }
+    out
+}
+
+/// Runs the command.
+pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
+    if args.steps == 0 || args.steps > 100_000 {
+        return Err(format!("--steps {}: expected 1 to 100000", args.steps));
+    }
+    if !(args.lr.is_finite()) {
+        return Err(format!("--lr {}: expected a finite number", args.lr));
+    }
+    let Some(plan) = resolve_plan(
+        &args.file,
+        &args.preset,
+        &args.scenario,
+        &args.sizes,
+        args.mesh.as_deref(),
+        &args.shards,
+    )?
+    else {
+        return Ok(ExitCode::from(1));
+    };
+    let opts = PipelineOptions {
+        optimizer: OptimizerOptions {
+            optimizer: Optimizer::from_name(&args.optimizer).unwrap_or(Optimizer::Sgd),
+            amp: args.amp,
+            clip_norm: args.clip_norm,
+        },
+        ..Default::default()
+    };
+    let pipeline = match run_pipeline(&plan, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let mut run_opts = RunOptions {
+        steps: 1,
+        ..Default::default()
+    };
+    run_opts.init.lr = args.lr;
+    if let Some(dir) = &args.inputs {
+        run_opts.feeds = load_inputs(dir, &pipeline.full.program)?;
+    }
+    // Step by step, so a long run can show progress on a terminal.
+    let progress = std::io::stderr().is_terminal() && args.steps > 1;
+    run_opts.steps = args.steps;
+    if progress {
+        eprint!(
+            "running {} steps serially and on {} ranks...",
+            args.steps,
+            pipeline.partitioned.ranks.len()
+        );
+    }
+    let serial = run_serial(&pipeline, &run_opts).map_err(|e| e.to_string());
+    let dist = serial
+        .as_ref()
+        .ok()
+        .map(|_| run_distributed(&pipeline, &run_opts, true).map_err(|e| e.to_string()));
+    if progress {
+        eprintln!(" done");
+    }
+    let (serial, dist) = match (serial, dist) {
+        (Ok(s), Some(Ok(d))) => (s, d),
+        (Err(e), _) | (_, Some(Err(e))) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+        (Ok(_), None) => return Err("internal error: no distributed run".into()),
+    };
+    let checks = verify(&serial, &dist);
+    if let Some(dir) = &args.dump {
+        dump(&std::path::Path::new(dir).join("serial"), &serial)?;
+        dump(&std::path::Path::new(dir).join("distributed"), &dist)?;
+    }
+    let all_pass = checks.iter().all(|c| c.pass);
+    if args.format == "json" {
+        let json = serde_json::json!({
+            "ranks": pipeline.partitioned.ranks.len(),
+            "serial_losses": serial.losses,
+            "distributed_losses": dist.losses,
+            "max_replica_difference": dist.replica_diff,
+            "checks": checks,
+            "pass": all_pass,
+        });
+        emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
+        ));
+    } else {
+        let mut out = format!(
+            "mesh {}: {} ranks, {} steps\n",
+            pipeline.full.mesh,
+            pipeline.partitioned.ranks.len(),
+            args.steps
+        );
+        out.push_str(&format!(
+            "  {:>4}  {:>14}  {:>14}\n",
+            "step", "serial loss", "distributed"
+        ));
+        for (i, (a, b)) in serial.losses.iter().zip(&dist.losses).enumerate() {
+            out.push_str(&format!("  {:>4}  {a:>14.8}  {b:>14.8}\n", i + 1));
+        }
+        out.push_str("\nverification (distributed vs serial):\n");
+        out.push_str(&table(&checks));
+        out.push_str(&format!(
+            "\n{}: {} of {} tensors within tolerance\n",
+            if all_pass { "PASS" } else { "FAIL" },
+            checks.iter().filter(|c| c.pass).count(),
+            checks.len()
+        ));
+        emit(&out);
+    }
+    Ok(if all_pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
