@@ -85,6 +85,82 @@ pub fn bench_pipeline(layers: &[usize], repeat: usize) -> Result<String, String>
     Ok(out)
 }
 
+/// f32 GEMM throughput (matrixmultiply's sgemm, one thread) at n = 256, 512, 1024.
+pub fn bench_gemm(repeat: usize) -> Result<String, String> {
+    use crate::exec::kernels::matmul::matmul;
+    use crate::exec::tensor::Tensor;
+    use crate::ir::DType;
+    let mut out =
+        String::from("f32 GEMM n x n x n (matrixmultiply sgemm, one thread), median of runs\n");
+    for n in [256usize, 512, 1024] {
+        let a = Tensor::float(
+            DType::F32,
+            vec![n, n],
+            (0..n * n).map(|i| (i % 7) as f64 * 0.1).collect(),
+        );
+        let b = a.clone();
+        let t = median(repeat, || matmul(&a, &b, false, false).map(|_| ()))?;
+        let gflops = 2.0 * (n * n * n) as f64 / t.as_secs_f64() / 1e9;
+        out.push_str(&format!(
+            "  n={n:>5}  {:>9.3} ms  {gflops:>7.2} GFLOP/s\n",
+            t.as_secs_f64() * 1e3
+        ));
+    }
+    Ok(out)
+}
+
+/// One training step of gpt (4 layers, hidden 256) on [2, 4] with dp x mp: the 8 ranks
+/// stepped on one thread (their total CPU work) against the serial step.
+pub fn bench_step(repeat: usize) -> Result<String, String> {
+    use crate::exec::run::{run_distributed, run_serial, RunOptions};
+    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    let program = Model::Gpt
+        .build(&ModelConfig {
+            layers: 4,
+            hidden: 256,
+            heads: 8,
+            ..Model::Gpt.default_config()
+        })
+        .map_err(|e| e.to_string())?;
+    let mesh = Arc::new(parse_mesh_spec("2x4:dp,mp")?);
+    let mut shards = vec!["x=dp,-,-".to_string()];
+    shards.extend(megatron_shards(4, "mp"));
+    let annotations = shards
+        .iter()
+        .map(|s| parse_shard_spec(s, &program, &mesh))
+        .collect::<Result<_, _>>()?;
+    let plan = Plan {
+        mesh: Some(mesh),
+        program,
+        annotations,
+    };
+    let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
+    let opts = RunOptions::default();
+    let serial = median(repeat, || {
+        run_serial(&p, &opts).map(|_| ()).map_err(|e| e.to_string())
+    })?;
+    let coop = median(repeat, || {
+        run_distributed(&p, &opts, false)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })?;
+    let threads = median(repeat, || {
+        run_distributed(&p, &opts, true)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })?;
+    Ok(format!(
+        "one training step of gpt (4 layers, hidden 256, batch 4, seq 16) on [2, 4], median of runs\n\
+         \x20 serial step:                      {:>9.2} ms\n\
+         \x20 8 ranks on one thread (total CPU): {:>9.2} ms  ({:.2}x serial)\n\
+         \x20 8 ranks on threads (wall):         {:>9.2} ms\n",
+        serial.as_secs_f64() * 1e3,
+        coop.as_secs_f64() * 1e3,
+        coop.as_secs_f64() / serial.as_secs_f64(),
+        threads.as_secs_f64() * 1e3
+    ))
+}
+
 /// Forward completion of gpt at each layer count: median time, time per op, and the ratio
 /// to Paddle's Python Completer.
 pub fn bench_complete(layers: &[usize], repeat: usize) -> Result<String, String> {

@@ -38,7 +38,7 @@ enum Command {
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
-        #[arg(long, default_value = "complete", value_parser = ["complete", "pipeline"])]
+        #[arg(long, default_value = "complete", value_parser = ["complete", "pipeline", "gemm", "step"])]
         what: String,
         /// Layer counts of the gpt preset.
         #[arg(long, value_delimiter = ',', default_value = "2,8,24,48,96")]
@@ -234,7 +234,11 @@ pub fn main() -> ExitCode {
             what,
             layers,
             repeat,
-        } => if what == "pipeline" {
+        } => if what == "gemm" {
+            bench::bench_gemm(repeat)
+        } else if what == "step" {
+            bench::bench_step(repeat)
+        } else if what == "pipeline" {
             bench::bench_pipeline(&layers, repeat)
         } else {
             bench::bench_complete(&layers, repeat)

@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub feeds: HashMap<String, Tensor>,
     /// How long a collective may wait for its group (threads).
     pub timeout: std::time::Duration,
+    /// Record losses, gradients and parameters after each step (off for benchmarks).
+    pub record: bool,
 }
 
 impl Default for RunOptions {
@@ -46,6 +48,7 @@ impl Default for RunOptions {
             init: InitOptions::default(),
             feeds: HashMap::new(),
             timeout: std::time::Duration::from_secs(20),
+            record: true,
         }
     }
 }
