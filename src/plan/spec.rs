@@ -70,3 +70,30 @@ pub fn parse_shard_spec(
         .map_err(|e| format!("shard `{spec}`: {e}"))?;
     Ok(Annotation { var, attr })
 }
+
+/// The one-line spec of a mesh with ids 0..N-1: `2x4:dp,mp`.
+pub fn mesh_spec(mesh: &ProcessMesh) -> String {
+    let shape: Vec<String> = mesh.shape().iter().map(|s| s.to_string()).collect();
+    format!("{}:{}", shape.join("x"), mesh.dim_names().join(","))
+}
+
+/// The one-line spec of an annotation: `x=dp,-,?` (`dp+mp` for co-sharding).
+pub fn shard_spec(program: &Program, ann: &Annotation) -> String {
+    let mesh = &ann.attr.mesh;
+    let dims: Vec<String> = ann
+        .attr
+        .dims
+        .iter()
+        .zip(&ann.attr.annotated)
+        .map(|(axes, &pinned)| match (axes.as_slice(), pinned) {
+            ([], true) => "-".to_string(),
+            ([], false) => "?".to_string(),
+            (axes, _) => axes
+                .iter()
+                .map(|&a| mesh.axis_name(a).to_string())
+                .collect::<Vec<_>>()
+                .join("+"),
+        })
+        .collect();
+    format!("{}={}", program.var(ann.var).name, dims.join(","))
+}

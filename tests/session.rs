@@ -1,0 +1,265 @@
+//! The playground's reducer, natively: every action, the URL round trip, hostile links.
+#![cfg(not(target_arch = "wasm32"))]
+
+use shardlab::dist::Notation;
+use shardlab::session::{decode, encode, Action, DimChoice, Session, Stage};
+
+fn megatron() -> Session {
+    Session::from_scenario("megatron_mlp").unwrap()
+}
+
+#[test]
+fn loading_presets_plans_them() {
+    let s = megatron();
+    assert!(s.pipeline.is_some(), "{:?}", s.plan_error);
+    assert_eq!(
+        s.timeline,
+        usize::MAX.min(s.timeline),
+        "completed by default"
+    );
+    let s = s.reduce(Action::LoadScenario("gpt_dp_mp".into()));
+    assert_eq!(s.scenario, "gpt_dp_mp");
+    assert_eq!(s.mesh().unwrap().size(), 8);
+    let s = s.reduce(Action::LoadScenario("nope".into()));
+    assert_eq!(s.message.as_deref(), Some("unknown preset `nope`"));
+    assert_eq!(s.scenario, "gpt_dp_mp", "a bad preset changes nothing");
+}
+
+#[test]
+fn mesh_shape_and_axis_names() {
+    let s = megatron().reduce(Action::SetMeshShape(vec![3]));
+    assert!(
+        s.message.as_deref().unwrap_or("").starts_with(
+            "dropped annotations that no longer fit: `linear_0.w_0` dim 1 has size 256"
+        ),
+        "{:?}",
+        s.message
+    );
+    let s = megatron().reduce(Action::SetMeshShape(vec![2, 4]));
+    assert_eq!(s.mesh().unwrap().to_string(), "[2, 4] (mp, d1)");
+    assert_eq!(s.message, None);
+    let s = s.reduce(Action::RenameAxis(1, "tp".into()));
+    assert_eq!(s.mesh().unwrap().dim_names(), ["mp", "tp"]);
+    let s = s.reduce(Action::RenameAxis(1, "mp".into()));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("axis name: mesh axis name `mp` is used twice")
+    );
+    let s = s.reduce(Action::SetMeshShape(vec![9]));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("a mesh has 1 to 3 axes of size 1 to 8")
+    );
+    assert!(
+        s.text.starts_with("mesh [2, 4] (mp, tp)"),
+        "the editor follows: {}",
+        &s.text[..40]
+    );
+}
+
+#[test]
+fn annotating_dims() {
+    let s = megatron().reduce(Action::SetDim {
+        var: "x".into(),
+        dim: 0,
+        choice: DimChoice::Axes(vec![0]),
+    });
+    assert_eq!(s.selected_var.as_deref(), Some("x"));
+    assert!(s.text.contains("shard x [mp, ?]"), "{}", s.text);
+    let p = s.pipeline.as_ref().unwrap();
+    let x = s.plan.program.var_id("x").unwrap();
+    assert_eq!(p.completed.tensors[x.index()].dims, vec![vec![0], vec![]]);
+    // An invalid choice explains itself and changes nothing.
+    let s = s.reduce(Action::SetDim {
+        var: "x".into(),
+        dim: 1,
+        choice: DimChoice::Axes(vec![0]),
+    });
+    assert_eq!(
+        s.message.as_deref(),
+        Some("`x`: mesh axis `mp` splits more than one dim (dims 0 and 1)")
+    );
+    let s = s.reduce(Action::SetDim {
+        var: "x".into(),
+        dim: 0,
+        choice: DimChoice::Free,
+    });
+    assert!(
+        !s.text.contains("shard x"),
+        "an annotation with nothing pinned disappears"
+    );
+    let s = s.reduce(Action::SetDim {
+        var: "x".into(),
+        dim: 1,
+        choice: DimChoice::Replicated,
+    });
+    assert!(s.text.contains("shard x [?, -]"));
+    let s = s.reduce(Action::ClearAnnotation("x".into()));
+    assert!(!s.text.contains("shard x"));
+    let s = s.reduce(Action::SetDim {
+        var: "nope".into(),
+        dim: 0,
+        choice: DimChoice::Replicated,
+    });
+    assert_eq!(s.message.as_deref(), Some("unknown variable `nope`"));
+}
+
+#[test]
+fn selection_notation_and_stage() {
+    let s = megatron()
+        .reduce(Action::SelectVar(Some("linear_0.w_0".into())))
+        .reduce(Action::SelectRank(3));
+    assert_eq!(
+        (s.selected_var.as_deref(), s.selected_rank),
+        (Some("linear_0.w_0"), 3)
+    );
+    let s = s
+        .reduce(Action::SelectRank(9))
+        .reduce(Action::SelectVar(Some("ghost".into())));
+    assert_eq!((s.selected_var, s.selected_rank), (None, 3));
+    let s = megatron()
+        .reduce(Action::SetNotation(Notation::Jax))
+        .reduce(Action::SetStage(Stage::Partition));
+    assert_eq!((s.notation, s.stage), (Notation::Jax, Stage::Partition));
+}
+
+#[test]
+fn timeline_step_seek_play() {
+    let s = megatron();
+    let n = s.events();
+    assert!(n > 0);
+    let s = s.reduce(Action::Seek(0));
+    assert_eq!(s.timeline, 0);
+    let s = s.reduce(Action::Step(2)).reduce(Action::Step(-1));
+    assert_eq!(s.timeline, 1);
+    let s = s.reduce(Action::Step(-5));
+    assert_eq!(s.timeline, 0);
+    let mut s = s.reduce(Action::TogglePlay);
+    assert!(s.playing);
+    for _ in 0..n + 3 {
+        s = s.reduce(Action::Tick);
+    }
+    assert_eq!(
+        (s.timeline, s.playing),
+        (n, false),
+        "playing stops at the end"
+    );
+    let s = s.reduce(Action::TogglePlay);
+    assert_eq!(
+        (s.timeline, s.playing),
+        (0, true),
+        "play at the end restarts"
+    );
+    let s = s.reduce(Action::Seek(10_000));
+    assert_eq!(s.timeline, n);
+}
+
+#[test]
+fn editing_text_applies_when_valid_and_reports_errors_inline() {
+    let s = megatron();
+    let edited = s.text.replace("shard linear_0.b_0 [mp]\n", "");
+    let s = s.reduce(Action::EditText(edited.clone()));
+    assert_eq!(s.scenario, "custom");
+    assert!(s.text_errors.is_empty());
+    assert_eq!(s.plan.annotations.len(), 2);
+    let broken = edited.replace("var x: f32[16, 64] input", "var x: f32[16, 64] inptu");
+    let s = s.reduce(Action::EditText(broken.clone()));
+    assert_eq!(s.text, broken, "the text is kept as typed");
+    assert_eq!(s.text_errors[0], (3, 20, "unknown variable kind `inptu`; expected one of input, label, parameter, activation, gradient, optimizer_state".to_string()));
+    assert_eq!(
+        s.text_errors[1],
+        (
+            18,
+            16,
+            "unknown variable `x` (declare it with `var`)".to_string()
+        ),
+        "every line's error is reported"
+    );
+    assert_eq!(s.plan.annotations.len(), 2, "the last valid plan stays");
+}
+
+#[test]
+fn running_in_the_session_verifies() {
+    let s = megatron().reduce(Action::Run);
+    let run = s.run.as_ref().expect("ran");
+    assert_eq!(run.serial_losses.len(), 2);
+    assert!(run.checks.iter().all(|c| c.pass), "{:?}", run.checks);
+    let s = s.reduce(Action::SetDim {
+        var: "x".into(),
+        dim: 0,
+        choice: DimChoice::Axes(vec![0]),
+    });
+    assert!(s.run.is_none(), "a new plan clears old results");
+    let s = s.reduce(Action::Dismiss);
+    assert!(s.message.is_none());
+}
+
+#[test]
+fn the_url_hash_round_trips() {
+    let s = Session::from_scenario("gpt_dp_mp")
+        .unwrap()
+        .reduce(Action::SetStage(Stage::Partition))
+        .reduce(Action::SelectRank(5))
+        .reduce(Action::SelectVar(Some("h0.attn.q.w".into())))
+        .reduce(Action::SetNotation(Notation::DTensor))
+        .reduce(Action::Seek(7));
+    let hash = s.to_hash();
+    let back = Session::from_hash(&hash).unwrap();
+    assert!(back == s, "{hash}");
+    assert_eq!(back.to_hash(), hash);
+    // A custom plan travels as text.
+    let edited = s.text.replace("shard x [dp, -, -]\n", "");
+    let custom = s.reduce(Action::EditText(edited));
+    let back = Session::from_hash(&custom.to_hash()).unwrap();
+    assert_eq!(back.text, custom.text);
+    assert_eq!(back.scenario, "custom");
+}
+
+#[test]
+fn hostile_links_give_messages() {
+    let cases = [
+        ("s=evil", "unknown preset `evil`"),
+        (
+            "s=dp_mlp&mesh=0x4",
+            "the link's mesh: mesh `0x4`: mesh axis 0 has size 0; sizes must be at least 1",
+        ),
+        (
+            "s=dp_mlp&shard=x%3Dzz",
+            "the link's annotation: shard `x=zz`: unknown mesh axis `zz`; the mesh has (dp)",
+        ),
+        ("s=dp_mlp&stage=warp", "the link's stage `warp` is unknown"),
+        (
+            "s=dp_mlp&t=soon",
+            "the link's timeline position is not a number",
+        ),
+        (
+            "s=dp_mlp&n=%FF",
+            "the link's field `n` is not valid percent-encoding",
+        ),
+        ("garbage", "the link has a malformed field `garbage`"),
+        (
+            "text=op%20nope",
+            "the link's plan does not parse: 1:4: unknown op type `nope`",
+        ),
+        (
+            "s=dp_mlp&mesh=64x64:a,b",
+            "the link's mesh is too large for the playground",
+        ),
+        (
+            "s=dp_mlp&mesh=99999x99999:a,b",
+            "the link's mesh: mesh `99999x99999:a,b`: the mesh has",
+        ),
+    ];
+    for (hash, want) in cases {
+        let got = Session::from_hash(hash).err();
+        assert!(
+            got.as_deref()
+                .is_some_and(|g| g.starts_with(want.split(';').next().unwrap_or(want))),
+            "{hash}: {got:?}"
+        );
+    }
+    assert_eq!(
+        decode(&encode("a b&c=d;e/f")),
+        Some("a b&c=d;e/f".to_string())
+    );
+}
