@@ -20,6 +20,7 @@ pub mod ir;
 pub mod models;
 pub mod passes;
 pub mod plan;
+pub mod report;
 pub mod session;
 pub mod spmd;
 

@@ -407,7 +407,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         }
     }
     let text = if args.format == "json" {
-        let json = stages::pipeline_json(&pipeline, args.rank);
+        let json = crate::report::pipeline_json(&pipeline, args.rank);
         format!(
             "{}\n",
             serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?

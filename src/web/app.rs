@@ -1,75 +1,202 @@
-//! The walking-skeleton app: pick a preset, see its mesh and its program text.
+//! The root component: the session reducer, URL and localStorage sync, the play timer,
+//! keyboard shortcuts, and the page layout.
 
-use super::mesh_view::MeshView;
-use crate::dist::ProcessMesh;
-use crate::models::Model;
-use std::sync::Arc;
+use super::editor::Editor;
+use super::inspector::Inspector;
+use super::ledger_view::LedgerView;
+use super::mesh_editor::MeshEditor;
+use super::program_view::ProgramView;
+use super::rank_lens::RankLens;
+use super::run_panel::RunPanel;
+use super::timeline::Timeline;
+use crate::dist::Notation;
+use crate::session::{preset_names, Action, Session, Stage};
+use std::rc::Rc;
+use wasm_bindgen::JsCast;
 use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
-/// The program text of a preset, or the error that stopped it being built.
-fn preset_text(model: Model) -> Result<String, String> {
-    model
-        .build(&model.default_config())
-        .map(|p| p.to_string())
-        .map_err(|e| e.to_string())
+/// The reducer's state.
+#[derive(Clone, PartialEq)]
+pub struct State(pub Session);
+
+impl Reducible for State {
+    type Action = Action;
+    fn reduce(self: Rc<Self>, action: Action) -> Rc<Self> {
+        Rc::new(State(self.0.clone().reduce(action)))
+    }
 }
 
-/// The playground's root component.
+/// What every panel gets: the state and a way to change it.
+#[derive(Clone, PartialEq)]
+pub struct AppCtx {
+    pub state: UseReducerHandle<State>,
+    /// Panels hidden by `?hide=a,b` (embedding).
+    pub hidden: Rc<Vec<String>>,
+}
+
+impl AppCtx {
+    /// The session.
+    pub fn session(&self) -> &Session {
+        &self.state.0
+    }
+
+    /// A callback dispatching `f(event)`.
+    pub fn on<E: 'static>(&self, f: impl Fn(E) -> Action + 'static) -> Callback<E> {
+        let state = self.state.clone();
+        Callback::from(move |e| state.dispatch(f(e)))
+    }
+
+    /// Whether a panel is shown.
+    pub fn shows(&self, panel: &str) -> bool {
+        !self.hidden.iter().any(|h| h == panel)
+    }
+}
+
+fn window() -> Option<web_sys::Window> {
+    web_sys::window()
+}
+
+fn query_flag(name: &str) -> Option<String> {
+    let search = window()?.location().search().ok()?;
+    search.trim_start_matches('?').split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then(|| v.to_string())
+    })
+}
+
+/// The first state: the URL hash, else the autosave, else the default preset.
+fn initial() -> Session {
+    let hash = window().and_then(|w| w.location().hash().ok()).unwrap_or_default();
+    let saved = || window()?.local_storage().ok()??.get_item("shardlab").ok()?;
+    let mut session = if hash.len() > 1 {
+        Session::from_hash(&hash).unwrap_or_else(|e| {
+            let mut s = Session::default();
+            s.message = Some(format!("This link could not be opened: {e}. Showing the default preset instead."));
+            s
+        })
+    } else {
+        saved().and_then(|h| Session::from_hash(&h).ok()).unwrap_or_default()
+    };
+    session.embed = query_flag("embed").is_some_and(|v| v != "0");
+    session
+}
+
+/// The playground.
 #[component]
 pub fn App() -> Html {
-    let model = use_state(|| Model::Mlp);
-    let mesh = use_memo((), |_| {
-        ProcessMesh::with_names(&[2, 4], &["dp", "mp"])
-            .ok()
-            .map(Arc::new)
-    });
-    let text = use_memo(*model, |m| preset_text(*m));
-    let onchange = {
-        let model = model.clone();
-        Callback::from(move |e: Event| {
-            let name = e
-                .target_dyn_into::<HtmlSelectElement>()
-                .map(|s| s.value())
-                .unwrap_or_default();
-            if let Ok(m) = Model::from_name(&name) {
-                model.set(m);
+    let state = use_reducer_eq(|| State(initial()));
+    let hidden = use_memo((), |_| query_flag("hide").map(|h| h.split(',').map(str::to_string).collect::<Vec<_>>()).unwrap_or_default());
+    let ctx = AppCtx { state: state.clone(), hidden: Rc::new((*hidden).clone()) };
+    let s = &state.0;
+
+    // Keep the URL and the autosave in step with the state.
+    let hash = s.to_hash();
+    use_effect_with(hash.clone(), move |hash| {
+        if let Some(w) = window() {
+            if let Ok(history) = w.history() {
+                let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("{}#{hash}", w.location().search().unwrap_or_default())));
             }
-        })
+            if let Ok(Some(storage)) = w.local_storage() {
+                let _ = storage.set_item("shardlab", hash);
+            }
+        }
+    });
+    // Play the timeline.
+    {
+        let state = state.clone();
+        use_effect_with(s.playing, move |playing| {
+            let interval = playing.then(|| gloo::timers::callback::Interval::new(140, move || state.dispatch(Action::Tick)));
+            move || drop(interval)
+        });
+    }
+    // Keyboard: ← → step, space plays, Home / End jump.
+    {
+        let state = state.clone();
+        use_effect_with((), move |_| {
+            let listener = window().and_then(|w| w.document()).map(|doc| {
+                gloo::events::EventListener::new(&doc, "keydown", move |e| {
+                    let Some(e) = e.dyn_ref::<web_sys::KeyboardEvent>() else { return };
+                    let typing = e.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()).is_some_and(|el| matches!(el.tag_name().as_str(), "TEXTAREA" | "INPUT" | "SELECT"));
+                    if typing {
+                        return;
+                    }
+                    let action = match e.key().as_str() {
+                        "ArrowRight" => Action::Step(1),
+                        "ArrowLeft" => Action::Step(-1),
+                        " " => Action::TogglePlay,
+                        "Home" => Action::Seek(0),
+                        "End" => Action::Seek(usize::MAX),
+                        _ => return,
+                    };
+                    e.prevent_default();
+                    state.dispatch(action);
+                })
+            });
+            move || drop(listener)
+        });
+    }
+
+    let on_preset = ctx.on(|e: Event| Action::LoadScenario(e.target_dyn_into::<HtmlSelectElement>().map(|s| s.value()).unwrap_or_default()));
+    let on_notation = ctx.on(|e: Event| {
+        let id = e.target_dyn_into::<HtmlSelectElement>().map(|s| s.value()).unwrap_or_default();
+        Action::SetNotation(Notation::from_id(&id).unwrap_or(Notation::Paddle))
+    });
+    let stage_tab = |stage: Stage, label: &str| {
+        let onclick = ctx.on(move |_: MouseEvent| Action::SetStage(stage));
+        html! { <button class={classes!("tab", (s.stage == stage).then_some("active"))} {onclick}>{ label.to_string() }</button> }
     };
-    let lines = text
-        .as_ref()
-        .as_ref()
-        .map(|t| t.lines().count())
-        .unwrap_or(0);
+    let message = s.message.clone().map(|m| {
+        let dismiss = ctx.on(|_: MouseEvent| Action::Dismiss);
+        html! { <div class="banner" role="alert">{ m }<button class="dismiss" onclick={dismiss}>{ "×" }</button></div> }
+    });
+    let plan_error = s.plan_error.clone().map(|m| html! { <div class="banner error" role="alert">{ format!("The plan cannot be completed: {m}") }</div> });
     html! {
-        <main class="app">
-            <header class="topbar">
-                <h1>{ "ShardLab" }</h1>
-                <p class="tagline">{ "See how a network is split across devices." }</p>
-                <label class="preset">
-                    { "Preset " }
-                    <select id="preset" {onchange}>
-                        { for Model::ALL.iter().map(|m| html! {
-                            <option value={m.name()} selected={*m == *model}>{ m.name() }</option>
-                        }) }
-                    </select>
-                </label>
-            </header>
-            <section class="panel mesh-panel">
-                <h2>{ "Process mesh" }</h2>
-                { match mesh.as_ref() {
-                    Some(m) => html! { <MeshView mesh={m.clone()} /> },
-                    None => html! { <p class="error">{ "invalid mesh" }</p> },
-                } }
-            </section>
-            <section class="panel program-panel">
-                <h2>{ format!("Program: {} ", model.name()) }<small>{ format!("({lines} lines) — {}", model.description()) }</small></h2>
-                { match text.as_ref() {
-                    Ok(t) => html! { <pre class="program-text">{ t.clone() }</pre> },
-                    Err(e) => html! { <p class="error">{ e.clone() }</p> },
-                } }
-            </section>
-        </main>
+        <ContextProvider<AppCtx> context={ctx.clone()}>
+            <main class={classes!("app", s.embed.then_some("embed"))}>
+                if !s.embed {
+                    <header class="topbar">
+                        <h1>{ "ShardLab" }</h1>
+                        <p class="tagline">{ "Draw a mesh, annotate a few tensors, watch the planner split everything." }</p>
+                        <label class="preset">{ "Preset " }
+                            <select id="preset" onchange={on_preset}>
+                                { for preset_names().into_iter().map(|(id, title)| html! {
+                                    <option value={id} selected={s.scenario == id}>{ title }</option>
+                                }) }
+                                if s.scenario == "custom" { <option value="custom" selected=true>{ "Custom (edited)" }</option> }
+                            </select>
+                        </label>
+                        <label class="preset">{ "Notation " }
+                            <select id="notation" onchange={on_notation}>
+                                { for Notation::ALL.into_iter().map(|n| html! {
+                                    <option value={n.id()} selected={s.notation == n}>{ n.label() }</option>
+                                }) }
+                            </select>
+                        </label>
+                    </header>
+                }
+                { message }
+                { plan_error }
+                <aside class="column left">
+                    if ctx.shows("mesh") { <MeshEditor /> }
+                    if ctx.shows("inspector") { <Inspector /> }
+                </aside>
+                <section class="column center">
+                    <nav class="tabs" aria-label="stage">
+                        { stage_tab(Stage::Forward, "Forward completion") }
+                        { stage_tab(Stage::Backward, "Backward + optimizer") }
+                        { stage_tab(Stage::Partition, "Per-rank programs") }
+                    </nav>
+                    if s.stage == Stage::Forward && ctx.shows("timeline") { <Timeline /> }
+                    if ctx.shows("program") { <ProgramView /> }
+                    if ctx.shows("editor") && !s.embed { <Editor /> }
+                </section>
+                <aside class="column right">
+                    if ctx.shows("rank") { <RankLens /> }
+                    if ctx.shows("ledger") { <LedgerView /> }
+                    if ctx.shows("run") { <RunPanel /> }
+                </aside>
+            </main>
+        </ContextProvider<AppCtx>>
     }
 }

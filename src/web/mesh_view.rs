@@ -1,5 +1,6 @@
 //! An SVG drawing of a process mesh: one box per device with its process id, axis names
-//! along the edges. Meshes with more than two axes fold the leading axes into rows.
+//! along the edges. Meshes with more than two axes fold the leading axes into rows. A
+//! selected device is outlined; lit devices (a communication group) are filled.
 
 use crate::dist::ProcessMesh;
 use std::sync::Arc;
@@ -9,11 +10,18 @@ use yew::prelude::*;
 #[derive(Properties, PartialEq)]
 pub struct MeshViewProps {
     pub mesh: Arc<ProcessMesh>,
+    #[prop_or_default]
+    pub selected: Option<u32>,
+    /// Devices to light (the selected rank's group, say).
+    #[prop_or_default]
+    pub lit: Vec<u32>,
+    #[prop_or_default]
+    pub on_select: Option<Callback<u32>>,
 }
 
-const CELL: f64 = 56.0;
-const GAP: f64 = 10.0;
-const MARGIN: f64 = 34.0;
+const CELL: f64 = 46.0;
+const GAP: f64 = 8.0;
+const MARGIN: f64 = 30.0;
 
 /// Draws the mesh as a grid of devices.
 #[component]
@@ -26,13 +34,16 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
     let height = MARGIN + rows as f64 * (CELL + GAP);
     let col_axis = mesh.axis_name(shape.len() - 1).to_string();
     let row_axes: Vec<&str> = (0..shape.len() - 1).map(|a| mesh.axis_name(a)).collect();
-    let devices = mesh.process_ids().iter().enumerate().map(|(i, pid)| {
+    let devices = mesh.process_ids().iter().enumerate().map(|(i, &pid)| {
         let (r, c) = (i / cols, i % cols);
         let x = MARGIN + c as f64 * (CELL + GAP);
         let y = MARGIN + r as f64 * (CELL + GAP);
+        let onclick = props.on_select.clone().map(|cb| Callback::from(move |_: MouseEvent| cb.emit(pid)));
+        let class = classes!("device", (props.selected == Some(pid)).then_some("selected"), props.lit.contains(&pid).then_some("lit"));
         html! {
-            <g class="device" data-rank={pid.to_string()}>
-                <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="8" />
+            <g {class} data-rank={pid.to_string()} {onclick}>
+                <title>{ format!("rank {pid}: coordinates {:?}", mesh.coords_of(pid).unwrap_or_default()) }</title>
+                <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="7" />
                 <text x={(x + CELL / 2.0).to_string()} y={(y + CELL / 2.0 + 5.0).to_string()} text-anchor="middle">{ format!("{pid}") }</text>
             </g>
         }
@@ -42,15 +53,15 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
     } else {
         let y = MARGIN + rows as f64 * (CELL + GAP) / 2.0;
         html! {
-            <text class="axis-label" x="14" y={y.to_string()} text-anchor="middle"
-                transform={format!("rotate(90 14 {y})")}>{ format!("{} →", row_axes.join("×")) }</text>
+            <text class="axis-label" x="12" y={y.to_string()} text-anchor="middle"
+                transform={format!("rotate(90 12 {y})")}>{ format!("{} →", row_axes.join("×")) }</text>
         }
     };
     html! {
         <figure class="mesh-view">
             <svg viewBox={format!("0 0 {width} {height}")} width={width.to_string()} height={height.to_string()}
                 role="img" aria-label={format!("process mesh {mesh}")}>
-                <text class="axis-label" x={(MARGIN + cols as f64 * (CELL + GAP) / 2.0).to_string()} y="20" text-anchor="middle">
+                <text class="axis-label" x={(MARGIN + cols as f64 * (CELL + GAP) / 2.0).to_string()} y="18" text-anchor="middle">
                     { format!("{col_axis} →") }
                 </text>
                 { row_label }

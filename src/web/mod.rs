@@ -1,13 +1,30 @@
-//! The browser playground (wasm32 only): Yew function components over the core. Only this
-//! module touches Yew or web-sys.
+//! The browser playground (wasm32 only): Yew function components over the core's
+//! [`crate::session::Session`] reducer. Only this module touches Yew or web-sys.
 
+mod api;
 mod app;
+mod editor;
+mod inspector;
+mod ledger_view;
+mod mesh_editor;
 mod mesh_view;
+mod program_view;
+mod rank_lens;
+mod run_panel;
+mod timeline;
 
-pub use app::App;
+pub use api::plan;
+pub use app::{App, AppCtx, State};
 pub use mesh_view::{MeshView, MeshViewProps};
 
-/// Mounts the playground on `<body>`.
+/// Mounts the playground on `<body>`, unless the page only wants the JavaScript API
+/// (`<body data-shardlab-api>`).
 pub fn start() {
-    yew::Renderer::<App>::new().render();
+    let api_only = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.body())
+        .is_some_and(|b| b.has_attribute("data-shardlab-api"));
+    if !api_only {
+        yew::Renderer::<App>::new().render();
+    }
 }

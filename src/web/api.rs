@@ -1,0 +1,46 @@
+//! The JavaScript API for documentation pages that drive the planner without the UI:
+//! `plan({preset | text, mesh?, shards?})` returns every stage, the dist attrs, the ledger
+//! and the trace as plain JS objects (see `www/api.html`).
+
+use crate::models::scenarios::Scenario;
+use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+use crate::plan::{parse_mesh_spec, parse_plan, parse_shard_spec};
+use serde::Deserialize;
+use std::sync::Arc;
+use wasm_bindgen::prelude::*;
+
+/// What `plan` takes.
+#[derive(Deserialize)]
+struct Request {
+    preset: Option<String>,
+    text: Option<String>,
+    mesh: Option<String>,
+    #[serde(default)]
+    shards: Vec<String>,
+}
+
+/// Plans `request` and returns the whole pipeline as a JS object; errors are JS errors
+/// with a message.
+#[wasm_bindgen]
+pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
+    let req: Request = serde_wasm_bindgen::from_value(request).map_err(|e| JsValue::from_str(&format!("bad request: {e}")))?;
+    let err = |m: String| JsValue::from_str(&m);
+    let mut plan = match (&req.text, &req.preset) {
+        (Some(text), _) => parse_plan(text).map_err(|e| err(e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")))?.0,
+        (None, Some(name)) => Scenario::by_name(name).ok_or_else(|| err(format!("unknown preset `{name}`")))?.plan().map_err(|e| err(e.to_string()))?,
+        (None, None) => return Err(err("give `preset` or `text`".into())),
+    };
+    if let Some(m) = &req.mesh {
+        plan.mesh = Some(Arc::new(parse_mesh_spec(m).map_err(err)?));
+        plan.annotations.clear();
+    }
+    let mesh = plan.mesh.clone().ok_or_else(|| err("the plan has no mesh".into()))?;
+    for spec in &req.shards {
+        let ann = parse_shard_spec(spec, &plan.program, &mesh).map_err(err)?;
+        plan.annotations.retain(|a| a.var != ann.var);
+        plan.annotations.push(ann);
+    }
+    let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| err(e.to_string()))?;
+    let json = crate::report::pipeline_json(&p, None);
+    serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| err(e.to_string()))
+}

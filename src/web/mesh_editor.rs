@@ -1,0 +1,121 @@
+//! The mesh editor: drag (or click) across an 8×8 grid to set the shape, a third axis,
+//! axis names, and the device picture (click a device to select its rank).
+
+use super::app::AppCtx;
+use super::mesh_view::MeshView;
+use crate::session::Action;
+use web_sys::{HtmlInputElement, HtmlSelectElement};
+use yew::prelude::*;
+
+const GRID: usize = 8;
+
+/// The mesh panel.
+#[component]
+pub fn MeshEditor() -> Html {
+    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let hover = use_state(|| None::<(usize, usize)>);
+    let dragging = use_state(|| false);
+    let s = ctx.session();
+    let Some(mesh) = s.mesh().cloned() else { return html! {} };
+    let shape = mesh.shape().to_vec();
+    let (rows, cols) = match shape.as_slice() {
+        [c] => (1, *c),
+        [r, c] => (*r, *c),
+        [_, r, c] => (*r, *c),
+        _ => (1, 1),
+    };
+    let depth = if shape.len() == 3 { shape[0] } else { 1 };
+    let shape_for = move |r: usize, c: usize| -> Vec<usize> {
+        let mut v = if r == 1 { vec![c] } else { vec![r, c] };
+        if depth > 1 {
+            if v.len() == 1 {
+                v.insert(0, 1);
+            }
+            v.insert(0, depth);
+        }
+        v
+    };
+    let (hr, hc) = hover.unwrap_or((rows, cols));
+    let cells = (0..GRID * GRID).map(|i| {
+        let (r, c) = (i / GRID + 1, i % GRID + 1);
+        let inside = r <= hr && c <= hc;
+        let onmouseenter = {
+            let hover = hover.clone();
+            Callback::from(move |_: MouseEvent| hover.set(Some((r, c))))
+        };
+        let onmousedown = {
+            let dragging = dragging.clone();
+            Callback::from(move |_: MouseEvent| dragging.set(true))
+        };
+        let onmouseup = {
+            let (state, dragging) = (ctx.state.clone(), dragging.clone());
+            let shape = shape_for(r, c);
+            Callback::from(move |_: MouseEvent| {
+                dragging.set(false);
+                state.dispatch(Action::SetMeshShape(shape.clone()));
+            })
+        };
+        html! { <div class={classes!("cell", inside.then_some("on"))} data-rc={format!("{r}x{c}")} {onmouseenter} {onmousedown} {onmouseup}></div> }
+    });
+    let onmouseleave = {
+        let hover = hover.clone();
+        Callback::from(move |_: MouseEvent| hover.set(None))
+    };
+    let on_depth = {
+        let state = ctx.state.clone();
+        let (rows, cols) = (rows, cols);
+        Callback::from(move |e: Event| {
+            let d: usize = e.target_dyn_into::<HtmlSelectElement>().and_then(|s| s.value().parse().ok()).unwrap_or(1);
+            let mut v = if rows == 1 { vec![cols] } else { vec![rows, cols] };
+            if d > 1 {
+                if v.len() == 1 {
+                    v.insert(0, 1);
+                }
+                v.insert(0, d);
+            }
+            state.dispatch(Action::SetMeshShape(v));
+        })
+    };
+    let names = mesh.dim_names().iter().enumerate().map(|(i, n)| {
+        let onchange = ctx.on(move |e: Event| Action::RenameAxis(i, e.target_dyn_into::<HtmlInputElement>().map(|x| x.value()).unwrap_or_default()));
+        html! { <label class="axis-name">{ format!("axis {i} ({}): ", mesh.axis_size(i)) }<input type="text" value={n.clone()} {onchange} size="5" /></label> }
+    });
+    let lit = s
+        .pipeline
+        .as_ref()
+        .and_then(|p| p.partitioned.ranks.iter().find(|r| r.rank == s.selected_rank))
+        .map(|r| {
+            let mut lit: Vec<u32> = Vec::new();
+            for op in r.program.ops() {
+                if let Some(g) = op.attr_ints("group") {
+                    lit.extend(g.iter().map(|&x| x as u32));
+                }
+            }
+            lit.sort_unstable();
+            lit.dedup();
+            lit
+        })
+        .unwrap_or_default();
+    let on_select = ctx.on(Action::SelectRank);
+    html! {
+        <section class="panel mesh-panel">
+            <h2>{ "Process mesh" }</h2>
+            <div class="mesh-row">
+                <div>
+                    <div class="shape-grid" {onmouseleave} title="drag or click to set the mesh shape">{ for cells }</div>
+                    <p class="hint">{ format!("{}×{} — drag to resize", hr, hc) }</p>
+                </div>
+                <div class="axes">
+                    { for names }
+                    <label class="axis-name">{ "third axis: " }
+                        <select id="depth" onchange={on_depth}>
+                            { for [1usize, 2, 4].into_iter().map(|d| html! { <option value={d.to_string()} selected={d == depth}>{ if d == 1 { "none".to_string() } else { format!("size {d}") } }</option> }) }
+                        </select>
+                    </label>
+                </div>
+            </div>
+            <MeshView mesh={mesh.clone()} selected={Some(s.selected_rank)} lit={lit} on_select={Some(on_select)} />
+            <p class="hint">{ format!("rank {} selected; its communication groups are lit", s.selected_rank) }</p>
+        </section>
+    }
+}

@@ -1,0 +1,155 @@
+//! The program: one row per op with its tensors as chips (shape and sharding in the chosen
+//! notation), the completion timeline's current op and changes highlighted, inserted
+//! communication coloured by purpose. Repeated transformer blocks fold into one row.
+
+use super::app::AppCtx;
+use crate::dist::{render, TensorDistAttr};
+use crate::ir::{Op, OpClass, Program, VarId};
+use crate::passes::complete::EventKind;
+use crate::session::{Action, Stage};
+use yew::prelude::*;
+
+/// The CSS class of a communication op's purpose (its namescope).
+pub fn scope_class(op: &Op) -> &'static str {
+    match op.namescope.as_str() {
+        "/auto_parallel/data_parallel" => "comm dp",
+        "/auto_parallel/tensor_parallel" => "comm tp",
+        "/auto_parallel/reshard" => "comm reshard",
+        "/auto_parallel/amp_flag_synchronization" => "comm amp",
+        "/auto_parallel/global_norm_synchronization" => "comm norm",
+        _ if op.ty.class() == OpClass::Collective => "comm",
+        _ => "",
+    }
+}
+
+/// The block (`h3`) an op belongs to, from its first output's name.
+fn block_of(program: &Program, op: &Op) -> Option<usize> {
+    let v = op.all_outputs().next()?;
+    let name = &program.var(v).name;
+    let rest = name.strip_prefix('h')?;
+    rest.split('.').next()?.parse().ok()
+}
+
+struct ChipCtx<'a> {
+    program: &'a Program,
+    attrs: Option<&'a [TensorDistAttr]>,
+    notation: crate::dist::Notation,
+    selected: Option<&'a str>,
+    changed: Option<(VarId, Option<u16>)>,
+    pinned: &'a dyn Fn(VarId) -> bool,
+}
+
+fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
+    let var = c.program.var(v);
+    let name = var.name.to_string();
+    let shard = c.attrs.and_then(|a| a.get(v.index())).map(|a| render(a, c.notation)).unwrap_or_default();
+    let onclick = {
+        let (cb, name) = (on_select.clone(), name.clone());
+        Callback::from(move |_: MouseEvent| cb.emit(name.clone()))
+    };
+    let class = classes!(
+        "chip",
+        (c.selected == Some(name.as_str())).then_some("selected"),
+        c.changed.is_some_and(|(cv, _)| cv == v).then_some("changed"),
+        (c.pinned)(v).then_some("pinned")
+    );
+    html! {
+        <button {class} {onclick} data-var={name.clone()} title={format!("{} {}", name, var.ty)}>
+            <span class="name">{ name.clone() }</span>
+            <span class="shape">{ format!("{:?}", var.ty.shape) }</span>
+            <span class="shard">{ shard }</span>
+        </button>
+    }
+}
+
+/// The program panel.
+#[component]
+pub fn ProgramView() -> Html {
+    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let unfold = use_state(|| false);
+    let s = ctx.session();
+    let Some(p) = s.pipeline.clone() else {
+        return html! { <section class="panel program-panel"><h2>{ "Program" }</h2><p class="hint">{ "No plan to show." }</p></section> };
+    };
+    let on_select = ctx.on(|name: String| Action::SelectVar(Some(name)));
+    let event = (s.stage == Stage::Forward).then(|| s.timeline.checked_sub(1).and_then(|i| p.completed.trace.events.get(i))).flatten();
+    let forward_attrs = if s.stage == Stage::Forward { s.tensors_at(s.timeline) } else { None };
+    let rank_program = p.partitioned.ranks.iter().find(|r| r.rank == s.selected_rank);
+    let (program, attrs, title): (&Program, Option<&[TensorDistAttr]>, String) = match s.stage {
+        Stage::Forward => (&s.plan.program, forward_attrs.as_deref(), format!("Forward program — {} ops", s.plan.program.ops().len())),
+        Stage::Backward => (&p.full.program, Some(p.full.tensors.as_slice()), format!("Backward + optimizer — {} ops", p.full.program.ops().len())),
+        Stage::Partition => match rank_program {
+            Some(r) => (&r.program, Some(r.attrs.as_slice()), format!("Rank {} — {} ops with local shapes", r.rank, r.program.ops().len())),
+            None => (&s.plan.program, None, "Program".into()),
+        },
+    };
+    let annotated: Vec<VarId> = s.plan.annotations.iter().map(|a| a.var).collect();
+    let pinned = |v: VarId| s.stage == Stage::Forward && annotated.contains(&v);
+    let chip_ctx = ChipCtx {
+        program,
+        attrs,
+        notation: s.notation,
+        selected: s.selected_var.as_deref(),
+        changed: event.filter(|e| matches!(e.kind, EventKind::Set { .. } | EventKind::Partial)).map(|e| (e.var, e.dim)),
+        pinned: &pinned,
+    };
+    let blocks = program.ops().iter().filter_map(|o| block_of(program, o)).max().unwrap_or(0);
+    let fold = blocks >= 1 && !*unfold && program.ops().len() > 60;
+    let mut rows = Vec::new();
+    let mut folded = 0;
+    for (i, op) in program.ops().iter().enumerate() {
+        if fold && block_of(program, op).is_some_and(|b| b >= 1) {
+            folded += 1;
+            continue;
+        }
+        if folded > 0 {
+            rows.push(fold_row(folded, blocks, &unfold));
+            folded = 0;
+        }
+        let current = event.is_some_and(|e| e.op.index() == i);
+        let impl_name = match s.stage {
+            Stage::Forward => p.completed.ops.get(i).map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
+            Stage::Backward => p.full.ops.get(i).map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
+            Stage::Partition => op.attr_ints("group").map(|g| format!("group {g:?}")),
+        };
+        let class = classes!("op", scope_class(op), current.then_some("current"), format!("role-{}", op.role.name()));
+        rows.push(html! {
+            <li {class} data-op={i.to_string()}>
+                <span class="index">{ format!("{i}") }</span>
+                <span class="type">{ op.ty.name() }</span>
+                if let Some(m) = impl_name { <span class="impl">{ m }</span> }
+                <span class="io">
+                    { for op.all_inputs().map(|v| chip(&chip_ctx, v, &on_select)) }
+                    <span class="arrow">{ "→" }</span>
+                    { for op.all_outputs().map(|v| chip(&chip_ctx, v, &on_select)) }
+                </span>
+            </li>
+        });
+    }
+    if folded > 0 {
+        rows.push(fold_row(folded, blocks, &unfold));
+    }
+    let toggle = {
+        let unfold = unfold.clone();
+        Callback::from(move |_: MouseEvent| unfold.set(!*unfold))
+    };
+    html! {
+        <section class="panel program-panel">
+            <h2>{ title }
+                if blocks >= 1 { <button class="small" onclick={toggle}>{ if *unfold { "fold blocks" } else { "unfold blocks" } }</button> }
+            </h2>
+            <div class="legend"><span class="comm tp">{ "tensor parallel" }</span><span class="comm dp">{ "data parallel" }</span><span class="comm reshard">{ "reshard" }</span><span class="comm amp">{ "AMP" }</span><span class="comm norm">{ "global norm" }</span></div>
+            <ol class="ops">{ for rows }</ol>
+        </section>
+    }
+}
+
+fn fold_row(count: usize, blocks: usize, unfold: &UseStateHandle<bool>) -> Html {
+    let onclick = {
+        let unfold = unfold.clone();
+        Callback::from(move |_: MouseEvent| unfold.set(true))
+    };
+    html! {
+        <li class="op folded" {onclick}>{ format!("… {count} ops of blocks h1–h{blocks} (× {blocks}, the same as h0) — click to unfold") }</li>
+    }
+}

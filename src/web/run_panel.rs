@@ -1,0 +1,45 @@
+//! Run: two training steps serially and on every rank (stepped cooperatively in the page),
+//! the losses, and the per-tensor verification table.
+
+use super::app::AppCtx;
+use crate::session::Action;
+use yew::prelude::*;
+
+/// The run panel.
+#[component]
+pub fn RunPanel() -> Html {
+    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let s = ctx.session();
+    let onclick = ctx.on(|_: MouseEvent| Action::Run);
+    let result = s.run.as_ref().map(|r| {
+        let passed = r.checks.iter().filter(|c| c.pass).count();
+        html! {
+            <>
+                <table class="losses">
+                    <tr><th>{ "step" }</th><th>{ "serial loss" }</th><th>{ "all ranks" }</th></tr>
+                    { for r.serial_losses.iter().zip(&r.dist_losses).enumerate().map(|(i, (a, b))| html! {
+                        <tr><td>{ i + 1 }</td><td>{ format!("{a:.7}") }</td><td>{ format!("{b:.7}") }</td></tr>
+                    }) }
+                </table>
+                <p class={classes!("verdict", if passed == r.checks.len() { "pass" } else { "fail" })}>
+                    { format!("{passed} of {} tensors match the serial run", r.checks.len()) }
+                </p>
+                <table class="checks">
+                    <tr><th>{ "tensor" }</th><th>{ "max |diff|" }</th><th>{ "tolerance" }</th><th></th></tr>
+                    { for r.checks.iter().map(|c| html! {
+                        <tr class={classes!(if c.pass { "pass" } else { "fail" })}>
+                            <td>{ c.tensor.clone() }</td><td>{ format!("{:.2e}", c.max_abs_diff) }</td><td>{ format!("{:.2e}", c.tolerance) }</td><td>{ if c.pass { "✓" } else { "✗" } }</td>
+                        </tr>
+                    }) }
+                </table>
+            </>
+        }
+    });
+    html! {
+        <section class="panel run-panel">
+            <h2>{ "Run" }<button id="run" class="small primary" {onclick}>{ "Run 2 steps" }</button></h2>
+            <p class="hint">{ "Executes the serial program and every rank's program (ranks stepped in turn, real collectives) and compares them." }</p>
+            { result }
+        </section>
+    }
+}

@@ -1,0 +1,40 @@
+//! The completion timeline: step, play, pause, scrub; the current event in words.
+
+use super::app::AppCtx;
+use crate::session::Action;
+use web_sys::HtmlInputElement;
+use yew::prelude::*;
+
+/// The timeline panel.
+#[component]
+pub fn Timeline() -> Html {
+    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let s = ctx.session();
+    let n = s.events();
+    let t = s.timeline.min(n);
+    let oninput = ctx.on(|e: InputEvent| Action::Seek(e.target_dyn_into::<HtmlInputElement>().and_then(|i| i.value().parse().ok()).unwrap_or(0)));
+    let button = |label: &str, title: &str, action: Action| {
+        let onclick = ctx.on(move |_: MouseEvent| action.clone());
+        html! { <button class="small" title={title.to_string()} {onclick}>{ label.to_string() }</button> }
+    };
+    let current = if t == 0 {
+        "the annotations, before completion".to_string()
+    } else {
+        s.event_text(t - 1).unwrap_or_default()
+    };
+    let conflicts = s.pipeline.as_ref().map_or(0, |p| p.completed.trace.events.iter().filter(|e| matches!(e.kind, crate::passes::complete::EventKind::Rejected(_))).count());
+    html! {
+        <section class="panel timeline">
+            <div class="controls">
+                { button("«", "start (Home)", Action::Seek(0)) }
+                { button("‹", "step back (←)", Action::Step(-1)) }
+                { button(if s.playing { "pause" } else { "play" }, "play / pause (space)", Action::TogglePlay) }
+                { button("›", "step (→)", Action::Step(1)) }
+                { button("»", "end (End)", Action::Seek(usize::MAX)) }
+                <input type="range" min="0" max={n.to_string()} value={t.to_string()} {oninput} aria-label="completion step" />
+                <span class="count">{ format!("{t} / {n} events{}", if conflicts > 0 { format!(", {conflicts} conflicts") } else { String::new() }) }</span>
+            </div>
+            <p class="event">{ current }</p>
+        </section>
+    }
+}
