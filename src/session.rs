@@ -647,8 +647,13 @@ impl Session {
     pub fn tensors_at(&self, t: usize) -> Option<Vec<TensorDistAttr>> {
         let p = self.pipeline.as_ref()?;
         let mesh = self.mesh()?.clone();
-        let mut ts: Vec<TensorDistAttr> =
-            self.plan.program.vars().iter().map(|v| TensorDistAttr::replicated(mesh.clone(), v.ty.rank())).collect();
+        let mut ts: Vec<TensorDistAttr> = self
+            .plan
+            .program
+            .vars()
+            .iter()
+            .map(|v| TensorDistAttr::replicated(mesh.clone(), v.ty.rank()))
+            .collect();
         for a in &self.plan.annotations {
             if let Some(slot) = ts.get_mut(a.var.index()) {
                 *slot = a.attr.clone();
@@ -656,7 +661,9 @@ impl Session {
         }
         use crate::passes::complete::EventKind;
         for e in p.completed.trace.events.iter().take(t) {
-            let Some(attr) = ts.get_mut(e.var.index()) else { continue };
+            let Some(attr) = ts.get_mut(e.var.index()) else {
+                continue;
+            };
             match (e.kind, e.dim) {
                 (EventKind::Set { .. }, Some(d)) => {
                     if let Some(slot) = attr.dims.get_mut(d as usize) {
@@ -669,7 +676,14 @@ impl Session {
                         .after
                         .unpack()
                         .into_iter()
-                        .map(|a| (a, done.iter().find(|x| x.0 == a).map_or(crate::dist::ReduceType::Sum, |x| x.1)))
+                        .map(|a| {
+                            (
+                                a,
+                                done.iter()
+                                    .find(|x| x.0 == a)
+                                    .map_or(crate::dist::ReduceType::Sum, |x| x.1),
+                            )
+                        })
                         .collect();
                 }
                 _ => {}
@@ -688,11 +702,16 @@ impl Session {
             if axes.is_empty() {
                 "-".to_string()
             } else {
-                axes.iter().map(|&a| mesh.axis_name(a).to_string()).collect::<Vec<_>>().join("+")
+                axes.iter()
+                    .map(|&a| mesh.axis_name(a).to_string())
+                    .collect::<Vec<_>>()
+                    .join("+")
             }
         };
         let op = self.plan.program.op(e.op);
-        let rule = crate::spmd::registry::rule_for(op, &self.plan.program).map(|b| b.rule.name()).unwrap_or("?");
+        let rule = crate::spmd::registry::rule_for(op, &self.plan.program)
+            .map(|b| b.rule.name())
+            .unwrap_or("?");
         let var = &self.plan.program.var(e.var).name;
         let dir = match e.direction {
             crate::passes::complete::Direction::Forward => "forward",
@@ -706,9 +725,17 @@ impl Session {
                 if from_outputs { "outputs" } else { "inputs" }
             ),
             (EventKind::Partial, _) => format!("{var} partial on {}", names(e.after.unpack())),
-            (EventKind::Rejected(c), d) => format!("{var} dim {}: {} rejected — {}", d.unwrap_or(0), names(e.after.unpack()), c.describe()),
+            (EventKind::Rejected(c), d) => format!(
+                "{var} dim {}: {} rejected — {}",
+                d.unwrap_or(0),
+                names(e.after.unpack()),
+                c.describe()
+            ),
             (EventKind::Set { .. }, None) => var.to_string(),
         };
-        Some(format!("sweep {} {dir} · {} {} [{rule} rule] · {what}", e.sweep, e.op, op.ty))
+        Some(format!(
+            "sweep {} {dir} · {} {} [{rule} rule] · {what}",
+            e.sweep, e.op, op.ty
+        ))
     }
 }

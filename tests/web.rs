@@ -1,5 +1,5 @@
-//! Browser tests (wasm-bindgen-test in headless Chromium): mount the app, act, assert the
-//! DOM. Run by scripts/test.sh with `cargo test --target wasm32-unknown-unknown`.
+//! Browser tests (wasm-bindgen-test in headless Chromium): mount each panel, act, assert
+//! the DOM. Run by scripts/test.sh with `cargo test --target wasm32-unknown-unknown`.
 #![cfg(target_arch = "wasm32")]
 
 use shardlab::dist::ProcessMesh;
@@ -8,75 +8,239 @@ use std::sync::Arc;
 use std::time::Duration;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
-use web_sys::{Element, Event, HtmlSelectElement};
+use web_sys::{Element, Event, HtmlElement, HtmlSelectElement, HtmlTextAreaElement};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-/// A fresh `div` under `<body>` for one test to mount into.
-fn fresh_root() -> Element {
-    let document = web_sys::window().unwrap().document().unwrap();
-    let div = document.create_element("div").unwrap();
-    document.body().unwrap().append_child(&div).unwrap();
+fn document() -> web_sys::Document {
+    web_sys::window().unwrap().document().unwrap()
+}
+
+/// A fresh `div` under `<body>`, with the URL hash and the autosave cleared first.
+fn fresh_root(hash: &str) -> Element {
+    let w = web_sys::window().unwrap();
+    if let Ok(Some(s)) = w.local_storage() {
+        s.clear().unwrap();
+    }
+    w.history()
+        .unwrap()
+        .replace_state_with_url(
+            &wasm_bindgen::JsValue::NULL,
+            "",
+            Some(&format!("{}#{hash}", w.location().pathname().unwrap())),
+        )
+        .unwrap();
+    let div = document().create_element("div").unwrap();
+    document().body().unwrap().append_child(&div).unwrap();
     div
 }
 
-/// Lets Yew render.
 async fn settle() {
-    yew::platform::time::sleep(Duration::from_millis(30)).await;
+    yew::platform::time::sleep(Duration::from_millis(40)).await;
 }
 
-fn text_of(root: &Element, selector: &str) -> String {
+fn q(root: &Element, selector: &str) -> Element {
     root.query_selector(selector)
         .unwrap()
         .unwrap_or_else(|| panic!("{selector} is on the page"))
-        .text_content()
-        .unwrap_or_default()
+}
+
+fn text(root: &Element, selector: &str) -> String {
+    q(root, selector).text_content().unwrap_or_default()
+}
+
+fn count(root: &Element, selector: &str) -> u32 {
+    root.query_selector_all(selector).unwrap().length()
+}
+
+fn click(root: &Element, selector: &str) {
+    let el = q(root, selector);
+    match el.dyn_ref::<HtmlElement>() {
+        Some(h) => h.click(),
+        // SVG elements have no click(): dispatch the event.
+        None => {
+            let init = web_sys::MouseEventInit::new();
+            init.set_bubbles(true);
+            let e = web_sys::MouseEvent::new_with_mouse_event_init_dict("click", &init).unwrap();
+            el.dispatch_event(&e).unwrap();
+        }
+    }
+}
+
+fn select(root: &Element, selector: &str, value: &str) {
+    let s: HtmlSelectElement = q(root, selector).dyn_into().unwrap();
+    s.set_value(value);
+    s.dispatch_event(&Event::new("change").unwrap()).unwrap();
+}
+
+async fn app(hash: &str) -> Element {
+    let root = fresh_root(hash);
+    yew::Renderer::<App>::with_root(root.clone()).render();
+    settle().await;
+    root
 }
 
 #[wasm_bindgen_test]
-async fn app_shows_the_mesh_and_the_program() {
-    let root = fresh_root();
-    yew::Renderer::<App>::with_root(root.clone()).render();
-    settle().await;
-    assert_eq!(root.query_selector_all(".device").unwrap().length(), 8);
+async fn the_app_shows_mesh_program_and_panels() {
+    let root = app("").await;
     assert_eq!(
-        text_of(&root, ".mesh-view figcaption"),
-        "mesh [2, 4] (dp, mp): 8 devices"
+        count(&root, ".mesh-panel .device"),
+        4,
+        "Megatron MLP on [4]"
     );
-    let program = text_of(&root, ".program-text");
-    assert!(
-        program.contains("op matmul_v2(X=x, Y=linear_0.w_0) -> (Out=linear_0.tmp_0)"),
-        "{program}"
-    );
-    assert!(program.contains("var linear_1.b_0: f32[10] parameter persistable"));
+    assert_eq!(count(&root, ".program-panel .op"), 7);
+    assert!(text(&root, ".program-panel h2").starts_with("Forward program — 7 ops"));
+    assert!(text(&root, ".ledger").contains("tensor parallel"));
 }
 
 #[wasm_bindgen_test]
-async fn choosing_a_preset_shows_its_program() {
-    let root = fresh_root();
-    yew::Renderer::<App>::with_root(root.clone()).render();
+async fn choosing_a_preset_replans() {
+    let root = app("").await;
+    select(&root, "#preset", "gpt_dp_mp");
     settle().await;
-    let select: HtmlSelectElement = root
-        .query_selector("#preset")
-        .unwrap()
-        .unwrap()
-        .dyn_into()
+    assert_eq!(count(&root, ".mesh-panel .device"), 8);
+    assert!(text(&root, ".program-panel").contains("fused_softmax_mask_upper_triangle"));
+}
+
+#[wasm_bindgen_test]
+async fn the_mesh_editor_resizes_by_dragging() {
+    let root = app("").await;
+    let cell = q(&root, ".shape-grid .cell[data-rc='2x4']");
+    cell.dispatch_event(&web_sys::MouseEvent::new("mousedown").unwrap())
         .unwrap();
-    select.set_value("gpt");
-    select
-        .dispatch_event(&Event::new("change").unwrap())
+    cell.dispatch_event(&web_sys::MouseEvent::new("mouseup").unwrap())
         .unwrap();
     settle().await;
-    let program = text_of(&root, ".program-text");
-    assert!(program.contains(
-        "op fused_softmax_mask_upper_triangle(X=h0.attn.scores.scaled) -> (Out=h0.attn.probs)"
-    ));
-    assert!(text_of(&root, ".program-panel h2").starts_with("Program: gpt"));
+    assert_eq!(
+        text(&root, ".mesh-view figcaption"),
+        "mesh [2, 4] (mp, d1): 8 devices"
+    );
+    click(&root, ".device[data-rank='6']");
+    settle().await;
+    assert!(text(&root, ".rank-lens h2").contains("coordinates [1, 2]"));
+}
+
+#[wasm_bindgen_test]
+async fn the_timeline_steps_and_highlights() {
+    let root = app("").await;
+    let total = text(&root, ".timeline .count");
+    assert!(total.starts_with("4 / 4 events"), "{total}");
+    click(&root, ".timeline button[title='start (Home)']");
+    settle().await;
+    assert!(text(&root, ".timeline .count").starts_with("0 / 4"));
+    assert_eq!(
+        text(&root, ".timeline .event"),
+        "the annotations, before completion"
+    );
+    click(&root, ".timeline button[title='step (→)']");
+    settle().await;
+    assert!(
+        text(&root, ".timeline .event").contains("op0 matmul_v2 [matmul rule]"),
+        "{}",
+        text(&root, ".timeline .event")
+    );
+    assert_eq!(count(&root, ".op.current"), 1);
+    assert_eq!(
+        count(&root, ".op.current .chip.changed"),
+        1,
+        "the output the event set"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn the_inspector_annotates_a_dim() {
+    let root = app("").await;
+    click(&root, ".chip[data-var='x']");
+    settle().await;
+    assert!(text(&root, ".inspector h2").starts_with("x"));
+    select(&root, ".inspector select[data-dim='0']", "0");
+    settle().await;
+    let editor: HtmlTextAreaElement = q(&root, "#plan-text").dyn_into().unwrap();
+    assert!(
+        editor.value().contains("shard x [mp, ?]"),
+        "{}",
+        editor.value()
+    );
+    assert!(text(&root, ".inspector .notations").contains("P('mp', None)"));
+    assert!(text(&root, ".inspector .why").contains("annotated"));
+    // An invalid choice explains itself.
+    select(&root, ".inspector select[data-dim='1']", "0");
+    settle().await;
+    assert!(text(&root, ".banner").contains("splits more than one dim"));
+}
+
+#[wasm_bindgen_test]
+async fn the_partition_stage_colours_communication() {
+    let root = app("").await;
+    click(&root, ".tabs .tab:nth-child(3)");
+    settle().await;
+    assert!(text(&root, ".program-panel h2").starts_with("Rank 0 — "));
+    assert_eq!(
+        count(&root, ".op.comm.tp"),
+        1,
+        "one tensor-parallel all-reduce"
+    );
+    select(&root, "#rank", "2");
+    settle().await;
+    assert!(text(&root, ".program-panel h2").starts_with("Rank 2 — "));
+    assert!(text(&root, ".rank-lens").contains("all_reduce SUM linear_1.tmp_0 over [0, 1, 2, 3]"));
+}
+
+#[wasm_bindgen_test]
+async fn the_run_panel_verifies_in_the_browser() {
+    let root = app("").await;
+    click(&root, "#run");
+    settle().await;
+    assert!(text(&root, ".run-panel .verdict").ends_with("tensors match the serial run"));
+    assert_eq!(count(&root, ".run-panel tr.fail"), 0);
+    assert!(count(&root, ".run-panel tr.pass") > 3);
+}
+
+#[wasm_bindgen_test]
+async fn the_editor_reports_errors_at_line_and_column() {
+    let root = app("").await;
+    let editor: HtmlTextAreaElement = q(&root, "#plan-text").dyn_into().unwrap();
+    editor.set_value("mesh [4] (mp)\nvar x f32[2] input\n");
+    editor
+        .dispatch_event(&web_sys::InputEvent::new("input").unwrap())
+        .unwrap();
+    yew::platform::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        text(&root, ".editor .errors"),
+        "2:7: expected `:`, found `f32`"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn links_restore_state_and_bad_links_explain() {
+    let root = app("s=gpt_dp_mp&stage=partition&rank=5&n=jax").await;
+    assert!(text(&root, ".program-panel h2").starts_with("Rank 5 — "));
+    let root = app("s=warp_drive").await;
+    assert!(text(&root, ".banner")
+        .contains("This link could not be opened: unknown preset `warp_drive`"));
+    assert_eq!(
+        count(&root, ".mesh-panel .device"),
+        4,
+        "the default preset is shown"
+    );
+}
+
+#[wasm_bindgen_test]
+fn the_javascript_api_plans() {
+    let req = js_sys::JSON::parse(r#"{"preset": "dp_mlp"}"#).unwrap();
+    let out = shardlab::web::plan(req).unwrap();
+    let ranks = js_sys::Reflect::get(&out, &"ranks".into()).unwrap();
+    assert_eq!(js_sys::Array::from(&ranks).length(), 4);
+    let bad = js_sys::JSON::parse(r#"{"preset": "nope"}"#).unwrap();
+    assert_eq!(
+        shardlab::web::plan(bad).unwrap_err().as_string().as_deref(),
+        Some("unknown preset `nope`")
+    );
 }
 
 #[wasm_bindgen_test]
 async fn mesh_view_draws_every_device_with_its_process_id() {
-    let root = fresh_root();
+    let root = fresh_root("");
     let ids = vec![7, 6, 5, 4, 3, 2, 1, 0];
     let mesh = ProcessMesh::new(
         vec![2, 2, 2],
@@ -86,6 +250,9 @@ async fn mesh_view_draws_every_device_with_its_process_id() {
     .unwrap();
     let props = MeshViewProps {
         mesh: Arc::new(mesh),
+        selected: None,
+        lit: vec![],
+        on_select: None,
     };
     yew::Renderer::<MeshView>::with_root_and_props(root.clone(), props).render();
     settle().await;
@@ -93,7 +260,6 @@ async fn mesh_view_draws_every_device_with_its_process_id() {
     assert_eq!(devices.length(), 8);
     let first = devices.item(0).unwrap().dyn_into::<Element>().unwrap();
     assert_eq!(first.get_attribute("data-rank").as_deref(), Some("7"));
-    assert_eq!(first.text_content().as_deref(), Some("7"));
     let labels: Vec<String> = {
         let nodes = root.query_selector_all(".axis-label").unwrap();
         (0..nodes.length())
@@ -102,7 +268,7 @@ async fn mesh_view_draws_every_device_with_its_process_id() {
     };
     assert_eq!(labels, ["mp →", "pp×dp →"]);
     assert_eq!(
-        text_of(&root, "figcaption"),
+        text(&root, "figcaption"),
         "mesh [2, 2, 2] (pp, dp, mp) ids [7, 6, 5, 4, 3, 2, 1, 0]: 8 devices"
     );
 }

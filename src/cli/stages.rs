@@ -77,4 +77,3 @@ pub fn pipeline_text(p: &Pipeline, stage: &str, rank: Option<u32>, ledger: bool)
     }
     out
 }
-

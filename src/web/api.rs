@@ -23,18 +23,35 @@ struct Request {
 /// with a message.
 #[wasm_bindgen]
 pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
-    let req: Request = serde_wasm_bindgen::from_value(request).map_err(|e| JsValue::from_str(&format!("bad request: {e}")))?;
+    let req: Request = serde_wasm_bindgen::from_value(request)
+        .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))?;
     let err = |m: String| JsValue::from_str(&m);
     let mut plan = match (&req.text, &req.preset) {
-        (Some(text), _) => parse_plan(text).map_err(|e| err(e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")))?.0,
-        (None, Some(name)) => Scenario::by_name(name).ok_or_else(|| err(format!("unknown preset `{name}`")))?.plan().map_err(|e| err(e.to_string()))?,
+        (Some(text), _) => {
+            parse_plan(text)
+                .map_err(|e| {
+                    err(e
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join("\n"))
+                })?
+                .0
+        }
+        (None, Some(name)) => Scenario::by_name(name)
+            .ok_or_else(|| err(format!("unknown preset `{name}`")))?
+            .plan()
+            .map_err(|e| err(e.to_string()))?,
         (None, None) => return Err(err("give `preset` or `text`".into())),
     };
     if let Some(m) = &req.mesh {
         plan.mesh = Some(Arc::new(parse_mesh_spec(m).map_err(err)?));
         plan.annotations.clear();
     }
-    let mesh = plan.mesh.clone().ok_or_else(|| err("the plan has no mesh".into()))?;
+    let mesh = plan
+        .mesh
+        .clone()
+        .ok_or_else(|| err("the plan has no mesh".into()))?;
     for spec in &req.shards {
         let ann = parse_shard_spec(spec, &plan.program, &mesh).map_err(err)?;
         plan.annotations.retain(|a| a.var != ann.var);
@@ -42,5 +59,6 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
     }
     let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| err(e.to_string()))?;
     let json = crate::report::pipeline_json(&p, None);
-    serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| err(e.to_string()))
+    serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| err(e.to_string()))
 }

@@ -67,16 +67,22 @@ fn query_flag(name: &str) -> Option<String> {
 
 /// The first state: the URL hash, else the autosave, else the default preset.
 fn initial() -> Session {
-    let hash = window().and_then(|w| w.location().hash().ok()).unwrap_or_default();
+    let hash = window()
+        .and_then(|w| w.location().hash().ok())
+        .unwrap_or_default();
     let saved = || window()?.local_storage().ok()??.get_item("shardlab").ok()?;
     let mut session = if hash.len() > 1 {
         Session::from_hash(&hash).unwrap_or_else(|e| {
             let mut s = Session::default();
-            s.message = Some(format!("This link could not be opened: {e}. Showing the default preset instead."));
+            s.message = Some(format!(
+                "This link could not be opened: {e}. Showing the default preset instead."
+            ));
             s
         })
     } else {
-        saved().and_then(|h| Session::from_hash(&h).ok()).unwrap_or_default()
+        saved()
+            .and_then(|h| Session::from_hash(&h).ok())
+            .unwrap_or_default()
     };
     session.embed = query_flag("embed").is_some_and(|v| v != "0");
     session
@@ -86,8 +92,15 @@ fn initial() -> Session {
 #[component]
 pub fn App() -> Html {
     let state = use_reducer_eq(|| State(initial()));
-    let hidden = use_memo((), |_| query_flag("hide").map(|h| h.split(',').map(str::to_string).collect::<Vec<_>>()).unwrap_or_default());
-    let ctx = AppCtx { state: state.clone(), hidden: Rc::new((*hidden).clone()) };
+    let hidden = use_memo((), |_| {
+        query_flag("hide")
+            .map(|h| h.split(',').map(str::to_string).collect::<Vec<_>>())
+            .unwrap_or_default()
+    });
+    let ctx = AppCtx {
+        state: state.clone(),
+        hidden: Rc::new((*hidden).clone()),
+    };
     let s = &state.0;
 
     // Keep the URL and the autosave in step with the state.
@@ -95,7 +108,14 @@ pub fn App() -> Html {
     use_effect_with(hash.clone(), move |hash| {
         if let Some(w) = window() {
             if let Ok(history) = w.history() {
-                let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&format!("{}#{hash}", w.location().search().unwrap_or_default())));
+                let _ = history.replace_state_with_url(
+                    &wasm_bindgen::JsValue::NULL,
+                    "",
+                    Some(&format!(
+                        "{}#{hash}",
+                        w.location().search().unwrap_or_default()
+                    )),
+                );
             }
             if let Ok(Some(storage)) = w.local_storage() {
                 let _ = storage.set_item("shardlab", hash);
@@ -106,7 +126,9 @@ pub fn App() -> Html {
     {
         let state = state.clone();
         use_effect_with(s.playing, move |playing| {
-            let interval = playing.then(|| gloo::timers::callback::Interval::new(140, move || state.dispatch(Action::Tick)));
+            let interval = playing.then(|| {
+                gloo::timers::callback::Interval::new(140, move || state.dispatch(Action::Tick))
+            });
             move || drop(interval)
         });
     }
@@ -116,8 +138,15 @@ pub fn App() -> Html {
         use_effect_with((), move |_| {
             let listener = window().and_then(|w| w.document()).map(|doc| {
                 gloo::events::EventListener::new(&doc, "keydown", move |e| {
-                    let Some(e) = e.dyn_ref::<web_sys::KeyboardEvent>() else { return };
-                    let typing = e.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()).is_some_and(|el| matches!(el.tag_name().as_str(), "TEXTAREA" | "INPUT" | "SELECT"));
+                    let Some(e) = e.dyn_ref::<web_sys::KeyboardEvent>() else {
+                        return;
+                    };
+                    let typing = e
+                        .target()
+                        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                        .is_some_and(|el| {
+                            matches!(el.tag_name().as_str(), "TEXTAREA" | "INPUT" | "SELECT")
+                        });
                     if typing {
                         return;
                     }
@@ -137,9 +166,18 @@ pub fn App() -> Html {
         });
     }
 
-    let on_preset = ctx.on(|e: Event| Action::LoadScenario(e.target_dyn_into::<HtmlSelectElement>().map(|s| s.value()).unwrap_or_default()));
+    let on_preset = ctx.on(|e: Event| {
+        Action::LoadScenario(
+            e.target_dyn_into::<HtmlSelectElement>()
+                .map(|s| s.value())
+                .unwrap_or_default(),
+        )
+    });
     let on_notation = ctx.on(|e: Event| {
-        let id = e.target_dyn_into::<HtmlSelectElement>().map(|s| s.value()).unwrap_or_default();
+        let id = e
+            .target_dyn_into::<HtmlSelectElement>()
+            .map(|s| s.value())
+            .unwrap_or_default();
         Action::SetNotation(Notation::from_id(&id).unwrap_or(Notation::Paddle))
     });
     let stage_tab = |stage: Stage, label: &str| {

@@ -11,16 +11,25 @@ use yew::prelude::*;
 /// The editor panel.
 #[component]
 pub fn Editor() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let pending = use_mut_ref(|| None::<gloo::timers::callback::Timeout>);
     let s = ctx.session();
     let oninput = {
         let state = ctx.state.clone();
         let pending: Rc<RefCell<Option<gloo::timers::callback::Timeout>>> = pending.clone();
         Callback::from(move |e: InputEvent| {
-            let Some(text) = e.target_dyn_into::<HtmlTextAreaElement>().map(|t| t.value()) else { return };
+            let Some(text) = e
+                .target_dyn_into::<HtmlTextAreaElement>()
+                .map(|t| t.value())
+            else {
+                return;
+            };
             let state = state.clone();
-            *pending.borrow_mut() = Some(gloo::timers::callback::Timeout::new(400, move || state.dispatch(Action::EditText(text))));
+            *pending.borrow_mut() = Some(gloo::timers::callback::Timeout::new(400, move || {
+                state.dispatch(Action::EditText(text))
+            }));
         })
     };
     html! {

@@ -21,8 +21,15 @@ pub fn block_owners(attr: &TensorDistAttr) -> Vec<Vec<Vec<u32>>> {
     };
     let mut blocks = vec![vec![Vec::new(); cols]; rows];
     for &p in mesh.process_ids() {
-        let Some(coords) = mesh.coords_of(p) else { continue };
-        let index = |d: usize| attr.dims.get(d).map_or(0, |axes| axes.iter().fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a]));
+        let Some(coords) = mesh.coords_of(p) else {
+            continue;
+        };
+        let index = |d: usize| {
+            attr.dims.get(d).map_or(0, |axes| {
+                axes.iter()
+                    .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a])
+            })
+        };
         let (r, c) = match attr.rank() {
             0 => (0, 0),
             1 => (0, index(0)),
@@ -38,13 +45,21 @@ pub fn block_owners(attr: &TensorDistAttr) -> Vec<Vec<Vec<u32>>> {
 /// The inspector panel.
 #[component]
 pub fn Inspector() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let s = ctx.session();
-    let (Some(name), Some(p), Some(mesh)) = (s.selected_var.clone(), s.pipeline.clone(), s.mesh().cloned()) else {
+    let (Some(name), Some(p), Some(mesh)) = (
+        s.selected_var.clone(),
+        s.pipeline.clone(),
+        s.mesh().cloned(),
+    ) else {
         return html! { <section class="panel inspector"><h2>{ "Tensor" }</h2><p class="hint">{ "Click a tensor in the program to inspect and annotate it." }</p></section> };
     };
     let program = &p.full.program;
-    let Some(v) = program.var_id(&name) else { return html! {} };
+    let Some(v) = program.var_id(&name) else {
+        return html! {};
+    };
     let var = program.var(v).clone();
     let attr = p.full.tensors[v.index()].clone();
     let forward = s.plan.program.var_id(&name);
@@ -94,7 +109,9 @@ pub fn Inspector() -> Html {
             }) }
         </table>
     };
-    let why = forward.filter(|_| v.index() < s.plan.program.vars().len()).map(|f| explain_text(&s.plan.program, &p.completed, f));
+    let why = forward
+        .filter(|_| v.index() < s.plan.program.vars().len())
+        .map(|f| explain_text(&s.plan.program, &p.completed, f));
     let clear = {
         let n = name.clone();
         ctx.on(move |_: MouseEvent| Action::ClearAnnotation(n.clone()))

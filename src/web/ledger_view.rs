@@ -19,13 +19,20 @@ fn bytes(b: f64) -> String {
 /// The ledger panel.
 #[component]
 pub fn LedgerView() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let s = ctx.session();
-    let Some(p) = s.pipeline.clone() else { return html! {} };
+    let Some(p) = s.pipeline.clone() else {
+        return html! {};
+    };
     let rank = s.selected_rank;
     let mut rows: Vec<(&str, Purpose, &str, usize, f64)> = Vec::new();
     for e in p.ledger.iter().filter(|e| e.rank == rank) {
-        match rows.iter_mut().find(|r| r.0 == e.phase && r.1 == e.purpose && r.2 == e.kind) {
+        match rows
+            .iter_mut()
+            .find(|r| r.0 == e.phase && r.1 == e.purpose && r.2 == e.kind)
+        {
             Some(r) => {
                 r.3 += 1;
                 r.4 += e.bytes_per_rank;
@@ -34,8 +41,19 @@ pub fn LedgerView() -> Html {
         }
     }
     let total: f64 = rows.iter().map(|r| r.4).sum();
-    let count = |phase: &str| p.ledger.iter().filter(|e| e.rank == rank && e.phase == phase && e.purpose == Purpose::TensorParallel).count();
-    let layers = s.plan.program.vars().iter().filter(|v| v.name.ends_with(".attn.o.w")).count();
+    let count = |phase: &str| {
+        p.ledger
+            .iter()
+            .filter(|e| e.rank == rank && e.phase == phase && e.purpose == Purpose::TensorParallel)
+            .count()
+    };
+    let layers = s
+        .plan
+        .program
+        .vars()
+        .iter()
+        .filter(|v| v.name.ends_with(".attn.o.w"))
+        .count();
     let note = if layers > 0 {
         format!(
             "Tensor-parallel all-reduces: {} forward, {} backward for {layers} transformer layer(s). Megatron's reference is 2 + 2 per layer; Paddle's planner inserts one backward all-reduce per column-parallel matmul (4 per layer).",
@@ -48,7 +66,12 @@ pub fn LedgerView() -> Html {
     let r = p.partitioned.ranks.iter().find(|r| r.rank == rank);
     let memory = |kinds: &[VarKind]| -> f64 {
         r.map_or(0.0, |r| {
-            r.program.vars().iter().filter(|v| kinds.contains(&v.kind)).map(|v| (v.ty.numel() * v.ty.dtype.size_bytes()) as f64).sum()
+            r.program
+                .vars()
+                .iter()
+                .filter(|v| kinds.contains(&v.kind))
+                .map(|v| (v.ty.numel() * v.ty.dtype.size_bytes()) as f64)
+                .sum()
         })
     };
     html! {

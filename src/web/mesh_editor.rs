@@ -12,11 +12,15 @@ const GRID: usize = 8;
 /// The mesh panel.
 #[component]
 pub fn MeshEditor() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let hover = use_state(|| None::<(usize, usize)>);
     let dragging = use_state(|| false);
     let s = ctx.session();
-    let Some(mesh) = s.mesh().cloned() else { return html! {} };
+    let Some(mesh) = s.mesh().cloned() else {
+        return html! {};
+    };
     let shape = mesh.shape().to_vec();
     let (rows, cols) = match shape.as_slice() {
         [c] => (1, *c),
@@ -65,8 +69,15 @@ pub fn MeshEditor() -> Html {
         let state = ctx.state.clone();
         let (rows, cols) = (rows, cols);
         Callback::from(move |e: Event| {
-            let d: usize = e.target_dyn_into::<HtmlSelectElement>().and_then(|s| s.value().parse().ok()).unwrap_or(1);
-            let mut v = if rows == 1 { vec![cols] } else { vec![rows, cols] };
+            let d: usize = e
+                .target_dyn_into::<HtmlSelectElement>()
+                .and_then(|s| s.value().parse().ok())
+                .unwrap_or(1);
+            let mut v = if rows == 1 {
+                vec![cols]
+            } else {
+                vec![rows, cols]
+            };
             if d > 1 {
                 if v.len() == 1 {
                     v.insert(0, 1);
@@ -83,7 +94,12 @@ pub fn MeshEditor() -> Html {
     let lit = s
         .pipeline
         .as_ref()
-        .and_then(|p| p.partitioned.ranks.iter().find(|r| r.rank == s.selected_rank))
+        .and_then(|p| {
+            p.partitioned
+                .ranks
+                .iter()
+                .find(|r| r.rank == s.selected_rank)
+        })
         .map(|r| {
             let mut lit: Vec<u32> = Vec::new();
             for op in r.program.ops() {

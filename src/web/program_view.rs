@@ -42,7 +42,11 @@ struct ChipCtx<'a> {
 fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
     let var = c.program.var(v);
     let name = var.name.to_string();
-    let shard = c.attrs.and_then(|a| a.get(v.index())).map(|a| render(a, c.notation)).unwrap_or_default();
+    let shard = c
+        .attrs
+        .and_then(|a| a.get(v.index()))
+        .map(|a| render(a, c.notation))
+        .unwrap_or_default();
     let onclick = {
         let (cb, name) = (on_select.clone(), name.clone());
         Callback::from(move |_: MouseEvent| cb.emit(name.clone()))
@@ -50,7 +54,9 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
     let class = classes!(
         "chip",
         (c.selected == Some(name.as_str())).then_some("selected"),
-        c.changed.is_some_and(|(cv, _)| cv == v).then_some("changed"),
+        c.changed
+            .is_some_and(|(cv, _)| cv == v)
+            .then_some("changed"),
         (c.pinned)(v).then_some("pinned")
     );
     html! {
@@ -65,21 +71,53 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
 /// The program panel.
 #[component]
 pub fn ProgramView() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let unfold = use_state(|| false);
     let s = ctx.session();
     let Some(p) = s.pipeline.clone() else {
         return html! { <section class="panel program-panel"><h2>{ "Program" }</h2><p class="hint">{ "No plan to show." }</p></section> };
     };
     let on_select = ctx.on(|name: String| Action::SelectVar(Some(name)));
-    let event = (s.stage == Stage::Forward).then(|| s.timeline.checked_sub(1).and_then(|i| p.completed.trace.events.get(i))).flatten();
-    let forward_attrs = if s.stage == Stage::Forward { s.tensors_at(s.timeline) } else { None };
-    let rank_program = p.partitioned.ranks.iter().find(|r| r.rank == s.selected_rank);
+    let event = (s.stage == Stage::Forward)
+        .then(|| {
+            s.timeline
+                .checked_sub(1)
+                .and_then(|i| p.completed.trace.events.get(i))
+        })
+        .flatten();
+    let forward_attrs = if s.stage == Stage::Forward {
+        s.tensors_at(s.timeline)
+    } else {
+        None
+    };
+    let rank_program = p
+        .partitioned
+        .ranks
+        .iter()
+        .find(|r| r.rank == s.selected_rank);
     let (program, attrs, title): (&Program, Option<&[TensorDistAttr]>, String) = match s.stage {
-        Stage::Forward => (&s.plan.program, forward_attrs.as_deref(), format!("Forward program — {} ops", s.plan.program.ops().len())),
-        Stage::Backward => (&p.full.program, Some(p.full.tensors.as_slice()), format!("Backward + optimizer — {} ops", p.full.program.ops().len())),
+        Stage::Forward => (
+            &s.plan.program,
+            forward_attrs.as_deref(),
+            format!("Forward program — {} ops", s.plan.program.ops().len()),
+        ),
+        Stage::Backward => (
+            &p.full.program,
+            Some(p.full.tensors.as_slice()),
+            format!("Backward + optimizer — {} ops", p.full.program.ops().len()),
+        ),
         Stage::Partition => match rank_program {
-            Some(r) => (&r.program, Some(r.attrs.as_slice()), format!("Rank {} — {} ops with local shapes", r.rank, r.program.ops().len())),
+            Some(r) => (
+                &r.program,
+                Some(r.attrs.as_slice()),
+                format!(
+                    "Rank {} — {} ops with local shapes",
+                    r.rank,
+                    r.program.ops().len()
+                ),
+            ),
             None => (&s.plan.program, None, "Program".into()),
         },
     };
@@ -90,10 +128,17 @@ pub fn ProgramView() -> Html {
         attrs,
         notation: s.notation,
         selected: s.selected_var.as_deref(),
-        changed: event.filter(|e| matches!(e.kind, EventKind::Set { .. } | EventKind::Partial)).map(|e| (e.var, e.dim)),
+        changed: event
+            .filter(|e| matches!(e.kind, EventKind::Set { .. } | EventKind::Partial))
+            .map(|e| (e.var, e.dim)),
         pinned: &pinned,
     };
-    let blocks = program.ops().iter().filter_map(|o| block_of(program, o)).max().unwrap_or(0);
+    let blocks = program
+        .ops()
+        .iter()
+        .filter_map(|o| block_of(program, o))
+        .max()
+        .unwrap_or(0);
     let fold = blocks >= 1 && !*unfold && program.ops().len() > 60;
     let mut rows = Vec::new();
     let mut folded = 0;
@@ -108,11 +153,24 @@ pub fn ProgramView() -> Html {
         }
         let current = event.is_some_and(|e| e.op.index() == i);
         let impl_name = match s.stage {
-            Stage::Forward => p.completed.ops.get(i).map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
-            Stage::Backward => p.full.ops.get(i).map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
+            Stage::Forward => p
+                .completed
+                .ops
+                .get(i)
+                .map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
+            Stage::Backward => p
+                .full
+                .ops
+                .get(i)
+                .map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
             Stage::Partition => op.attr_ints("group").map(|g| format!("group {g:?}")),
         };
-        let class = classes!("op", scope_class(op), current.then_some("current"), format!("role-{}", op.role.name()));
+        let class = classes!(
+            "op",
+            scope_class(op),
+            current.then_some("current"),
+            format!("role-{}", op.role.name())
+        );
         rows.push(html! {
             <li {class} data-op={i.to_string()}>
                 <span class="index">{ format!("{i}") }</span>

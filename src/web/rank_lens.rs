@@ -11,11 +11,28 @@ use yew::prelude::*;
 /// The rank panel.
 #[component]
 pub fn RankLens() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let s = ctx.session();
-    let (Some(p), Some(mesh)) = (s.pipeline.clone(), s.mesh().cloned()) else { return html! {} };
-    let Some(r) = p.partitioned.ranks.iter().find(|r| r.rank == s.selected_rank) else { return html! {} };
-    let onchange = ctx.on(|e: Event| Action::SelectRank(e.target_dyn_into::<HtmlSelectElement>().and_then(|x| x.value().parse().ok()).unwrap_or(0)));
+    let (Some(p), Some(mesh)) = (s.pipeline.clone(), s.mesh().cloned()) else {
+        return html! {};
+    };
+    let Some(r) = p
+        .partitioned
+        .ranks
+        .iter()
+        .find(|r| r.rank == s.selected_rank)
+    else {
+        return html! {};
+    };
+    let onchange = ctx.on(|e: Event| {
+        Action::SelectRank(
+            e.target_dyn_into::<HtmlSelectElement>()
+                .and_then(|x| x.value().parse().ok())
+                .unwrap_or(0),
+        )
+    });
     let open = ctx.on(|_: MouseEvent| Action::SetStage(Stage::Partition));
     let comm: Vec<Html> = r
         .program

@@ -8,7 +8,9 @@ use yew::prelude::*;
 /// The run panel.
 #[component]
 pub fn RunPanel() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let s = ctx.session();
     let onclick = ctx.on(|_: MouseEvent| Action::Run);
     let result = s.run.as_ref().map(|r| {

@@ -8,11 +8,19 @@ use yew::prelude::*;
 /// The timeline panel.
 #[component]
 pub fn Timeline() -> Html {
-    let Some(ctx) = use_context::<AppCtx>() else { return html! {} };
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
     let s = ctx.session();
     let n = s.events();
     let t = s.timeline.min(n);
-    let oninput = ctx.on(|e: InputEvent| Action::Seek(e.target_dyn_into::<HtmlInputElement>().and_then(|i| i.value().parse().ok()).unwrap_or(0)));
+    let oninput = ctx.on(|e: InputEvent| {
+        Action::Seek(
+            e.target_dyn_into::<HtmlInputElement>()
+                .and_then(|i| i.value().parse().ok())
+                .unwrap_or(0),
+        )
+    });
     let button = |label: &str, title: &str, action: Action| {
         let onclick = ctx.on(move |_: MouseEvent| action.clone());
         html! { <button class="small" title={title.to_string()} {onclick}>{ label.to_string() }</button> }
@@ -22,7 +30,14 @@ pub fn Timeline() -> Html {
     } else {
         s.event_text(t - 1).unwrap_or_default()
     };
-    let conflicts = s.pipeline.as_ref().map_or(0, |p| p.completed.trace.events.iter().filter(|e| matches!(e.kind, crate::passes::complete::EventKind::Rejected(_))).count());
+    let conflicts = s.pipeline.as_ref().map_or(0, |p| {
+        p.completed
+            .trace
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind, crate::passes::complete::EventKind::Rejected(_)))
+            .count()
+    });
     html! {
         <section class="panel timeline">
             <div class="controls">
