@@ -12,11 +12,7 @@ fn megatron() -> Session {
 fn loading_presets_plans_them() {
     let s = megatron();
     assert!(s.pipeline.is_some(), "{:?}", s.plan_error);
-    assert_eq!(
-        s.timeline,
-        usize::MAX.min(s.timeline),
-        "completed by default"
-    );
+    assert_eq!(s.timeline, s.events(), "completed by default");
     let s = s.reduce(Action::LoadScenario("gpt_dp_mp".into()));
     assert_eq!(s.scenario, "gpt_dp_mp");
     assert_eq!(s.mesh().unwrap().size(), 8);

@@ -72,12 +72,11 @@ fn initial() -> Session {
         .unwrap_or_default();
     let saved = || window()?.local_storage().ok()??.get_item("shardlab").ok()?;
     let mut session = if hash.len() > 1 {
-        Session::from_hash(&hash).unwrap_or_else(|e| {
-            let mut s = Session::default();
-            s.message = Some(format!(
+        Session::from_hash(&hash).unwrap_or_else(|e| Session {
+            message: Some(format!(
                 "This link could not be opened: {e}. Showing the default preset instead."
-            ));
-            s
+            )),
+            ..Session::default()
         })
     } else {
         saved()
