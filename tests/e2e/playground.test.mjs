@@ -1,0 +1,89 @@
+// End-to-end against the release build (dist/) in Debian's Chromium via playwright-core:
+// load the Megatron MLP from a link, step the timeline, find the tensor-parallel all-reduce
+// in the graph and the ledger, open rank 5's lens, run numerics, reload, embed, and the
+// JavaScript API page. Screenshots go to target/e2e/.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { serveDist, launchBrowser, screenshotDir } from './harness.mjs';
+
+let server, browser;
+const shards = ['x=dp,-', 'linear_0.w_0=-,mp', 'linear_0.b_0=mp', 'linear_1.w_0=mp,-'].join(';');
+const link = `#s=megatron_mlp&mesh=2x4:dp,mp&shard=${encodeURIComponent(shards)}&stage=forward&t=0&rank=0&n=paddle`;
+
+before(async () => {
+  server = await serveDist();
+  browser = await launchBrowser();
+  mkdirSync(screenshotDir, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+});
+
+async function open(page, url) {
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(url);
+  await page.waitForSelector('.mesh-view svg', { timeout: 30000 });
+  return errors;
+}
+
+test('Megatron MLP from a link: timeline, communication, rank 5, numerics, reload', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = await open(page, server.url + link);
+  assert.equal(await page.locator('.mesh-panel .device').count(), 8);
+  assert.match(await page.locator('.timeline .count').innerText(), /^0 \/ \d+ events/);
+  await page.screenshot({ path: `${screenshotDir}/playground-start.png` });
+  // Step the timeline to the end.
+  await page.keyboard.press('End');
+  const [shown, total] = (await page.locator('.timeline .count').innerText()).match(/^(\d+) \/ (\d+)/).slice(1);
+  assert.ok(Number(total) > 0);
+  assert.equal(shown, total, 'the timeline is at the end');
+  // The tensor-parallel all-reduce in the per-rank graph and the ledger.
+  await page.click('.tabs .tab:nth-child(3)');
+  assert.equal(await page.locator('.program-panel .op.comm.tp').count(), 1);
+  assert.match(await page.locator('.ledger').innerText(), /tensor parallel/);
+  // Rank 5's lens.
+  await page.selectOption('#rank', '5');
+  assert.match(await page.locator('.rank-lens h2').innerText(), /coordinates \[1, 1\]/);
+  assert.match(await page.locator('.rank-lens').innerText(), /all_reduce SUM linear_1\.tmp_0 over \[4, 5, 6, 7\]/);
+  assert.match(await page.locator('.program-panel h2').innerText(), /^Rank 5/);
+  // Numerics in the browser: every tensor passes.
+  await page.click('#run');
+  await page.waitForSelector('.run-panel .verdict', { timeout: 60000 });
+  assert.match(await page.locator('.run-panel .verdict').innerText(), /^(\d+) of \1 tensors match/);
+  assert.equal(await page.locator('.run-panel tr.fail').count(), 0);
+  await page.screenshot({ path: `${screenshotDir}/playground-rank5.png` });
+  // Reload: the same state comes back from the URL.
+  const before = page.url();
+  await page.reload();
+  await page.waitForSelector('.mesh-view svg');
+  assert.equal(page.url(), before);
+  assert.match(await page.locator('.program-panel h2').innerText(), /^Rank 5/);
+  assert.equal(await page.locator('#rank').inputValue(), '5');
+  assert.deepEqual(errors, [], 'no uncaught page errors');
+});
+
+test('an embed link hides the chrome; a hostile link explains itself', async () => {
+  const page = await browser.newPage({ viewport: { width: 1000, height: 700 } });
+  await open(page, server.url + '?embed=1&hide=editor,run' + link);
+  assert.equal(await page.locator('.topbar').count(), 0);
+  assert.equal(await page.locator('.run-panel').count(), 0);
+  assert.equal(await page.locator('.program-panel').count(), 1);
+  await page.screenshot({ path: `${screenshotDir}/playground-embed.png` });
+  const bad = await browser.newPage();
+  await open(bad, server.url + '#s=megatron_mlp&mesh=0x0&shard=%ZZ');
+  assert.match(await bad.locator('.banner').innerText(), /This link could not be opened/);
+});
+
+test('the JavaScript API example page plans without the UI', async () => {
+  const page = await browser.newPage();
+  await page.goto(server.url + 'api.html');
+  await page.waitForFunction(() => document.getElementById('summary').textContent.includes('ranks'), null, { timeout: 30000 });
+  assert.match(await page.locator('#summary').innerText(), /^8 ranks, \d+ completion events, \d+ collectives in all$/);
+  assert.ok((await page.locator('#ledger tbody tr').count()) > 0);
+  assert.equal(await page.locator('.mesh-view').count(), 0, 'the playground is not mounted');
+  assert.equal(await page.evaluate(() => document.body.dataset.error), 'unknown preset `nope`');
+});
