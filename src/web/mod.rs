@@ -13,7 +13,7 @@ mod rank_lens;
 mod run_panel;
 mod timeline;
 
-pub use api::plan;
+pub use api::{bench_replan, plan};
 pub use app::{App, AppCtx, State};
 pub use mesh_view::{MeshView, MeshViewProps};
 
