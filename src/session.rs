@@ -6,6 +6,7 @@ use crate::dist::{Notation, ProcessMesh, TensorDistAttr};
 use crate::exec::run::{run_distributed, run_serial, RunOptions};
 use crate::exec::verify::{verify, Check};
 use crate::models::scenarios::{scenarios, Scenario};
+use crate::passes::partition::PartitionOptions;
 use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, shard_spec, Annotation, Plan};
 use std::sync::Arc;
@@ -197,7 +198,21 @@ impl Session {
             ));
             return;
         }
-        match run_pipeline(&self.plan, &PipelineOptions::default()) {
+        if let Some(m) = self.mesh() {
+            if !m.process_ids().contains(&self.selected_rank) {
+                self.selected_rank = m.process_ids().first().copied().unwrap_or(0);
+            }
+        }
+        // Only the rank on screen is partitioned (the others on demand): re-planning cost
+        // stays flat as the mesh grows.
+        let opts = PipelineOptions {
+            partition: PartitionOptions {
+                ranks: Some(vec![self.selected_rank]),
+                ..PartitionOptions::default()
+            },
+            ..PipelineOptions::default()
+        };
+        match run_pipeline(&self.plan, &opts) {
             Ok(p) => {
                 self.pipeline = Some(Arc::new(p));
                 self.plan_error = None;
@@ -208,10 +223,27 @@ impl Session {
             }
         }
         self.timeline = self.timeline.min(self.events());
-        if let Some(m) = self.mesh() {
-            if !m.process_ids().contains(&self.selected_rank) {
-                self.selected_rank = m.process_ids().first().copied().unwrap_or(0);
-            }
+    }
+
+    /// Makes sure the pipeline holds the programs of `ranks` (`None`: every rank).
+    fn ensure_partitioned(&mut self, ranks: Option<Vec<u32>>) {
+        let Some(p) = self.pipeline.as_mut() else {
+            return;
+        };
+        let missing = match &ranks {
+            Some(rs) => rs.iter().any(|&r| !p.has_rank(r)),
+            None => !p.is_fully_partitioned(),
+        };
+        if !missing {
+            return;
+        }
+        let opts = PartitionOptions {
+            ranks,
+            ..PartitionOptions::default()
+        };
+        if let Err(e) = Arc::make_mut(p).repartition(&opts) {
+            self.pipeline = None;
+            self.plan_error = Some(e.to_string());
         }
     }
 
@@ -250,6 +282,7 @@ impl Session {
             Action::SelectRank(r) => {
                 if self.mesh().is_some_and(|m| m.process_ids().contains(&r)) {
                     self.selected_rank = r;
+                    self.ensure_partitioned(Some(vec![r]));
                 }
             }
             Action::SetNotation(n) => self.notation = n,
@@ -440,6 +473,7 @@ impl Session {
     }
 
     fn run(&mut self) {
+        self.ensure_partitioned(None);
         let Some(p) = self.pipeline.clone() else {
             self.message = Some("nothing to run: the plan has an error".into());
             return;

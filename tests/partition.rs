@@ -400,3 +400,55 @@ fn plans_that_cannot_be_partitioned_name_the_variable() {
         "backward: the program has no loss: mark the op computing it with role=loss"
     );
 }
+
+/// Partitioning only some ranks (what the playground does for the rank on screen) gives
+/// exactly the programs and ring ids the whole job gets: ids are canonical per mesh.
+#[test]
+fn partitioning_a_subset_of_ranks_matches_the_whole_job() {
+    use shardlab::passes::partition::PartitionOptions;
+    for (config, mesh, shards) in standard_configs(Model::Gpt, 1) {
+        let plan = preset_plan(Model::Gpt, 1, mesh, &shards);
+        let whole = run(&plan);
+        for rank in [0u32, 3, 5] {
+            let Some(want) = whole.partitioned.ranks.iter().find(|r| r.rank == rank) else {
+                continue;
+            };
+            let opts = PipelineOptions {
+                partition: PartitionOptions {
+                    ranks: Some(vec![rank]),
+                    ..PartitionOptions::default()
+                },
+                ..PipelineOptions::default()
+            };
+            let only = run_pipeline(&plan, &opts).unwrap();
+            assert_eq!(only.partitioned.ranks.len(), 1, "{config} rank {rank}");
+            let got = &only.partitioned.ranks[0];
+            assert_eq!(got.rank, rank);
+            assert_eq!(
+                got.program.to_string(),
+                want.program.to_string(),
+                "{config} rank {rank}"
+            );
+            for (id, g) in &only.partitioned.groups.rings {
+                assert_eq!(
+                    whole.partitioned.groups.rings.get(id),
+                    Some(g),
+                    "{config} ring {id}"
+                );
+            }
+        }
+    }
+}
+
+/// A mesh too large to enumerate every group still partitions, with one id per group.
+#[test]
+fn large_meshes_number_groups_consistently() {
+    let mesh = "2x2x2x2x2x2x2x2x2x2x2x2:a,b,c,d,e,f,g,h,i,j,k,l";
+    let shards = ["x=a,-".to_string(), "linear_0.w_0=-,b".to_string()];
+    let p = run(&preset_plan(Model::Mlp, 0, mesh, &shards));
+    assert_eq!(p.partitioned.ranks.len(), 4096);
+    let mut seen = std::collections::HashSet::new();
+    for g in p.partitioned.groups.rings.values() {
+        assert!(seen.insert(g.clone()), "group {g:?} has two ids");
+    }
+}

@@ -112,7 +112,18 @@ fn selection_notation_and_stage() {
     let s = s
         .reduce(Action::SelectRank(9))
         .reduce(Action::SelectVar(Some("ghost".into())));
-    assert_eq!((s.selected_var, s.selected_rank), (None, 3));
+    assert_eq!((s.selected_var.clone(), s.selected_rank), (None, 3));
+    let built = |s: &Session| -> Vec<u32> {
+        let p = s.pipeline.as_ref().unwrap();
+        p.partitioned.ranks.iter().map(|r| r.rank).collect()
+    };
+    assert_eq!(built(&s), vec![3], "only the rank on screen is partitioned");
+    let s = s.reduce(Action::SetNotation(Notation::Jax));
+    assert_eq!(
+        built(&s),
+        vec![3],
+        "actions that keep the plan keep the programs"
+    );
     let s = megatron()
         .reduce(Action::SetNotation(Notation::Jax))
         .reduce(Action::SetStage(Stage::Partition));
@@ -176,7 +187,14 @@ fn editing_text_applies_when_valid_and_reports_errors_inline() {
 
 #[test]
 fn running_in_the_session_verifies() {
-    let s = megatron().reduce(Action::Run);
+    let s = megatron().reduce(Action::SelectRank(2));
+    assert!(!s.pipeline.as_ref().unwrap().is_fully_partitioned());
+    let s = s.reduce(Action::Run);
+    assert!(
+        s.pipeline.as_ref().unwrap().is_fully_partitioned(),
+        "running builds every rank"
+    );
+    assert_eq!(s.selected_rank, 2);
     let run = s.run.as_ref().expect("ran");
     assert_eq!(run.serial_losses.len(), 2);
     assert!(run.checks.iter().all(|c| c.pass), "{:?}", run.checks);

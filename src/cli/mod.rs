@@ -386,6 +386,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         },
         partition: crate::passes::partition::PartitionOptions {
             scale_gradients: !args.no_grad_scale,
+            ranks: None,
         },
     };
     if let Some(norm) = args.clip_norm.filter(|n| !(n.is_finite() && *n > 0.0)) {

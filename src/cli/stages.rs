@@ -25,7 +25,7 @@ fn ranks_text(p: &Pipeline, rank: Option<u32>) -> String {
         out.push_str(&format!("== rank {}\n{}\n", r.rank, r.program));
     }
     out.push_str("== communication groups (ring id: ranks)\n");
-    for (i, g) in p.partitioned.groups.rings.iter().enumerate() {
+    for (i, g) in &p.partitioned.groups.rings {
         out.push_str(&format!("  ring {i}: {g:?}\n"));
     }
     out

@@ -209,6 +209,16 @@ fn gather_var(
 /// Runs every rank for `opts.steps` steps: on threads natively when `threads`, else
 /// cooperatively on this thread.
 pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+    if !p.is_fully_partitioned() {
+        return Err(ExecError::Setup(format!(
+            "only ranks {:?} of the mesh were partitioned; running needs every rank",
+            p.partitioned
+                .ranks
+                .iter()
+                .map(|r| r.rank)
+                .collect::<Vec<_>>()
+        )));
+    }
     let globals = initial_values(p, opts)?;
     let envs = rank_envs(p, &globals)?;
     let places = placements(p);

@@ -30,16 +30,19 @@ pub struct Partitioned {
 }
 
 /// Options of the partitioner.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionOptions {
     /// Scale data-parallel gradients by 1/|group| after the all-reduce (Paddle's default).
     pub scale_gradients: bool,
+    /// Partition only these ranks (all when `None`): the playground shows one rank at a time.
+    pub ranks: Option<Vec<u32>>,
 }
 
 impl Default for PartitionOptions {
     fn default() -> Self {
         PartitionOptions {
             scale_gradients: true,
+            ranks: None,
         }
     }
 }
@@ -52,39 +55,53 @@ pub fn partition(
     forward_of: &HashMap<OpId, OpId>,
     param_grads: &[VarId],
     loss_avg_axes: &[usize],
-    opts: PartitionOptions,
+    opts: &PartitionOptions,
 ) -> Result<Partitioned, PartitionError> {
     let mut is_param_grad = vec![false; dp.program.vars().len()];
     for g in param_grads {
         is_param_grad[g.index()] = true;
     }
-    // Ranks are independent: each gets its own group registry, merged in rank order below
-    // so ring ids do not depend on scheduling.
-    let one = |rank: u32| -> Result<(RankProgram, Groups), PartitionError> {
-        let mut local = Groups::new(&dp.mesh);
-        let r = partition_rank(
+    let mut groups = Groups::new(&dp.mesh);
+    let wanted: Vec<u32> = match &opts.ranks {
+        Some(only) => dp
+            .mesh
+            .process_ids()
+            .iter()
+            .copied()
+            .filter(|r| only.contains(r))
+            .collect(),
+        None => dp.mesh.process_ids().to_vec(),
+    };
+    let mut ranks = Vec::with_capacity(wanted.len());
+    let rank_program = |rank: u32, registry: &mut Groups| {
+        let scale = opts.scale_gradients;
+        partition_rank(
             dp,
             rank,
             forward_of,
             &is_param_grad,
             loss_avg_axes,
-            opts,
-            &mut local,
-        )?;
-        Ok((r, local))
+            scale,
+            registry,
+        )
     };
-    let results = run_ranks(dp.mesh.process_ids(), &one);
-    let mut groups = Groups::new(&dp.mesh);
-    let mut ranks = Vec::with_capacity(results.len());
-    for result in results {
-        let (mut r, local) = result?;
-        let map: Vec<usize> = local.rings.iter().map(|g| groups.ring_of(g)).collect();
-        for op in r.program.ops_mut() {
-            if let Some(crate::ir::Attr::Int(ring)) = op.attrs.get_mut("ring_id") {
-                *ring = map.get(*ring as usize).copied().unwrap_or(0) as i64;
-            }
+    if groups.is_complete() {
+        // Ranks are independent: each gets its own registry sharing the canonical ids, merged
+        // in rank order.
+        let one = |rank: u32| {
+            let mut local = groups.fresh();
+            rank_program(rank, &mut local).map(|r| (r, local))
+        };
+        for result in run_ranks(&wanted, &one) {
+            let (r, local) = result?;
+            groups.merge(&local);
+            ranks.push(r);
         }
-        ranks.push(r);
+    } else {
+        // Some groups have no canonical id: number them in rank order in one registry.
+        for &rank in &wanted {
+            ranks.push(rank_program(rank, &mut groups)?);
+        }
     }
     Ok(Partitioned { ranks, groups })
 }
@@ -121,7 +138,7 @@ fn partition_rank(
     forward_of: &HashMap<OpId, OpId>,
     is_param_grad: &[bool],
     loss_avg_axes: &[usize],
-    opts: PartitionOptions,
+    scale_gradients: bool,
     groups: &mut Groups,
 ) -> Result<RankProgram, PartitionError> {
     let mut b = RankBuilder::new(rank, &dp.mesh, &dp.program, &dp.tensors, groups)?;
@@ -144,13 +161,7 @@ fn partition_rank(
             .map(|f| (dp.program.op(*f), &dp.ops[f.index()]));
         let imp = find_impl(op, attr, fwd, &dp.program);
         lower(&mut b, local, attr, imp, &dp.tensors)?;
-        sync_gradients(
-            &mut b,
-            op,
-            is_param_grad,
-            loss_avg_axes,
-            opts.scale_gradients,
-        );
+        sync_gradients(&mut b, op, is_param_grad, loss_avg_axes, scale_gradients);
         after(&mut b, op, imp);
         if op.ty == OpType::CheckFiniteAndUnscale && dp.mesh.size() > 1 {
             if let Some(&found) = op.output("FoundInfinite").first() {

@@ -54,6 +54,8 @@ pub struct Pipeline {
     pub full: DistProgram,
     pub partitioned: Partitioned,
     pub ledger: Vec<Entry>,
+    /// The mesh axes the loss is averaged over (kept to re-partition).
+    pub loss_avg_axes: Vec<usize>,
 }
 
 fn verify(stage: &'static str, program: &crate::ir::Program) -> Result<(), PipelineError> {
@@ -125,7 +127,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         &backward.forward_of,
         &grads,
         &loss_avg_axes,
-        opts.partition,
+        &opts.partition,
     )?;
     let ledger = ledger(&partitioned);
     Ok(Pipeline {
@@ -136,7 +138,36 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         full,
         partitioned,
         ledger,
+        loss_avg_axes,
     })
+}
+
+impl Pipeline {
+    /// Re-runs only the partition stage, e.g. for other ranks: the playground partitions
+    /// the rank on screen and fills in the rest when asked (ring ids are canonical, so the
+    /// programs are the same either way).
+    pub fn repartition(&mut self, opts: &PartitionOptions) -> Result<(), PipelineError> {
+        let grads: Vec<_> = self.backward.param_grads.iter().map(|&(_, g)| g).collect();
+        self.partitioned = partition(
+            &self.full,
+            &self.backward.forward_of,
+            &grads,
+            &self.loss_avg_axes,
+            opts,
+        )?;
+        self.ledger = ledger(&self.partitioned);
+        Ok(())
+    }
+
+    /// Whether every rank of the mesh has its program (needed to run the job).
+    pub fn is_fully_partitioned(&self) -> bool {
+        self.partitioned.ranks.len() == self.full.mesh.size()
+    }
+
+    /// Whether `rank`'s program was built.
+    pub fn has_rank(&self, rank: u32) -> bool {
+        self.partitioned.ranks.iter().any(|r| r.rank == rank)
+    }
 }
 
 /// Every variable's layout must divide its shape (an annotation that cannot be partitioned

@@ -4,7 +4,8 @@
 
 use crate::dist::{local_shape, ProcessMesh, TensorDistAttr};
 use crate::ir::{Attr, Op, OpRole, OpType, Program, TensorType, Var, VarId, VarKind};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// Namescopes of inserted communication (Paddle's).
 pub mod scope {
@@ -15,32 +16,137 @@ pub mod scope {
     pub const GLOBAL_NORM: &str = "/auto_parallel/global_norm_synchronization";
 }
 
-/// Communication groups of the job, deduplicated; ring 0 is the world group.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Communication groups of the job, deduplicated. Ring ids are canonical: ring 0 is the
+/// world, then the groups along each subset of the mesh's non-trivial axes (in subset
+/// order, then by first rank), so an id does not depend on which ranks were partitioned or
+/// in what order. The table of ids is built once per mesh and shared by every rank's copy.
+#[derive(Clone, Debug, Default)]
 pub struct Groups {
-    pub rings: Vec<Vec<u32>>,
+    /// The rings in use: id → sorted ranks.
+    pub rings: BTreeMap<usize, Vec<u32>>,
+    table: Arc<HashMap<Vec<u32>, usize>>,
+    /// Whether `table` holds every group along every axis subset; if not, groups outside it
+    /// are numbered as they appear, and ranks must share one registry (see `is_complete`).
+    complete: bool,
+    extra: usize,
 }
 
+impl PartialEq for Groups {
+    fn eq(&self, other: &Groups) -> bool {
+        self.rings == other.rings
+    }
+}
+
+/// Enumerating every group costs (axis subsets × ranks); beyond this the table holds only
+/// the world and the single-axis groups.
+const CANONICAL_WORK: usize = 1 << 20;
+
 impl Groups {
-    /// Groups with the world group (all of `mesh`'s processes) as ring 0.
+    /// The groups of `mesh`.
     pub fn new(mesh: &ProcessMesh) -> Groups {
+        let axes: Vec<usize> = (0..mesh.ndim()).filter(|&a| mesh.shape()[a] > 1).collect();
+        let subsets = 1usize.checked_shl(axes.len() as u32).unwrap_or(usize::MAX);
+        let complete = subsets.saturating_mul(mesh.size()) <= CANONICAL_WORK;
         let mut world = mesh.process_ids().to_vec();
         world.sort_unstable();
-        Groups { rings: vec![world] }
+        let mut table = HashMap::new();
+        table.insert(world, 0);
+        let masks: Vec<Vec<usize>> = if complete {
+            (1..subsets)
+                .map(|m| {
+                    (0..axes.len())
+                        .filter(|i| m & (1 << i) != 0)
+                        .map(|i| axes[i])
+                        .collect()
+                })
+                .collect()
+        } else {
+            axes.iter().map(|&a| vec![a]).collect()
+        };
+        for along in masks {
+            for g in groups_along(mesh, &along) {
+                let next = table.len();
+                table.entry(g).or_insert(next);
+            }
+        }
+        Groups {
+            rings: BTreeMap::new(),
+            extra: table.len(),
+            table: Arc::new(table),
+            complete,
+        }
     }
 
-    /// The ring id of `group` (sorted), registering it if new.
+    /// An empty registry sharing this one's id table.
+    pub fn fresh(&self) -> Groups {
+        Groups {
+            rings: BTreeMap::new(),
+            table: Arc::clone(&self.table),
+            complete: self.complete,
+            extra: self.table.len(),
+        }
+    }
+
+    /// Whether every group a rank can use has a canonical id, so ranks may be partitioned
+    /// independently and their registries merged.
+    pub fn is_complete(&self) -> bool {
+        self.complete
+    }
+
+    /// The ring id of `group`, recording it as in use.
     pub fn ring_of(&mut self, group: &[u32]) -> usize {
         let mut g = group.to_vec();
         g.sort_unstable();
-        match self.rings.iter().position(|r| *r == g) {
-            Some(i) => i,
-            None => {
-                self.rings.push(g);
-                self.rings.len() - 1
+        let id = match self.table.get(&g) {
+            Some(&i) => i,
+            None => match self.rings.iter().find(|(_, r)| **r == g) {
+                Some((&i, _)) => i,
+                None => {
+                    self.extra += 1;
+                    self.extra - 1
+                }
+            },
+        };
+        self.rings.insert(id, g);
+        id
+    }
+
+    /// Records the rings another registry of the same mesh used.
+    pub fn merge(&mut self, other: &Groups) {
+        for (id, g) in &other.rings {
+            self.rings.insert(*id, g.clone());
+        }
+        self.extra = self.extra.max(other.extra);
+    }
+}
+
+/// Every group along the mesh axes `along`, sorted, in order of their first process: O(ranks).
+fn groups_along(mesh: &ProcessMesh, along: &[usize]) -> Vec<Vec<u32>> {
+    let shape = mesh.shape();
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut groups: Vec<Vec<u32>> = Vec::new();
+    for (linear, &p) in mesh.process_ids().iter().enumerate() {
+        // The key is the coordinate on the axes not in `along`, as a mixed-radix number.
+        let (mut l, mut key, mut radix) = (linear, 0usize, 1usize);
+        for a in (0..shape.len()).rev() {
+            let c = l % shape[a];
+            l /= shape[a];
+            if !along.contains(&a) {
+                key += c * radix;
+                radix *= shape[a];
             }
         }
+        let next = groups.len();
+        let slot = *index.entry(key).or_insert(next);
+        if slot == next {
+            groups.push(Vec::new());
+        }
+        groups[slot].push(p);
     }
+    for g in &mut groups {
+        g.sort_unstable();
+    }
+    groups
 }
 
 /// Why planning a rank failed.

@@ -71,14 +71,32 @@ pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
     use crate::session::{Action, DimChoice, Session};
     let (plan, _) = parse_plan(text).map_err(|e| JsValue::from_str(&format!("{e:?}")))?;
     let session = Session::from_plan("custom", plan);
-    let var = session.plan.program.vars().first().map(|v| v.name.to_string()).ok_or_else(|| JsValue::from_str("empty program"))?;
-    let now = || web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now());
+    let var = session
+        .plan
+        .program
+        .vars()
+        .first()
+        .map(|v| v.name.to_string())
+        .ok_or_else(|| JsValue::from_str("empty program"))?;
+    let now = || {
+        web_sys::window()
+            .and_then(|w| w.performance())
+            .map_or(0.0, |p| p.now())
+    };
     let mut times = Vec::new();
     for i in 0..repeat.max(1) {
-        let choice = if i % 2 == 0 { DimChoice::Free } else { DimChoice::Replicated };
+        let choice = if i % 2 == 0 {
+            DimChoice::Free
+        } else {
+            DimChoice::Replicated
+        };
         let s = session.clone();
         let t = now();
-        let s = s.reduce(Action::SetDim { var: var.clone(), dim: 1, choice });
+        let s = s.reduce(Action::SetDim {
+            var: var.clone(),
+            dim: 1,
+            choice,
+        });
         times.push(now() - t);
         drop(s);
     }
@@ -88,10 +106,17 @@ pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
         let _ = crate::passes::complete(&session.plan);
         completion.push(now() - t);
     }
+    let mut all_ranks = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let t = now();
+        let _ = run_pipeline(&session.plan, &PipelineOptions::default());
+        all_ranks.push(now() - t);
+    }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let out = serde_json::json!({ "pipeline_ms": median(times), "completion_ms": median(completion) });
-    serde::Serialize::serialize(&out, &serde_wasm_bindgen::Serializer::json_compatible()).map_err(|e| JsValue::from_str(&e.to_string()))
+    let out = serde_json::json!({ "pipeline_ms": median(times), "completion_ms": median(completion), "all_ranks_ms": median(all_ranks) });
+    serde::Serialize::serialize(&out, &serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| JsValue::from_str(&e.to_string()))
 }
