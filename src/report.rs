@@ -56,7 +56,7 @@ pub fn pipeline_json(p: &Pipeline, rank: Option<u32>) -> Value {
         .collect();
     json!({
         "complete": completed_json(&p.plan.program, &p.completed),
-        "backward": dist_json(&p.backward_dist),
+        "backward": dist_json(&p.backward_dist()),
         "optimizer": dist_json(&p.full),
         "ranks": ranks,
         "groups": p.partitioned.groups.rings,

@@ -452,3 +452,36 @@ fn large_meshes_number_groups_consistently() {
         assert!(seen.insert(g.clone()), "group {g:?} has two ids");
     }
 }
+
+/// The optimizer pass only appends, so the backward stage is a prefix of the full program:
+/// the pipeline keeps one copy and cuts the backward stage out of it.
+#[test]
+fn the_backward_stage_is_a_prefix_of_the_full_program() {
+    use shardlab::passes::complete_backward::complete_backward;
+    let options = [
+        OptimizerOptions::default(),
+        OptimizerOptions {
+            optimizer: Optimizer::from_name("adamw").unwrap(),
+            amp: true,
+            clip_norm: Some(1.0),
+        },
+    ];
+    for (config, mesh, shards) in standard_configs(Model::Gpt, 1) {
+        for optimizer in &options {
+            let opts = PipelineOptions {
+                optimizer: optimizer.clone(),
+                ..PipelineOptions::default()
+            };
+            let p = run_pipeline(&preset_plan(Model::Gpt, 1, mesh, &shards), &opts).unwrap();
+            let want = complete_backward(&p.backward, &p.completed);
+            let got = p.backward_dist();
+            assert_eq!(got.program, want.program, "{config} {optimizer:?}");
+            assert_eq!(
+                format!("{:?}{:?}", got.tensors, got.ops),
+                format!("{:?}{:?}", want.tensors, want.ops),
+                "{config} {optimizer:?}"
+            );
+            assert!(p.full.program.ops().len() > got.program.ops().len());
+        }
+    }
+}

@@ -40,7 +40,7 @@ pub fn pipeline_text(p: &Pipeline, stage: &str, rank: Option<u32>, ledger: bool)
         out.push('\n');
     }
     if matches!(stage, "backward" | "all") {
-        out.push_str(&dist_text("backward", &p.backward_dist));
+        out.push_str(&dist_text("backward", &p.backward_dist()));
         out.push('\n');
     }
     if matches!(stage, "optimizer" | "all") {

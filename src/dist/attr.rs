@@ -93,7 +93,7 @@ pub enum DistAttrError {
 /// How one tensor is laid out: for each dim the mesh axes that split it (outermost first;
 /// empty = replicated, two or more = co-sharded), the mesh axes over which each rank holds
 /// a partial value, and which dims the user pinned.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Eq, Serialize, Deserialize)]
 pub struct TensorDistAttr {
     pub mesh: Arc<ProcessMesh>,
     pub dims: Vec<Vec<usize>>,
@@ -101,6 +101,17 @@ pub struct TensorDistAttr {
     pub partial: Vec<(usize, ReduceType)>,
     /// Dims the user annotated; completion never changes them.
     pub annotated: Vec<bool>,
+}
+
+/// Layouts are compared constantly while planning; meshes are shared, so compare the
+/// layout first and the mesh by pointer before falling back to its contents.
+impl PartialEq for TensorDistAttr {
+    fn eq(&self, other: &TensorDistAttr) -> bool {
+        self.dims == other.dims
+            && self.partial == other.partial
+            && self.annotated == other.annotated
+            && (Arc::ptr_eq(&self.mesh, &other.mesh) || self.mesh == other.mesh)
+    }
 }
 
 impl TensorDistAttr {

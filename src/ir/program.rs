@@ -226,6 +226,16 @@ impl Program {
         (i < self.ops.len()).then(|| self.ops.remove(i))
     }
 
+    /// A copy of the first `vars` variables and `ops` ops: the program as it was before
+    /// later passes appended to it.
+    pub fn prefix(&self, vars: usize, ops: usize) -> Program {
+        Program {
+            vars: self.vars[..vars.min(self.vars.len())].to_vec(),
+            by_name: OnceLock::new(),
+            ops: self.ops[..ops.min(self.ops.len())].to_vec(),
+        }
+    }
+
     /// Mutable access to the ops, for passes that rewrite attributes in place.
     pub fn ops_mut(&mut self) -> &mut [Op] {
         &mut self.ops

@@ -43,6 +43,17 @@ impl DistProgram {
     }
 
     /// Every variable's attr without partial status (what a consumer normally wants).
+    /// The first `vars` variables and `ops` ops with their attrs (see `Program::prefix`).
+    pub fn prefix(&self, vars: usize, ops: usize) -> DistProgram {
+        let program = self.program.prefix(vars, ops);
+        DistProgram {
+            mesh: self.mesh.clone(),
+            tensors: self.tensors[..program.vars().len()].to_vec(),
+            ops: self.ops[..program.ops().len()].to_vec(),
+            program,
+        }
+    }
+
     pub fn settled(attr: &TensorDistAttr) -> TensorDistAttr {
         TensorDistAttr {
             partial: Vec::new(),

@@ -238,7 +238,6 @@ pub fn append_optimizer(
         };
         // The update follows its parameter: the gradient must arrive laid out like it.
         let pa = DistProgram::settled(&b.dp.tensors[p.index()]);
-        b.dp.tensors[g.index()] = b.dp.tensors[g.index()].clone();
         let o = op(ty, inputs, outputs, &attrs, "");
         let mut attr = OperatorDistAttr::new(b.dp.mesh.clone());
         attr.inputs = o

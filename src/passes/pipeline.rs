@@ -48,8 +48,6 @@ pub struct Pipeline {
     pub plan: Plan,
     pub completed: Completed,
     pub backward: Backward,
-    /// Forward + backward with dist attrs.
-    pub backward_dist: DistProgram,
     /// Forward + backward + optimizer with dist attrs.
     pub full: DistProgram,
     pub partitioned: Partitioned,
@@ -109,8 +107,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     let completed = complete(&plan)?;
     let backward = append_backward(&plan.program)?;
     verify("backward", &backward.program)?;
-    let backward_dist = complete_backward(&backward, &completed);
-    let mut full = backward_dist.clone();
+    let mut full = complete_backward(&backward, &completed);
     append_optimizer(&mut full, &backward.param_grads, &opts.optimizer)?;
     verify("optimizer", &full.program)?;
     check_layouts(&full)?;
@@ -134,7 +131,6 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         plan,
         completed,
         backward,
-        backward_dist,
         full,
         partitioned,
         ledger,
@@ -143,6 +139,13 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
 }
 
 impl Pipeline {
+    /// Forward + backward with dist attrs: a prefix of `full`, since the optimizer pass
+    /// only appends (copied on demand, to keep re-planning free of a whole-program clone).
+    pub fn backward_dist(&self) -> DistProgram {
+        let p = &self.backward.program;
+        self.full.prefix(p.vars().len(), p.ops().len())
+    }
+
     /// Re-runs only the partition stage, e.g. for other ranks: the playground partitions
     /// the rank on screen and fills in the rest when asked (ring ids are canonical, so the
     /// programs are the same either way).

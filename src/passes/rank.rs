@@ -173,7 +173,7 @@ pub struct RankBuilder<'a> {
     /// Role and namescope for ops appended now.
     pub role: OpRole,
     temps: usize,
-    pub reshard_cache: HashMap<(VarId, String), VarId>,
+    pub reshard_cache: HashMap<(VarId, super::reshard::LayoutKey), VarId>,
 }
 
 impl<'a> RankBuilder<'a> {

@@ -18,8 +18,11 @@ use super::rank::{scope, PartitionError, RankBuilder};
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{Attr, Op, OpType, VarId};
 
-fn key(attr: &TensorDistAttr) -> String {
-    format!("{:?}|{:?}", attr.dims, attr.partial)
+/// What a reshard target is keyed on: its dims and partial axes (the mesh is the job's).
+pub type LayoutKey = (Vec<Vec<usize>>, Vec<(usize, ReduceType)>);
+
+fn key(attr: &TensorDistAttr) -> LayoutKey {
+    (attr.dims.clone(), attr.partial.clone())
 }
 
 /// Makes `v`'s contents available on this rank in layout `to`; returns the variable that

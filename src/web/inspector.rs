@@ -42,6 +42,9 @@ pub fn block_owners(attr: &TensorDistAttr) -> Vec<Vec<Vec<u32>>> {
     blocks
 }
 
+/// The drag-and-drop data type carrying a mesh axis index from the mesh editor.
+pub const AXIS_DRAG_TYPE: &str = "application/x-shardlab-axis";
+
 /// The inspector panel.
 #[component]
 pub fn Inspector() -> Html {
@@ -84,8 +87,20 @@ pub fn Inspector() -> Html {
                 Action::SetDim { var: var_name.clone(), dim: d, choice }
             });
             let pinned = current != "?";
+            // An axis dragged from the mesh editor and dropped here splits this dim over it.
+            let ondragover = Callback::from(|e: DragEvent| e.prevent_default());
+            let ondrop = {
+                let (state, var_name, ndim) = (ctx.state.clone(), name.clone(), mesh.ndim());
+                Callback::from(move |e: DragEvent| {
+                    e.prevent_default();
+                    let data = e.data_transfer().and_then(|t| t.get_data(AXIS_DRAG_TYPE).ok());
+                    if let Some(axis) = data.and_then(|a| a.parse::<usize>().ok()).filter(|&a| a < ndim) {
+                        state.dispatch(Action::SetDim { var: var_name.clone(), dim: d, choice: DimChoice::Axes(vec![axis]) });
+                    }
+                })
+            };
             html! {
-                <label class={classes!("dim", pinned.then_some("pinned"))}>
+                <label class={classes!("dim", pinned.then_some("pinned"))} data-drop-dim={d.to_string()} {ondragover} {ondrop}>
                     { format!("dim {d} ({}) ", var.ty.shape[d]) }
                     <select data-dim={d.to_string()} {onchange}>
                         <option value="?" selected={current == "?"}>{ "free (?)" }</option>

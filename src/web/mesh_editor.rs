@@ -89,7 +89,13 @@ pub fn MeshEditor() -> Html {
     };
     let names = mesh.dim_names().iter().enumerate().map(|(i, n)| {
         let onchange = ctx.on(move |e: Event| Action::RenameAxis(i, e.target_dyn_into::<HtmlInputElement>().map(|x| x.value()).unwrap_or_default()));
-        html! { <label class="axis-name">{ format!("axis {i} ({}): ", mesh.axis_size(i)) }<input type="text" value={n.clone()} {onchange} size="5" /></label> }
+        // Drag an axis onto a tensor dim in the inspector to split that dim over it.
+        let ondragstart = Callback::from(move |e: DragEvent| {
+            if let Some(t) = e.data_transfer() {
+                let _ = t.set_data(super::inspector::AXIS_DRAG_TYPE, &i.to_string());
+            }
+        });
+        html! { <label class="axis-name" draggable="true" {ondragstart} data-axis={i.to_string()} title="drag onto a tensor dim to split it over this axis">{ format!("axis {i} ({}): ", mesh.axis_size(i)) }<input type="text" value={n.clone()} {onchange} size="5" /></label> }
     });
     let lit = s
         .pipeline

@@ -66,6 +66,18 @@ test('Megatron MLP from a link: timeline, communication, rank 5, numerics, reloa
   assert.deepEqual(errors, [], 'no uncaught page errors');
 });
 
+test('dragging a mesh axis onto a tensor dim annotates it', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = await open(page, server.url + '#s=dp_mlp&var=linear_0.w_0');
+  const dim = page.locator('.inspector [data-drop-dim="1"]');
+  assert.equal(await dim.locator('select').inputValue(), '?');
+  await page.locator('.mesh-panel .axis-name[data-axis="0"]').dragTo(dim);
+  assert.equal(await dim.locator('select').inputValue(), '0');
+  assert.match(await dim.getAttribute('class'), /pinned/);
+  assert.match(decodeURIComponent(page.url()), /shard=[^&]*linear_0\.w_0=\?,dp/);
+  assert.deepEqual(errors, []);
+});
+
 test('an embed link hides the chrome; a hostile link explains itself', async () => {
   const page = await browser.newPage({ viewport: { width: 1000, height: 700 } });
   await open(page, server.url + '?embed=1&hide=editor,run' + link);
