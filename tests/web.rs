@@ -209,6 +209,18 @@ async fn the_editor_reports_errors_at_line_and_column() {
         text(&root, ".editor .errors"),
         "2:7: expected `:`, found `f32`"
     );
+    // The same error is marked in the text, on the token at line 2, column 7.
+    let mark = q(&root, ".editor .code-backdrop mark.err");
+    assert_eq!(mark.text_content().unwrap_or_default(), "f32[2]");
+    assert_eq!(
+        mark.get_attribute("title").as_deref(),
+        Some("expected `:`, found `f32`")
+    );
+    let backdrop = text(&root, ".editor .code-backdrop");
+    assert_eq!(backdrop, "mesh [4] (mp)\nvar x f32[2] input\n\n");
+    // Clicking the error in the list puts the caret on it: line 2 starts at 14, column 7.
+    click(&root, ".editor .errors li");
+    assert_eq!(editor.selection_start().ok().flatten(), Some(14 + 6));
 }
 
 #[wasm_bindgen_test]
