@@ -135,7 +135,11 @@ pub fn bench_step(repeat: usize) -> Result<String, String> {
         annotations,
     };
     let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
-    let opts = RunOptions::default();
+    // Time the steps, not the read-back of every gradient and parameter for verification.
+    let opts = RunOptions {
+        record: false,
+        ..RunOptions::default()
+    };
     let serial = median(repeat, || {
         run_serial(&p, &opts).map(|_| ()).map_err(|e| e.to_string())
     })?;

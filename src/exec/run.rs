@@ -37,7 +37,8 @@ pub struct RunOptions {
     pub feeds: HashMap<String, Tensor>,
     /// How long a collective may wait for its group (threads).
     pub timeout: std::time::Duration,
-    /// Record losses, gradients and parameters after each step (off for benchmarks).
+    /// Record gradients and parameters after each step, for verification (off for
+    /// benchmarks: only the losses are read back).
     pub record: bool,
 }
 
@@ -92,11 +93,15 @@ fn snapshot(
     log: &mut Log,
     step: usize,
     p: &Pipeline,
+    record: bool,
     read: &dyn Fn(VarId) -> Result<Tensor, ExecError>,
 ) -> Result<(), ExecError> {
     let program = &p.full.program;
     let loss = read(reported_loss(p))?;
     log.losses.push(loss.scalar());
+    if !record {
+        return Ok(());
+    }
     if step == 0 {
         log.first_loss = Some(loss);
         for &(param, g) in &p.backward.param_grads {
@@ -129,7 +134,7 @@ pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
             ));
         }
         let env = &rank.env;
-        snapshot(&mut log, step, p, &|v| {
+        snapshot(&mut log, step, p, opts.record, &|v| {
             env.get(v.index()).cloned().flatten().ok_or_else(|| {
                 ExecError::Setup(format!("`{}` was not computed", program.var(v).name))
             })
@@ -250,7 +255,7 @@ pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result
         }
         let envs: Vec<&Vec<Option<Tensor>>> = ranks.iter().map(|r| &r.env).collect();
         let cell = std::cell::RefCell::new(0.0f64);
-        snapshot(&mut log, step, p, &|v| {
+        snapshot(&mut log, step, p, opts.record, &|v| {
             let mut d = *cell.borrow();
             let t = gather_var(p, &envs, v, &mut d);
             *cell.borrow_mut() = d;

@@ -111,23 +111,40 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 /// (numpy rules, aligned right).
 pub fn broadcast_index(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
     let n: usize = out_shape.iter().product();
-    let offset = out_shape.len() - shape.len();
+    if shape == out_shape {
+        return (0..n).collect();
+    }
+    let r = out_shape.len();
+    let offset = r.saturating_sub(shape.len());
     let in_strides = strides(shape);
+    // The input stride of each output dim: 0 where the input is broadcast along it.
+    let step: Vec<usize> = (0..r)
+        .map(|d| match d.checked_sub(offset) {
+            Some(k) if shape[k] != 1 => in_strides[k],
+            _ => 0,
+        })
+        .collect();
     let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; out_shape.len()];
-    for _ in 0..n {
-        let mut i = 0;
-        for (d, &s) in shape.iter().enumerate() {
-            if s != 1 {
-                i += idx[d + offset] * in_strides[d];
-            }
-        }
-        out.push(i);
-        for d in (0..out_shape.len()).rev() {
+    let (Some(&last), Some(&last_step)) = (out_shape.last(), step.last()) else {
+        out.push(0); // a scalar output
+        return out;
+    };
+    if n == 0 {
+        return out;
+    }
+    // Walk the outer dims with an odometer that keeps the input offset up to date, and fill
+    // each innermost row in one go.
+    let mut idx = vec![0usize; r - 1];
+    let mut base = 0usize;
+    for _ in 0..n / last {
+        out.extend((0..last).map(|j| base + j * last_step));
+        for d in (0..r - 1).rev() {
             idx[d] += 1;
+            base += step[d];
             if idx[d] < out_shape[d] {
                 break;
             }
+            base -= step[d] * idx[d];
             idx[d] = 0;
         }
     }
@@ -136,10 +153,64 @@ pub fn broadcast_index(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
 
 /// Sums `grad` (of `out_shape`) down to `shape` over the broadcast dims.
 pub fn reduce_to(grad: &[f64], out_shape: &[usize], shape: &[usize]) -> Vec<f64> {
+    if shape == out_shape {
+        return grad.to_vec();
+    }
     let map = broadcast_index(shape, out_shape);
     let mut acc = vec![0.0; shape.iter().product()];
     for (g, &i) in grad.iter().zip(&map) {
         acc[i] += g;
     }
     acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The definition: for each output element, unravel its index and drop broadcast dims.
+    fn reference(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+        let n: usize = out_shape.iter().product();
+        let offset = out_shape.len() - shape.len();
+        let in_strides = strides(shape);
+        (0..n)
+            .map(|mut flat| {
+                let mut i = 0;
+                for d in (0..out_shape.len()).rev() {
+                    let c = flat % out_shape[d];
+                    flat /= out_shape[d];
+                    if d >= offset && shape[d - offset] != 1 {
+                        i += c * in_strides[d - offset];
+                    }
+                }
+                i
+            })
+            .collect()
+    }
+
+    #[test]
+    fn broadcast_index_matches_its_definition() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[], &[]),
+            (&[], &[3]),
+            (&[1], &[4]),
+            (&[4], &[4]),
+            (&[3], &[2, 3]),
+            (&[2, 1], &[2, 3]),
+            (&[1, 3], &[2, 3]),
+            (&[2, 1, 4], &[2, 3, 4]),
+            (&[1, 1, 4], &[2, 3, 4]),
+            (&[3, 1], &[2, 3, 5]),
+            (&[2, 3, 4], &[2, 3, 4]),
+            (&[1], &[2, 0, 3]),
+            (&[5, 1, 1], &[5, 2, 3]),
+        ];
+        for &(shape, out) in cases {
+            assert_eq!(
+                broadcast_index(shape, out),
+                reference(shape, out),
+                "{shape:?} -> {out:?}"
+            );
+        }
+    }
 }
