@@ -61,7 +61,7 @@ pub fn LedgerView() -> Html {
             count("backward")
         )
     } else {
-        format!("Tensor-parallel all-reduces: {} forward, {} backward. A Megatron MLP (column then row) needs 1 + 1.", count("forward"), count("backward"))
+        format!("Tensor-parallel all-reduces: {} forward, {} backward. A Megatron MLP (column then row) needs 1 + 1; the backward one completes the input's gradient, so none is needed when the input is data.", count("forward"), count("backward"))
     };
     let r = p.partitioned.ranks.iter().find(|r| r.rank == rank);
     let memory = |kinds: &[VarKind]| -> f64 {
