@@ -180,6 +180,10 @@ async fn the_partition_stage_colours_communication() {
         1,
         "one tensor-parallel all-reduce"
     );
+    assert_eq!(
+        text(&root, ".op.comm.tp .impl"),
+        "group [0, 1, 2, 3] · SUM · 960 B sent"
+    );
     select(&root, "#rank", "2");
     settle().await;
     assert!(text(&root, ".program-panel h2").starts_with("Rank 2 — "));

@@ -6,7 +6,7 @@ use crate::ir::VarKind;
 use crate::passes::ledger::Purpose;
 use yew::prelude::*;
 
-fn bytes(b: f64) -> String {
+pub(super) fn bytes(b: f64) -> String {
     if b >= 1048576.0 {
         format!("{:.1} MiB", b / 1048576.0)
     } else if b >= 1024.0 {

@@ -163,7 +163,18 @@ pub fn ProgramView() -> Html {
                 .ops
                 .get(i)
                 .map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
-            Stage::Partition => op.attr_ints("group").map(|g| format!("group {g:?}")),
+            // Inserted communication shows what it costs: group, reduce type, bytes sent.
+            Stage::Partition => op.attr_ints("group").map(|g| {
+                let reduce = op
+                    .attr_str("reduce_type")
+                    .map(|r| format!(" · {r}"))
+                    .unwrap_or_default();
+                let sent = crate::passes::ledger::bytes_per_rank(program, op);
+                format!(
+                    "group {g:?}{reduce} · {} sent",
+                    super::ledger_view::bytes(sent)
+                )
+            }),
         };
         let class = classes!(
             "op",
