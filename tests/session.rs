@@ -277,3 +277,100 @@ fn hostile_links_give_messages() {
         Some("a b&c=d;e/f".to_string())
     );
 }
+
+/// Random action sequences from every preset: the reducer never panics, and the state
+/// stays coherent — the selected rank is on the mesh and its program is built, the
+/// timeline is within the trace, and the URL hash restores the same plan and view.
+mod random_actions {
+    use super::*;
+    use proptest::prelude::*;
+    use shardlab::session::preset_names;
+
+    /// Variables are drawn as `#k` and resolved against the preset's variables (or left
+    /// unknown when k is past them, to exercise the error path).
+    fn action() -> impl Strategy<Value = Action> {
+        let var = (0usize..64).prop_map(|k| format!("#{k}"));
+        let choice = prop_oneof![
+            Just(DimChoice::Free),
+            Just(DimChoice::Replicated),
+            proptest::collection::vec(0usize..4, 1..3).prop_map(DimChoice::Axes),
+        ];
+        prop_oneof![
+            proptest::collection::vec(1usize..5, 1..4).prop_map(Action::SetMeshShape),
+            (0usize..4, "[a-z]{1,3}|[0-9 ]{0,2}").prop_map(|(a, n)| Action::RenameAxis(a, n)),
+            (var.clone(), 0usize..4, choice).prop_map(|(var, dim, choice)| Action::SetDim {
+                var,
+                dim,
+                choice
+            }),
+            var.clone().prop_map(Action::ClearAnnotation),
+            proptest::option::of(var).prop_map(Action::SelectVar),
+            (0u32..40).prop_map(Action::SelectRank),
+            (0usize..4).prop_map(|i| Action::SetNotation(Notation::ALL[i])),
+            prop_oneof![
+                Just(Stage::Forward),
+                Just(Stage::Backward),
+                Just(Stage::Partition)
+            ]
+            .prop_map(Action::SetStage),
+            (-30i64..30).prop_map(Action::Step),
+            (0usize..200).prop_map(Action::Seek),
+            Just(Action::TogglePlay),
+            Just(Action::Tick),
+            "[ -~\n]{0,40}".prop_map(Action::EditText),
+            Just(Action::Dismiss),
+        ]
+    }
+
+    fn resolve(a: Action, vars: &[String]) -> Action {
+        let name = |v: String| match v.strip_prefix('#').and_then(|k| k.parse::<usize>().ok()) {
+            Some(k) if k < vars.len() => vars[k].clone(),
+            _ => v,
+        };
+        match a {
+            Action::SetDim { var, dim, choice } => Action::SetDim {
+                var: name(var),
+                dim,
+                choice,
+            },
+            Action::ClearAnnotation(v) => Action::ClearAnnotation(name(v)),
+            Action::SelectVar(v) => Action::SelectVar(v.map(name)),
+            other => other,
+        }
+    }
+
+    fn check(s: &Session) -> Result<(), TestCaseError> {
+        let mesh = s.mesh().expect("a session always has a mesh");
+        prop_assert!(mesh.process_ids().contains(&s.selected_rank));
+        prop_assert!(s.timeline <= s.events() || s.timeline == usize::MAX);
+        if let Some(p) = &s.pipeline {
+            prop_assert!(p.has_rank(s.selected_rank), "the rank on screen is built");
+        }
+        let back = Session::from_hash(&s.to_hash()).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(back.plan.to_string(), s.plan.to_string());
+        prop_assert_eq!(back.selected_rank, s.selected_rank);
+        prop_assert_eq!(back.stage, s.stage);
+        prop_assert_eq!(back.notation, s.notation);
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn the_reducer_stays_coherent(
+            preset in 0usize..5,
+            actions in proptest::collection::vec(action(), 1..12),
+        ) {
+            let names = preset_names();
+            let mut s = Session::from_scenario(names[preset % names.len()].0).unwrap();
+            let vars: Vec<String> =
+                s.plan.program.vars().iter().map(|v| v.name.to_string()).collect();
+            check(&s)?;
+            for (i, a) in actions.into_iter().enumerate() {
+                let a = resolve(a, &vars);
+                s = s.reduce(a.clone());
+                check(&s).map_err(|e| TestCaseError::fail(format!("after action {i} {a:?}: {e}")))?;
+            }
+        }
+    }
+}
