@@ -148,6 +148,23 @@ async fn the_timeline_steps_and_highlights() {
 }
 
 #[wasm_bindgen_test]
+async fn conflicts_are_marked_on_their_op_once_reached() {
+    let root = app("#s=reshard_conflict").await;
+    assert!(text(&root, ".timeline .count").contains("conflict"));
+    assert!(count(&root, ".op.conflict") >= 1);
+    let badge = q(&root, ".op.conflict .conflict-badge");
+    let why = badge.get_attribute("title").unwrap_or_default();
+    assert!(why.contains("pinned"), "{why}");
+    click(&root, ".timeline button[title='start (Home)']");
+    settle().await;
+    assert_eq!(
+        count(&root, ".op.conflict"),
+        0,
+        "not before the timeline reaches it"
+    );
+}
+
+#[wasm_bindgen_test]
 async fn the_inspector_annotates_a_dim() {
     let root = app("").await;
     click(&root, ".chip[data-var='x']");

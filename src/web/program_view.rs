@@ -87,6 +87,17 @@ pub fn ProgramView() -> Html {
                 .and_then(|i| p.completed.trace.events.get(i))
         })
         .flatten();
+    // Conflicts the timeline has reached, by op: the rule's wish that completion refused.
+    let mut conflicts: std::collections::HashMap<usize, Vec<String>> = Default::default();
+    if s.stage == Stage::Forward {
+        let reached = s.timeline.min(p.completed.trace.events.len());
+        for (i, e) in p.completed.trace.events[..reached].iter().enumerate() {
+            if matches!(e.kind, EventKind::Rejected(_)) {
+                let why = s.event_text(i).unwrap_or_default();
+                conflicts.entry(e.op.index()).or_default().push(why);
+            }
+        }
+    }
     let forward_attrs = if s.stage == Stage::Forward {
         s.tensors_at(s.timeline)
     } else {
@@ -176,10 +187,12 @@ pub fn ProgramView() -> Html {
                 )
             }),
         };
+        let conflict = conflicts.get(&i).map(|w| w.join("\n"));
         let class = classes!(
             "op",
             scope_class(op),
             current.then_some("current"),
+            conflict.is_some().then_some("conflict"),
             format!("role-{}", op.role.name())
         );
         rows.push(html! {
@@ -187,6 +200,7 @@ pub fn ProgramView() -> Html {
                 <span class="index">{ format!("{i}") }</span>
                 <span class="type">{ op.ty.name() }</span>
                 if let Some(m) = impl_name { <span class="impl">{ m }</span> }
+                if let Some(why) = conflict { <span class="conflict-badge" title={why}>{ "conflict" }</span> }
                 <span class="io">
                     { for op.all_inputs().map(|v| chip(&chip_ctx, v, &on_select)) }
                     <span class="arrow">{ "→" }</span>

@@ -47,7 +47,7 @@ pub fn Timeline() -> Html {
                 { button("›", "step (→)", Action::Step(1)) }
                 { button("»", "end (End)", Action::Seek(usize::MAX)) }
                 <input type="range" min="0" max={n.to_string()} value={t.to_string()} {oninput} aria-label="completion step" />
-                <span class="count">{ format!("{t} / {n} events{}", if conflicts > 0 { format!(", {conflicts} conflicts") } else { String::new() }) }</span>
+                <span class="count">{ format!("{t} / {n} events{}", if conflicts == 1 { ", 1 conflict".to_string() } else if conflicts > 1 { format!(", {conflicts} conflicts") } else { String::new() }) }</span>
             </div>
             <p class="event">{ current }</p>
         </section>
