@@ -205,6 +205,22 @@ async fn the_partition_stage_colours_communication() {
     settle().await;
     assert!(text(&root, ".program-panel h2").starts_with("Rank 2 — "));
     assert!(text(&root, ".rank-lens").contains("all_reduce SUM linear_1.tmp_0 over [0, 1, 2, 3]"));
+    // linear_0.w_0 is split by columns over the 4 ranks: rank 2 holds the third block.
+    let first = q(&root, ".rank-lens .shards li");
+    assert!(first
+        .text_content()
+        .unwrap_or_default()
+        .starts_with("linear_0.w_0"));
+    let cells = first.query_selector_all(".mini-grid .cell").unwrap();
+    let mine: Vec<u32> = (0..cells.length())
+        .filter(|&i| {
+            cells
+                .item(i)
+                .and_then(|n| n.dyn_into::<Element>().ok())
+                .is_some_and(|e| e.class_name().split_whitespace().any(|c| c == "mine"))
+        })
+        .collect();
+    assert_eq!((cells.length(), mine), (4, vec![2]));
 }
 
 #[wasm_bindgen_test]

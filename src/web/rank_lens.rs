@@ -2,6 +2,7 @@
 //! and its groups (lit on the mesh in the mesh panel).
 
 use super::app::AppCtx;
+use super::inspector::block_owners;
 use super::program_view::scope_class;
 use crate::ir::OpClass;
 use crate::session::{Action, Stage};
@@ -46,13 +47,32 @@ pub fn RankLens() -> Html {
             html! { <li class={scope_class(o)}>{ format!("{}{reduce} {x} over {group}", o.ty.name()) }<small>{ format!(" {}", o.role.name()) }</small></li> }
         })
         .collect();
+    // Each parameter's blocks drawn on its grid (dims 0 and 1), this rank's block filled:
+    // which device holds which block, as JAX's visualize_array_sharding draws it.
     let params: Vec<Html> = r
         .program
         .vars()
         .iter()
-        .take(p.full.program.vars().len())
-        .filter(|v| v.kind == crate::ir::VarKind::Parameter)
-        .map(|v| html! { <li>{ format!("{} {:?} of {:?}", v.name, v.ty.shape, p.full.program.var(p.full.program.var_id(&v.name).unwrap_or(crate::ir::VarId(0))).ty.shape) }</li> })
+        .zip(p.full.program.vars().iter().zip(&p.full.tensors))
+        .filter(|(v, _)| v.kind == crate::ir::VarKind::Parameter)
+        .map(|(v, (global, attr))| {
+            let blocks = block_owners(attr);
+            let cols = blocks.first().map_or(1, Vec::len).max(1);
+            let cells = blocks.iter().flatten().map(|devs| {
+                let mine = devs.contains(&r.rank);
+                let title = format!("devices {devs:?}");
+                html! { <span class={classes!("cell", mine.then_some("mine"))} {title}></span> }
+            });
+            let style = format!("grid-template-columns: repeat({cols}, 9px)");
+            let name = v.name.to_string();
+            let onclick = ctx.on(move |_: MouseEvent| Action::SelectVar(Some(name.clone())));
+            html! {
+                <li {onclick} title="inspect this tensor">
+                    <span class="mini-grid" {style}>{ for cells }</span>
+                    { format!("{} {:?} of {:?}", v.name, v.ty.shape, global.ty.shape) }
+                </li>
+            }
+        })
         .collect();
     html! {
         <section class="panel rank-lens">
