@@ -59,6 +59,27 @@ fn presets_distributed_equals_serial() {
 }
 
 #[test]
+fn megatron_sums_distributed_equals_serial() {
+    let opts = PipelineOptions {
+        partition: shardlab::passes::partition::PartitionOptions {
+            defer_partial_sums: true,
+            ..Default::default()
+        },
+        ..PipelineOptions::default()
+    };
+    for (model, layers) in [(Model::Gpt, 2), (Model::EmbeddingLm, 1)] {
+        for (config, mesh, shards) in standard_configs(model, layers) {
+            let plan = preset_plan(model, layers, mesh, &shards);
+            assert_equal(
+                &format!("{} x{layers} {config} megatron sums", model.name()),
+                &plan,
+                &opts,
+            );
+        }
+    }
+}
+
+#[test]
 fn scenarios_distributed_equals_serial() {
     for s in shardlab::models::scenarios::scenarios() {
         assert_equal(s.name, &s.plan().unwrap(), &PipelineOptions::default());

@@ -309,6 +309,63 @@ fn ledger_counts_match_megatron_and_paddle() {
     }
 }
 
+/// With Megatron's sums the q/k/v input gradients stay partial through their sum, which is
+/// all-reduced once: 2 forward + 2 backward per layer, Megatron's reference.
+#[test]
+fn megatron_sums_give_two_backward_all_reduces_per_layer() {
+    use shardlab::passes::partition::PartitionOptions;
+    let opts = PipelineOptions {
+        partition: PartitionOptions {
+            defer_partial_sums: true,
+            ..PartitionOptions::default()
+        },
+        ..PipelineOptions::default()
+    };
+    for layers in [1, 2] {
+        let (_, mesh, shards) = standard_configs(Model::Gpt, layers)
+            .into_iter()
+            .find(|c| c.0 == "dp_mp")
+            .unwrap();
+        let p = run_pipeline(&preset_plan(Model::Gpt, layers, mesh, &shards), &opts).unwrap();
+        for rank in [0, 5] {
+            assert_eq!(
+                count(&p, rank, "forward", Purpose::TensorParallel),
+                2 * layers
+            );
+            assert_eq!(
+                count(&p, rank, "backward", Purpose::TensorParallel),
+                2 * layers
+            );
+            assert_eq!(
+                count(&p, rank, "backward", Purpose::DataParallel),
+                16 * layers + 2
+            );
+        }
+        // The sum of the q/k/v input gradients is followed by the all-reduce of its result.
+        let r = &p.partitioned.ranks[5].program;
+        let ops = r.ops();
+        for l in 0..layers {
+            let name = format!("h{l}.ln_1.out@GRAD");
+            let i = ops
+                .iter()
+                .position(|o| {
+                    o.ty == OpType::Sum && r.var(o.output("Out")[0]).name.as_ref() == name
+                })
+                .unwrap_or_else(|| panic!("no sum for {name}"));
+            assert_eq!(ops[i + 1].ty, OpType::AllReduce, "{name}");
+            assert_eq!(ops[i + 1].input("X"), ops[i].output("Out"));
+            assert_eq!(ops[i + 1].attr_ints("group"), Some(&[4i64, 5, 6, 7][..]));
+        }
+        assert_eq!(
+            p.ledger
+                .iter()
+                .filter(|e| e.purpose == Purpose::Reshard)
+                .count(),
+            0
+        );
+    }
+}
+
 #[test]
 fn amp_and_global_norm_sync_exactly_when_enabled() {
     let plan = Scenario::by_name("gpt_dp_mp").unwrap().plan().unwrap();

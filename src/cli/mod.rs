@@ -112,6 +112,10 @@ struct PlanArgs {
     /// Do not scale data-parallel gradients by 1/|group| after the all-reduce.
     #[arg(long)]
     no_grad_scale: bool,
+    /// Megatron's backward: keep column-parallel input gradients partial through their sum
+    /// and all-reduce the sum once (2 tensor-parallel all-reduces per layer, not Paddle's 4).
+    #[arg(long)]
+    megatron_sums: bool,
     /// Explain why each dim of this variable is split the way it is.
     #[arg(long, value_name = "VAR")]
     explain: Option<String>,
@@ -156,6 +160,9 @@ pub(crate) struct RunArgs {
     /// Clip gradients to this global norm.
     #[arg(long, value_name = "NORM")]
     clip_norm: Option<f64>,
+    /// Megatron's backward: all-reduce summed column-parallel input gradients once.
+    #[arg(long)]
+    megatron_sums: bool,
     /// Write loss.npy, grad.<param>.npy (first step) and <param>.npy (after the last step)
     /// under DIR/serial and DIR/distributed.
     #[arg(long, value_name = "DIR")]
@@ -387,6 +394,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         partition: crate::passes::partition::PartitionOptions {
             scale_gradients: !args.no_grad_scale,
             ranks: None,
+            defer_partial_sums: args.megatron_sums,
         },
     };
     if let Some(norm) = args.clip_norm.filter(|n| !(n.is_finite() && *n > 0.0)) {

@@ -94,7 +94,10 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             amp: args.amp,
             clip_norm: args.clip_norm,
         },
-        ..Default::default()
+        partition: crate::passes::partition::PartitionOptions {
+            defer_partial_sums: args.megatron_sums,
+            ..Default::default()
+        },
     };
     let pipeline = match run_pipeline(&plan, &opts) {
         Ok(p) => p,

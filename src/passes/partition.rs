@@ -6,8 +6,8 @@ use super::dist_program::DistProgram;
 use super::grad_sync::sync_gradients;
 use super::rank::{scope, Groups, PartitionError, RankBuilder};
 use super::reshard::reshard;
-use crate::dist::{ReduceType, TensorDistAttr};
-use crate::dist_ops::{after, find_impl, lower};
+use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
+use crate::dist_ops::{after, find_impl, lower, Impl};
 use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, VarId};
 use std::collections::HashMap;
 
@@ -36,6 +36,11 @@ pub struct PartitionOptions {
     pub scale_gradients: bool,
     /// Partition only these ranks (all when `None`): the playground shows one rank at a time.
     pub ranks: Option<Vec<u32>>,
+    /// Megatron's backward: a column-parallel input gradient that is summed with others
+    /// stays partial through the sum, which is all-reduced once (2 tensor-parallel
+    /// all-reduces per transformer layer backward instead of Paddle's 4). Off by default to
+    /// match Paddle's planner op for op.
+    pub defer_partial_sums: bool,
 }
 
 impl Default for PartitionOptions {
@@ -43,6 +48,7 @@ impl Default for PartitionOptions {
         PartitionOptions {
             scale_gradients: true,
             ranks: None,
+            defer_partial_sums: false,
         }
     }
 }
@@ -57,9 +63,19 @@ pub fn partition(
     loss_avg_axes: &[usize],
     opts: &PartitionOptions,
 ) -> Result<Partitioned, PartitionError> {
-    let mut is_param_grad = vec![false; dp.program.vars().len()];
+    let mut marks = Marks {
+        param_grad: vec![false; dp.program.vars().len()],
+        summed: vec![false; dp.program.vars().len()],
+    };
     for g in param_grads {
-        is_param_grad[g.index()] = true;
+        marks.param_grad[g.index()] = true;
+    }
+    for op in dp.program.ops() {
+        if op.ty == OpType::Sum && op.role == OpRole::Backward {
+            for x in op.input("X") {
+                marks.summed[x.index()] = true;
+            }
+        }
     }
     let mut groups = Groups::new(&dp.mesh);
     let wanted: Vec<u32> = match &opts.ranks {
@@ -74,16 +90,7 @@ pub fn partition(
     };
     let mut ranks = Vec::with_capacity(wanted.len());
     let rank_program = |rank: u32, registry: &mut Groups| {
-        let scale = opts.scale_gradients;
-        partition_rank(
-            dp,
-            rank,
-            forward_of,
-            &is_param_grad,
-            loss_avg_axes,
-            scale,
-            registry,
-        )
+        partition_rank(dp, rank, forward_of, &marks, loss_avg_axes, opts, registry)
     };
     if groups.is_complete() {
         // Ranks are independent: each gets its own registry sharing the canonical ids, merged
@@ -136,9 +143,9 @@ fn partition_rank(
     dp: &DistProgram,
     rank: u32,
     forward_of: &HashMap<OpId, OpId>,
-    is_param_grad: &[bool],
+    marks: &Marks,
     loss_avg_axes: &[usize],
-    scale_gradients: bool,
+    opts: &PartitionOptions,
     groups: &mut Groups,
 ) -> Result<RankProgram, PartitionError> {
     let mut b = RankBuilder::new(rank, &dp.mesh, &dp.program, &dp.tensors, groups)?;
@@ -146,6 +153,13 @@ fn partition_rank(
         let attr = &dp.ops[i];
         b.role = op.role;
         if op.ty == OpType::Sum && op.role == OpRole::Optimize && global_norm_sum(&mut b, op)? {
+            continue;
+        }
+        if opts.defer_partial_sums
+            && op.ty == OpType::Sum
+            && op.role == OpRole::Backward
+            && sum_partials(&mut b, op, attr, marks)?
+        {
             continue;
         }
         let mut local = op.clone();
@@ -161,8 +175,24 @@ fn partition_rank(
             .map(|f| (dp.program.op(*f), &dp.ops[f.index()]));
         let imp = find_impl(op, attr, fwd, &dp.program);
         lower(&mut b, local, attr, imp, &dp.tensors)?;
-        sync_gradients(&mut b, op, is_param_grad, loss_avg_axes, scale_gradients);
-        after(&mut b, op, imp);
+        sync_gradients(
+            &mut b,
+            op,
+            &marks.param_grad,
+            loss_avg_axes,
+            opts.scale_gradients,
+        );
+        let deferred = opts.defer_partial_sums
+            && imp == Impl::MatmulColumn
+            && op.ty == OpType::MatmulV2Grad
+            && op
+                .outputs
+                .first()
+                .and_then(|s| s.first())
+                .is_some_and(|g| marks.summed[g.index()]);
+        if !deferred {
+            after(&mut b, op, imp);
+        }
         if op.ty == OpType::CheckFiniteAndUnscale && dp.mesh.size() > 1 {
             if let Some(&found) = op.output("FoundInfinite").first() {
                 let all: Vec<usize> = (0..dp.mesh.ndim()).collect();
@@ -190,6 +220,61 @@ fn partition_rank(
         attrs: b.cur,
         origin: b.origin,
     })
+}
+
+/// Per serial variable: is it a parameter gradient (synchronised), is it summed in the
+/// backward (a partial contribution may wait for the sum).
+struct Marks {
+    param_grad: Vec<bool>,
+    summed: Vec<bool>,
+}
+
+/// A backward sum whose inputs are all partial over the same mesh axes (SUM) and already in
+/// the output's dims: add them locally and all-reduce the sum once. Returns false (and
+/// emits nothing) when that does not hold; the caller then settles each input first.
+fn sum_partials(
+    b: &mut RankBuilder,
+    op: &Op,
+    attr: &OperatorDistAttr,
+    marks: &Marks,
+) -> Result<bool, PartitionError> {
+    let xs = op.input("X");
+    let (Some(&first), Some(&out)) = (xs.first(), op.output("Out").first()) else {
+        return Ok(false);
+    };
+    let Some(wanted_out) = attr.outputs.first().and_then(|s| s.first()) else {
+        return Ok(false);
+    };
+    let partial = b.cur[first.index()].partial.clone();
+    if partial.is_empty()
+        || partial.iter().any(|p| p.1 != ReduceType::Sum)
+        || marks.param_grad[out.index()]
+        || b.cur[out.index()].dims != wanted_out.dims
+    {
+        return Ok(false);
+    }
+    let all_alike = xs.iter().enumerate().all(|(j, x)| {
+        let cur = &b.cur[x.index()];
+        let wanted = attr.inputs.first().and_then(|s| s.get(j));
+        cur.partial == partial
+            && cur.dims == wanted_out.dims
+            && wanted.is_some_and(|w| w.dims == cur.dims)
+    });
+    if !all_alike {
+        return Ok(false);
+    }
+    b.local(op.clone());
+    let axes: Vec<usize> = partial.iter().map(|p| p.0).collect();
+    b.collective(
+        OpType::AllReduce,
+        out,
+        out,
+        &axes,
+        vec![("reduce_type", Attr::Str("SUM".into()))],
+        scope::TENSOR_PARALLEL,
+    );
+    b.cur[out.index()] = DistProgram::settled(wanted_out);
+    Ok(true)
 }
 
 /// Global-norm clipping's sum of squared norms: norms sharded over the same mesh axes are
