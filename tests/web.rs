@@ -285,6 +285,25 @@ fn the_javascript_api_plans() {
         shardlab::web::plan(bad).unwrap_err().as_string().as_deref(),
         Some("unknown preset `nope`")
     );
+    // Megatron's sums halve the backward tensor-parallel all-reduces of a GPT layer.
+    let backward_tp = |request: &str| {
+        let out = shardlab::web::plan(js_sys::JSON::parse(request).unwrap()).unwrap();
+        let ledger = js_sys::Array::from(&js_sys::Reflect::get(&out, &"ledger".into()).unwrap());
+        ledger
+            .iter()
+            .filter(|e| {
+                let field = |k: &str| js_sys::Reflect::get(e, &k.into()).unwrap();
+                field("rank").as_f64() == Some(5.0)
+                    && field("phase").as_string().as_deref() == Some("backward")
+                    && field("purpose").as_string().as_deref() == Some("TensorParallel")
+            })
+            .count()
+    };
+    assert_eq!(backward_tp(r#"{"preset": "gpt_dp_mp"}"#), 4);
+    assert_eq!(
+        backward_tp(r#"{"preset": "gpt_dp_mp", "megatron_sums": true}"#),
+        2
+    );
 }
 
 #[wasm_bindgen_test]

@@ -1,5 +1,5 @@
 //! The JavaScript API for documentation pages that drive the planner without the UI:
-//! `plan({preset | text, mesh?, shards?})` returns every stage, the dist attrs, the ledger
+//! `plan({preset | text, mesh?, shards?, megatron_sums?})` returns every stage, the dist attrs, the ledger
 //! and the trace as plain JS objects (see `www/api.html`).
 
 use crate::models::scenarios::Scenario;
@@ -17,6 +17,9 @@ struct Request {
     mesh: Option<String>,
     #[serde(default)]
     shards: Vec<String>,
+    /// Megatron's backward sums (see `PartitionOptions::defer_partial_sums`).
+    #[serde(default)]
+    megatron_sums: bool,
 }
 
 /// Plans `request` and returns the whole pipeline as a JS object; errors are JS errors
@@ -57,7 +60,14 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
         plan.annotations.retain(|a| a.var != ann.var);
         plan.annotations.push(ann);
     }
-    let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| err(e.to_string()))?;
+    let opts = PipelineOptions {
+        partition: crate::passes::partition::PartitionOptions {
+            defer_partial_sums: req.megatron_sums,
+            ..Default::default()
+        },
+        ..PipelineOptions::default()
+    };
+    let p = run_pipeline(&plan, &opts).map_err(|e| err(e.to_string()))?;
     let json = crate::report::pipeline_json(&p, None);
     serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible())
         .map_err(|e| err(e.to_string()))
