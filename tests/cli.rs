@@ -417,3 +417,27 @@ fn run_trains_serially_and_distributed_and_verifies() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn megatron_sums_halve_the_backward_tensor_parallel_all_reduces() {
+    let ledger = |extra: &[&str]| {
+        let mut args = vec!["plan", "--scenario", "gpt_dp_mp", "--ledger", "--rank", "5"];
+        args.extend_from_slice(extra);
+        let out = shardlab(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let paddle = ledger(&[]);
+    assert!(
+        paddle.contains("backward   tensor parallel  all_reduce          4"),
+        "{paddle}"
+    );
+    let megatron = ledger(&["--megatron-sums"]);
+    assert!(
+        megatron.contains("backward   tensor parallel  all_reduce          2"),
+        "{megatron}"
+    );
+    let run = shardlab(&["run", "--scenario", "gpt_dp_mp", "--megatron-sums"]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(text(&run.stdout).contains("PASS:"), "{}", text(&run.stdout));
+}
