@@ -78,6 +78,8 @@ pub enum Action {
     /// The plan text in the editor (applied only when it parses and verifies).
     EditText(String),
     Run,
+    /// Megatron's backward sums on or off (see `PartitionOptions::defer_partial_sums`).
+    SetMegatronSums(bool),
     Dismiss,
 }
 
@@ -112,6 +114,8 @@ pub struct Session {
     pub message: Option<String>,
     pub run: Option<RunSummary>,
     pub embed: bool,
+    /// Partition with Megatron's backward sums instead of Paddle's per-matmul all-reduces.
+    pub megatron_sums: bool,
 }
 
 impl PartialEq for Session {
@@ -128,6 +132,7 @@ impl PartialEq for Session {
             && self.run == other.run
             && self.embed == other.embed
             && self.plan_error == other.plan_error
+            && self.megatron_sums == other.megatron_sums
     }
 }
 
@@ -170,6 +175,7 @@ impl Session {
             message: None,
             run: None,
             embed: false,
+            megatron_sums: false,
         };
         s.replan();
         s
@@ -208,6 +214,7 @@ impl Session {
         let opts = PipelineOptions {
             partition: PartitionOptions {
                 ranks: Some(vec![self.selected_rank]),
+                defer_partial_sums: self.megatron_sums,
                 ..PartitionOptions::default()
             },
             ..PipelineOptions::default()
@@ -239,6 +246,7 @@ impl Session {
         }
         let opts = PartitionOptions {
             ranks,
+            defer_partial_sums: self.megatron_sums,
             ..PartitionOptions::default()
         };
         if let Err(e) = Arc::make_mut(p).repartition(&opts) {
@@ -262,6 +270,9 @@ impl Session {
             Action::LoadScenario(name) => match Session::from_scenario(&name) {
                 Ok(mut s) => {
                     s.notation = self.notation;
+                    if self.megatron_sums {
+                        s = s.reduce(Action::SetMegatronSums(true));
+                    }
                     s.embed = self.embed;
                     return s;
                 }
@@ -310,6 +321,12 @@ impl Session {
             }
             Action::EditText(text) => self.edit_text(text),
             Action::Run => self.run(),
+            Action::SetMegatronSums(on) => {
+                if self.megatron_sums != on {
+                    self.megatron_sums = on;
+                    self.replan();
+                }
+            }
             Action::Dismiss => {}
         }
         self
@@ -537,6 +554,9 @@ impl Session {
         }
         parts.push(format!("rank={}", self.selected_rank));
         parts.push(format!("n={}", self.notation.id()));
+        if self.megatron_sums {
+            parts.push("ms=1".into());
+        }
         parts.join("&")
     }
 
@@ -600,6 +620,16 @@ impl Session {
             s.plan_changed();
             s
         };
+        match fields.get("ms").map(String::as_str) {
+            None | Some("0") => {}
+            Some("1") => s = s.reduce(Action::SetMegatronSums(true)),
+            Some(other) => {
+                return Err(format!(
+                    "the link's `ms` must be 0 or 1, not `{}`",
+                    clip(other)
+                ))
+            }
+        }
         if let Some(stage) = fields.get("stage") {
             s.stage = Stage::from_id(stage)
                 .ok_or_else(|| format!("the link's stage `{}` is unknown", clip(stage)))?;

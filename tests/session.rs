@@ -209,6 +209,45 @@ fn running_in_the_session_verifies() {
 }
 
 #[test]
+fn megatron_sums_replan_and_survive_links_and_presets() {
+    use shardlab::passes::ledger::Purpose;
+    let backward_tp = |s: &Session| {
+        let p = s.pipeline.as_ref().unwrap();
+        p.ledger
+            .iter()
+            .filter(|e| {
+                e.rank == s.selected_rank
+                    && e.phase == "backward"
+                    && e.purpose == Purpose::TensorParallel
+            })
+            .count()
+    };
+    let s = Session::from_scenario("gpt_dp_mp")
+        .unwrap()
+        .reduce(Action::SelectRank(5));
+    assert_eq!(backward_tp(&s), 4, "Paddle's count by default");
+    let s = s.reduce(Action::SetMegatronSums(true));
+    assert!(s.megatron_sums);
+    assert_eq!(backward_tp(&s), 2);
+    // Other ranks built on demand use the same option.
+    let s = s.reduce(Action::SelectRank(2));
+    assert_eq!(backward_tp(&s), 2);
+    let hash = s.to_hash();
+    assert!(hash.contains("ms=1"), "{hash}");
+    let back = Session::from_hash(&hash).unwrap();
+    assert!(back.megatron_sums);
+    assert_eq!(backward_tp(&back), 2);
+    let run = s.clone().reduce(Action::Run);
+    assert!(run.run.as_ref().unwrap().checks.iter().all(|c| c.pass));
+    let other = s.reduce(Action::LoadScenario("megatron_mlp".into()));
+    assert!(other.megatron_sums, "a preference, kept across presets");
+    assert_eq!(
+        Session::from_hash("s=gpt_dp_mp&ms=yes").err().as_deref(),
+        Some("the link's `ms` must be 0 or 1, not `yes`")
+    );
+}
+
+#[test]
 fn the_url_hash_round_trips() {
     let s = Session::from_scenario("gpt_dp_mp")
         .unwrap()
@@ -318,6 +357,7 @@ mod random_actions {
             Just(Action::TogglePlay),
             Just(Action::Tick),
             "[ -~\n]{0,40}".prop_map(Action::EditText),
+            any::<bool>().prop_map(Action::SetMegatronSums),
             Just(Action::Dismiss),
         ]
     }
@@ -351,6 +391,7 @@ mod random_actions {
         prop_assert_eq!(back.selected_rank, s.selected_rank);
         prop_assert_eq!(back.stage, s.stage);
         prop_assert_eq!(back.notation, s.notation);
+        prop_assert_eq!(back.megatron_sums, s.megatron_sums);
         Ok(())
     }
 

@@ -148,6 +148,40 @@ async fn the_timeline_steps_and_highlights() {
 }
 
 #[wasm_bindgen_test]
+async fn the_megatron_sums_toggle_replans_the_ledger() {
+    let root = app("#s=gpt_dp_mp&rank=5").await;
+    let backward_tp = |root: &Element| {
+        let rows = root
+            .query_selector_all(".ledger-table tr.purpose-TensorParallel")
+            .unwrap();
+        (0..rows.length())
+            .filter_map(|i| rows.item(i))
+            .map(|r| r.text_content().unwrap_or_default())
+            .find(|t| t.starts_with("backward"))
+            .unwrap_or_default()
+    };
+    assert!(
+        backward_tp(&root).starts_with("backwardtensor parallelall_reduce4"),
+        "{}",
+        backward_tp(&root)
+    );
+    let toggle: web_sys::HtmlInputElement = q(&root, "#megatron-sums").dyn_into().unwrap();
+    toggle.click();
+    settle().await;
+    assert!(
+        backward_tp(&root).starts_with("backwardtensor parallelall_reduce2"),
+        "{}",
+        backward_tp(&root)
+    );
+    assert!(document()
+        .location()
+        .unwrap()
+        .hash()
+        .unwrap()
+        .contains("ms=1"));
+}
+
+#[wasm_bindgen_test]
 async fn conflicts_are_marked_on_their_op_once_reached() {
     let root = app("#s=reshard_conflict").await;
     assert!(text(&root, ".timeline .count").contains("conflict"));

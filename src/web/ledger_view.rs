@@ -4,6 +4,7 @@
 use super::app::AppCtx;
 use crate::ir::VarKind;
 use crate::passes::ledger::Purpose;
+use crate::session::Action;
 use yew::prelude::*;
 
 pub(super) fn bytes(b: f64) -> String {
@@ -41,6 +42,10 @@ pub fn LedgerView() -> Html {
         }
     }
     let total: f64 = rows.iter().map(|r| r.4).sum();
+    let megatron = {
+        let on = !s.megatron_sums;
+        ctx.on(move |_: Event| Action::SetMegatronSums(on))
+    };
     let count = |phase: &str| {
         p.ledger
             .iter()
@@ -87,6 +92,10 @@ pub fn LedgerView() -> Html {
                 </tbody>
             </table>
             <p class="note">{ note }</p>
+            <label class="toggle" title="keep the q/k/v input gradients partial through their sum and all-reduce it once (Megatron), instead of once per column-parallel matmul (Paddle)">
+                <input type="checkbox" id="megatron-sums" checked={s.megatron_sums} onchange={megatron} />
+                { " Megatron sums (2 backward all-reduces per layer)" }
+            </label>
             <h3>{ "Memory of rank " }{ rank }</h3>
             <table class="memory">
                 <tr><td>{ "parameters" }</td><td>{ bytes(memory(&[VarKind::Parameter])) }</td></tr>
