@@ -23,6 +23,30 @@ fn replicate(dims: &Dims, axes: &[usize]) -> Dims {
         .collect()
 }
 
+/// `dims` without the dims at `removed` (squeeze, decreased slice axes).
+fn drop_dims(dims: &Dims, removed: &[usize]) -> Dims {
+    dims.iter()
+        .enumerate()
+        .filter(|(d, _)| !removed.contains(d))
+        .map(|(_, a)| a.clone())
+        .collect()
+}
+
+/// A `rank`-dim mapping with replicated dims at `inserted` and `kept` filling the others in
+/// order (the inverse of `drop_dims`).
+fn insert_replicated(rank: usize, inserted: &[usize], kept: &Dims) -> Dims {
+    let mut from_kept = kept.iter();
+    (0..rank)
+        .map(|d| {
+            if inserted.contains(&d) {
+                Vec::new()
+            } else {
+                from_kept.next().cloned().unwrap_or_default()
+            }
+        })
+        .collect()
+}
+
 /// slice forward: sliced axes replicated; decreased axes dropped from the output.
 pub fn slice_forward(
     inputs: &[DistTensor],
@@ -32,12 +56,7 @@ pub fn slice_forward(
     let x = arg(inputs, 0, "slice")?;
     check_rank(x, "slice X")?;
     let dims = replicate(x.dims(), axes);
-    let out: Dims = dims
-        .iter()
-        .enumerate()
-        .filter(|(d, _)| !decrease.contains(d))
-        .map(|(_, a)| a.clone())
-        .collect();
+    let out = drop_dims(&dims, decrease);
     Ok(Inferred {
         inputs: vec![Sharding::from_dims(dims)],
         outputs: vec![Sharding::from_dims(out)],
@@ -53,23 +72,9 @@ pub fn slice_backward(
 ) -> Result<Inferred> {
     let x = arg(inputs, 0, "slice")?;
     let out = arg(outputs, 0, "slice")?;
-    let mut from_out = out.dims().iter();
-    let dims: Dims = (0..x.shape.len())
-        .map(|d| {
-            if decrease.contains(&d) {
-                Vec::new()
-            } else {
-                from_out.next().cloned().unwrap_or_default()
-            }
-        })
-        .collect();
+    let dims = insert_replicated(x.shape.len(), decrease, out.dims());
     let dims = replicate(&dims, axes);
-    let out_dims: Dims = dims
-        .iter()
-        .enumerate()
-        .filter(|(d, _)| !decrease.contains(d))
-        .map(|(_, a)| a.clone())
-        .collect();
+    let out_dims = drop_dims(&dims, decrease);
     Ok(Inferred {
         inputs: vec![Sharding::from_dims(dims)],
         outputs: vec![Sharding::from_dims(out_dims)],
@@ -80,13 +85,7 @@ pub fn slice_backward(
 pub fn squeeze_forward(inputs: &[DistTensor], axes: &[usize]) -> Result<Inferred> {
     let x = arg(inputs, 0, "squeeze")?;
     check_rank(x, "squeeze X")?;
-    let out: Dims = x
-        .dims()
-        .iter()
-        .enumerate()
-        .filter(|(d, _)| !axes.contains(d))
-        .map(|(_, a)| a.clone())
-        .collect();
+    let out = drop_dims(x.dims(), axes);
     let wanted = replicate(x.dims(), axes);
     Ok(Inferred {
         inputs: vec![Sharding::from_dims(wanted)],
@@ -102,16 +101,7 @@ pub fn squeeze_backward(
 ) -> Result<Inferred> {
     let x = arg(inputs, 0, "squeeze")?;
     let out = arg(outputs, 0, "squeeze")?;
-    let mut from_out = out.dims().iter();
-    let dims: Dims = (0..x.shape.len())
-        .map(|d| {
-            if axes.contains(&d) {
-                Vec::new()
-            } else {
-                from_out.next().cloned().unwrap_or_default()
-            }
-        })
-        .collect();
+    let dims = insert_replicated(x.shape.len(), axes, out.dims());
     Ok(Inferred {
         inputs: vec![Sharding::from_dims(dims)],
         outputs: vec![Sharding::from_dims(out.dims().clone())],
@@ -122,17 +112,7 @@ pub fn squeeze_backward(
 pub fn unsqueeze_forward(inputs: &[DistTensor], positions: &[usize]) -> Result<Inferred> {
     let x = arg(inputs, 0, "unsqueeze")?;
     check_rank(x, "unsqueeze X")?;
-    let rank = x.shape.len() + positions.len();
-    let mut from_x = x.dims().iter();
-    let out: Dims = (0..rank)
-        .map(|d| {
-            if positions.contains(&d) {
-                Vec::new()
-            } else {
-                from_x.next().cloned().unwrap_or_default()
-            }
-        })
-        .collect();
+    let out = insert_replicated(x.shape.len() + positions.len(), positions, x.dims());
     Ok(Inferred {
         inputs: vec![Sharding::from_dims(x.dims().clone())],
         outputs: vec![Sharding::from_dims(out)],
@@ -147,13 +127,7 @@ pub fn unsqueeze_backward(
 ) -> Result<Inferred> {
     let _ = arg(inputs, 0, "unsqueeze")?;
     let out = arg(outputs, 0, "unsqueeze")?;
-    let dims: Dims = out
-        .dims()
-        .iter()
-        .enumerate()
-        .filter(|(d, _)| !positions.contains(d))
-        .map(|(_, a)| a.clone())
-        .collect();
+    let dims = drop_dims(out.dims(), positions);
     let out_dims = replicate(out.dims(), positions);
     Ok(Inferred {
         inputs: vec![Sharding::from_dims(dims)],
