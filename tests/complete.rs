@@ -13,21 +13,14 @@ use shardlab::models::scenarios::{megatron_shards, Scenario};
 use shardlab::models::Model;
 use shardlab::passes::complete::{completed_text, explain_text, EventKind};
 use shardlab::passes::{complete, complete_from};
-use shardlab::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, Plan};
-use std::sync::Arc;
+use shardlab::plan::{parse_plan, Plan};
 
 fn gpt_plan(mesh: &str, shards: &[String]) -> Plan {
-    let program = Model::Gpt.build(&Model::Gpt.default_config()).unwrap();
-    let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
-    let annotations = shards
-        .iter()
-        .map(|s| parse_shard_spec(s, &program, &mesh).unwrap())
-        .collect();
-    Plan {
-        mesh: Some(mesh),
-        program,
-        annotations,
-    }
+    common::plan_with(
+        Model::Gpt.build(&Model::Gpt.default_config()).unwrap(),
+        mesh,
+        shards,
+    )
 }
 
 fn check_completed(plan: &Plan, golden: ExpectFile) {

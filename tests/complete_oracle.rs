@@ -3,51 +3,19 @@
 //! every op's implementation, and the partial outputs Paddle records on ops.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
 use serde_json::Value;
-use shardlab::dist::{ProcessMesh, TensorDistAttr};
-use shardlab::models::Model;
 use shardlab::passes::{complete, Completed};
-use shardlab::plan::{Annotation, Plan};
-use std::sync::Arc;
 
 fn oracle() -> Value {
     serde_json::from_str(include_str!("oracle/paddle/complete_mlp.json")).unwrap()
 }
 
-/// The plan of one config: Paddle's MLP, the config's mesh, and its annotations
-/// (`None` for a var = not annotated; `None` inside a list = a pinned replicated dim).
-fn plan_of(config: &Value) -> Plan {
-    let ann = &config["annotation"];
-    let shape: Vec<usize> = serde_json::from_value(ann["mesh_shape"].clone()).unwrap();
-    let names: Vec<String> = serde_json::from_value(ann["dim_names"].clone()).unwrap();
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mesh = Arc::new(ProcessMesh::with_names(&shape, &refs).unwrap());
-    let program = Model::Mlp.build(&Model::Mlp.default_config()).unwrap();
-    let mut annotations = Vec::new();
-    for (name, dims) in ann.as_object().unwrap() {
-        let (Some(list), Some(var)) = (dims.as_array(), program.var_id(name)) else {
-            continue;
-        };
-        let mut attr = TensorDistAttr::replicated(mesh.clone(), list.len());
-        for (d, axis) in list.iter().enumerate() {
-            attr.annotated[d] = true;
-            if let Some(a) = axis.as_str() {
-                attr.dims[d] = vec![mesh.axis_by_name(a).unwrap()];
-            }
-        }
-        annotations.push(Annotation { var, attr });
-    }
-    Plan {
-        mesh: Some(mesh),
-        program,
-        annotations,
-    }
-}
-
 fn check_config(name: &str) -> Completed {
     let oracle = oracle();
     let config = &oracle["configs"][name];
-    let plan = plan_of(config);
+    let plan = common::paddle_config_plan(config);
     let c = complete(&plan).unwrap();
     let program = &plan.program;
     for v in config["forward_completion"]["vars"].as_array().unwrap() {

@@ -3,6 +3,8 @@
 //! per tensor, max |a − b| ≤ 1e-5 × max |ref| + 1e-7 (f32); 1e-9 × max |ref| (f64).
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
 use shardlab::exec::npy::read_npy;
 use shardlab::exec::run::{run_distributed, run_serial, Log, RunOptions};
 use shardlab::exec::tensor::Tensor;
@@ -10,9 +12,8 @@ use shardlab::exec::verify::compare;
 use shardlab::ir::DType;
 use shardlab::models::{Model, ModelConfig};
 use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
-use shardlab::plan::{parse_mesh_spec, parse_shard_spec, Plan};
+use shardlab::plan::Plan;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/oracle/jax/mlp_mse");
 
@@ -21,22 +22,11 @@ fn npy(path: &str) -> Tensor {
 }
 
 fn plan(dtype: DType, mesh: &str, shards: &[&str]) -> Plan {
-    let program = Model::MlpMse
-        .build(&ModelConfig {
-            dtype,
-            ..Model::MlpMse.default_config()
-        })
-        .unwrap();
-    let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
-    let annotations = shards
-        .iter()
-        .map(|s| parse_shard_spec(s, &program, &mesh).unwrap())
-        .collect();
-    Plan {
-        mesh: Some(mesh),
-        program,
-        annotations,
-    }
+    let config = ModelConfig {
+        dtype,
+        ..Model::MlpMse.default_config()
+    };
+    common::plan_with(Model::MlpMse.build(&config).unwrap(), mesh, shards)
 }
 
 fn feeds(dtype: DType) -> HashMap<String, Tensor> {

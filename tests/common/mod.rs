@@ -50,11 +50,15 @@ pub fn preset_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -
         layers: layers.max(1),
         ..model.default_config()
     };
-    let program = model.build(&cfg).unwrap();
+    plan_with(model.build(&cfg).unwrap(), mesh, shards)
+}
+
+/// `program` on the mesh `mesh` (e.g. `2x4:dp,mp`) with `shards` (e.g. `x=dp,-`).
+pub fn plan_with<S: AsRef<str>>(program: shardlab::ir::Program, mesh: &str, shards: &[S]) -> Plan {
     let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
     let annotations = shards
         .iter()
-        .map(|s| parse_shard_spec(s, &program, &mesh).unwrap())
+        .map(|s| parse_shard_spec(s.as_ref(), &program, &mesh).unwrap())
         .collect();
     Plan {
         mesh: Some(mesh),
