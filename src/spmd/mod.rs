@@ -258,6 +258,20 @@ impl Rule {
     }
 }
 
+/// `dims` with the dims at `axes` replicated (softmax axes, sliced axes).
+fn replicate(dims: &Dims, axes: &[usize]) -> Dims {
+    dims.iter()
+        .enumerate()
+        .map(|(d, a)| {
+            if axes.contains(&d) {
+                Vec::new()
+            } else {
+                a.clone()
+            }
+        })
+        .collect()
+}
+
 fn rank0(inputs: &[DistTensor]) -> usize {
     inputs.first().map_or(0, |t| t.shape.len())
 }

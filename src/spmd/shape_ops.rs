@@ -8,20 +8,7 @@
 //! tile(repeat=[2,1,1]) x[0,1]            =>  out [-1,0,1]
 //! ```
 
-use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding};
-
-fn replicate(dims: &Dims, axes: &[usize]) -> Dims {
-    dims.iter()
-        .enumerate()
-        .map(|(d, a)| {
-            if axes.contains(&d) {
-                Vec::new()
-            } else {
-                a.clone()
-            }
-        })
-        .collect()
-}
+use super::{arg, check_rank, replicate, Dims, DistTensor, Inferred, Result, Sharding};
 
 /// `dims` without the dims at `removed` (squeeze, decreased slice axes).
 fn drop_dims(dims: &Dims, removed: &[usize]) -> Dims {

@@ -5,20 +5,7 @@
 //! softmax(axis=-1) x[0,-1,1]   =>  x wanted [0,-1,-1] (a reshard), out [0,-1,-1]
 //! ```
 
-use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding};
-
-fn replicate(dims: &Dims, axes: &[usize]) -> Dims {
-    dims.iter()
-        .enumerate()
-        .map(|(d, a)| {
-            if axes.contains(&d) {
-                Vec::new()
-            } else {
-                a.clone()
-            }
-        })
-        .collect()
-}
+use super::{arg, check_rank, replicate, DistTensor, Inferred, Result, Sharding};
 
 /// Forward: the input with the softmax axes replicated; the output the same.
 pub fn forward(inputs: &[DistTensor], axes: &[usize]) -> Result<Inferred> {
