@@ -162,9 +162,12 @@ pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
     entries
 }
 
-/// Counts and bytes per (phase, purpose, kind) for one rank, as text.
-pub fn summary(entries: &[Entry], rank: u32) -> String {
-    let mut rows: Vec<(&str, Purpose, &str, usize, f64)> = Vec::new();
+/// One row of a rank's summary: (phase, purpose, collective, count, bytes sent).
+pub type SummaryRow = (&'static str, Purpose, &'static str, usize, f64);
+
+/// Counts and bytes per (phase, purpose, kind) for one rank, in order of first appearance.
+pub fn summary_rows(entries: &[Entry], rank: u32) -> Vec<SummaryRow> {
+    let mut rows: Vec<SummaryRow> = Vec::new();
     for e in entries.iter().filter(|e| e.rank == rank) {
         match rows
             .iter_mut()
@@ -177,6 +180,12 @@ pub fn summary(entries: &[Entry], rank: u32) -> String {
             None => rows.push((e.phase, e.purpose, e.kind, 1, e.bytes_per_rank)),
         }
     }
+    rows
+}
+
+/// Counts and bytes per (phase, purpose, kind) for one rank, as text.
+pub fn summary(entries: &[Entry], rank: u32) -> String {
+    let rows = summary_rows(entries, rank);
     let mut out = format!("communication of rank {rank} (ring model, bytes sent per rank):\n");
     out.push_str(&format!(
         "  {:<10} {:<16} {:<15} {:>5} {:>12}\n",

@@ -28,19 +28,7 @@ pub fn LedgerView() -> Html {
         return html! {};
     };
     let rank = s.selected_rank;
-    let mut rows: Vec<(&str, Purpose, &str, usize, f64)> = Vec::new();
-    for e in p.ledger.iter().filter(|e| e.rank == rank) {
-        match rows
-            .iter_mut()
-            .find(|r| r.0 == e.phase && r.1 == e.purpose && r.2 == e.kind)
-        {
-            Some(r) => {
-                r.3 += 1;
-                r.4 += e.bytes_per_rank;
-            }
-            None => rows.push((e.phase, e.purpose, e.kind, 1, e.bytes_per_rank)),
-        }
-    }
+    let rows = crate::passes::ledger::summary_rows(&p.ledger, rank);
     let total: f64 = rows.iter().map(|r| r.4).sum();
     let megatron = {
         let on = !s.megatron_sums;
