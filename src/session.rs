@@ -212,11 +212,7 @@ impl Session {
         // Only the rank on screen is partitioned (the others on demand): re-planning cost
         // stays flat as the mesh grows.
         let opts = PipelineOptions {
-            partition: PartitionOptions {
-                ranks: Some(vec![self.selected_rank]),
-                defer_partial_sums: self.megatron_sums,
-                ..PartitionOptions::default()
-            },
+            partition: self.partition_options(Some(vec![self.selected_rank])),
             ..PipelineOptions::default()
         };
         match run_pipeline(&self.plan, &opts) {
@@ -232,22 +228,27 @@ impl Session {
         self.timeline = self.timeline.min(self.events());
     }
 
-    /// Makes sure the pipeline holds the programs of `ranks` (`None`: every rank).
-    fn ensure_partitioned(&mut self, ranks: Option<Vec<u32>>) {
-        let Some(p) = self.pipeline.as_mut() else {
-            return;
-        };
-        let missing = match &ranks {
-            Some(rs) => rs.iter().any(|&r| !p.has_rank(r)),
-            None => !p.is_fully_partitioned(),
-        };
-        if !missing {
-            return;
-        }
-        let opts = PartitionOptions {
+    /// How this session partitions `ranks` (`None`: every rank).
+    fn partition_options(&self, ranks: Option<Vec<u32>>) -> PartitionOptions {
+        PartitionOptions {
             ranks,
             defer_partial_sums: self.megatron_sums,
             ..PartitionOptions::default()
+        }
+    }
+
+    /// Makes sure the pipeline holds the programs of `ranks` (`None`: every rank).
+    fn ensure_partitioned(&mut self, ranks: Option<Vec<u32>>) {
+        let missing = self.pipeline.as_ref().is_some_and(|p| match &ranks {
+            Some(rs) => rs.iter().any(|&r| !p.has_rank(r)),
+            None => !p.is_fully_partitioned(),
+        });
+        if !missing {
+            return;
+        }
+        let opts = self.partition_options(ranks);
+        let Some(p) = self.pipeline.as_mut() else {
+            return;
         };
         if let Err(e) = Arc::make_mut(p).repartition(&opts) {
             self.pipeline = None;
