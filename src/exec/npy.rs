@@ -41,40 +41,51 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
 
 /// Writes a tensor as `.npy` bytes.
 pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
-    let err = |e: std::io::Error| e.to_string();
     match &t.data {
-        Data::F32(v) => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(&mut out)
-                .begin_nd()
-                .map_err(err)?;
-            w.extend(v.iter().copied()).map_err(err)?;
-            w.finish().map_err(err)?;
-        }
-        Data::F64(v) => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(&mut out)
-                .begin_nd()
-                .map_err(err)?;
-            w.extend(v.iter().copied()).map_err(err)?;
-            w.finish().map_err(err)?;
-        }
-        Data::I64(v) => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(&shape)
-                .writer(&mut out)
-                .begin_nd()
-                .map_err(err)?;
-            w.extend(v.iter().copied()).map_err(err)?;
-            w.finish().map_err(err)?;
+        Data::F32(v) => write_array(&shape, v),
+        Data::F64(v) => write_array(&shape, v),
+        Data::I64(v) => write_array(&shape, v),
+    }
+}
+
+/// `.npy` bytes of one array of any element type numpy knows.
+fn write_array<T: npyz::AutoSerialize + Copy>(shape: &[u64], v: &[T]) -> Result<Vec<u8>, String> {
+    let err = |e: std::io::Error| e.to_string();
+    let mut out = Vec::new();
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(&mut out)
+        .begin_nd()
+        .map_err(err)?;
+    w.extend(v.iter().copied()).map_err(err)?;
+    w.finish().map_err(err)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::DType;
+
+    #[test]
+    fn every_dtype_round_trips() {
+        let tensors = [
+            Tensor::float(
+                DType::F32,
+                vec![2, 3],
+                vec![0.5, -1.0, 2.25, 3.0, 4.0, -0.125],
+            ),
+            Tensor::float(DType::F64, vec![3], vec![1e-9, -2.0, 3.5]),
+            Tensor {
+                shape: vec![2, 1],
+                data: Data::I64(vec![7, -3]),
+            },
+        ];
+        for t in tensors {
+            let back = read_npy(&write_npy(&t).unwrap()).unwrap();
+            assert_eq!(back, t);
         }
     }
-    Ok(out)
 }
