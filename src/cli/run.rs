@@ -37,11 +37,15 @@ fn dump(dir: &std::path::Path, log: &Log) -> Result<(), String> {
     if let Some(l) = &log.first_loss {
         write("loss.npy".into(), l)?;
     }
-    for (name, g) in &log.grads {
-        write(format!("grad.{name}.npy"), g)?;
+    for r in &log.grads {
+        if let Some(g) = r.value() {
+            write(format!("grad.{}.npy", r.name), g)?;
+        }
     }
-    for (name, p) in &log.params {
-        write(format!("{name}.npy"), p)?;
+    for r in &log.params {
+        if let Some(p) = r.value() {
+            write(format!("{}.npy", r.name), p)?;
+        }
     }
     Ok(())
 }
@@ -54,15 +58,16 @@ fn table(checks: &[Check]) -> String {
         .unwrap_or(6)
         .max(6);
     let mut out = format!(
-        "  {:width$}  {:>12}  {:>12}  result\n",
-        "tensor", "max |diff|", "tolerance"
+        "  {:width$}  {:>12}  {:>12}  {:>6}  result\n",
+        "tensor", "max |diff|", "tolerance", "copies"
     );
     for c in checks {
         out.push_str(&format!(
-            "  {:width$}  {:>12.3e}  {:>12.3e}  {}\n",
+            "  {:width$}  {:>12.3e}  {:>12.3e}  {:>6}  {}\n",
             c.tensor,
             c.max_abs_diff,
             c.tolerance,
+            c.copies,
             if c.pass { "pass" } else { "FAIL" }
         ));
     }
@@ -151,7 +156,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             "ranks": pipeline.partitioned.ranks.len(),
             "serial_losses": serial.losses,
             "distributed_losses": dist.losses,
-            "max_replica_difference": dist.replica_diff,
+            "max_replica_difference": dist.replica_difference(),
             "checks": checks,
             "pass": all_pass,
         });

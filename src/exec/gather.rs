@@ -1,10 +1,11 @@
 //! Putting a variable back together from every rank's piece, using each piece's dist
-//! attr: split dims are placed at their block, partial values are reduced, and replicas
-//! are checked against each other.
+//! attr: split dims are placed at their block, partial values are reduced, and every
+//! replica is assembled on its own.
 
 use super::interp::reduce_all;
 use super::tensor::{strides, Tensor};
 use crate::dist::{ProcessMesh, TensorDistAttr};
+use std::collections::BTreeMap;
 
 /// One rank's piece of a variable.
 pub struct Piece<'a> {
@@ -13,14 +14,29 @@ pub struct Piece<'a> {
     pub attr: &'a TensorDistAttr,
 }
 
-/// The global tensor, and the largest difference found between replicas.
+/// Every replica of the global tensor, assembled from the pieces.
+///
+/// Mesh axes that neither split a dim nor hold a partial value replicate the tensor: each
+/// coordinate on those axes holds a whole copy, and each copy is assembled separately (its
+/// blocks placed, its partial contributions reduced), so verification compares every copy
+/// with the serial value and a rank whose copy went wrong cannot hide behind coordinate 0.
+/// Copies come in mesh order of their replica coordinates; the first is coordinate 0's.
 pub fn gather(
     mesh: &ProcessMesh,
     global_shape: &[usize],
     pieces: &[Piece],
-) -> Result<(Tensor, f64), String> {
+) -> Result<Vec<Tensor>, String> {
     let first = pieces.first().ok_or("no pieces")?;
     let attr = first.attr;
+    if let Some(p) = pieces
+        .iter()
+        .find(|p| p.attr.dims != attr.dims || p.attr.partial != attr.partial)
+    {
+        return Err(format!(
+            "rank {} lays the tensor out differently from rank {}",
+            p.rank, first.rank
+        ));
+    }
     let split_axes: Vec<usize> = attr.dims.iter().flatten().copied().collect();
     let partial_axes = attr.partial_axes();
     let reduce = attr
@@ -28,86 +44,95 @@ pub fn gather(
         .first()
         .map(|p| p.1)
         .unwrap_or(crate::dist::ReduceType::Sum);
-    // Group pieces by their block (coordinates on split axes); within a block, the pieces
-    // with all replicated coordinates at 0 are the partial contributions to reduce.
-    let mut out = vec![0.0; global_shape.iter().product()];
-    let mut filled = vec![false; out.len()];
-    let mut replica_diff: f64 = 0.0;
-    let mut blocks: Vec<(Vec<usize>, Vec<&Tensor>, Vec<&Tensor>)> = Vec::new();
+    if attr.partial.iter().any(|p| p.1 != reduce) {
+        return Err("partial over several reduce types, which do not commute".into());
+    }
+    let contributions: usize = partial_axes.iter().map(|&a| mesh.axis_size(a)).product();
+    let numel = global_shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or("the global shape overflows")?;
+    // replica coordinates -> block coordinates -> partial contributions
+    type Blocks<'t> = BTreeMap<Vec<usize>, Vec<&'t Tensor>>;
+    let mut replicas: BTreeMap<Vec<usize>, Blocks> = BTreeMap::new();
     for p in pieces {
         let coords = mesh
             .coords_of(p.rank)
             .ok_or_else(|| format!("rank {} is not on the mesh", p.rank))?;
-        let key: Vec<usize> = split_axes.iter().map(|&a| coords[a]).collect();
-        let representative = (0..mesh.ndim())
-            .all(|a| split_axes.contains(&a) || partial_axes.contains(&a) || coords[a] == 0);
-        let entry = match blocks.iter_mut().find(|b| b.0 == key) {
-            Some(e) => e,
-            None => {
-                blocks.push((key.clone(), Vec::new(), Vec::new()));
-                blocks.last_mut().ok_or("no block")?
-            }
-        };
-        if representative {
-            entry.1.push(p.value);
-        } else {
-            entry.2.push(p.value);
-        }
+        let replica: Vec<usize> = (0..mesh.ndim())
+            .filter(|a| !split_axes.contains(a) && !partial_axes.contains(a))
+            .map(|a| coords[a])
+            .collect();
+        let block: Vec<usize> = split_axes.iter().map(|&a| coords[a]).collect();
+        replicas
+            .entry(replica)
+            .or_default()
+            .entry(block)
+            .or_default()
+            .push(p.value);
     }
     let gs = strides(global_shape);
-    for (key, reps, others) in &blocks {
-        let Some(first_rep) = reps.first() else {
-            continue;
-        };
-        let value = if partial_axes.is_empty() {
-            (*first_rep).clone()
-        } else {
-            reduce_all(
-                &reps.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
-                reduce,
-            )
-        };
-        if partial_axes.is_empty() {
-            let base = first_rep.to_f64();
-            for o in others {
-                for (a, b) in base.iter().zip(o.to_f64()) {
-                    replica_diff = replica_diff.max((a - b).abs());
+    let mut copies = Vec::with_capacity(replicas.len());
+    for (replica, blocks) in &replicas {
+        let mut out = vec![0.0; numel];
+        let mut filled = vec![false; numel];
+        for (key, parts) in blocks {
+            if parts.len() != contributions {
+                return Err(format!(
+                    "replica {replica:?}, block {key:?}: {} of {contributions} partial values",
+                    parts.len()
+                ));
+            }
+            let value = if partial_axes.is_empty() {
+                (*parts[0]).clone()
+            } else {
+                reduce_all(
+                    &parts.iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+                    reduce,
+                )
+            };
+            // The block's offset: for each dim, its position among the shards of that dim.
+            let coords_of_axis = |a: usize| {
+                split_axes
+                    .iter()
+                    .position(|&s| s == a)
+                    .map(|i| key[i])
+                    .unwrap_or(0)
+            };
+            let local = &value.shape;
+            if local.len() != global_shape.len() {
+                return Err(format!(
+                    "a piece has shape {local:?}, the tensor {global_shape:?}"
+                ));
+            }
+            let ls = strides(local);
+            for (i, v) in value.to_f64().iter().enumerate() {
+                let mut g = 0;
+                for d in 0..local.len() {
+                    let idx = (i / ls[d]) % local[d].max(1);
+                    let block = attr.dims[d]
+                        .iter()
+                        .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords_of_axis(a));
+                    g += (block * local[d] + idx) * gs[d];
+                }
+                if g < out.len() {
+                    out[g] = *v;
+                    filled[g] = true;
                 }
             }
         }
-        // The block's offset: for each dim, its position among the shards of that dim.
-        let coords_of_axis = |a: usize| {
-            split_axes
-                .iter()
-                .position(|&s| s == a)
-                .map(|i| key[i])
-                .unwrap_or(0)
-        };
-        let local = &value.shape;
-        let ls = strides(local);
-        let vals = value.to_f64();
-        for (i, v) in vals.iter().enumerate() {
-            let mut g = 0;
-            for d in 0..local.len() {
-                let idx = (i / ls[d]) % local[d].max(1);
-                let block = attr.dims[d]
-                    .iter()
-                    .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords_of_axis(a));
-                g += (block * local[d] + idx) * gs[d];
-            }
-            if g < out.len() {
-                out[g] = *v;
-                filled[g] = true;
-            }
+        if filled.iter().any(|f| !f) {
+            return Err(format!(
+                "replica {replica:?}: some elements are held by no rank"
+            ));
         }
+        copies.push(Tensor::float(
+            first.value.dtype(),
+            global_shape.to_vec(),
+            out,
+        ));
     }
-    if filled.iter().any(|f| !f) {
-        return Err("some elements are held by no rank".into());
-    }
-    Ok((
-        Tensor::float(first.value.dtype(), global_shape.to_vec(), out),
-        replica_diff,
-    ))
+    Ok(copies)
 }
 
 /// Cuts this rank's piece of a global tensor laid out as `attr`.

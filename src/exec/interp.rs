@@ -74,6 +74,26 @@ pub struct Rank<'a> {
     seq: HashMap<Vec<u32>, u64>,
     pending: Option<ExchangeKey>,
     placement: Option<&'a Placement>,
+    /// Error bounds per variable (`bound.rs`), carried when the serial run is the
+    /// reference of a verification.
+    pub bounds: Option<Bounds>,
+}
+
+/// Error bounds of every variable: the max-norm bound, and per-element bounds where known.
+#[derive(Clone, Debug, Default)]
+pub struct Bounds {
+    pub max: Vec<f64>,
+    pub elems: Vec<Option<Vec<f64>>>,
+}
+
+impl Bounds {
+    /// Zero bounds (exact sources) for `n` variables.
+    pub fn new(n: usize) -> Bounds {
+        Bounds {
+            max: vec![0.0; n],
+            elems: vec![None; n],
+        }
+    }
 }
 
 /// Whether a step ran to the end or waits for other ranks.
@@ -104,6 +124,7 @@ impl<'a> Rank<'a> {
             seq: HashMap::new(),
             pending: None,
             placement,
+            bounds: None,
         }
     }
 
@@ -111,6 +132,17 @@ impl<'a> Rank<'a> {
     pub fn step(&mut self, comm: &dyn Communicator) -> Result<Status, ExecError> {
         while self.pc < self.program.ops().len() {
             let op = &self.program.ops()[self.pc];
+            // Values an op overwrites in place, for its error bound.
+            let before: Vec<(VarId, Tensor)> = match self.bounds {
+                Some(_) => op
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .filter(|v| op.outputs.iter().flatten().any(|o| o == *v))
+                    .filter_map(|&v| self.get(v).ok().map(|t| (v, t.clone())))
+                    .collect(),
+                None => Vec::new(),
+            };
             let progress = self.exec(op, comm).map_err(|message| ExecError::Op {
                 rank: self.rank,
                 op: self.pc,
@@ -118,7 +150,34 @@ impl<'a> Rank<'a> {
                 message,
             })?;
             match progress {
-                Progress::Next => self.pc += 1,
+                Progress::Next => {
+                    if let Some(bounds) = &self.bounds {
+                        let view = super::bound::View {
+                            env: &self.env,
+                            before: &before,
+                            err: &bounds.max,
+                            elems: &bounds.elems,
+                        };
+                        let mut per_element = None;
+                        let updates = super::bound::propagate(op, &view, &mut per_element);
+                        if let Some(bounds) = &mut self.bounds {
+                            for (v, b) in updates {
+                                if let Some(slot) = bounds.max.get_mut(v.index()) {
+                                    *slot = b;
+                                }
+                                if let Some(slot) = bounds.elems.get_mut(v.index()) {
+                                    *slot = None;
+                                }
+                            }
+                            if let Some((v, e)) = per_element {
+                                if let Some(slot) = bounds.elems.get_mut(v.index()) {
+                                    *slot = Some(e);
+                                }
+                            }
+                        }
+                    }
+                    self.pc += 1
+                }
                 Progress::Blocked => return Ok(Status::Blocked),
             }
         }

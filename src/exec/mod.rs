@@ -2,6 +2,7 @@
 //! serial and rank executors, and verification of the distributed step against the serial
 //! one.
 
+pub mod bound;
 pub mod comm;
 pub mod gather;
 pub mod init;

@@ -13,19 +13,62 @@ use crate::passes::pipeline::Pipeline;
 use serde::Serialize;
 use std::collections::HashMap;
 
+/// One recorded tensor: its value (every replica's copy in a distributed run, coordinate
+/// 0's first) and, in the serial run, the bound of its rounding error (`bound.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Record {
+    pub name: String,
+    pub copies: Vec<Tensor>,
+    pub bound: f64,
+    /// Per-element bounds, where the serial run has them (parameters after Adam).
+    pub elem_bounds: Option<Vec<f64>>,
+}
+
+impl Record {
+    /// The canonical value (coordinate 0's copy).
+    pub fn value(&self) -> Option<&Tensor> {
+        self.copies.first()
+    }
+}
+
 /// What a run records.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Log {
-    /// The loss after each step.
+    /// The loss after each step (coordinate 0's copy).
     pub losses: Vec<f64>,
-    /// Every parameter gradient of the first step, by parameter name.
-    pub grads: Vec<(String, Tensor)>,
+    /// The loss of each step as a tensor, every copy and its bound.
+    pub loss_records: Vec<Record>,
+    /// Every parameter gradient of the first step.
+    pub grads: Vec<Record>,
     /// Every parameter after the last step.
-    pub params: Vec<(String, Tensor)>,
+    pub params: Vec<Record>,
     /// The loss tensor of the first step.
     pub first_loss: Option<Tensor>,
-    /// Largest difference between replicas of one tensor (distributed runs).
-    pub replica_diff: f64,
+}
+
+impl Log {
+    /// The largest difference between two copies of one recorded tensor.
+    pub fn replica_difference(&self) -> f64 {
+        let mut worst: f64 = 0.0;
+        for r in self
+            .loss_records
+            .iter()
+            .chain(&self.grads)
+            .chain(&self.params)
+        {
+            let Some(first) = r.copies.first() else {
+                continue;
+            };
+            let base = first.to_f64();
+            for c in &r.copies[1..] {
+                for (a, b) in base.iter().zip(c.to_f64()) {
+                    let d = (a - b).abs();
+                    worst = worst.max(if d.is_nan() { f64::INFINITY } else { d });
+                }
+            }
+        }
+        worst
+    }
 }
 
 /// Options of a run.
@@ -89,32 +132,53 @@ pub fn initial_values(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Option<Tens
         .collect()
 }
 
+/// Reads one variable: its copies and its error bounds.
+type Reader<'r> = dyn Fn(VarId) -> Result<(Vec<Tensor>, f64, Option<Vec<f64>>), ExecError> + 'r;
+
 fn snapshot(
     log: &mut Log,
     step: usize,
     p: &Pipeline,
     record: bool,
-    read: &dyn Fn(VarId) -> Result<Tensor, ExecError>,
+    read: &Reader,
 ) -> Result<(), ExecError> {
     let program = &p.full.program;
-    let loss = read(reported_loss(p))?;
-    log.losses.push(loss.scalar());
+    let (loss, bound, _) = read(reported_loss(p))?;
+    let first = loss
+        .first()
+        .ok_or_else(|| ExecError::Setup("no copy of the loss".into()))?;
+    log.losses.push(first.scalar());
     if !record {
         return Ok(());
     }
+    let recorded = |v: VarId, label: String| -> Result<Record, ExecError> {
+        let (copies, bound, elem_bounds) = read(v)?;
+        Ok(Record {
+            name: label,
+            copies,
+            bound,
+            elem_bounds,
+        })
+    };
     if step == 0 {
-        log.first_loss = Some(loss);
+        log.first_loss = Some(first.clone());
         for &(param, g) in &p.backward.param_grads {
             log.grads
-                .push((program.var(param).name.to_string(), read(g)?));
+                .push(recorded(g, program.var(param).name.to_string())?);
         }
     }
+    log.loss_records.push(Record {
+        name: format!("loss (step {})", step + 1),
+        copies: loss,
+        bound,
+        elem_bounds: None,
+    });
     // The parameters after the latest step (the last snapshot wins).
     log.params = p
         .backward
         .param_grads
         .iter()
-        .map(|&(param, _)| Ok((program.var(param).name.to_string(), read(param)?)))
+        .map(|&(param, _)| recorded(param, program.var(param).name.to_string()))
         .collect::<Result<_, ExecError>>()?;
     Ok(())
 }
@@ -124,6 +188,9 @@ pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
     let program = &p.full.program;
     let env = initial_values(p, opts)?;
     let mut rank = Rank::new(0, program, env, None);
+    if opts.record {
+        rank.bounds = Some(super::interp::Bounds::new(program.vars().len()));
+    }
     let comm = CoopComm::default();
     let mut log = Log::default();
     for step in 0..opts.steps {
@@ -133,11 +200,19 @@ pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
                 "the serial program waited on a collective".into(),
             ));
         }
-        let env = &rank.env;
+        let (env, bounds) = (&rank.env, &rank.bounds);
         snapshot(&mut log, step, p, opts.record, &|v| {
-            env.get(v.index()).cloned().flatten().ok_or_else(|| {
+            let t = env.get(v.index()).cloned().flatten().ok_or_else(|| {
                 ExecError::Setup(format!("`{}` was not computed", program.var(v).name))
-            })
+            })?;
+            let b = bounds
+                .as_ref()
+                .and_then(|b| b.max.get(v.index()).copied())
+                .unwrap_or(0.0);
+            let e = bounds
+                .as_ref()
+                .and_then(|b| b.elems.get(v.index()).cloned().flatten());
+            Ok((vec![t], b, e))
         })?;
     }
     Ok(log)
@@ -181,13 +256,12 @@ fn placements(p: &Pipeline) -> Vec<Placement> {
         .collect()
 }
 
-/// Gathers serial variable `v` from every rank's environment.
+/// Gathers every copy of serial variable `v` from every rank's environment.
 fn gather_var(
     p: &Pipeline,
     envs: &[&Vec<Option<Tensor>>],
     v: VarId,
-    diff: &mut f64,
-) -> Result<Tensor, ExecError> {
+) -> Result<Vec<Tensor>, ExecError> {
     let mut pieces = Vec::new();
     for (r, env) in p.partitioned.ranks.iter().zip(envs) {
         let value = env.get(v.index()).and_then(|t| t.as_ref()).ok_or_else(|| {
@@ -197,18 +271,18 @@ fn gather_var(
                 p.full.program.var(v).name
             ))
         })?;
+        let attr = r.attrs.get(v.index()).ok_or_else(|| {
+            ExecError::Setup(format!("rank {} has no layout for variable {v}", r.rank))
+        })?;
         pieces.push(Piece {
             rank: r.rank,
             value,
-            attr: &r.attrs[v.index()],
+            attr,
         });
     }
     let shape = &p.full.program.var(v).ty.shape;
-    let (t, d) = gather(&p.full.mesh, shape, &pieces).map_err(|e| {
-        ExecError::Setup(format!("gathering `{}`: {e}", p.full.program.var(v).name))
-    })?;
-    *diff = diff.max(d);
-    Ok(t)
+    gather(&p.full.mesh, shape, &pieces)
+        .map_err(|e| ExecError::Setup(format!("gathering `{}`: {e}", p.full.program.var(v).name)))
 }
 
 /// Runs every rank for `opts.steps` steps: on threads natively when `threads`, else
@@ -236,7 +310,6 @@ pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result
         .map(|((r, env), pl)| Rank::new(r.rank, &r.program, env, Some(pl)))
         .collect();
     let mut log = Log::default();
-    let mut diff = 0.0;
     #[cfg(not(target_arch = "wasm32"))]
     let threaded = threads.then(|| super::comm::ThreadComm::new(opts.timeout));
     #[cfg(target_arch = "wasm32")]
@@ -254,16 +327,10 @@ pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result
             None => step_coop(&mut ranks, &coop)?,
         }
         let envs: Vec<&Vec<Option<Tensor>>> = ranks.iter().map(|r| &r.env).collect();
-        let cell = std::cell::RefCell::new(0.0f64);
         snapshot(&mut log, step, p, opts.record, &|v| {
-            let mut d = *cell.borrow();
-            let t = gather_var(p, &envs, v, &mut d);
-            *cell.borrow_mut() = d;
-            t
+            Ok((gather_var(p, &envs, v)?, 0.0, None))
         })?;
-        diff = f64::max(diff, *cell.borrow());
     }
-    log.replica_diff = diff;
     Ok(log)
 }
 

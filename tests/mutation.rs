@@ -1,0 +1,242 @@
+//! The mutation suite: verification must catch every inserted synchronisation op that
+//! matters. For every scenario and every preset config (in f64, so rounding never hides a
+//! difference), each inserted collective and each data-parallel `scale` is deleted, on
+//! every rank and on one rank only (not coordinate 0, so the replica comparison is what
+//! catches it), and the distributed step is run against the serial one.
+//!
+//! A deletion passes this suite when the run fails (a verification FAIL, or an execution
+//! error such as a deadlock or mismatched exchange), or when it changed no recorded value at
+//! all bit for bit on this data, and is listed in `NO_EFFECT` with the reason.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::{plan_with, standard_configs};
+use shardlab::exec::run::{run_distributed, run_serial, Log, RunOptions};
+use shardlab::exec::verify::verify;
+use shardlab::ir::{DType, Op, OpType};
+use shardlab::models::scenarios::scenarios;
+use shardlab::models::{Model, ModelConfig};
+use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
+use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::plan::Plan;
+
+/// Deletions that cannot change the result on the test data, with why.
+enum Why {
+    /// The op's input is already the same on every rank: every recorded value is bit for
+    /// bit what it was without the deletion (checked).
+    NothingChanges(&'static str),
+    /// The synchronised gradient is analytically zero: what the op sums is rounding noise,
+    /// and the serial value itself is within its tolerance of 0 (checked).
+    AnalyticallyZero(&'static str),
+}
+
+/// (namescope, op type, synchronised variable name suffix, why).
+const NO_EFFECT: &[(&str, &str, &str, Why)] = &[
+    (
+        "/auto_parallel/amp_flag_synchronization",
+        "all_reduce",
+        "",
+        Why::NothingChanges(
+            "no gradient overflows on the test data, so every rank's found_inf is already 0",
+        ),
+    ),
+    (
+        "/auto_parallel/data_parallel",
+        "all_reduce",
+        ".attn.k.b@GRAD",
+        Why::AnalyticallyZero(
+            "the key bias adds q·b to every score of a query, which softmax ignores",
+        ),
+    ),
+    (
+        "/auto_parallel/data_parallel",
+        "scale",
+        ".attn.k.b@GRAD",
+        Why::AnalyticallyZero(
+            "the key bias adds q·b to every score of a query, which softmax ignores",
+        ),
+    ),
+];
+
+fn inserted(op: &Op) -> bool {
+    matches!(
+        op.ty,
+        OpType::AllReduce | OpType::AllGather | OpType::ReduceScatter | OpType::AllToAll
+    ) || shardlab::passes::grad_sync::is_data_parallel_scale_op(op)
+}
+
+fn f64_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -> Plan {
+    let cfg = ModelConfig {
+        layers: layers.max(1),
+        dtype: if std::env::var("MUTATION_F32").is_ok() {
+            DType::F32
+        } else {
+            DType::F64
+        },
+        ..model.default_config()
+    };
+    plan_with(model.build(&cfg).unwrap(), mesh, shards)
+}
+
+fn configs() -> Vec<(String, Plan, PipelineOptions)> {
+    let mut out = Vec::new();
+    for s in scenarios() {
+        let cfg = s.config();
+        out.push((
+            s.name.to_string(),
+            f64_plan(s.model, cfg.layers, s.mesh, &s.shards),
+            PipelineOptions::default(),
+        ));
+    }
+    for model in [Model::Mlp, Model::MlpMse, Model::Gpt, Model::EmbeddingLm] {
+        for (config, mesh, shards) in standard_configs(model, 1) {
+            out.push((
+                format!("{} {config}", model.name()),
+                f64_plan(model, 1, mesh, &shards),
+                PipelineOptions::default(),
+            ));
+        }
+    }
+    // AMP, global-norm clipping (binding on this data) and Adam on the dp x mp block.
+    let s = shardlab::models::scenarios::Scenario::by_name("gpt_dp_mp").unwrap();
+    out.push((
+        "gpt_dp_mp adam amp clip".into(),
+        f64_plan(s.model, 1, s.mesh, &s.shards),
+        PipelineOptions {
+            optimizer: OptimizerOptions {
+                optimizer: Optimizer::from_name("adam").unwrap(),
+                amp: true,
+                clip_norm: Some(1e-4),
+            },
+            ..Default::default()
+        },
+    ));
+    out
+}
+
+fn run(p: &Pipeline, serial: &Log) -> Result<(Log, bool), String> {
+    let dist = run_distributed(p, &RunOptions::default(), false).map_err(|e| e.to_string())?;
+    let checks = verify(serial, &dist);
+    Ok((dist, checks.iter().all(|c| c.pass)))
+}
+
+/// Whether the serial gradient `grad` (`<param>@GRAD`) is within its own tolerance of 0.
+fn is_noise(serial: &Log, grad: &str) -> bool {
+    serial
+        .grads
+        .iter()
+        .find(|g| format!("{}@GRAD", g.name) == grad)
+        .is_some_and(|g| {
+            let t = g.value().unwrap();
+            let max = t.to_f64().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            max <= shardlab::exec::verify::tolerance(t.dtype(), g.bound)
+        })
+}
+
+fn same_values(a: &Log, b: &Log) -> bool {
+    a.loss_records == b.loss_records && a.grads == b.grads && a.params == b.params
+}
+
+#[test]
+fn every_deleted_synchronisation_is_caught() {
+    let mut report = Vec::new();
+    let mut deletions = 0;
+    let mut used = vec![0usize; NO_EFFECT.len()];
+    for (name, plan, opts) in configs() {
+        let p = run_pipeline(&plan, &opts).unwrap();
+        let serial = run_serial(&p, &RunOptions::default()).unwrap();
+        let (baseline, ok) = run(&p, &serial).unwrap();
+        assert!(ok, "{name}: the unmutated plan must verify");
+        // Each inserted op, identified by its position among the inserted ops of its rank.
+        for (ri, r) in p.partitioned.ranks.iter().enumerate() {
+            for (i, op) in r.program.ops().iter().enumerate() {
+                if !inserted(op) {
+                    continue;
+                }
+                let nth = r.program.ops()[..i].iter().filter(|o| inserted(o)).count();
+                // All ranks: delete the nth inserted op of the same kind wherever it exists,
+                // once (from the lowest rank that has it). One rank: this rank only, for ranks
+                // other than 0.
+                let everywhere = ri == 0;
+                for one_rank in [false, true] {
+                    if (one_rank && ri == 0) || (!one_rank && !everywhere) {
+                        continue;
+                    }
+                    let mut m = p.clone();
+                    for (rj, rr) in m.partitioned.ranks.iter_mut().enumerate() {
+                        if one_rank && rj != ri {
+                            continue;
+                        }
+                        let pos = rr
+                            .program
+                            .ops()
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, o)| inserted(o))
+                            .nth(nth)
+                            .map(|(k, _)| k);
+                        if let Some(k) = pos {
+                            if rr.program.ops()[k].ty == op.ty {
+                                rr.program.remove_op(k);
+                            }
+                        }
+                    }
+                    deletions += 1;
+                    let what = format!(
+                        "{name}: {} {} of `{}` on {}",
+                        op.namescope,
+                        op.ty,
+                        op.input("X")
+                            .first()
+                            .map(|&v| r.program.var(v).name.to_string())
+                            .unwrap_or_default(),
+                        if one_rank {
+                            format!("rank {} only", r.rank)
+                        } else {
+                            "every rank".into()
+                        }
+                    );
+                    match run(&m, &serial) {
+                        Err(_) | Ok((_, false)) => {}
+                        Ok((dist, true)) => {
+                            let var = op
+                                .input("X")
+                                .first()
+                                .map(|&v| r.program.var(v).name.to_string())
+                                .unwrap_or_default();
+                            let excused = NO_EFFECT.iter().position(|(scope, ty, suffix, why)| {
+                                op.namescope == *scope
+                                    && op.ty.to_string() == *ty
+                                    && var.ends_with(suffix)
+                                    && match why {
+                                        Why::NothingChanges(_) => same_values(&dist, &baseline),
+                                        Why::AnalyticallyZero(_) => is_noise(&serial, &var),
+                                    }
+                            });
+                            match excused {
+                                Some(k) => used[k] += 1,
+                                None => report.push(what),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(deletions > 100, "only {deletions} deletions were tried");
+    // A listed excuse that no deletion needed is stale.
+    for ((scope, ty, suffix, why), n) in NO_EFFECT.iter().zip(&used) {
+        let (Why::NothingChanges(reason) | Why::AnalyticallyZero(reason)) = why;
+        assert!(
+            *n > 0,
+            "{scope} {ty} {suffix}: listed ({reason}) but never needed"
+        );
+    }
+    assert!(
+        report.is_empty(),
+        "{} of {deletions} deletions were not caught:\n{}",
+        report.len(),
+        report.join("\n")
+    );
+}
