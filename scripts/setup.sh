@@ -12,6 +12,28 @@ cd "$(dirname "$0")/.."
 TRUNK_VERSION=0.21.14
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
+# 0. What the machine must already have: a new enough rustc with rustfmt and clippy, and
+#    Node >= 20 (playwright-core needs it; Debian 12's own node is 18).
+RUSTC_MIN=1.95
+have_rustc=$(rustc --version | awk '{ print $2 }')
+if [ "$(printf '%s\n%s\n' "$RUSTC_MIN" "$have_rustc" | sort -V | head -n1)" != "$RUSTC_MIN" ]; then
+  echo "setup: rustc $have_rustc is older than $RUSTC_MIN (Cargo.toml's rust-version); run rustup update" >&2
+  exit 1
+fi
+for component in rustfmt clippy; do
+  if ! rustup component list --installed | grep -q "^$component"; then
+    say "adding rustup component $component"
+    rustup component add "$component"
+  fi
+done
+NODE_MAJOR=$(node --version 2>/dev/null | sed -E 's/^v([0-9]+).*/\1/' || true)
+if [ -z "$NODE_MAJOR" ] || [ "$NODE_MAJOR" -lt 20 ]; then
+  # Not installed from here: the only packages of a newer Node are prebuilt downloads.
+  echo "setup: Node >= 20 is needed (playwright-core requires it); found ${NODE_MAJOR:-none}." >&2
+  echo "setup: machines of this kind ship Node 20; install it and re-run." >&2
+  exit 1
+fi
+
 # 1. The wasm32 target.
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   say "adding rustup target wasm32-unknown-unknown"

@@ -7,6 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 source scripts/env.sh
+# Goldens are checked, never rewritten, and property tests use a fixed seed (the long runs
+# in scripts/verify_random.sh and scripts/fuzz.sh use random ones).
+unset UPDATE_EXPECT
+export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261202}"
+export PROPTEST_CASES="${PROPTEST_CASES:-200}"
 
 LOGS=target/test-logs
 mkdir -p "$LOGS"
@@ -14,6 +19,18 @@ START=$(date +%s)
 step() { printf '\n\033[1m== %s\033[0m (%ss elapsed)\n' "$*" "$(( $(date +%s) - START ))"; }
 # Sums "test result: ok. N passed" over every test binary in a cargo log.
 passed() { grep -E '^test result: ok\.' "$1" | awk '{ s += $4 } END { print s + 0 }'; }
+# Every suite under tests/ matching $2 and not $3 (regexes) must run at least one test: writes
+# "suite count" per suite to $1.suites and fails if one ran 0 (a suite compiled away by a
+# cfg would otherwise pass). The browser suite is tests/web.rs; every other one is native.
+per_suite() {
+  awk '/Running tests\// { suite = $2 } /^test result:/ && suite != "" { print suite, $4; suite = "" }' "$1" \
+    | grep -E "$2" | grep -vE "${3:-^$}" > "$1.suites" || true
+  [ -s "$1.suites" ] || { echo "FAIL: no suite matching $2 ran" >&2; exit 1; }
+  if awk '$2 == 0 { print "FAIL: suite " $1 " ran 0 tests" > "/dev/stderr"; bad = 1 } END { exit !bad }' "$1.suites"; then
+    exit 1
+  fi
+  cat "$1.suites"
+}
 need_tests() { # suite-name count
   if [ "$2" -eq 0 ]; then echo "FAIL: the $1 suite ran 0 tests" >&2; exit 1; fi
   echo "$1: $2 tests passed"
@@ -29,12 +46,18 @@ step "clippy (wasm32)"
 cargo clippy --all-targets --target wasm32-unknown-unknown --no-default-features -- -D warnings
 
 step "native tests"
+SUITE_START=$(date +%s)
 cargo test 2>&1 | tee "$LOGS/native.log"
 NATIVE=$(passed "$LOGS/native.log")
+per_suite "$LOGS/native.log" '^tests/' '^tests/web\.rs ' 
+echo "native tests: $(( $(date +%s) - SUITE_START ))s"
 
 step "browser tests (wasm-bindgen-test, headless Chromium)"
+SUITE_START=$(date +%s)
 cargo test --target wasm32-unknown-unknown --no-default-features 2>&1 | tee "$LOGS/browser.log"
 BROWSER=$(passed "$LOGS/browser.log")
+per_suite "$LOGS/browser.log" '^tests/web\.rs '
+echo "browser tests: $(( $(date +%s) - SUITE_START ))s"
 
 step "release build (trunk build --release, wasm-opt)"
 trunk build --release 2>&1 | tail -n 5

@@ -607,7 +607,21 @@ impl Session {
                 if m.size() > 512 {
                     return Err("the link's mesh is too large for the playground".into());
                 }
-                s.plan.mesh = Some(Arc::new(m));
+                // The scenario's annotations were written for its own mesh: carry each one
+                // over by axis name where the new mesh has those axes and they divide the
+                // dims, and drop the rest (a link's own `shard` field replaces them below).
+                let specs: Vec<String> = s
+                    .plan
+                    .annotations
+                    .iter()
+                    .map(|a| shard_spec(&s.plan.program, a))
+                    .collect();
+                let m = Arc::new(m);
+                s.plan.mesh = Some(m.clone());
+                s.plan.annotations = specs
+                    .iter()
+                    .filter_map(|spec| parse_shard_spec(spec, &s.plan.program, &m).ok())
+                    .collect();
             }
             if let Some(shards) = fields.get("shard") {
                 let mesh = s.mesh().cloned().ok_or("no mesh")?;
@@ -667,43 +681,39 @@ fn clip(s: &str) -> String {
     s.chars().take(40).collect()
 }
 
-/// Percent-encodes everything but unreserved characters and a few readable ones.
+/// What a link's values escape: everything but unreserved characters and a few readable
+/// ones (`,` `:` `@`), so `+`, `&`, `#`, `=`, `;` and spaces are always escaped.
+const LINK_ESCAPES: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b',')
+    .remove(b':')
+    .remove(b'@');
+
+/// Percent-encodes a link value (the `percent-encoding` crate).
 pub fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z'
-            | b'a'..=b'z'
-            | b'0'..=b'9'
-            | b'-'
-            | b'_'
-            | b'.'
-            | b'~'
-            | b','
-            | b':'
-            | b'@' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, LINK_ESCAPES).to_string()
 }
 
-/// Decodes percent-encoding (`+` is a plus); `None` for malformed input or bad UTF-8.
+/// Decodes a percent-encoded link value (`+` is a plus, as in a URL fragment); `None` for a
+/// `%` not followed by two hex digits, or bytes that are not UTF-8.
 pub fn decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let malformed = bytes.iter().enumerate().any(|(i, &b)| {
+        b == b'%'
+            && !bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
 }
 
 impl Session {

@@ -94,8 +94,16 @@ pub fn standard_configs(
     ]
 }
 
-/// A random plan: a small gpt or mlp, a random mesh, and random (valid) annotations.
+/// A random plan in f32 (see `random_plan_of`).
 pub fn random_plan() -> impl Strategy<Value = Plan> {
+    random_plan_of(prop::sample::select(vec![shardlab::ir::DType::F32]))
+}
+
+/// A random plan: a small gpt or mlp, a random 1-, 2- or 3-D mesh, and random (valid)
+/// annotations, in one of `dtypes`.
+pub fn random_plan_of(
+    dtypes: impl Strategy<Value = shardlab::ir::DType>,
+) -> impl Strategy<Value = Plan> {
     let meshes = prop::sample::select(vec!["2:a", "4:a", "2x2:a,b", "2x4:a,b", "2x2x2:a,b,c"]);
     let models = prop::sample::select(vec![
         Model::Mlp,
@@ -110,9 +118,10 @@ pub fn random_plan() -> impl Strategy<Value = Plan> {
         ),
         1..6,
     );
-    (meshes, models, picks).prop_map(|(mesh, model, picks)| {
+    (meshes, models, picks, dtypes).prop_map(|(mesh, model, picks, dtype)| {
         let cfg = ModelConfig {
             layers: 1,
+            dtype,
             ..model.default_config()
         };
         let program = model.build(&cfg).unwrap();
