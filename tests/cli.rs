@@ -441,3 +441,33 @@ fn megatron_sums_halve_the_backward_tensor_parallel_all_reduces() {
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert!(text(&run.stdout).contains("PASS:"), "{}", text(&run.stdout));
 }
+
+/// Names of any length never panic: over the limit they are an error at their line and
+/// column; at the limit, `plan` and `run` lay out their tables.
+#[test]
+fn long_names_are_errors_or_fit_the_tables() {
+    let plan = |n: &str| {
+        format!(
+            "mesh [2] (dp)\nvar {n}: f32[4, 4] input\nvar w: f32[4, 4] parameter persistable\n\
+             var y: f32[4, 4] activation\nvar l: f32[] activation\n\
+             op matmul_v2(X={n}, Y=w) -> (Out=y) {{trans_x=false, trans_y=false}}\n\
+             op mean(X=y) -> (Out=l) role=loss\nshard {n} [dp, -]\n"
+        )
+    };
+    let long = temp_file("long_name.plan", &plan(&"a".repeat(70_000)));
+    let path = long.to_str().unwrap();
+    for cmd in ["check", "plan", "run"] {
+        let out = shardlab(&[cmd, path]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        assert!(
+            text(&out.stderr).contains("long_name.plan:2:5: a name of 70000 characters"),
+            "{cmd}: {}",
+            text(&out.stderr)
+        );
+    }
+    let at_limit = temp_file("limit_name.plan", &plan(&"b".repeat(1024)));
+    for cmd in ["plan", "run"] {
+        let out = shardlab(&[cmd, at_limit.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {}", text(&out.stderr));
+    }
+}

@@ -56,7 +56,7 @@ fn table(checks: &[Check]) -> String {
         .map(|c| c.tensor.len())
         .max()
         .unwrap_or(6)
-        .max(6);
+        .clamp(6, 80);
     let mut out = format!(
         "  {:width$}  {:>12}  {:>12}  {:>6}  result\n",
         "tensor", "max |diff|", "tolerance", "copies"

@@ -42,6 +42,10 @@ pub struct LexError {
     pub message: String,
 }
 
+/// The longest name the text format accepts: longer names are errors, not tables that
+/// cannot be laid out or megabytes of output per mention.
+pub const MAX_IDENT_LEN: usize = 1024;
+
 fn is_ident_start(c: char) -> bool {
     c.is_ascii_alphabetic() || c == '_'
 }
@@ -66,6 +70,15 @@ pub fn lex_line(line: &str) -> Result<Vec<Token>, LexError> {
             let start = i;
             while i < chars.len() && is_ident_char(chars[i]) {
                 i += 1;
+            }
+            if i - start > MAX_IDENT_LEN {
+                return Err(LexError {
+                    col,
+                    message: format!(
+                        "a name of {} characters; names are at most {MAX_IDENT_LEN}",
+                        i - start
+                    ),
+                });
             }
             toks.push(Token {
                 kind: Tok::Ident(chars[start..i].iter().collect()),

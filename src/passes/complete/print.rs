@@ -57,7 +57,8 @@ pub fn attrs_text(
         .iter()
         .map(|v| v.name.len())
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .min(80); // longer names overflow their column rather than widen every row
     for (i, v) in program.vars().iter().enumerate() {
         let attr = &tensors[i];
         let pinned = if attr.annotated.iter().any(|&a| a) {
