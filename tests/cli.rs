@@ -471,3 +471,62 @@ fn long_names_are_errors_or_fit_the_tables() {
         assert_eq!(out.status.code(), Some(0), "{cmd}: {}", text(&out.stderr));
     }
 }
+
+/// `partial(...)` on a source (input, label, parameter) and partial values of mixed reduce
+/// types are rejected by `check` with a message naming the tensor.
+#[test]
+fn partial_sources_and_mixed_reduce_types_are_rejected() {
+    let base = text(&shardlab(&["print", "--preset", "mlp", "--mesh", "2x2:dp,mp"]).stdout);
+    for (line, want) in [
+        (
+            "shard linear_0.w_0 [-, -] partial(dp=SUM)",
+            "`linear_0.w_0` is parameter, which every rank is given whole or as its block",
+        ),
+        (
+            "shard x [-, -] partial(mp=SUM)",
+            "`x` is input",
+        ),
+        (
+            "shard linear_0.tmp_0 [-, -] partial(dp=SUM, mp=MAX)",
+            "partial with SUM over `dp` and MAX over `mp`; reductions of different types do not commute",
+        ),
+    ] {
+        let f = temp_file("partial.plan", &format!("{base}{line}\n"));
+        let out = shardlab(&["check", f.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{line}");
+        assert!(text(&out.stdout).contains(want) || text(&out.stderr).contains(want), "{line}: {} {}", text(&out.stdout), text(&out.stderr));
+    }
+}
+
+/// An out-of-range token id in `--inputs` is an error naming it, as an out-of-range label is.
+#[test]
+fn out_of_range_token_ids_are_errors() {
+    let dir = std::env::temp_dir().join(format!("shardlab-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = "{'descr': '<i8', 'fortran_order': False, 'shape': (4, 16), }";
+    let header = format!("{header}{}\n", " ".repeat(128 - 10 - header.len() - 1));
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    for i in 0..64i64 {
+        bytes.extend(if i == 63 { 999_999i64 } else { 3 }.to_le_bytes());
+    }
+    std::fs::write(dir.join("ids.npy"), bytes).unwrap();
+    let out = shardlab(&[
+        "run",
+        "--preset",
+        "embedding_lm",
+        "--mesh",
+        "2:dp",
+        "--shard",
+        "ids=dp,-",
+        "--inputs",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("token id 999999 is outside the 256 rows"),
+        "{}",
+        text(&out.stderr)
+    );
+}

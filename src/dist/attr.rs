@@ -74,6 +74,14 @@ pub enum DistAttrError {
         first: usize,
         second: usize,
     },
+    #[error("`{tensor}`: partial with {first} over `{axis_a}` and {second} over `{axis_b}`; reductions of different types do not commute (a sum of maxima is not a maximum of sums), so one tensor takes one reduce type")]
+    MixedReduceTypes {
+        tensor: String,
+        axis_a: String,
+        first: &'static str,
+        axis_b: String,
+        second: &'static str,
+    },
     #[error("`{tensor}`: mesh axis `{axis}` is both partial and splitting dim {dim}")]
     PartialAndSplit {
         tensor: String,
@@ -234,6 +242,18 @@ impl TensorDistAttr {
                     dim,
                 });
             }
+        }
+        if let (Some(&(a, ra)), Some(&(b, rb))) = (
+            self.partial.first(),
+            self.partial.iter().find(|p| p.1 != self.partial[0].1),
+        ) {
+            return Err(DistAttrError::MixedReduceTypes {
+                tensor: t(),
+                axis_a: self.mesh.axis_name(a).to_string(),
+                first: ra.name(),
+                axis_b: self.mesh.axis_name(b).to_string(),
+                second: rb.name(),
+            });
         }
         local_shape(tensor, shape, self).map(|_| ())
     }

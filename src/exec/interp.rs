@@ -369,12 +369,22 @@ impl<'a> Rank<'a> {
                 } else {
                     op.attr_int("padding_idx", -1)
                 };
-                let out = lookup(
-                    self.slot(op, "W")?,
-                    self.slot(op, "Ids")?,
-                    op.attr_int("start_index", 0),
-                    pad,
-                );
+                let (w, ids) = (self.slot(op, "W")?, self.slot(op, "Ids")?);
+                // A plain lookup holds the whole table: an id outside it is bad input, not a
+                // zero vector (a vocab-parallel c_embedding owns a range and zeroes the rest).
+                if op.ty == OpType::LookupTableV2 {
+                    let rows = w.shape.first().copied().unwrap_or(0) as i64;
+                    if let Some(bad) = ids
+                        .to_i64()
+                        .into_iter()
+                        .find(|&i| (i < 0 || i >= rows) && i != pad)
+                    {
+                        return Err(format!(
+                            "token id {bad} is outside the {rows} rows of the embedding table"
+                        ));
+                    }
+                }
+                let out = lookup(w, ids, op.attr_int("start_index", 0), pad);
                 self.set(op, "Out", out);
             }
             OpType::Reshape2 => {

@@ -110,6 +110,17 @@ pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
                 message: format!("shard: {e}"),
             });
         }
+        if !ann.attr.partial.is_empty() && var.kind.is_source() {
+            issues.push(PlanIssue {
+                subject: PlanSubject::Annotation(i),
+                message: format!(
+                    "shard: `{}` is {}, which every rank is given whole or as its block; \
+                     only a computed tensor can hold partial values",
+                    var.name,
+                    var.kind.name()
+                ),
+            });
+        }
         if !seen.insert(ann.var) {
             issues.push(PlanIssue {
                 subject: PlanSubject::Annotation(i),
