@@ -8,7 +8,7 @@ use crate::exec::verify::{verify, Check};
 use crate::models::scenarios::{scenarios, Scenario};
 use crate::passes::partition::PartitionOptions;
 use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
-use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, shard_spec, Annotation, Plan};
+use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
 use std::sync::Arc;
 
 /// Which program the page shows.
@@ -536,13 +536,8 @@ impl Session {
                 if let Some(m) = self.mesh() {
                     parts.push(format!("mesh={}", encode(&mesh_spec(m))));
                 }
-                let shards: Vec<String> = self
-                    .plan
-                    .annotations
-                    .iter()
-                    .map(|a| shard_spec(&self.plan.program, a))
-                    .collect();
-                parts.push(format!("shard={}", encode(&shards.join(";"))));
+                let shards = self.plan.shard_specs().join(";");
+                parts.push(format!("shard={}", encode(&shards)));
             }
             None => parts.push(format!("text={}", encode(&self.text))),
         }
@@ -610,12 +605,7 @@ impl Session {
                 // The scenario's annotations were written for its own mesh: carry each one
                 // over by axis name where the new mesh has those axes and they divide the
                 // dims, and drop the rest (a link's own `shard` field replaces them below).
-                let specs: Vec<String> = s
-                    .plan
-                    .annotations
-                    .iter()
-                    .map(|a| shard_spec(&s.plan.program, a))
-                    .collect();
+                let specs = s.plan.shard_specs();
                 let m = Arc::new(m);
                 s.plan.mesh = Some(m.clone());
                 s.plan.annotations = specs

@@ -9,7 +9,6 @@ use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
 use shardlab::exec::verify::{verify, Check};
 use shardlab::models::scenarios::Scenario;
 use shardlab::models::Model;
-use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
 use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use shardlab::plan::Plan;
 
@@ -96,14 +95,7 @@ fn optimizers_amp_and_clipping_distributed_equals_serial() {
             (false, Some(0.5)),
             (true, Some(0.5)),
         ] {
-            let opts = PipelineOptions {
-                optimizer: OptimizerOptions {
-                    optimizer: Optimizer::from_name(optimizer).unwrap(),
-                    amp,
-                    clip_norm: clip,
-                },
-                ..Default::default()
-            };
+            let opts = common::with_optimizer(optimizer, amp, clip);
             assert_equal(
                 &format!("{optimizer} amp={amp} clip={clip:?}"),
                 &plan,

@@ -17,7 +17,6 @@ use shardlab::exec::verify::verify;
 use shardlab::ir::{DType, Op, OpType};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
 use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use shardlab::plan::Plan;
 
@@ -103,14 +102,7 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
     out.push((
         "gpt_dp_mp adam amp clip".into(),
         f64_plan(s.model, 1, s.mesh, &s.shards),
-        PipelineOptions {
-            optimizer: OptimizerOptions {
-                optimizer: Optimizer::from_name("adam").unwrap(),
-                amp: true,
-                clip_norm: Some(1e-4),
-            },
-            ..Default::default()
-        },
+        common::with_optimizer("adam", true, Some(1e-4)),
     ));
     out
 }

@@ -12,8 +12,7 @@ use proptest::prelude::*;
 use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
 use shardlab::exec::verify::verify;
 use shardlab::ir::DType;
-use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+use shardlab::passes::pipeline::run_pipeline;
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
@@ -32,14 +31,7 @@ proptest! {
         clip in prop::option::of(prop::sample::select(vec![1e-3, 0.5, 10.0])),
         steps in 1usize..3,
     ) {
-        let opts = PipelineOptions {
-            optimizer: OptimizerOptions {
-                optimizer: Optimizer::from_name(optimizer).unwrap(),
-                amp,
-                clip_norm: clip,
-            },
-            ..Default::default()
-        };
+        let opts = common::with_optimizer(optimizer, amp, clip);
         let p = run_pipeline(&plan, &opts).unwrap();
         let run = RunOptions { steps, ..Default::default() };
         let serial = run_serial(&p, &run).unwrap();

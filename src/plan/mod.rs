@@ -70,6 +70,14 @@ impl fmt::Display for PlanIssue {
 }
 
 impl Plan {
+    /// Every annotation as its one-line spec (`x=dp,-`), in order.
+    pub fn shard_specs(&self) -> Vec<String> {
+        self.annotations
+            .iter()
+            .map(|a| spec::shard_spec(&self.program, a))
+            .collect()
+    }
+
     /// A plan holding just a program.
     pub fn from_program(program: Program) -> Plan {
         Plan {

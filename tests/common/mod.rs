@@ -159,3 +159,19 @@ pub fn random_plan_of(
         }
     })
 }
+
+/// Pipeline options with `optimizer` (by name), AMP and an optional clip norm.
+pub fn with_optimizer(
+    optimizer: &str,
+    amp: bool,
+    clip_norm: Option<f64>,
+) -> shardlab::passes::pipeline::PipelineOptions {
+    shardlab::passes::pipeline::PipelineOptions {
+        optimizer: shardlab::passes::optimizer::OptimizerOptions {
+            optimizer: shardlab::passes::optimizer::Optimizer::from_name(optimizer).unwrap(),
+            amp,
+            clip_norm,
+        },
+        ..Default::default()
+    }
+}
