@@ -530,3 +530,71 @@ fn out_of_range_token_ids_are_errors() {
         text(&out.stderr)
     );
 }
+
+/// One flag policy: flags that cannot apply are refused with exit 2 and a message naming
+/// them, never silently ignored; --dtype applies to a scenario.
+#[test]
+fn flags_apply_or_are_refused() {
+    let plan_file = temp_file(
+        "flags.plan",
+        &text(
+            &shardlab(&[
+                "print", "--preset", "mlp", "--mesh", "4:dp", "--shard", "x=dp,-",
+            ])
+            .stdout,
+        ),
+    );
+    let f = plan_file.to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["run", "--scenario", "dp_mlp", "--layers", "3"],
+            "--layers: a --scenario fixes",
+        ),
+        (
+            vec!["run", "--scenario", "dp_mlp", "--mesh", "8:dp"],
+            "--mesh: a --scenario fixes",
+        ),
+        (
+            vec!["plan", f, "--hidden", "8"],
+            "--hidden: a plan file fixes its program",
+        ),
+        (
+            vec!["plan", f, "--dtype", "f64"],
+            "--dtype: a plan file fixes its program",
+        ),
+        (
+            vec!["plan", "--scenario", "dp_mlp", "--rank", "99"],
+            "--rank 99: the mesh has ranks [0, 1, 2, 3]",
+        ),
+        (
+            vec!["run", "--scenario", "dp_mlp", "--clip-norm", "0"],
+            "--clip-norm 0: expected a positive number",
+        ),
+        (
+            vec!["run", "--scenario", "dp_mlp", "--clip-norm", "inf"],
+            "--clip-norm inf: expected a positive number",
+        ),
+        (
+            vec!["run", "--scenario", "dp_mlp", "--dump", ""],
+            "--dump needs a directory name",
+        ),
+    ] {
+        let out = shardlab(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    // --dtype applies to a scenario: the plan is in f64.
+    let out = shardlab(&["plan", "--scenario", "dp_mlp", "--dtype", "f64"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stdout).contains("f64[16, 64]"),
+        "{}",
+        text(&out.stdout)
+    );
+    // The exit-code policy is in --help.
+    assert!(text(&shardlab(&["--help"]).stdout).contains("Exit status: 0 success; 1 invalid input"));
+}

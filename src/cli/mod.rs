@@ -16,7 +16,15 @@ use std::sync::Arc;
 
 /// Plan how a neural network is split across devices, PaddlePaddle-style.
 #[derive(Parser, Debug)]
-#[command(name = "shardlab", version, about, long_about = None)]
+#[command(
+    name = "shardlab",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit status: 0 success; 1 invalid input (a plan that does not parse, verify or \
+                  plan) or a failed verification (`run`); 2 usage errors (a bad flag or flag \
+                  combination, a missing file)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -199,9 +207,10 @@ struct SizeArgs {
     /// Output width: classes of mlp, targets of mlp_mse.
     #[arg(long)]
     classes: Option<usize>,
-    /// Element type of parameters and activations: f32 or f64.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    /// Element type of parameters and activations: f32 (the default) or f64. Also applies
+    /// to a --scenario.
+    #[arg(long)]
+    dtype: Option<String>,
 }
 
 impl SizeArgs {
@@ -220,11 +229,45 @@ impl SizeArgs {
         set(&mut cfg.vocab, self.vocab);
         set(&mut cfg.features, self.features);
         set(&mut cfg.classes, self.classes);
-        cfg.dtype = match DType::from_name(&self.dtype) {
-            Some(d @ (DType::F32 | DType::F64)) => d,
-            _ => return Err(format!("--dtype `{}`: expected f32 or f64", self.dtype)),
-        };
+        cfg.dtype = self.dtype()?.unwrap_or(DType::F32);
         Ok(cfg)
+    }
+
+    fn dtype(&self) -> Result<Option<DType>, String> {
+        match self.dtype.as_deref() {
+            None => Ok(None),
+            Some(name) => match DType::from_name(name) {
+                Some(d @ (DType::F32 | DType::F64)) => Ok(Some(d)),
+                _ => Err(format!("--dtype `{name}`: expected f32 or f64")),
+            },
+        }
+    }
+
+    /// The size flags given (not --dtype), for refusing them where they cannot apply.
+    fn given(&self) -> Vec<&'static str> {
+        [
+            ("--layers", self.layers),
+            ("--batch", self.batch),
+            ("--seq", self.seq),
+            ("--hidden", self.hidden),
+            ("--heads", self.heads),
+            ("--vocab", self.vocab),
+            ("--features", self.features),
+            ("--classes", self.classes),
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| v.map(|_| name))
+        .collect()
+    }
+}
+
+/// `--clip-norm` must be a positive finite number.
+fn check_clip_norm(clip: Option<f64>) -> Result<(), String> {
+    match clip {
+        Some(norm) if !(norm.is_finite() && norm > 0.0) => {
+            Err(format!("--clip-norm {norm}: expected a positive number"))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -339,6 +382,27 @@ fn resolve_plan(
     mesh: Option<&str>,
     shards: &[String],
 ) -> Result<Option<Plan>, String> {
+    let sizes_given = sizes.given();
+    if preset.is_none() {
+        let mut refused = sizes_given.clone();
+        if file.is_some() && sizes.dtype.is_some() {
+            refused.push("--dtype");
+        }
+        if scenario.is_some() && mesh.is_some() {
+            refused.push("--mesh");
+        }
+        if !refused.is_empty() {
+            let fixed = if scenario.is_some() {
+                "a --scenario fixes its model sizes and mesh (only --dtype and --shard apply)"
+            } else {
+                "a plan file fixes its program (only --mesh, if it has none, and --shard apply)"
+            };
+            return Err(format!(
+                "{}: {fixed}; use --preset NAME with sizes, --mesh and --shard instead",
+                refused.join(", ")
+            ));
+        }
+    }
     Ok(Some(match (file, preset, scenario) {
         (Some(file), _, _) => match read_plan(file)? {
             Ok((plan, _)) => add_mesh_and_shards(plan, mesh, shards)?,
@@ -353,7 +417,11 @@ fn resolve_plan(
                     .collect();
                 format!("unknown scenario `{name}`; scenarios: {}", names.join(", "))
             })?;
-            let plan = scenario.plan().map_err(|e| e.to_string())?;
+            let mut config = scenario.config();
+            if let Some(dtype) = sizes.dtype()? {
+                config.dtype = dtype;
+            }
+            let plan = scenario.plan_with(&config).map_err(|e| e.to_string())?;
             add_mesh_and_shards(plan, None, shards)?
         }
         (None, None, None) => {
@@ -374,6 +442,18 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         Some(plan) => plan,
         None => return Ok(ExitCode::from(1)),
     };
+    check_clip_norm(args.clip_norm)?;
+    if let (Some(r), Some(mesh)) = (args.rank, &plan.mesh) {
+        if !mesh.process_ids().contains(&r) {
+            return Err(format!(
+                "--rank {r}: the mesh has ranks {:?}",
+                mesh.process_ids()
+            ));
+        }
+    }
+    if args.rank.is_some() && plan.mesh.is_none() {
+        return Err("--rank needs a mesh".into());
+    }
     let stage = args.stage.clone().unwrap_or_else(|| {
         if args.ledger {
             "none".into()
@@ -397,9 +477,6 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             defer_partial_sums: args.megatron_sums,
         },
     };
-    if let Some(norm) = args.clip_norm.filter(|n| !(n.is_finite() && *n > 0.0)) {
-        return Err(format!("--clip-norm {norm}: expected a positive number"));
-    }
     let pipeline = match crate::passes::pipeline::run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {

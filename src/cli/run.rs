@@ -82,6 +82,10 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if !(args.lr.is_finite()) {
         return Err(format!("--lr {}: expected a finite number", args.lr));
     }
+    super::check_clip_norm(args.clip_norm)?;
+    if args.dump.as_deref().is_some_and(|d| d.trim().is_empty()) {
+        return Err("--dump needs a directory name".into());
+    }
     let Some(plan) = resolve_plan(
         &args.file,
         &args.preset,

@@ -103,7 +103,13 @@ impl Scenario {
 
     /// Builds the plan.
     pub fn plan(&self) -> Result<Plan, ModelError> {
-        let program = self.model.build(&self.config())?;
+        self.plan_with(&self.config())
+    }
+
+    /// Builds the plan with the model built from `config` (its element type, say); the mesh
+    /// and annotations are the scenario's.
+    pub fn plan_with(&self, config: &ModelConfig) -> Result<Plan, ModelError> {
+        let program = self.model.build(config)?;
         let mesh = Arc::new(parse_mesh_spec(self.mesh).map_err(ModelError::BadSize)?);
         let mut plan = Plan {
             mesh: Some(mesh.clone()),
