@@ -598,3 +598,100 @@ fn flags_apply_or_are_refused() {
     // The exit-code policy is in --help.
     assert!(text(&shardlab(&["--help"]).stdout).contains("Exit status: 0 success; 1 invalid input"));
 }
+
+/// Shapes whose element count overflows are verifier errors, and commands estimate their
+/// memory before allocating: beyond the budget they refuse and say what would be needed,
+/// while planning a 1.3B-parameter model (shapes only) works.
+#[test]
+fn overflowing_shapes_and_the_memory_budget() {
+    let reshape = temp_file(
+        "overflow.plan",
+        "mesh [2] (dp)\nvar x: f32[4294967296, 4294967297] input\nvar y: f32[4294967296] activation\n\
+         var l: f32[] activation\nop reshape2(X=x) -> (Out=y) {shape=[4294967296]}\n\
+         op mean(X=y) -> (Out=l) role=loss\n",
+    );
+    let out = shardlab(&["check", reshape.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("overflow.plan:2:1: variable `x`: shape [4294967296, 4294967297] has more than 2^53 elements"), "{}", text(&out.stderr));
+    let wide = temp_file(
+        "wide.plan",
+        "mesh [3] (dp)\nvar x: f32[3, 6148914691236517206] input\nvar l: f32[] activation\n\
+         op mean(X=x) -> (Out=l) role=loss\nshard x [dp, -]\n",
+    );
+    let out = shardlab(&["run", wide.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("more than 2^53 elements"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = shardlab(&["print", "--preset", "gpt", "--layers", "1048576"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("layers = 1048576 is too many (at most 1024"));
+    let out = shardlab(&[
+        "run",
+        "--preset",
+        "gpt",
+        "--batch",
+        "1024",
+        "--seq",
+        "1024",
+        "--hidden",
+        "512",
+        "--heads",
+        "1",
+        "--mesh",
+        "2:dp",
+        "--max-memory",
+        "8G",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("running would need about"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(text(&out.stderr).contains("more than the memory budget of 8.0 GiB"));
+    let out = shardlab(&[
+        "plan",
+        "--scenario",
+        "gpt_dp_mp",
+        "--stage",
+        "all",
+        "--max-memory",
+        "1M",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("planning would need about"));
+    // GPT 1.3B (24 layers, hidden 2048, 16 heads, seq 1024) with batch 512 plans: shapes only.
+    let out = shardlab(&[
+        "plan",
+        "--preset",
+        "gpt",
+        "--layers",
+        "24",
+        "--hidden",
+        "2048",
+        "--heads",
+        "16",
+        "--seq",
+        "1024",
+        "--batch",
+        "512",
+        "--mesh",
+        "2x4:dp,mp",
+        "--shard",
+        "x=dp,-,-",
+        "--stage",
+        "all",
+        "--max-memory",
+        "1G",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        shardlab(&["run", "--scenario", "dp_mlp", "--max-memory", "12Q"])
+            .status
+            .code(),
+        Some(2)
+    );
+}

@@ -2,6 +2,7 @@
 //! or touches files.
 
 mod bench;
+mod budget;
 mod run;
 mod stages;
 
@@ -77,6 +78,10 @@ struct PrintArgs {
     /// Repeatable. Needs --mesh.
     #[arg(long = "shard", value_name = "VAR=AXES")]
     shards: Vec<String>,
+    /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
+    /// an estimate before allocating. Default: half the available memory.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +129,10 @@ struct PlanArgs {
     /// and all-reduce the sum once (2 tensor-parallel all-reduces per layer, not Paddle's 4).
     #[arg(long)]
     megatron_sums: bool,
+    /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
+    /// an estimate before allocating. Default: half the available memory.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<String>,
     /// Explain why each dim of this variable is split the way it is.
     #[arg(long, value_name = "VAR")]
     explain: Option<String>,
@@ -171,6 +180,10 @@ pub(crate) struct RunArgs {
     /// Megatron's backward: all-reduce summed column-parallel input gradients once.
     #[arg(long)]
     megatron_sums: bool,
+    /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
+    /// an estimate before allocating. Default: half the available memory.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<String>,
     /// Write loss.npy, grad.<param>.npy (first step) and <param>.npy (after the last step)
     /// under DIR/serial and DIR/distributed.
     #[arg(long, value_name = "DIR")]
@@ -343,12 +356,17 @@ fn add_mesh_and_shards(
 }
 
 fn print(args: &PrintArgs) -> Result<ExitCode, String> {
+    let budget = budget::budget(&args.max_memory)?;
     let plan = build_plan(
         &args.preset,
         &args.sizes,
         args.mesh.as_deref(),
         &args.shards,
     )?;
+    if let Err(e) = budget::check("printing", plan.estimated_planning_bytes(false), budget) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(1));
+    }
     let issues = verify_plan(&plan);
     if let Some(first) = issues.first() {
         return Err(format!(
@@ -443,6 +461,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         None => return Ok(ExitCode::from(1)),
     };
     check_clip_norm(args.clip_norm)?;
+    let budget = budget::budget(&args.max_memory)?;
     if let (Some(r), Some(mesh)) = (args.rank, &plan.mesh) {
         if !mesh.process_ids().contains(&r) {
             return Err(format!(
@@ -461,7 +480,16 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             "complete".into()
         }
     });
-    if stage == "complete" && !args.ledger {
+    let partitioned = stage != "complete" || args.ledger;
+    if let Err(e) = budget::check(
+        "planning",
+        plan.estimated_planning_bytes(partitioned),
+        budget,
+    ) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(1));
+    }
+    if !partitioned {
         return print_completion(args, &plan);
     }
     let opts = crate::passes::pipeline::PipelineOptions {

@@ -97,6 +97,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     else {
         return Ok(ExitCode::from(1));
     };
+    let budget = super::budget::budget(&args.max_memory)?;
+    if let Err(e) = super::budget::check("planning", plan.estimated_planning_bytes(true), budget) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(1));
+    }
     let opts = PipelineOptions {
         optimizer: OptimizerOptions {
             optimizer: Optimizer::from_name(&args.optimizer).unwrap_or(Optimizer::Sgd),
@@ -115,6 +120,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(1));
         }
     };
+    let needed = crate::exec::run::estimated_run_bytes(&pipeline);
+    if let Err(e) = super::budget::check("running", needed, budget) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(1));
+    }
     let mut run_opts = RunOptions {
         steps: 1,
         ..Default::default()

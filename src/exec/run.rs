@@ -97,6 +97,29 @@ impl Default for RunOptions {
     }
 }
 
+/// About how many bytes `run` allocates for tensors: every variable of the serial program,
+/// every rank's local variables, and the f64 scratch of the serial run's error bounds (a few
+/// copies of the largest tensor). Computed from shapes, before anything is allocated.
+pub fn estimated_run_bytes(p: &Pipeline) -> f64 {
+    let bytes = |t: &crate::ir::TensorType| t.numel() as f64 * t.dtype.size_bytes() as f64;
+    let serial: f64 = p.full.program.vars().iter().map(|v| bytes(&v.ty)).sum();
+    let largest = p
+        .full
+        .program
+        .vars()
+        .iter()
+        .map(|v| v.ty.numel() as f64)
+        .fold(0.0, f64::max);
+    let ranks: f64 = p
+        .partitioned
+        .ranks
+        .iter()
+        .flat_map(|r| r.program.vars())
+        .map(|v| bytes(&v.ty))
+        .sum();
+    serial + ranks + 4.0 * 8.0 * largest
+}
+
 /// The loss to report: the plan's loss (under AMP, the loss before scaling).
 pub fn reported_loss(p: &Pipeline) -> VarId {
     let program = &p.full.program;

@@ -315,21 +315,27 @@ pub fn reshape_target(x: &TensorType, target: &[i64]) -> Res<Vec<usize>> {
             d => return Err(format!("shape[{i}] = {d} is invalid")),
         }
     }
-    let known: usize = out.iter().product();
+    let too_many = || format!("shape {target:?} has more than 2^53 elements");
+    let elements = x
+        .checked_numel()
+        .ok_or_else(|| format!("X {x} has more than 2^53 elements"))?;
+    let known = TensorType::new(x.dtype, out.clone())
+        .checked_numel()
+        .ok_or_else(too_many)?;
     if let Some(i) = infer_at {
-        if known == 0 || !x.numel().is_multiple_of(known) {
+        if known == 0 || !elements.is_multiple_of(known) {
             return Err(format!(
-                "cannot infer -1 in {target:?}: {} elements of X {x}",
-                x.numel()
+                "cannot infer -1 in {target:?}: {elements} elements of X {x}"
             ));
         }
-        out[i] = x.numel() / known;
+        out[i] = elements / known;
     }
-    if out.iter().product::<usize>() != x.numel() {
+    let total = TensorType::new(x.dtype, out.clone())
+        .checked_numel()
+        .ok_or_else(too_many)?;
+    if total != elements {
         return Err(format!(
-            "shape {target:?} has {} elements but X {x} has {}",
-            out.iter().product::<usize>(),
-            x.numel()
+            "shape {target:?} has {total} elements but X {x} has {elements}"
         ));
     }
     Ok(out)

@@ -20,5 +20,5 @@ pub use op_type::{OpClass, OpRole, OpType};
 pub use program::{Op, Program, ProgramError, ROOT_SCOPE};
 pub use schema::{Arity, AttrSpec, SlotSpec};
 pub use text::{parse_program, ParseError};
-pub use types::{DType, OpId, TensorType, Var, VarId, VarKind};
+pub use types::{DType, OpId, TensorType, Var, VarId, VarKind, MAX_ELEMENTS};
 pub use verify::{verify_program, Subject, VerifyError};

@@ -104,6 +104,11 @@ impl VarKind {
     }
 }
 
+/// The most elements a tensor may have: 2^53, the largest count an f64 holds exactly. Far
+/// beyond what can be allocated, so planning (which only holds shapes) works at any real
+/// model size, while a product of dims can never overflow.
+pub const MAX_ELEMENTS: usize = 1 << 53;
+
 /// Dense id of a variable in its [`crate::ir::Program`]. Prints as `%3`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct VarId(pub u32);
@@ -151,9 +156,20 @@ impl TensorType {
         TensorType { dtype, shape }
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar), or `None` when the product of the dims exceeds
+    /// [`MAX_ELEMENTS`]. The verifier rejects such a variable, so every shape of a verified
+    /// program, and every sub-product of its dims, multiplies without overflow.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= MAX_ELEMENTS)
+    }
+
+    /// Number of elements (1 for a scalar); saturates at `usize::MAX` for a shape the
+    /// verifier would reject (see [`TensorType::checked_numel`]).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.checked_numel().unwrap_or(usize::MAX)
     }
 
     /// Rank (number of dims).

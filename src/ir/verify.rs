@@ -40,6 +40,19 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
     let nvars = program.vars().len();
     let mut defined: Vec<bool> = program.vars().iter().map(|v| v.kind.is_source()).collect();
     let mut writer: Vec<Option<OpId>> = vec![None; nvars];
+    let mut oversized = vec![false; nvars];
+    for (i, v) in program.vars().iter().enumerate() {
+        if v.ty.checked_numel().is_none() {
+            oversized[i] = true;
+            errors.push(VerifyError {
+                subject: Subject::Var(v.name.to_string()),
+                message: format!(
+                    "shape {:?} has more than 2^53 elements (the product of its dims)",
+                    v.ty.shape
+                ),
+            });
+        }
+    }
     for (i, op) in program.ops().iter().enumerate() {
         let id = OpId(i as u32);
         let mut err = |message: String| {
@@ -122,7 +135,13 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
             writer[v.index()] = Some(id);
             defined[v.index()] = true;
         }
-        if !attrs_complete || !arity_ok {
+        if !attrs_complete
+            || !arity_ok
+            || op
+                .all_inputs()
+                .chain(op.all_outputs())
+                .any(|v| oversized[v.index()])
+        {
             continue; // inference would only repeat what was just reported
         }
         let inputs: Vec<Vec<&TensorType>> = op

@@ -124,7 +124,11 @@ impl Model {
 }
 
 /// Largest total element count a preset may declare, so a typo cannot exhaust memory.
-const MAX_ELEMENTS: usize = 1 << 31;
+/// A preset's tensors may be as large as any shape (planning holds only shapes; `run`
+/// checks its memory budget before it allocates).
+const MAX_ELEMENTS: usize = crate::ir::MAX_ELEMENTS;
+/// The most transformer blocks a preset builds (each is about 60 ops).
+const MAX_LAYERS: usize = 1024;
 
 fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     let fields = [
@@ -143,6 +147,13 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     if let Some((name, v)) = fields.iter().find(|(_, v)| *v > 1 << 20) {
         return Err(ModelError::BadSize(format!(
             "{name} = {v} is too large (at most 1048576)"
+        )));
+    }
+    if cfg.layers > MAX_LAYERS {
+        return Err(ModelError::BadSize(format!(
+            "layers = {} is too many (at most {MAX_LAYERS}; the largest published models have \
+             about 100)",
+            cfg.layers
         )));
     }
     if cfg.dtype == DType::I64 {
