@@ -315,10 +315,10 @@ pub fn reshape_target(x: &TensorType, target: &[i64]) -> Res<Vec<usize>> {
             d => return Err(format!("shape[{i}] = {d} is invalid")),
         }
     }
-    let too_many = || format!("shape {target:?} has more than 2^53 elements");
+    let too_many = || format!("shape {target:?} has more elements than a tensor may hold (2^53)");
     let elements = x
         .checked_numel()
-        .ok_or_else(|| format!("X {x} has more than 2^53 elements"))?;
+        .ok_or_else(|| format!("X {x} has more elements than a tensor may hold (2^53)"))?;
     let known = TensorType::new(x.dtype, out.clone())
         .checked_numel()
         .ok_or_else(too_many)?;

@@ -104,10 +104,15 @@ impl VarKind {
     }
 }
 
-/// The most elements a tensor may have: 2^53, the largest count an f64 holds exactly. Far
-/// beyond what can be allocated, so planning (which only holds shapes) works at any real
-/// model size, while a product of dims can never overflow.
-pub const MAX_ELEMENTS: usize = 1 << 53;
+/// The most elements a tensor may have: 2^53, the largest count an f64 holds exactly (on
+/// 32-bit wasm, where sizes are 32 bits, `usize::MAX`). Far beyond what can be allocated, so
+/// planning (which only holds shapes) works at any real model size, while a product of
+/// dims can never overflow.
+pub const MAX_ELEMENTS: usize = if usize::BITS >= 64 {
+    (1u64 << 53) as usize
+} else {
+    usize::MAX
+};
 
 /// Dense id of a variable in its [`crate::ir::Program`]. Prints as `%3`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -159,6 +164,8 @@ impl TensorType {
     /// Number of elements (1 for a scalar), or `None` when the product of the dims exceeds
     /// [`MAX_ELEMENTS`]. The verifier rejects such a variable, so every shape of a verified
     /// program, and every sub-product of its dims, multiplies without overflow.
+    // On 32-bit wasm MAX_ELEMENTS is usize::MAX, where the comparison cannot fail.
+    #[allow(clippy::absurd_extreme_comparisons)]
     pub fn checked_numel(&self) -> Option<usize> {
         self.shape
             .iter()

@@ -47,7 +47,7 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
             errors.push(VerifyError {
                 subject: Subject::Var(v.name.to_string()),
                 message: format!(
-                    "shape {:?} has more than 2^53 elements (the product of its dims)",
+                    "shape {:?} has more elements than a tensor may hold (2^53; the product of its dims)",
                     v.ty.shape
                 ),
             });

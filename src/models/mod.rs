@@ -130,6 +130,8 @@ const MAX_ELEMENTS: usize = crate::ir::MAX_ELEMENTS;
 /// The most transformer blocks a preset builds (each is about 60 ops).
 const MAX_LAYERS: usize = 1024;
 
+// On 32-bit wasm MAX_ELEMENTS is usize::MAX, where the comparison cannot fail.
+#[allow(clippy::absurd_extreme_comparisons)]
 fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     let fields = [
         ("batch", cfg.batch),
