@@ -456,19 +456,12 @@ impl Session {
             Ok((plan, map)) => {
                 let issues = crate::plan::verify_plan(&plan);
                 if !issues.is_empty() || plan.mesh.is_none() {
-                    let line_of = |s: &crate::plan::PlanSubject| match s {
-                        crate::plan::PlanSubject::Op(id) => map.op_lines.get(id.index()).copied(),
-                        crate::plan::PlanSubject::Annotation(i) => {
-                            map.annotation_lines.get(*i).copied()
-                        }
-                        crate::plan::PlanSubject::Var(n) => plan
-                            .program
-                            .var_id(n)
-                            .and_then(|v| map.var_lines.get(v.index()).copied()),
-                    };
                     self.text_errors = issues
                         .iter()
-                        .map(|i| (line_of(&i.subject).unwrap_or(1), 1, i.message.clone()))
+                        .map(|i| {
+                            let (line, col) = map.locate(&plan, &i.subject);
+                            (line, col, i.message.clone())
+                        })
                         .collect();
                     if plan.mesh.is_none() {
                         self.text_errors.push((

@@ -37,7 +37,7 @@ fn print_gpt_two_layers_matches_golden_and_checks() {
     assert_eq!(out.status.code(), Some(0));
     assert!(
         text(&out.stdout)
-            .ends_with("ok: 108 variables (34 parameters), 62 ops, no mesh, 0 annotations\n"),
+            .ends_with("ok: 108 variables (34 parameters), 62 ops, no mesh, 0 annotations (a program: `plan` needs a mesh, in the file or --mesh)\n"),
         "{}",
         text(&out.stdout)
     );
@@ -90,12 +90,18 @@ fn check_reports_every_error_with_file_line_and_column() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "{p}:5:1: op0: matmul_v2: output Out `y` is declared f32[16, 128] but the op produces f32[16, 256]\n\
-             {p}:6:1: shard: `x`: mesh axis `dp` splits more than one dim (dims 0 and 1)\n\
-             {p}:8:1: shard: `w` is annotated twice\n\
+            "{p}:5:4: op0: matmul_v2: output Out `y` is declared f32[16, 128] but the op produces f32[16, 256]\n\
+             {p}:6:7: shard: `x`: mesh axis `dp` splits more than one dim (dims 0 and 1)\n\
+             {p}:8:7: shard: `w` is annotated twice\n\
              {p}: 3 error(s)\n"
         )
-    );
+    );    // plan and run report them the same way, not as `op0: ...` without a place.
+    let check_err = text(&out.stderr);
+    for cmd in ["plan", "run"] {
+        let out = shardlab(&[cmd, p]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        assert_eq!(text(&out.stderr), check_err, "{cmd}");
+    }
 }
 
 #[test]
@@ -612,7 +618,7 @@ fn overflowing_shapes_and_the_memory_budget() {
     );
     let out = shardlab(&["check", reshape.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("overflow.plan:2:1: variable `x`: shape [4294967296, 4294967297] has more elements than a tensor may hold"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("overflow.plan:2:5: variable `x`: shape [4294967296, 4294967297] has more elements than a tensor may hold"), "{}", text(&out.stderr));
     let wide = temp_file(
         "wide.plan",
         "mesh [3] (dp)\nvar x: f32[3, 6148914691236517206] input\nvar l: f32[] activation\n\

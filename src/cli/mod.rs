@@ -8,9 +8,7 @@ mod stages;
 
 use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
-use crate::plan::{
-    parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, PlanSubject, SourceMap,
-};
+use crate::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, SourceMap};
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -423,7 +421,12 @@ fn resolve_plan(
     }
     Ok(Some(match (file, preset, scenario) {
         (Some(file), _, _) => match read_plan(file)? {
-            Ok((plan, _)) => add_mesh_and_shards(plan, mesh, shards)?,
+            Ok((plan, map)) => {
+                if report_issues(file, &plan, &map) {
+                    return Ok(None);
+                }
+                add_mesh_and_shards(plan, mesh, shards)?
+            }
             Err(_) => return Ok(None),
         },
         (None, Some(preset), _) => build_plan(preset, sizes, mesh, shards)?,
@@ -563,43 +566,60 @@ fn print_completion(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
 }
 
 fn check(file: &str) -> Result<ExitCode, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: cannot read: {e}"))?;
-    let (plan, map) = match parse_plan(&text) {
+    let (plan, map) = match read_plan(file)? {
         Ok(parsed) => parsed,
-        Err(errors) => {
-            for e in &errors {
-                eprintln!("{file}:{e}");
-            }
-            eprintln!("{file}: {} error(s)", errors.len());
-            return Ok(ExitCode::from(1));
-        }
+        Err(_) => return Ok(ExitCode::from(1)),
     };
-    let issues = verify_plan(&plan);
-    if !issues.is_empty() {
-        for issue in &issues {
-            eprintln!(
-                "{file}:{}:1: {}",
-                line_of(&plan, &map, &issue.subject),
-                issue.message
-            );
-        }
-        eprintln!("{file}: {} error(s)", issues.len());
+    if report_issues(file, &plan, &map) {
+        return Ok(ExitCode::from(1));
+    }
+    let Some(_) = &plan.mesh else {
+        emit(&format!(
+            "{file}: ok: {} (a program: `plan` needs a mesh, in the file or --mesh)\n",
+            summary(&plan)
+        ));
+        return Ok(ExitCode::SUCCESS);
+    };
+    // Everything `plan --stage all` checks, with its default options: completion, backward,
+    // optimizer and partitioning, each verified.
+    let needed = plan.estimated_planning_bytes(true);
+    budget::check("checking", needed, budget::default_budget())?;
+    if let Err(e) = crate::passes::pipeline::run_pipeline(&plan, &Default::default()) {
+        let message = e.to_string();
+        let (line, col) = locate_message(&plan, &map, &message);
+        eprintln!("{file}:{line}:{col}: planning fails: {message}");
+        eprintln!("{file}: 1 error(s)");
         return Ok(ExitCode::from(1));
     }
     emit(&format!("{file}: ok: {}\n", summary(&plan)));
     Ok(ExitCode::SUCCESS)
 }
 
-fn line_of(plan: &Plan, map: &SourceMap, subject: &PlanSubject) -> usize {
-    let found = match subject {
-        PlanSubject::Op(id) => map.op_lines.get(id.index()),
-        PlanSubject::Annotation(i) => map.annotation_lines.get(*i),
-        PlanSubject::Var(name) => plan
-            .program
-            .var_id(name)
-            .and_then(|v| map.var_lines.get(v.index())),
-    };
-    found.copied().unwrap_or(1)
+/// The position of the first variable a message names in backticks (1:1 if none).
+fn locate_message(plan: &Plan, map: &SourceMap, message: &str) -> (usize, usize) {
+    message
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .find_map(|name| {
+            plan.program
+                .var_id(name)
+                .map(|_| map.locate(plan, &crate::plan::PlanSubject::Var(name.to_string())))
+        })
+        .unwrap_or((1, 1))
+}
+
+/// Prints every verifier problem of a parsed plan as FILE:LINE:COL; whether there were any.
+fn report_issues(file: &str, plan: &Plan, map: &SourceMap) -> bool {
+    let issues = verify_plan(plan);
+    for issue in &issues {
+        let (line, col) = map.locate(plan, &issue.subject);
+        eprintln!("{file}:{line}:{col}: {}", issue.message);
+    }
+    if !issues.is_empty() {
+        eprintln!("{file}: {} error(s)", issues.len());
+    }
+    !issues.is_empty()
 }
 
 /// `14 variables (4 parameters), 7 ops, mesh [4] (dp), 2 annotations`.

@@ -16,6 +16,33 @@ pub struct SourceMap {
     pub var_lines: Vec<usize>,
     pub op_lines: Vec<usize>,
     pub annotation_lines: Vec<usize>,
+    /// The column of each statement's subject: a variable's name, an op's type, the
+    /// annotated variable's name.
+    pub var_cols: Vec<usize>,
+    pub op_cols: Vec<usize>,
+    pub annotation_cols: Vec<usize>,
+}
+
+impl SourceMap {
+    /// Where a verifier problem points: the line and column of its subject's statement (the
+    /// plan's first line when the subject is not from the text).
+    pub fn locate(&self, plan: &Plan, subject: &crate::plan::PlanSubject) -> (usize, usize) {
+        use crate::plan::PlanSubject;
+        let at = |lines: &[usize], cols: &[usize], i: usize| {
+            lines
+                .get(i)
+                .map(|&l| (l, cols.get(i).copied().unwrap_or(1)))
+        };
+        let found = match subject {
+            PlanSubject::Op(id) => at(&self.op_lines, &self.op_cols, id.index()),
+            PlanSubject::Annotation(i) => at(&self.annotation_lines, &self.annotation_cols, *i),
+            PlanSubject::Var(name) => plan
+                .program
+                .var_id(name)
+                .and_then(|v| at(&self.var_lines, &self.var_cols, v.index())),
+        };
+        found.unwrap_or((1, 1))
+    }
 }
 
 /// Parses a plan. Returns every parse error found, not just the first.
@@ -29,12 +56,16 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
         let (kw, col) = cur.ident("a statement (`mesh`, `var`, `op` or `shard`)")?;
         match kw.as_str() {
             "var" => {
+                let at = cur.col();
                 parse_var(cur, &mut program)?;
                 map.var_lines.push(line);
+                map.var_cols.push(at);
             }
             "op" => {
+                let at = cur.col();
                 parse_op(cur, &mut program)?;
                 map.op_lines.push(line);
+                map.op_cols.push(at);
             }
             "mesh" => {
                 if mesh.is_some() {
@@ -47,8 +78,10 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
                 let m = mesh.clone().ok_or_else(|| {
                     cur.error_at(col, "`shard` needs a mesh: declare `mesh [..] (..)` first")
                 })?;
+                let at = cur.col();
                 annotations.push(parse_shard(cur, &program, m)?);
                 map.annotation_lines.push(line);
+                map.annotation_cols.push(at);
             }
             _ => {
                 return Err(cur.error_at(
