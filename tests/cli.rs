@@ -95,7 +95,7 @@ fn check_reports_every_error_with_file_line_and_column() {
              {p}:8:7: shard: `w` is annotated twice\n\
              {p}: 3 error(s)\n"
         )
-    );    // plan and run report them the same way, not as `op0: ...` without a place.
+    ); // plan and run report them the same way, not as `op0: ...` without a place.
     let check_err = text(&out.stderr);
     for cmd in ["plan", "run"] {
         let out = shardlab(&[cmd, p]);
@@ -700,4 +700,116 @@ fn overflowing_shapes_and_the_memory_budget() {
             .code(),
         Some(2)
     );
+}
+
+/// Random command lines: every subcommand but `bench`, with flags and values drawn from the
+/// real ones and from bad ones. The tool never panics: it exits 0, 1 or 2.
+mod flag_fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "mlp",
+            "gpt",
+            "embedding_lm",
+            "mlp_mse",
+            "dp_mlp",
+            "gpt_dp_mp",
+            "2x4:dp,mp",
+            "4:dp",
+            "3:dp",
+            "x=dp,-",
+            "x=dp,-,-",
+            "ids=dp,-",
+            "0",
+            "1",
+            "2",
+            "-1",
+            "99",
+            "1e9",
+            "18446744073709551616",
+            "nan",
+            "inf",
+            "f64",
+            "f16",
+            "adam",
+            "all",
+            "partition",
+            "json",
+            "",
+            "::",
+            "x=",
+            "=",
+        ])
+        .prop_map(str::to_string)
+    }
+
+    fn flag() -> impl Strategy<Value = Vec<String>> {
+        let name = prop::sample::select(vec![
+            "--preset",
+            "--scenario",
+            "--mesh",
+            "--shard",
+            "--layers",
+            "--batch",
+            "--seq",
+            "--hidden",
+            "--heads",
+            "--vocab",
+            "--features",
+            "--classes",
+            "--dtype",
+            "--stage",
+            "--rank",
+            "--optimizer",
+            "--clip-norm",
+            "--steps",
+            "--lr",
+            "--format",
+            "--explain",
+            "--cases",
+            "--max-memory",
+            "--inputs",
+        ]);
+        let bare = prop::sample::select(vec![
+            "--amp",
+            "--ledger",
+            "--megatron-sums",
+            "--no-grad-scale",
+            "--bogus",
+        ]);
+        prop_oneof![
+            4 => (name, value()).prop_map(|(n, v)| vec![n.to_string(), v]),
+            1 => bare.prop_map(|b| vec![b.to_string()]),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            // CI: 48 command lines; FLAG_FUZZ_CASES for a long run.
+            cases: std::env::var("FLAG_FUZZ_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(48),
+            ..ProptestConfig::default()
+        })]
+        #[test]
+        fn the_tool_never_panics(
+            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "spmd", "nonsense"]),
+            flags in prop::collection::vec(flag(), 0..6),
+        ) {
+            let mut args = vec![cmd.to_string()];
+            args.extend(flags.into_iter().flatten());
+            // Runs stay small: a memory budget of 64 MiB bounds what a run may allocate.
+            if cmd == "run" {
+                args.extend(["--max-memory".to_string(), "64M".to_string()]);
+            }
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = shardlab(&refs);
+            let code = out.status.code();
+            prop_assert!(
+                matches!(code, Some(0..=2)),
+                "{args:?} exited {code:?}: {}", text(&out.stderr)
+            );
+            prop_assert!(!text(&out.stderr).contains("panicked"), "{args:?}: {}", text(&out.stderr));
+        }
+    }
 }

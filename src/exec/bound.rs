@@ -735,6 +735,8 @@ fn adam(
     // The step lr_t · m / (√v + ε) of each element moves by at most
     // (Δm + |r| Δs) / max(s − Δs, ε), s = √v + ε, Δs the bound of √v.
     let lr_t = lr * (1.0 - b2p).abs().sqrt() / (1.0 - b1p).abs().max(f64::MIN_POSITIVE);
+    // Paddle scales epsilon by √(1 − β2^t) (see kernels/optim.rs).
+    let eps_t = (eps * (1.0 - b2p).abs().sqrt()).max(f64::MIN_POSITIVE);
     // Whatever the gradients, |m| / √v ≤ (1−β1) / √((1−β2)(1−β1²/β2)) (Cauchy–Schwarz over
     // the moving averages, both started at 0), so a step moves by at most |r| + that.
     let cap = if beta1 * beta1 < beta2 && beta2 < 1.0 {
@@ -758,10 +760,10 @@ fn adam(
         } else {
             f64::INFINITY
         });
-        let s = root + eps;
+        let s = root + eps_t;
         let r = m.abs() / s;
         largest = largest.max(r);
-        let first_order = (e_m1 + r * ds) / (s - ds).max(eps);
+        let first_order = (e_m1 + r * ds) / (s - ds).max(eps_t);
         let step = first_order.min(r + cap) + 4.0 * u * r;
         worst = worst.max(step);
         let before = ep_elems.and_then(|e| e.get(i).copied()).unwrap_or(ep);

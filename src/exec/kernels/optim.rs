@@ -30,7 +30,8 @@ pub struct AdamParams {
 }
 
 /// Adam / AdamW as Paddle computes it: the bias correction uses the current powers,
-/// which the caller then multiplies by the betas.
+/// which the caller then multiplies by the betas, and epsilon is scaled by √(1 − β2^t)
+/// (Paddle's `AdamFunctor`), which makes the step exactly lr · m̂ / (√v̂ + ε).
 pub fn adam(
     p: &mut [f64],
     g: &[f64],
@@ -47,6 +48,6 @@ pub fn adam(
         }
         m1[i] = h.beta1 * m1[i] + (1.0 - h.beta1) * g[i];
         m2[i] = h.beta2 * m2[i] + (1.0 - h.beta2) * g[i] * g[i];
-        p[i] -= lr_t * m1[i] / (m2[i].sqrt() + h.epsilon);
+        p[i] -= lr_t * m1[i] / (m2[i].sqrt() + h.epsilon * (1.0 - beta2_pow).abs().sqrt());
     }
 }
