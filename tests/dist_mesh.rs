@@ -56,6 +56,11 @@ fn groups_use_the_mesh_process_ids() {
     assert_eq!(m.group_of(12, &[0]), Some(vec![10, 12]));
     assert_eq!(m.group_of(12, &[1]), Some(vec![12, 13]));
     assert_eq!(m.to_string(), "[2, 2] (x, y) ids [10, 11, 12, 13]");
+    // Groups follow mesh order, not id order: the ids here are not increasing.
+    let m = ProcessMesh::new(vec![2, 2], vec![3, 1, 2, 0], vec!["x".into(), "y".into()]).unwrap();
+    assert_eq!(m.group_of(1, &[0]), Some(vec![1, 0]));
+    assert_eq!(m.group_of(0, &[1]), Some(vec![2, 0]));
+    assert_eq!(m.group_of(3, &[0, 1]), Some(vec![3, 1, 2, 0]));
     assert_eq!(mesh(&[4], &["dp"]).to_string(), "[4] (dp)");
 }
 

@@ -187,3 +187,94 @@ proptest::proptest! {
         proptest::prop_assert!(failed.is_empty(), "mesh {:?} {:?}:\n{}", plan.mesh.as_ref().map(|m| m.to_string()), annotations, failed.join("\n"));
     }
 }
+
+/// Runs `plan` for `steps` steps and asserts that every check passes, that it compared a loss
+/// per step and a gradient and a parameter per parameter, and that the planned programs
+/// contain each op type in `must_contain` (so the case exercises what it is named for).
+fn assert_verifies(name: &str, plan: &Plan, steps: usize, must_contain: &[&str]) {
+    let p = run_pipeline(plan, &PipelineOptions::default()).unwrap();
+    for ty in must_contain {
+        assert!(
+            p.partitioned.ranks.iter().any(|r| r
+                .program
+                .ops()
+                .iter()
+                .any(|o| o.ty.to_string() == *ty)),
+            "{name}: no {ty} was planned"
+        );
+    }
+    let checks = checks(&p, steps, true);
+    assert_eq!(
+        checks.len(),
+        steps + 2 * p.backward.param_grads.len(),
+        "{name}"
+    );
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(failed.is_empty(), "{name}:\n{}", failed.join("\n"));
+}
+
+fn f64_preset(model: Model, mesh: &str, shards: &[&str]) -> Plan {
+    let cfg = shardlab::models::ModelConfig {
+        layers: 1,
+        dtype: shardlab::ir::DType::F64,
+        ..model.default_config()
+    };
+    common::plan_with(model.build(&cfg).unwrap(), mesh, shards)
+}
+
+/// What only the random test used to reach, as fixed cases: meshes whose process ids are
+/// not in mesh order (a group must follow mesh order, or gathers concatenate in the wrong
+/// order), co-sharded gathers, all_to_all, f64 distributed runs, several steps.
+#[test]
+fn fixed_cases_custom_ids_coshards_all_to_all_f64_and_steps() {
+    use shardlab::dist::ProcessMesh;
+    use std::sync::Arc;
+    let gpt = [
+        "x=dp,-,-",
+        "h0.attn.q.w=-,mp",
+        "h0.attn.o.w=mp,-",
+        "h0.mlp.fc1.w=-,mp",
+    ];
+    let coshard = ["x=dp+mp,-", "linear_0.tmp_0=-,dp+mp"];
+    for (ids, name) in [
+        (vec![7, 6, 5, 4, 3, 2, 1, 0], "reversed ids"),
+        (vec![3, 1, 6, 0, 2, 7, 5, 4], "shuffled ids"),
+    ] {
+        for (model, shards, must) in [
+            (Model::Gpt, &gpt[..], &["all_reduce"][..]),
+            (Model::Mlp, &coshard[..], &["all_gather"][..]),
+        ] {
+            let mut plan = f64_preset(model, "2x4:dp,mp", shards);
+            let mesh = Arc::new(
+                ProcessMesh::new(vec![2, 4], ids.clone(), vec!["dp".into(), "mp".into()]).unwrap(),
+            );
+            plan.mesh = Some(mesh.clone());
+            for a in &mut plan.annotations {
+                a.attr.mesh = mesh.clone();
+            }
+            assert_verifies(&format!("{} {name}", model.name()), &plan, 2, must);
+        }
+    }
+    assert_verifies(
+        "co-sharded gathers, f64, 3 steps",
+        &f64_preset(Model::Mlp, "2x4:dp,mp", &coshard),
+        3,
+        &["all_gather", "slice"],
+    );
+    assert_verifies(
+        "all_to_all, f64, 3 steps",
+        &f64_preset(Model::Mlp, "4:dp", &["x=dp,-", "linear_0.tmp_1=-,dp"]),
+        3,
+        &["all_to_all"],
+    );
+    assert_verifies(
+        "gpt dp x mp, f64, 3 steps",
+        &f64_preset(Model::Gpt, "2x4:dp,mp", &gpt),
+        3,
+        &["all_reduce", "scale"],
+    );
+}

@@ -251,12 +251,21 @@ fn embedding_and_cross_entropy_grads() {
         &[("label", vec![0.0, 4.0, 2.0])],
     );
     let body = format!("{}var label: f64[3, 5] label\nvar sm: f64[3, 5] activation\nvar l: f64[3, 1] activation\nop softmax_with_cross_entropy(Logits=x, Label=label) -> (Softmax=sm, Loss=l) {{soft_label=true}}\n", p("x", "3, 5"));
-    check(
-        "cross-entropy soft",
-        &body,
-        &[("l", "f64[3, 1]")],
-        &[("label", vec![0.2; 15])],
-    );
+    // Soft labels summing to 1 per row, and rows that do not (1.8, 1.5, 0.6): the gradient is
+    // p · Σlabel − label, so a kernel that assumes Σlabel = 1 fails the second.
+    for labels in [
+        vec![0.2; 15],
+        vec![
+            0.1, 0.5, 0.3, 0.7, 0.2, 0.0, 0.0, 1.5, 0.0, 0.0, 0.3, 0.0, 0.1, 0.0, 0.2,
+        ],
+    ] {
+        check(
+            "cross-entropy soft",
+            &body,
+            &[("l", "f64[3, 1]")],
+            &[("label", labels)],
+        );
+    }
 }
 
 #[test]
