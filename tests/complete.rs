@@ -207,3 +207,41 @@ proptest! {
         prop_assert_eq!(changes, 0);
     }
 }
+
+/// `o = x @ wᵀ` with `w` `[n, k]` split on its rows is column parallel: no reshard, `o`
+/// split on its columns, and the backward rule reads `trans_y` (not `trans_x`) for `w`.
+#[test]
+fn x_times_w_transposed_is_column_parallel() {
+    let (plan, _) = parse_plan(
+        "mesh [2] (mp)\nvar x: f32[16, 64] input\nvar w: f32[256, 64] parameter persistable\n\
+         var y: f32[16, 256] activation\nvar l: f32[] activation\n\
+         op matmul_v2(X=x, Y=w) -> (Out=y) {trans_x=false, trans_y=true}\n\
+         op mean(X=y) -> (Out=l) role=loss\nshard w [mp, -]\n",
+    )
+    .unwrap();
+    let c = complete(&plan).unwrap();
+    expect![[r#"
+        mesh [2] (mp)
+        # completed in 2 sweeps: 2 events, 0 conflicts, 0 rule errors
+
+        tensors:
+          x  f32[16, 64]       [-, -]
+          w  f32[256, 64]      [mp, -]  (annotated)
+          y  f32[16, 256]      [-, mp]
+          l  f32[]             [] partial(mp=AVG)
+
+        ops:
+          op0 matmul_v2 [matmul_v2 #0: column parallel] X=x[-, -] Y=w[mp, -] -> Out=y[-, mp]
+          op1 mean [default #0: default] X=y[-, mp] -> Out=l[] partial(mp=AVG)
+    "#]]
+    .assert_eq(&completed_text(&plan.program, &c));
+    let p = shardlab::passes::pipeline::run_pipeline(&plan, &Default::default()).unwrap();
+    let reshards: Vec<String> = p.partitioned.ranks[0]
+        .program
+        .ops()
+        .iter()
+        .filter(|o| o.namescope == "/auto_parallel/reshard")
+        .map(|o| o.ty.to_string())
+        .collect();
+    assert!(reshards.is_empty(), "no reshard is needed: {reshards:?}");
+}

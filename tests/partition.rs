@@ -71,6 +71,23 @@ fn per_rank_programs_match_paddle_on_every_config() {
                         "{name} rank {rank} op{i} group"
                     );
                 }
+                if let Some(code) = c.get("reduce_type") {
+                    // Paddle's ReduceType enum: kRedSum 0, kRedMax 1, kRedMin 2, kRedProd 3,
+                    // kRedAvg 4.
+                    let ours = match op.attr_str("reduce_type") {
+                        Some("SUM") => 0,
+                        Some("MAX") => 1,
+                        Some("MIN") => 2,
+                        Some("PROD") => 3,
+                        Some("AVG") => 4,
+                        other => panic!("{name} rank {rank} op{i}: reduce_type {other:?}"),
+                    };
+                    assert_eq!(
+                        ours,
+                        code.as_i64().unwrap(),
+                        "{name} rank {rank} op{i} reduce_type"
+                    );
+                }
                 if let Some(scale) = c.get("scale") {
                     assert_eq!(op.attr_float("scale", 0.0), scale.as_f64().unwrap());
                 }

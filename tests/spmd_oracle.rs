@@ -1,6 +1,9 @@
 //! Every case of PaddlePaddle 3.3.1's SPMD rules (`oracle/paddle/spmd_cases.json`, a copy
-//! of `../shared/oracle`) agrees with Paddle, except the deliberate deviations listed in
-//! `shardlab::spmd::deviations::DEVIATIONS` (each checked to still differ, with its reason).
+//! of `../shared/oracle`), and every case we wrote from Paddle's rule source
+//! (`spmd_cases_from_source.json`, each citing the code it reads), agrees with Paddle:
+//! mappings, partial dims and reduce types, and, where both raise, the error message. The
+//! deliberate deviations in `shardlab::spmd::deviations::DEVIATIONS` are the exceptions;
+//! each must match at least one case and still differ there.
 #![cfg(not(target_arch = "wasm32"))]
 
 use serde_json::Value;
@@ -8,11 +11,28 @@ use shardlab::spmd::cases::{run_case, Case, CaseResult};
 use shardlab::spmd::deviations::DEVIATIONS;
 
 fn cases() -> Vec<(Case, Value)> {
-    let text = include_str!("oracle/paddle/spmd_cases.json");
-    let raw: Vec<Value> = serde_json::from_str(text).unwrap();
+    let mut raw: Vec<Value> =
+        serde_json::from_str(include_str!("oracle/paddle/spmd_cases.json")).unwrap();
+    let ours: Vec<Value> =
+        serde_json::from_str(include_str!("spmd_cases_from_source.json")).unwrap();
+    assert!(
+        ours.iter().all(|c| c["source"].is_string()),
+        "every case cites its source"
+    );
+    raw.extend(ours);
     raw.into_iter()
         .map(|v| (serde_json::from_value(v.clone()).unwrap(), v))
         .collect()
+}
+
+/// Paddle's error message without its `(Kind) ` prefix and ` (at file:line)` suffix.
+fn paddle_message(error: &Value) -> String {
+    let m = error["message"].as_str().unwrap_or("");
+    let m = match m.strip_prefix('(') {
+        Some(rest) => rest.split_once(") ").map_or(m, |(_, r)| r),
+        None => m,
+    };
+    m.split(" (at ").next().unwrap_or(m).trim().to_string()
 }
 
 /// Differences between our result and Paddle's expectation, as readable lines.
@@ -22,7 +42,13 @@ fn differences(ours: &CaseResult, case: &Value) -> Vec<String> {
     match (paddle_error, &ours.error) {
         (Some(e), None) => diffs.push(format!("Paddle raised {}, we did not", e["type"])),
         (None, Some(e)) => diffs.push(format!("we raised `{e}`, Paddle did not")),
-        (Some(_), Some(_)) => return diffs,
+        (Some(e), Some(ours)) => {
+            let theirs = paddle_message(e);
+            if ours.trim() != theirs {
+                diffs.push(format!("error: Paddle `{theirs}` ours `{ours}`"));
+            }
+            return diffs;
+        }
         (None, None) => {}
     }
     let Some(exp) = case.get("expected").filter(|e| !e.is_null()) else {
@@ -72,12 +98,17 @@ fn differences(ours: &CaseResult, case: &Value) -> Vec<String> {
 fn every_paddle_case_agrees_except_documented_deviations() {
     let mut failures = Vec::new();
     let mut checked = 0;
+    let mut used = vec![0usize; DEVIATIONS.len()];
     for (case, raw) in cases() {
         let ours = run_case(&case);
         let diffs = differences(&ours, &raw);
-        let deviation = DEVIATIONS
-            .iter()
-            .find(|d| d.op == case.op && d.note == raw["note"].as_str().unwrap_or(""));
+        let deviation = DEVIATIONS.iter().position(|d| {
+            d.op == case.op && (d.note.is_empty() || d.note == raw["note"].as_str().unwrap_or(""))
+        });
+        if let Some(k) = deviation {
+            used[k] += 1;
+        }
+        let deviation = deviation.map(|k| &DEVIATIONS[k]);
         match (deviation, diffs.is_empty()) {
             (None, true) => checked += 1,
             (None, false) => failures.push(format!(
@@ -92,6 +123,14 @@ fn every_paddle_case_agrees_except_documented_deviations() {
                 case.id, d.reason
             )),
             (Some(_), false) => {}
+        }
+    }
+    for (d, n) in DEVIATIONS.iter().zip(&used) {
+        if *n == 0 {
+            failures.push(format!(
+                "deviation `{}` ({}) matches no case: write the case it is about",
+                d.op, d.note
+            ));
         }
     }
     assert!(

@@ -28,10 +28,18 @@ pub const DEVIATIONS: &[Deviation] = &[
                  which no tensor can carry",
     },
     Deviation {
+        op: "lookup_table_v2",
+        note: "vocab parallel with padding_idx=0",
+        ours: "the same error, naming the mesh dimension that splits the rows",
+        reason: "Paddle's message prints the table's rank (2) where it says \"mesh dimension\" \
+                 (embedding.cc passes weight_ndim); the rejection itself agrees",
+    },
+    Deviation {
         op: "max",
         note: "",
         ours: "a MAX partial over the reduced split axes",
-        reason: "Paddle's rule registered as `max` marks the output SUM-partial, but reducing \
-                 partial maxima needs MAX",
+        reason: "Paddle registers `max` to the generic ReductionInferSpmd, which marks the \
+                 output SUM-partial, but reducing partial maxima needs MAX (Paddle's own \
+                 `max_reduce` says MAX); checked on a case written from rules.cc",
     },
 ];
