@@ -36,10 +36,17 @@ pub fn sync_gradients(
     if op.role != OpRole::Backward {
         return;
     }
-    for g in op
-        .all_outputs()
+    // Paddle visits an op's outputs by slot name (its OpDesc keeps them in a sorted map), so
+    // layer_norm_grad's Bias@GRAD is synchronised before its Scale@GRAD; so do we.
+    let (_, out_specs) = op.ty.slots();
+    let mut slots: Vec<usize> = (0..op.outputs.len()).collect();
+    slots.sort_by_key(|&i| out_specs.get(i).map(|s| s.name));
+    let grads: Vec<_> = slots
+        .into_iter()
+        .flat_map(|i| op.outputs[i].iter().copied())
         .filter(|g| is_param_grad.get(g.index()).copied().unwrap_or(false))
-    {
+        .collect();
+    for g in grads {
         let cur = b.cur[g.index()].clone();
         for axis in cur.partial_axes() {
             b.collective(
