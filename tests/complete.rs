@@ -106,12 +106,20 @@ fn conflicts_are_recorded_and_force_a_reshard() {
         .plan()
         .unwrap();
     let c = complete(&plan).unwrap();
-    let w = plan.program.var_id("linear_0.w_0").unwrap();
-    // x pins k to mp, so the matmul wants the weight as [mp, -]; the weight is pinned
-    // [-, mp]: the op's wanted input differs from the tensor, which is a reshard.
+    let (x, w) = (
+        plan.program.var_id("x").unwrap(),
+        plan.program.var_id("linear_0.w_0").unwrap(),
+    );
+    // x pins k to mp and the weight pins n to mp. As in Paddle 3.3.1, the output's letter
+    // (n) keeps the mesh axis and k loses it: the matmul is column parallel and wants x as
+    // [dp, -], which differs from x's pinned [dp, mp]: a reshard of x.
     assert_eq!(c.tensors[w.index()].dims, vec![vec![], vec![1]]);
-    assert_eq!(c.ops[0].inputs[1][0].dims, vec![vec![1], vec![]]);
-    assert_eq!(c.ops[0].impl_idx, 1, "row parallel: k is split");
+    assert_eq!(c.tensors[x.index()].dims, vec![vec![0], vec![1]]);
+    assert_eq!(c.ops[0].inputs[0][0].dims, vec![vec![0], vec![]]);
+    assert_eq!(c.ops[0].inputs[1][0].dims, vec![vec![], vec![1]]);
+    assert_eq!(c.ops[0].impl_idx, 0, "column parallel: n is split");
+    // The output is pinned replicated on n, so the rule's proposal is a conflict.
+    let out = plan.program.var_id("linear_0.tmp_0").unwrap();
     let rejected = c
         .trace
         .events
@@ -119,8 +127,8 @@ fn conflicts_are_recorded_and_force_a_reshard() {
         .filter(|e| matches!(e.kind, EventKind::Rejected(_)))
         .count();
     assert!(rejected > 0);
-    let text = explain_text(&plan.program, &c, w);
-    assert!(text.contains("conflicts:\n  op0 (matmul_v2) proposed dim 0 = mp: rejected, the dim is pinned by an annotation"), "{text}");
+    let text = explain_text(&plan.program, &c, out);
+    assert!(text.contains("conflicts:\n  op0 (matmul_v2) proposed dim 1 = mp: rejected, the dim is pinned by an annotation"), "{text}");
 }
 
 #[test]

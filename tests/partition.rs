@@ -250,12 +250,15 @@ fn every_reshard_primitive() {
         primitive(&slice),
         ["slice f32[8, 8] -> f32[8, 4] axes=[1] ends=[8] starts=[4]"]
     );
-    // split on one dim -> split on another: all_to_all.
-    // (x pins k to b, w is pinned [-, b]: the matmul wants w as [b, -].)
-    let all_to_all = format!("{MLP_HEAD}op matmul_v2(X=x, Y=w) -> (Out=h)\nop mean(X=h) -> (Out=l) role=loss\nshard x [-, b]\nshard w [-, b]\n");
+    // split on one dim -> split on another: all_to_all. (The add computes [b, -] from its
+    // inputs; its output is pinned [-, b].)
+    let all_to_all = format!("{MLP_HEAD}op elementwise_add(X=x, Y=w) -> (Out=h)\nop mean(X=h) -> (Out=l) role=loss\nshard x [b, -]\nshard w [b, -]\nshard h [-, b]\n");
     assert_eq!(
         primitive(&all_to_all),
-        ["all_to_all f32[8, 4] -> f32[4, 8] concat_axis=1 group=[0, 1] split_axis=0"]
+        [
+            "all_to_all f32[4, 8] -> f32[8, 4] concat_axis=0 group=[0, 1] split_axis=1",
+            "assign f32[8, 4] -> f32[8, 4] "
+        ]
     );
     // partial -> replicated: all_reduce of a reduction over a split dim.
     let reduce = "var x: f32[8, 8] input\nvar w: f32[8] parameter persistable\nvar r: f32[8] activation\nvar h: f32[8] activation\nvar l: f32[] activation\n\

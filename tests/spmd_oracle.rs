@@ -1,6 +1,7 @@
 //! Every case of PaddlePaddle 3.3.1's SPMD rules (`oracle/paddle/spmd_cases.json`, a copy
-//! of `../shared/oracle`), and every case we wrote from Paddle's rule source
-//! (`spmd_cases_from_source.json`, each citing the code it reads), agrees with Paddle:
+//! of `../shared/oracle`), and every case we ran through Paddle 3.3.1 ourselves
+//! (`spmd_cases_paddle_probe.json`, written by `scripts/paddle/spmd_probe.py`, which
+//! reproduces all 99 oracle cases exactly), agrees with Paddle:
 //! mappings, partial dims and reduce types, and, where both raise, the error message. The
 //! deliberate deviations in `shardlab::spmd::deviations::DEVIATIONS` are the exceptions;
 //! each must match at least one case and still differ there.
@@ -13,13 +14,15 @@ use shardlab::spmd::deviations::DEVIATIONS;
 fn cases() -> Vec<(Case, Value)> {
     let mut raw: Vec<Value> =
         serde_json::from_str(include_str!("oracle/paddle/spmd_cases.json")).unwrap();
-    let ours: Vec<Value> =
-        serde_json::from_str(include_str!("spmd_cases_from_source.json")).unwrap();
+    let probed: Vec<Value> =
+        serde_json::from_str(include_str!("spmd_cases_paddle_probe.json")).unwrap();
     assert!(
-        ours.iter().all(|c| c["source"].is_string()),
-        "every case cites its source"
+        probed
+            .iter()
+            .all(|c| c.get("expected").is_some() || c.get("error").is_some()),
+        "every probed case carries Paddle's answer"
     );
-    raw.extend(ours);
+    raw.extend(probed);
     raw.into_iter()
         .map(|v| (serde_json::from_value(v.clone()).unwrap(), v))
         .collect()

@@ -55,18 +55,25 @@ pub struct CaseOutput {
     pub multi_dims_mapping: Option<Vec<Vec<usize>>>,
 }
 
-/// Paddle's dims_mapping of a possibly co-sharded dims list: a co-sharded dim shows its
-/// largest mesh axis, as Paddle's placements-derived `dims_mapping` does.
-pub fn paddle_dims_mapping(dims: &[Vec<usize>]) -> Vec<i64> {
+/// Paddle's dims_mapping of a possibly co-sharded dims list: a co-sharded dim falls back to
+/// its largest mesh axis by size, the first of equal sizes (Paddle 3.3.1 logs "fallback to
+/// sharding by mesh dim"): `[0, 1]` on `[2, 4]` shows 1, `[0, 2]` on `[2, 2, 2]` shows 0.
+pub fn paddle_dims_mapping(dims: &[Vec<usize>], mesh: &[usize]) -> Vec<i64> {
+    let size = |a: usize| mesh.get(a).copied().unwrap_or(1);
     dims.iter()
-        .map(|a| a.iter().max().map_or(-1, |&m| m as i64))
+        .map(|axes| {
+            axes.iter()
+                .copied()
+                .reduce(|best, a| if size(a) > size(best) { a } else { best })
+                .map_or(-1, |a| a as i64)
+        })
         .collect()
 }
 
 /// Runs one case; a rule error becomes `error`.
 pub fn run_case(case: &Case) -> CaseResult {
     match infer_case(case) {
-        Ok(inferred) => to_result(case.id, &inferred),
+        Ok(inferred) => to_result(case.id, &inferred, &case.mesh_shape),
         Err(message) => CaseResult {
             id: case.id,
             error: Some(message),
@@ -75,7 +82,7 @@ pub fn run_case(case: &Case) -> CaseResult {
     }
 }
 
-fn to_result(id: i64, inf: &Inferred) -> CaseResult {
+fn to_result(id: i64, inf: &Inferred, mesh: &[usize]) -> CaseResult {
     let co_shard = inf
         .inputs
         .iter()
@@ -87,14 +94,14 @@ fn to_result(id: i64, inf: &Inferred) -> CaseResult {
         inputs: inf
             .inputs
             .iter()
-            .map(|s| paddle_dims_mapping(&s.dims))
+            .map(|s| paddle_dims_mapping(&s.dims, mesh))
             .collect(),
         inputs_partial_dims: inf.inputs.iter().map(partial_dims).collect(),
         outputs: inf
             .outputs
             .iter()
             .map(|s| CaseOutput {
-                dims_mapping: paddle_dims_mapping(&s.dims),
+                dims_mapping: paddle_dims_mapping(&s.dims, mesh),
                 partial_dims: partial_dims(s),
                 partial_reduce: s
                     .partial
@@ -162,15 +169,21 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
         .map(|t| t.shape.clone())
         .unwrap_or_default();
     let rule = case_rule(case, &x_shape)?;
-    // gelu's backward entry in Paddle 3.3.1 is its grad rule: [x, out_grad] -> [x_grad].
-    if case.op == "gelu" && case.direction == "backward" && inputs.len() == 2 && outputs.is_empty()
-    {
-        let inf = Rule::Elementwise {
-            keep_x_partial: false,
-        }
-        .infer_forward(mesh, &inputs)
-        .map_err(|e| e.0)?;
-        return Ok(inf);
+    // gelu's backward entry in Paddle 3.3.1 is its grad rule, GeluGradInferSpmd(x, out_grad):
+    // the tensors are read positionally as [x, out_grad], and every one of them (x, out_grad
+    // and x_grad) takes out_grad's mapping; x's own mapping does not count.
+    if case.op == "gelu" && case.direction == "backward" {
+        let args: Vec<&DistTensor> = inputs.iter().chain(&outputs).collect();
+        let out_grad = args
+            .last()
+            .ok_or("gelu grad: no tensors")?
+            .sharding
+            .dims
+            .clone();
+        return Ok(Inferred {
+            inputs: vec![Sharding::from_dims(out_grad.clone()); args.len()],
+            outputs: vec![Sharding::from_dims(out_grad)],
+        });
     }
     let result = match case.direction.as_str() {
         "forward" => rule.infer_forward(mesh, &inputs),

@@ -90,6 +90,10 @@ pub enum OnAxisConflict {
 pub enum OnMeshConflict {
     /// The letter that took the mesh axis first keeps it; later letters lose it.
     KeepFirst,
+    /// The letter earliest in this priority string keeps it (letters not in it rank after
+    /// all that are, in the order they took the axis). Paddle 3.3.1's matmul keeps output
+    /// letters (batch, m, n) over the contracted k.
+    KeepByPriority(&'static str),
     /// Raise (Paddle's embedding rule).
     Error,
 }
@@ -164,8 +168,14 @@ pub fn merge(
             continue;
         }
         match on_mesh {
-            OnMeshConflict::KeepFirst => {
-                for &l in &letters[1..] {
+            OnMeshConflict::KeepFirst | OnMeshConflict::KeepByPriority(_) => {
+                let rank = |l: char| match on_mesh {
+                    OnMeshConflict::KeepByPriority(order) => order.find(l).unwrap_or(usize::MAX),
+                    _ => 0,
+                };
+                // min_by_key returns the first of equal keys: encounter order breaks ties.
+                let keeper = letters.iter().copied().min_by_key(|&l| rank(l));
+                for &l in letters.iter().filter(|&&l| Some(l) != keeper) {
                     if let Some(v) = map.entry(l) {
                         v.retain(|a| a != mesh_axis);
                     }
@@ -215,6 +225,11 @@ fn merge_axis(
                 if sizes.is_none_or(|s| s.divides(letter, &trial)) {
                     merged = trial;
                 }
+            }
+            // Paddle 3.3.1 orders a co-shard by mesh axis size, largest first (ties keep
+            // the order the axes were met): on [2, 4], x batch 0 and y batch 1 give [1, 0].
+            if let Some(s) = sizes {
+                merged.sort_by_key(|&a| std::cmp::Reverse(s.mesh.get(a).copied().unwrap_or(1)));
             }
             Ok(merged)
         }

@@ -6,11 +6,18 @@
 //! x[-1,1] @ y[0,-1]   =>  k co-sharded [1,0]; out partial{0,1: SUM} (Paddle 3.3.1)
 //! ```
 //! A split k gives a SUM partial and is propagated to both inputs; size-1 (broadcast) dims
-//! are replicated, their shard moving to the other operand.
+//! are replicated, their shard moving to the other operand. A mesh axis claimed by two
+//! letters stays with the output's (batch, m, n before k); a co-shard lists the larger mesh
+//! axis first.
 
 use super::einsum::{letter_sizes, letters, merge, AxisMap, OnAxisConflict, OnMeshConflict, Sizes};
 use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
 use crate::dist::ReduceType;
+
+/// Which letter keeps a mesh axis that several claim (Paddle 3.3.1): the output's letters in
+/// order (batch letters, then m, then n), then the contracted k. `x[-1,0] @ y[-1,0]` keeps n
+/// on mesh axis 0 and replicates k; `x[0,-1] @ y[-1,0]` keeps m.
+const KEEP_ORDER: &str = "abcdefghijlopqrstuvwxyzmnk";
 
 /// Letters of x, y and out (Paddle's `FillMatmulOperandNotation`).
 pub fn notation(x_rank: usize, y_rank: usize) -> Result<(String, String, String)> {
@@ -97,7 +104,7 @@ pub fn forward(
     let map = merge(
         &[(&xl, &xd), (&yl, &yd)],
         OnAxisConflict::CoShard,
-        OnMeshConflict::KeepFirst,
+        OnMeshConflict::KeepByPriority(KEEP_ORDER),
         Some(&sizes),
     )?;
     let out = Sharding {

@@ -6,7 +6,8 @@
 //! [8,16,32][0,1,-1] -> [128,32]           =>  in [[0,1],-1,-1], out [[0,1],-1] (co-shard)
 //! ```
 //! A group's shard goes to its first output piece when that piece divides by the shard
-//! count; otherwise the group is replicated. When the first merged dim is split, later
+//! count; a co-shard that does not divide falls back to the first dim's own shard
+//! (`[8,16][0,1] -> [4,32]` gives `[0,-1]`); otherwise the group is replicated. When the first merged dim is split, later
 //! split dims of the group join it as a co-shard (Paddle 3.3.1) if the first dim divides.
 
 use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
@@ -65,7 +66,8 @@ pub fn transform(
     let mut dst: Dims = vec![Vec::new(); dst_shape.len()];
     for (gs, gd) in groups(src_shape, dst_shape)? {
         let first = gs[0];
-        let mut axes = src.get(first).cloned().unwrap_or_default();
+        let own = src.get(first).cloned().unwrap_or_default();
+        let mut axes = own.clone();
         if !axes.is_empty() {
             for &k in &gs[1..] {
                 let more = src.get(k).cloned().unwrap_or_default();
@@ -79,9 +81,17 @@ pub fn transform(
                 }
             }
         }
-        if !axes.is_empty() && dst_shape[gd[0]].is_multiple_of(shards(mesh, &axes)) {
-            src_wanted[first] = axes.clone();
-            dst[gd[0]] = axes;
+        // The first output piece takes the longest prefix of the (co-)shard that divides it,
+        // down to the first dim's own axes: [8,16][0,1] -> [4,32] keeps [0] on the 4
+        // (Paddle 3.3.1), not nothing.
+        let piece = dst_shape[gd[0]];
+        let kept = (own.len().max(1)..=axes.len())
+            .rev()
+            .map(|n| &axes[..n])
+            .find(|prefix| piece.is_multiple_of(shards(mesh, prefix)));
+        if let Some(kept) = kept.filter(|k| !k.is_empty()) {
+            src_wanted[first] = kept.to_vec();
+            dst[gd[0]] = kept.to_vec();
         }
     }
     Ok((src_wanted, dst))

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! transpose(perm=[2,0,1]) x[0,1,-1]  =>  out [-1,0,1]
+//! transpose(perm=[1,0])   x[0,0]       =>  out [0,-1]   (x read as [-1,0], Paddle 3.3.1)
 //! ```
 
 use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
@@ -29,7 +30,11 @@ pub fn forward(inputs: &[DistTensor], perm: &[usize]) -> Result<Inferred> {
     let x = arg(inputs, 0, "transpose")?;
     check_rank(x, "transpose X")?;
     check_perm(perm, x.shape.len())?;
-    let out: Dims = perm.iter().map(|&p| x.dims()[p].clone()).collect();
+    // An input that uses one mesh axis twice is read as Paddle reads it, through placements:
+    // the last dim keeps the axis (x [0, 0] is [-1, 0]), and that is what is permuted. The
+    // input's own mapping is returned unchanged, as Paddle does.
+    let normal = super::einsum::normalize_through_placements(x.dims());
+    let out: Dims = perm.iter().map(|&p| normal[p].clone()).collect();
     Ok(Inferred {
         inputs: vec![Sharding::from_dims(x.dims().clone())],
         outputs: vec![Sharding::from_dims(out)],
