@@ -206,3 +206,35 @@ fn four_notations() {
     );
     assert_eq!(Notation::from_id("dtensor"), Some(Notation::DTensor));
 }
+
+/// Two layouts are equal only when dims, partial status, annotations and mesh all are.
+#[test]
+fn layouts_compare_every_field() {
+    use shardlab::dist::{ReduceType, TensorDistAttr};
+    let m = mesh(&[2, 2], &["a", "b"]);
+    let base = TensorDistAttr::replicated(m.clone(), 2);
+    assert_eq!(base, TensorDistAttr::replicated(m.clone(), 2));
+    assert_eq!(
+        base,
+        TensorDistAttr::replicated(mesh(&[2, 2], &["a", "b"]), 2),
+        "equal meshes behind different pointers"
+    );
+    let mut dims = base.clone();
+    dims.dims[0] = vec![0];
+    let mut partial = base.clone();
+    partial.partial = vec![(1, ReduceType::Sum)];
+    let mut annotated = base.clone();
+    annotated.annotated[1] = true;
+    let other_mesh = TensorDistAttr::replicated(mesh(&[4], &["a"]), 2);
+    for (what, other) in [
+        ("dims", dims),
+        ("partial", partial),
+        ("annotated", annotated),
+        ("mesh", other_mesh),
+    ] {
+        assert_ne!(base, other, "{what} differs");
+    }
+    assert_eq!(ReduceType::from_name("MAX"), Some(ReduceType::Max));
+    assert_eq!(ReduceType::Avg.name(), "AVG");
+    assert_eq!(ReduceType::Min.to_string(), "MIN");
+}
