@@ -1,5 +1,6 @@
 //! Rewriting one op for one rank: the local op (attributes turned to local shapes, the
-//! vocab-parallel embedding turned into `c_embedding`), and the communication an
+//! vocab-parallel embedding turned into `c_embedding` and its grad into `c_embedding_grad`,
+//! the grad of `scale` into a `scale`, as Paddle names them), and the communication an
 //! implementation adds after it.
 
 use super::Impl;
@@ -63,6 +64,22 @@ pub fn lower(
                 let shape = b.program.var(out).ty.shape.clone();
                 local.attrs.insert("shape".into(), shape_attr(&shape));
             }
+        }
+        // Paddle's grad of `scale` is a `scale` of the output gradient (bias 0); so is ours
+        // in a rank's program, where the op names are Paddle's.
+        (OpType::ScaleGrad, _) => {
+            let mut s = Op::new(OpType::Scale);
+            s.inputs = vec![local.input("Out@GRAD").to_vec()];
+            s.outputs = vec![local.output("X@GRAD").to_vec()];
+            s.role = local.role;
+            s.namescope = local.namescope.clone();
+            s.attrs.insert(
+                "scale".into(),
+                Attr::Float(local.attr_float("scale", 1.0)),
+            );
+            s.attrs.insert("bias".into(), Attr::Float(0.0));
+            s.attrs.insert("bias_after_scale".into(), Attr::Bool(true));
+            local = s;
         }
         (OpType::LookupTableV2, Impl::EmbeddingVocab)
         | (OpType::LookupTableV2Grad, Impl::EmbeddingVocab) => {
