@@ -73,10 +73,8 @@ pub fn lower(
             s.outputs = vec![local.output("X@GRAD").to_vec()];
             s.role = local.role;
             s.namescope = local.namescope.clone();
-            s.attrs.insert(
-                "scale".into(),
-                Attr::Float(local.attr_float("scale", 1.0)),
-            );
+            s.attrs
+                .insert("scale".into(), Attr::Float(local.attr_float("scale", 1.0)));
             s.attrs.insert("bias".into(), Attr::Float(0.0));
             s.attrs.insert("bias_after_scale".into(), Attr::Bool(true));
             local = s;
@@ -96,7 +94,17 @@ pub fn lower(
                     c.attrs.insert("start_index".into(), Attr::Int(start));
                     local = c;
                 } else {
-                    local.attrs.insert("start_index".into(), Attr::Int(start));
+                    let mut c = Op::new(OpType::CEmbeddingGrad);
+                    c.inputs = vec![
+                        local.input("W").to_vec(),
+                        local.input("Ids").to_vec(),
+                        local.input("Out@GRAD").to_vec(),
+                    ];
+                    c.outputs = vec![local.output("W@GRAD").to_vec()];
+                    c.role = local.role;
+                    c.namescope = local.namescope.clone();
+                    c.attrs.insert("start_index".into(), Attr::Int(start));
+                    local = c;
                 }
             }
         }

@@ -239,7 +239,7 @@ pub fn propagate(
         }
         OpType::DropoutGrad => stored("X@GRAD", m("Mask") * e("Out@GRAD")),
         OpType::LookupTableV2 | OpType::CEmbedding => one("Out", e("W")),
-        OpType::LookupTableV2Grad => {
+        OpType::LookupTableV2Grad | OpType::CEmbeddingGrad => {
             // Each row of W@GRAD sums the gradients of every position holding its id.
             let count = most_repeated(val("Ids")) as f64;
             stored(

@@ -582,6 +582,16 @@ impl<'a> Rank<'a> {
                 self.set(op, "Scale@GRAD", Tensor::float(dtype, width.clone(), ds));
                 self.set(op, "Bias@GRAD", Tensor::float(dtype, width, db));
             }
+            OpType::CEmbeddingGrad => {
+                let g = lookup_grad(
+                    self.slot(op, "W")?,
+                    self.slot(op, "Ids")?,
+                    self.slot(op, "Out@GRAD")?,
+                    op.attr_int("start_index", 0),
+                    -1,
+                );
+                self.set(op, "W@GRAD", g);
+            }
             OpType::LookupTableV2Grad => {
                 let g = lookup_grad(
                     self.slot(op, "W")?,

@@ -64,7 +64,8 @@ pub fn infer_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>
         | OpType::Send
         | OpType::Recv
         | OpType::Slice
-        | OpType::CEmbedding => super::infer_planner::infer_planner_op(op, inputs),
+        | OpType::CEmbedding
+        | OpType::CEmbeddingGrad => super::infer_planner::infer_planner_op(op, inputs),
         OpType::MatmulV2 => single(matmul(op, one(0)?, one(1)?)?),
         OpType::ElementwiseAdd
         | OpType::ElementwiseSub

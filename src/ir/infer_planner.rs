@@ -192,6 +192,21 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             shape.push(w.shape[1]);
             single(TensorType::new(w.dtype, shape))
         }
+        OpType::CEmbeddingGrad => {
+            let (w, ids, d) = (
+                one(inputs, 0, "W")?,
+                one(inputs, 1, "Ids")?,
+                one(inputs, 2, "Out@GRAD")?,
+            );
+            let mut want = ids.shape.clone();
+            want.push(w.shape.get(1).copied().unwrap_or(0));
+            if w.rank() != 2 || ids.dtype != DType::I64 || d.shape != want {
+                return Err(format!(
+                    "W must be a [rows, width] table, Ids i64 and Out@GRAD {want:?}, got {w}, {ids} and {d}"
+                ));
+            }
+            single(w.clone())
+        }
         other => Err(format!("{other} is not a planner op")),
     }
 }

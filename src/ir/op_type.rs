@@ -79,11 +79,12 @@ pub enum OpType {
     Recv,
     Slice,
     CEmbedding,
+    CEmbeddingGrad,
 }
 
 impl OpType {
     /// Every op type, in declaration order.
-    pub const ALL: [OpType; 69] = [
+    pub const ALL: [OpType; 70] = [
         OpType::MatmulV2,
         OpType::ElementwiseAdd,
         OpType::ElementwiseSub,
@@ -153,6 +154,7 @@ impl OpType {
         OpType::Recv,
         OpType::Slice,
         OpType::CEmbedding,
+        OpType::CEmbeddingGrad,
     ];
 
     /// Paddle's op type name.
@@ -227,6 +229,7 @@ impl OpType {
             OpType::Recv => "recv",
             OpType::Slice => "slice",
             OpType::CEmbedding => "c_embedding",
+            OpType::CEmbeddingGrad => "c_embedding_grad",
         }
     }
 
@@ -309,7 +312,8 @@ impl OpType {
             | OpType::Send
             | OpType::Recv
             | OpType::Slice
-            | OpType::CEmbedding => None,
+            | OpType::CEmbedding
+            | OpType::CEmbeddingGrad => None,
         }
     }
 
@@ -386,7 +390,8 @@ impl OpType {
             | OpType::Send
             | OpType::Recv
             | OpType::Slice
-            | OpType::CEmbedding => None,
+            | OpType::CEmbedding
+            | OpType::CEmbeddingGrad => None,
         }
     }
 
@@ -455,7 +460,7 @@ impl OpType {
             | OpType::AllToAll
             | OpType::Send
             | OpType::Recv => OpClass::Collective,
-            OpType::Slice | OpType::CEmbedding => OpClass::RankLocal,
+            OpType::Slice | OpType::CEmbedding | OpType::CEmbeddingGrad => OpClass::RankLocal,
         }
     }
 }

@@ -79,6 +79,8 @@ const LAYER_NORM: Slots = (
     &[one("Y"), one("Mean"), one("Variance")],
 );
 const LOOKUP: Slots = (&[one("W"), one("Ids")], &[one("Out")]);
+/// Paddle's `c_embedding_grad`: the vocab-parallel table's gradient rows for this rank.
+const C_EMBEDDING_GRAD: Slots = (&[one("W"), one("Ids"), one("Out@GRAD")], &[one("W@GRAD")]);
 const SPLIT: Slots = (&[one("X")], &[list("Out")]);
 const CONCAT: Slots = (&[list("X")], &[one("Out")]);
 const SOFTMAX_CE: Slots = (
@@ -247,6 +249,7 @@ impl OpType {
             OpType::Dropout => DROPOUT,
             OpType::LayerNorm => LAYER_NORM,
             OpType::LookupTableV2 | OpType::CEmbedding => LOOKUP,
+            OpType::CEmbeddingGrad => C_EMBEDDING_GRAD,
             OpType::Split => SPLIT,
             OpType::Concat | OpType::Sum => CONCAT,
             OpType::SoftmaxWithCrossEntropy => SOFTMAX_CE,
@@ -344,7 +347,7 @@ impl OpType {
             OpType::Send => SEND_ATTRS,
             OpType::Recv => RECV_ATTRS,
             OpType::Slice => SLICE_ATTRS,
-            OpType::CEmbedding => C_EMBEDDING_ATTRS,
+            OpType::CEmbedding | OpType::CEmbeddingGrad => C_EMBEDDING_ATTRS,
             OpType::MatmulV2Grad
             | OpType::ElementwiseAddGrad
             | OpType::ElementwiseSubGrad

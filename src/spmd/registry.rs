@@ -193,7 +193,8 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
         | OpType::AllToAll
         | OpType::Send
         | OpType::Recv
-        | OpType::CEmbedding => {
+        | OpType::CEmbedding
+        | OpType::CEmbeddingGrad => {
             return Err(err(
                 "is emitted by the planner; a plan's program holds forward ops (completion of the \
                  backward and optimizer ops copies from their forward ops)"

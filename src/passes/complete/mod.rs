@@ -571,6 +571,7 @@ fn choose_impl(
         | OpType::Send
         | OpType::Recv
         | OpType::Slice
-        | OpType::CEmbedding => ("default", 0),
+        | OpType::CEmbedding
+        | OpType::CEmbeddingGrad => ("default", 0),
     }
 }
