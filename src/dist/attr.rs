@@ -161,11 +161,6 @@ impl TensorDistAttr {
             .collect()
     }
 
-    /// Whether some dim is split by more than one mesh axis.
-    pub fn is_co_sharded(&self) -> bool {
-        self.dims.iter().any(|d| d.len() > 1)
-    }
-
     /// Whether any rank holds a partial value.
     pub fn is_partial(&self) -> bool {
         !self.partial.is_empty()
