@@ -27,10 +27,10 @@ pub fn RunPanel() -> Html {
                     { format!("{passed} of {} tensors match the serial run", r.checks.len()) }
                 </p>
                 <table class="checks">
-                    <tr><th>{ "tensor" }</th><th>{ "max |diff|" }</th><th>{ "tolerance" }</th><th></th></tr>
+                    <tr><th>{ "tensor" }</th><th>{ "max |diff|" }</th><th>{ "tolerance" }</th><th title="every replica's copy is compared">{ "copies" }</th><th></th></tr>
                     { for r.checks.iter().map(|c| html! {
                         <tr class={classes!(if c.pass { "pass" } else { "fail" })}>
-                            <td>{ c.tensor.clone() }</td><td>{ format!("{:.2e}", c.max_abs_diff) }</td><td>{ format!("{:.2e}", c.tolerance) }</td><td>{ if c.pass { "✓" } else { "✗" } }</td>
+                            <td>{ c.tensor.clone() }</td><td>{ format!("{:.2e}", c.max_abs_diff) }</td><td>{ format!("{:.2e}", c.tolerance) }</td><td>{ c.copies }</td><td>{ if c.pass { "✓" } else { "✗" } }</td>
                         </tr>
                     }) }
                 </table>
