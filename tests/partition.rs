@@ -562,3 +562,43 @@ fn the_backward_stage_is_a_prefix_of_the_full_program() {
         }
     }
 }
+
+/// A vocabulary-split LM head: the cross-entropy gathers the logits once and computes the
+/// softmax whole, and the softmax is laid out whole, so nothing slices it after the op or
+/// gathers it again in backward; the logits' gradient is sliced back locally.
+#[test]
+fn vocab_split_lm_head_gathers_logits_once() {
+    let plan = common::plan_with(
+        Model::EmbeddingLm
+            .build(&Model::EmbeddingLm.default_config())
+            .unwrap(),
+        "2x4:dp,mp",
+        &["ids=dp,-", "lm_head.w=-,mp"],
+    );
+    let p = run(&plan);
+    let r0 = &p.partitioned.ranks[0].program;
+    let reshards: Vec<String> = r0
+        .ops()
+        .iter()
+        .filter(|o| o.namescope == "/auto_parallel/reshard")
+        .map(|o| {
+            format!(
+                "{} {} {}",
+                o.role.name(),
+                o.ty,
+                r0.var(o.all_inputs().next().unwrap()).name
+            )
+        })
+        .collect();
+    assert_eq!(
+        reshards,
+        ["forward all_gather logits", "backward slice logits@GRAD"],
+        "{reshards:?}"
+    );
+    let sm = p.full.program.var_id("logits.softmax").unwrap();
+    // Split on the batch only, not on the classes.
+    assert_eq!(
+        p.full.tensors[sm.index()].dims,
+        vec![vec![0], vec![], vec![]]
+    );
+}

@@ -216,7 +216,13 @@ impl State<'_> {
                 self.trace.rule_errors.push((op, e.0.clone()));
             }
         }
-        let (fwd, bwd) = (fwd.unwrap_or_default(), bwd.unwrap_or_default());
+        let (mut fwd, mut bwd) = (fwd.unwrap_or_default(), bwd.unwrap_or_default());
+        // The op gathers a split class axis and computes the softmax whole (see
+        // `gather_split_classes`), so its outputs are laid out whole too: otherwise the
+        // softmax would be marked split, sliced after the op and gathered again backward.
+        let o = self.program.op(op);
+        gather_split_classes(o, self.program, &mut fwd);
+        gather_split_classes(o, self.program, &mut bwd);
         let mut changed = false;
         for (k, &v) in b.inputs.iter().enumerate() {
             changed |= self.propose(op, v, fwd.inputs.get(k), bwd.inputs.get(k));
