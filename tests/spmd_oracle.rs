@@ -144,3 +144,25 @@ fn every_paddle_case_agrees_except_documented_deviations() {
     );
     assert!(checked >= 90, "only {checked} cases agreed");
 }
+
+/// A dims mapping whose length is not the tensor's rank is an error naming the tensor, and
+/// every rule's name is the one traces print.
+#[test]
+fn rules_reject_a_mapping_of_the_wrong_rank_and_have_names() {
+    let case: Case = serde_json::from_value(serde_json::json!({
+        "id": 1, "op": "matmul", "direction": "forward", "note": "", "mesh_shape": [2, 4],
+        "attrs": {"trans_x": false, "trans_y": false},
+        "inputs": [
+            {"shape": [64, 32], "dims_mapping": [0], "partial_dims": []},
+            {"shape": [32, 48], "dims_mapping": [-1, -1], "partial_dims": []}
+        ]
+    }))
+    .unwrap();
+    assert_eq!(
+        run_case(&case).error.as_deref(),
+        Some("matmul X: the tensor's rank [2] and its dims_mapping size [1] do not match")
+    );
+    use shardlab::spmd::Rule;
+    assert_eq!(Rule::MeanAll.name(), "mean_all");
+    assert_eq!(Rule::Source.name(), "source");
+}
