@@ -278,3 +278,66 @@ fn fixed_cases_custom_ids_coshards_all_to_all_f64_and_steps() {
         &["all_reduce", "scale"],
     );
 }
+
+/// The vocab-parallel cross-entropy (`c_softmax_with_cross_entropy`, three all-reduces inside
+/// the op) equals the serial loss and gradients: for a vocabulary split over one mesh axis,
+/// co-sharded over two, on reversed process ids, for a class axis of an MLP head, and with
+/// ranks run cooperatively (the op resumes after each completed exchange).
+#[test]
+fn vocab_parallel_cross_entropy_equals_serial() {
+    use shardlab::dist::ProcessMesh;
+    use std::sync::Arc;
+    let must = &[
+        "c_softmax_with_cross_entropy",
+        "c_softmax_with_cross_entropy_grad",
+    ][..];
+    let lm = |shards: &[&str]| f64_preset(Model::EmbeddingLm, "2x4:dp,mp", shards);
+    assert_verifies(
+        "vocab split on mp",
+        &lm(&["ids=dp,-", "lm_head.w=-,mp"]),
+        2,
+        must,
+    );
+    assert_verifies(
+        "vocab co-sharded on dp and mp",
+        &lm(&["lm_head.w=-,dp+mp"]),
+        2,
+        must,
+    );
+    let mut reversed = lm(&["ids=dp,-", "lm_head.w=-,mp"]);
+    let mesh = Arc::new(
+        ProcessMesh::new(
+            vec![2, 4],
+            (0..8).rev().collect(),
+            vec!["dp".into(), "mp".into()],
+        )
+        .unwrap(),
+    );
+    reversed.mesh = Some(mesh.clone());
+    for a in &mut reversed.annotations {
+        a.attr.mesh = mesh.clone();
+    }
+    assert_verifies("vocab split, reversed ids", &reversed, 2, must);
+    assert_verifies(
+        "mlp classes split",
+        &f64_preset(Model::Mlp, "2:mp", &["linear_1.w_0=-,mp"]),
+        3,
+        must,
+    );
+    let plan = preset_plan(
+        Model::EmbeddingLm,
+        1,
+        "2x4:dp,mp",
+        &["ids=dp,-".to_string(), "lm_head.w=-,mp".to_string()],
+    );
+    let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let opts = RunOptions {
+        steps: 2,
+        ..Default::default()
+    };
+    let threads = run_distributed(&p, &opts, true).unwrap();
+    let coop = run_distributed(&p, &opts, false).unwrap();
+    assert_eq!(threads.losses, coop.losses);
+    assert_eq!(threads.params, coop.params);
+    assert!(checks(&p, 2, false).iter().all(|c| c.pass));
+}

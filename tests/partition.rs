@@ -567,7 +567,7 @@ fn the_backward_stage_is_a_prefix_of_the_full_program() {
 /// softmax whole, and the softmax is laid out whole, so nothing slices it after the op or
 /// gathers it again in backward; the logits' gradient is sliced back locally.
 #[test]
-fn vocab_split_lm_head_gathers_logits_once() {
+fn vocab_split_lm_head_runs_vocab_parallel_cross_entropy() {
     let plan = common::plan_with(
         Model::EmbeddingLm
             .build(&Model::EmbeddingLm.default_config())
@@ -576,29 +576,65 @@ fn vocab_split_lm_head_gathers_logits_once() {
         &["ids=dp,-", "lm_head.w=-,mp"],
     );
     let p = run(&plan);
-    let r0 = &p.partitioned.ranks[0].program;
-    let reshards: Vec<String> = r0
+    // The logits are never gathered: no reshard anywhere.
+    for r in &p.partitioned.ranks {
+        let reshards: Vec<String> = r
+            .program
+            .ops()
+            .iter()
+            .filter(|o| o.namescope == "/auto_parallel/reshard")
+            .map(|o| o.ty.to_string())
+            .collect();
+        assert!(reshards.is_empty(), "rank {}: {reshards:?}", r.rank);
+    }
+    // Each rank's op reduces over its mp row of the mesh from its first vocab column.
+    let vocab_ops = |rank: usize| -> Vec<String> {
+        let prog = &p.partitioned.ranks[rank].program;
+        prog.ops()
+            .iter()
+            .filter(|o| o.ty.to_string().starts_with("c_softmax"))
+            .map(|o| {
+                format!(
+                    "{} {} group={:?} rank={} nranks={} start={}",
+                    o.role.name(),
+                    o.ty,
+                    o.attr_ints("group").unwrap(),
+                    o.attr_int("rank", -1),
+                    o.attr_int("nranks", -1),
+                    o.attr_int("start_index", -1)
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        vocab_ops(0),
+        [
+            "forward c_softmax_with_cross_entropy group=[0, 1, 2, 3] rank=0 nranks=4 start=0",
+            "backward c_softmax_with_cross_entropy_grad group=[0, 1, 2, 3] rank=0 nranks=4 start=0"
+        ]
+    );
+    assert_eq!(
+        vocab_ops(6),
+        [
+            "forward c_softmax_with_cross_entropy group=[4, 5, 6, 7] rank=2 nranks=4 start=128",
+            "backward c_softmax_with_cross_entropy_grad group=[4, 5, 6, 7] rank=2 nranks=4 start=128"
+        ]
+    );
+    // The softmax stays split on the classes; the loss is whole on every mp rank.
+    let attr = |name: &str| &p.full.tensors[p.full.program.var_id(name).unwrap().index()];
+    assert_eq!(attr("logits.softmax").dims, vec![vec![0], vec![], vec![1]]);
+    assert_eq!(attr("loss.tokens").dims, vec![vec![0], vec![], vec![]]);
+    assert!(attr("loss.tokens").partial.is_empty());
+    let ce = p
+        .full
+        .program
         .ops()
         .iter()
-        .filter(|o| o.namescope == "/auto_parallel/reshard")
-        .map(|o| {
-            format!(
-                "{} {} {}",
-                o.role.name(),
-                o.ty,
-                r0.var(o.all_inputs().next().unwrap()).name
-            )
-        })
-        .collect();
+        .position(|o| o.ty.to_string() == "softmax_with_cross_entropy")
+        .unwrap();
+    let op_attr = &p.full.ops[ce];
     assert_eq!(
-        reshards,
-        ["forward all_gather logits", "backward slice logits@GRAD"],
-        "{reshards:?}"
-    );
-    let sm = p.full.program.var_id("logits.softmax").unwrap();
-    // Split on the batch only, not on the classes.
-    assert_eq!(
-        p.full.tensors[sm.index()].dims,
-        vec![vec![0], vec![], vec![]]
+        (op_attr.impl_type.as_str(), op_attr.impl_idx),
+        ("softmax_with_cross_entropy", 1)
     );
 }

@@ -12,11 +12,69 @@ use crate::passes::reshard::reshard;
 
 /// The vocab id of this rank's first table row when `w` splits rows over mesh axes.
 fn start_index(b: &RankBuilder, w: &TensorDistAttr, local_rows: usize) -> i64 {
-    let axes = w.dims.first().cloned().unwrap_or_default();
+    block_start(b, &w.dims.first().cloned().unwrap_or_default(), local_rows)
+}
+
+/// The global index of this rank's first element of a dim split over `axes` in blocks of
+/// `local` (the first axis is the major one, as in `local_shape`).
+fn block_start(b: &RankBuilder, axes: &[usize], local: usize) -> i64 {
     let index = axes
         .iter()
         .fold(0usize, |acc, &a| acc * b.mesh.axis_size(a) + b.coord(a));
-    (index * local_rows) as i64
+    (index * local) as i64
+}
+
+/// `local` (a softmax_with_cross_entropy or its grad, inputs resharded) as Paddle's
+/// `c_softmax_with_cross_entropy` or its grad: the class axis (the last) is split, so the op
+/// reduces over the ranks that hold the other columns of the same rows.
+fn vocab_cross_entropy(b: &mut RankBuilder, local: &Op) -> Result<Op, PartitionError> {
+    let forward = local.ty == OpType::SoftmaxWithCrossEntropy;
+    let x = if forward { "Logits" } else { "Softmax" };
+    let v = *local
+        .input(x)
+        .first()
+        .ok_or_else(|| PartitionError::Layout(format!("{} has no {x}", local.ty)))?;
+    let axes = b.cur[v.index()].dims.last().cloned().unwrap_or_default();
+    let cols = b.program.var(v).ty.shape.last().copied().unwrap_or(0);
+    let group = b.group(&axes);
+    let me = group.iter().position(|&r| r == b.rank).unwrap_or(0);
+    let mut c = if forward {
+        let mut c = Op::new(OpType::CSoftmaxWithCrossEntropy);
+        c.inputs = vec![
+            local.input("Logits").to_vec(),
+            local.input("Label").to_vec(),
+        ];
+        c.outputs = vec![
+            local.output("Softmax").to_vec(),
+            local.output("Loss").to_vec(),
+        ];
+        c
+    } else {
+        let mut c = Op::new(OpType::CSoftmaxWithCrossEntropyGrad);
+        c.inputs = vec![
+            local.input("Softmax").to_vec(),
+            local.input("Label").to_vec(),
+            local.input("Loss@GRAD").to_vec(),
+        ];
+        c.outputs = vec![local.output("Logits@GRAD").to_vec()];
+        c
+    };
+    c.role = local.role;
+    c.namescope = local.namescope.clone();
+    let attrs = [
+        ("start_index", Attr::Int(block_start(b, &axes, cols))),
+        ("ring_id", Attr::Int(b.groups.ring_of(&group) as i64)),
+        ("rank", Attr::Int(me as i64)),
+        ("nranks", Attr::Int(group.len() as i64)),
+        (
+            "group",
+            Attr::Ints(group.iter().map(|&r| i64::from(r)).collect()),
+        ),
+    ];
+    for (k, a) in attrs {
+        c.attrs.insert(k.into(), a);
+    }
+    Ok(c)
 }
 
 fn shape_attr(shape: &[usize]) -> Attr {
@@ -107,6 +165,10 @@ pub fn lower(
                     local = c;
                 }
             }
+        }
+        (OpType::SoftmaxWithCrossEntropy, Impl::CrossEntropyVocab)
+        | (OpType::SoftmaxWithCrossEntropyGrad, Impl::CrossEntropyVocab) => {
+            local = vocab_cross_entropy(b, &local)?;
         }
         _ => {}
     }

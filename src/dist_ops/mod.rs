@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `matmul_v2` | 0 column parallel (`Y [-, mp]`), 1 row parallel (`Y [mp, -]`: all_reduce after), 2 replicate parallel |
 //! | `lookup_table_v2` | 0 vocab parallel (`c_embedding` with this rank's `start_index`, then all_reduce) |
+//! | `softmax_with_cross_entropy` | 1 vocab parallel (class axis split: `c_softmax_with_cross_entropy`, three all-reduces inside, logits never gathered) |
 //! | `reshape2` | 0 (shape attribute rewritten to local shapes) |
 //! | `softmax` | 0 (softmax axis replicated) |
 //! | `transpose2` | 0 |
@@ -29,6 +30,7 @@ pub enum Impl {
     MatmulRow,
     MatmulReplicate,
     EmbeddingVocab,
+    CrossEntropyVocab,
     Reshape,
     Softmax,
     Transpose,
@@ -44,6 +46,8 @@ impl Impl {
             Impl::MatmulRow => ("matmul_v2", 1),
             Impl::MatmulReplicate => ("matmul_v2", 2),
             Impl::EmbeddingVocab => ("lookup_table_v2", 0),
+            // Paddle's impl 0 (class axis whole) is what `default` does.
+            Impl::CrossEntropyVocab => ("softmax_with_cross_entropy", 1),
             Impl::Reshape => ("reshape2", 0),
             Impl::Softmax => ("softmax", 0),
             Impl::Transpose => ("transpose2", 0),
@@ -75,6 +79,13 @@ impl Impl {
             }
             Impl::EmbeddingVocab => {
                 input(0).is_some_and(|w| w.dims.first().is_some_and(|a| !a.is_empty()))
+            }
+            Impl::CrossEntropyVocab => {
+                let Some(logits) = input(0) else { return false };
+                let n = logits.rank();
+                let axis = crate::ir::infer::axis(op.attr_int("axis", -1), n, "axis");
+                !op.attr_bool("soft_label", false)
+                    && axis.is_ok_and(|a| a + 1 == n && !logits.dims[a].is_empty())
             }
             Impl::Softmax => {
                 let Some(x) = input(0) else { return false };
@@ -114,6 +125,7 @@ pub fn container_of(ty: OpType) -> &'static [Impl] {
     match ty.forward().unwrap_or(ty) {
         OpType::MatmulV2 => &[Impl::MatmulColumn, Impl::MatmulRow, Impl::MatmulReplicate],
         OpType::LookupTableV2 => &[Impl::EmbeddingVocab],
+        OpType::SoftmaxWithCrossEntropy => &[Impl::CrossEntropyVocab],
         OpType::Reshape2 => &[Impl::Reshape],
         OpType::Softmax => &[Impl::Softmax],
         OpType::Transpose2 => &[Impl::Transpose],

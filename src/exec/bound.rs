@@ -303,8 +303,12 @@ pub fn propagate(
             let ex = e("X");
             stored("Out", 2.0 * l1 * ex + n * ex * ex + n * u * l2)
         }
-        OpType::SoftmaxWithCrossEntropy => softmax_ce(op, view, u),
-        OpType::SoftmaxWithCrossEntropyGrad => {
+        // The vocab-parallel ops only run in rank programs, which carry no bounds; they bound
+        // like the ops they stand for.
+        OpType::SoftmaxWithCrossEntropy | OpType::CSoftmaxWithCrossEntropy => {
+            softmax_ce(op, view, u)
+        }
+        OpType::SoftmaxWithCrossEntropyGrad | OpType::CSoftmaxWithCrossEntropyGrad => {
             let soft = op.attr_bool("soft_label", false);
             let a = op.attr_int("axis", -1);
             let label_l1 = if soft {

@@ -14,6 +14,7 @@ use super::kernels::optim::{adam, momentum, sgd, AdamParams};
 use super::kernels::pointwise::{
     binary, binary_grad, dropout, mul_same, unary, unary_grad, Binary, Unary,
 };
+use super::kernels::vocab_ce;
 use super::tensor::{strides, Tensor};
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
@@ -73,6 +74,11 @@ pub struct Rank<'a> {
     pub pc: usize,
     seq: HashMap<Vec<u32>, u64>,
     pending: Option<ExchangeKey>,
+    /// Exchanges the current op has completed, in order, so an op with several exchanges
+    /// (the vocab-parallel cross-entropy) resumes after the last one when it is retried.
+    completed: Vec<(Vec<Tensor>, usize)>,
+    /// How many of `completed` the current attempt at the op has consumed.
+    replayed: usize,
     placement: Option<&'a Placement>,
     /// Error bounds per variable (`bound.rs`), carried when the serial run is the
     /// reference of a verification.
@@ -123,6 +129,8 @@ impl<'a> Rank<'a> {
             pc: 0,
             seq: HashMap::new(),
             pending: None,
+            completed: Vec::new(),
+            replayed: 0,
             placement,
             bounds: None,
         }
@@ -143,6 +151,7 @@ impl<'a> Rank<'a> {
                     .collect(),
                 None => Vec::new(),
             };
+            self.replayed = 0;
             let progress = self.exec(op, comm).map_err(|message| ExecError::Op {
                 rank: self.rank,
                 op: self.pc,
@@ -151,6 +160,7 @@ impl<'a> Rank<'a> {
             })?;
             match progress {
                 Progress::Next => {
+                    self.completed.clear();
                     if let Some(bounds) = &self.bounds {
                         let view = super::bound::View {
                             env: &self.env,
@@ -187,6 +197,12 @@ impl<'a> Rank<'a> {
     /// Restarts at the first op (for the next training step).
     pub fn rewind(&mut self) {
         self.pc = 0;
+    }
+
+    /// How far the rank has come: its program counter and the exchanges the current op
+    /// has completed (an op with several exchanges moves without moving the counter).
+    pub fn progress(&self) -> (usize, usize) {
+        (self.pc, self.completed.len())
     }
 
     /// The key of the exchange an op is waiting on (for deadlock reports).
@@ -237,6 +253,10 @@ impl<'a> Rank<'a> {
         t: Tensor,
         comm: &dyn Communicator,
     ) -> Result<Option<(Vec<Tensor>, usize)>, String> {
+        if let Some(done) = self.completed.get(self.replayed) {
+            self.replayed += 1;
+            return Ok(Some(done.clone()));
+        }
         let group: Vec<u32> = op
             .attr_ints("group")
             .ok_or("missing group")?
@@ -269,6 +289,8 @@ impl<'a> Rank<'a> {
                         group[me], all[me].shape, group[other], all[other].shape
                     ));
                 }
+                self.completed.push((all.clone(), me));
+                self.replayed += 1;
                 Ok(Some((all, me)))
             }
             Exchange::Pending => {
@@ -691,6 +713,44 @@ impl<'a> Rank<'a> {
                 };
                 let out = collective(op, all, me)?;
                 self.set(op, "Out", out);
+            }
+            OpType::CSoftmaxWithCrossEntropy => {
+                let logits = self.slot(op, "Logits")?.clone();
+                let label = self.slot(op, "Label")?.clone();
+                let start = op.attr_int("start_index", 0);
+                let nranks = op.attr_ints("group").map_or(1, <[i64]>::len);
+                let classes = logits
+                    .shape
+                    .last()
+                    .copied()
+                    .unwrap_or(1)
+                    .saturating_mul(nranks);
+                let Some((all, _)) = self.exchange(op, vocab_ce::row_max(&logits), comm)? else {
+                    return Ok(Progress::Blocked);
+                };
+                let max = reduce_all(&all, ReduceType::Max);
+                let target = vocab_ce::target_logit(&logits, &label, &max, start, classes)?;
+                let Some((all, _)) = self.exchange(op, target, comm)? else {
+                    return Ok(Progress::Blocked);
+                };
+                let target = reduce_all(&all, ReduceType::Sum);
+                let (exps, sums) = vocab_ce::exp_sums(&logits, &max);
+                let Some((all, _)) = self.exchange(op, sums, comm)? else {
+                    return Ok(Progress::Blocked);
+                };
+                let sum = reduce_all(&all, ReduceType::Sum);
+                let (sm, loss) = vocab_ce::finish(&logits, &exps, &sum, &target);
+                self.set(op, "Softmax", sm);
+                self.set(op, "Loss", loss);
+            }
+            OpType::CSoftmaxWithCrossEntropyGrad => {
+                let g = vocab_ce::grad(
+                    self.slot(op, "Softmax")?,
+                    self.slot(op, "Label")?,
+                    self.slot(op, "Loss@GRAD")?,
+                    op.attr_int("start_index", 0),
+                );
+                self.set(op, "Logits@GRAD", g);
             }
             OpType::Send | OpType::Recv => {
                 return Err(

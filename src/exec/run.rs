@@ -394,13 +394,13 @@ fn step_coop(ranks: &mut [Rank], comm: &CoopComm) -> Result<(), ExecError> {
             if done[i] {
                 continue;
             }
-            let before = r.pc;
+            let before = r.progress();
             match r.step(comm)? {
                 Status::Done => {
                     done[i] = true;
                     moved = true;
                 }
-                Status::Blocked => moved |= r.pc != before,
+                Status::Blocked => moved |= r.progress() != before,
             }
         }
         if done.iter().all(|&d| d) {

@@ -65,7 +65,11 @@ pub fn infer_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>
         | OpType::Recv
         | OpType::Slice
         | OpType::CEmbedding
-        | OpType::CEmbeddingGrad => super::infer_planner::infer_planner_op(op, inputs),
+        | OpType::CEmbeddingGrad
+        | OpType::CSoftmaxWithCrossEntropy
+        | OpType::CSoftmaxWithCrossEntropyGrad => {
+            super::infer_planner::infer_planner_op(op, inputs)
+        }
         OpType::MatmulV2 => single(matmul(op, one(0)?, one(1)?)?),
         OpType::ElementwiseAdd
         | OpType::ElementwiseSub
@@ -466,7 +470,11 @@ fn reduce(op: &Op, x: &TensorType) -> Res<TensorType> {
     Ok(TensorType::new(x.dtype, shape))
 }
 
-fn softmax_ce(op: &Op, logits: &TensorType, label: &TensorType) -> Res<Vec<Vec<TensorType>>> {
+pub(crate) fn softmax_ce(
+    op: &Op,
+    logits: &TensorType,
+    label: &TensorType,
+) -> Res<Vec<Vec<TensorType>>> {
     let logits = float(logits, "Logits")?;
     let a = axis(op.attr_int("axis", -1), logits.rank(), "axis")?;
     let mut loss_shape = logits.shape.clone();

@@ -207,6 +207,24 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             }
             single(w.clone())
         }
+        // The class axis is the last; labels are hard (the only case the vocab split allows).
+        OpType::CSoftmaxWithCrossEntropy => {
+            super::infer::softmax_ce(op, one(inputs, 0, "Logits")?, one(inputs, 1, "Label")?)
+        }
+        OpType::CSoftmaxWithCrossEntropyGrad => {
+            let (sm, label, dloss) = (
+                one(inputs, 0, "Softmax")?,
+                one(inputs, 1, "Label")?,
+                one(inputs, 2, "Loss@GRAD")?,
+            );
+            let outs = super::infer::softmax_ce(op, sm, label)?;
+            if outs.get(1).and_then(|o| o.first()) != Some(dloss) {
+                return Err(format!(
+                    "Loss@GRAD must be the loss shape of Softmax {sm}, got {dloss}"
+                ));
+            }
+            single(sm.clone())
+        }
         other => Err(format!("{other} is not a planner op")),
     }
 }

@@ -80,11 +80,13 @@ pub enum OpType {
     Slice,
     CEmbedding,
     CEmbeddingGrad,
+    CSoftmaxWithCrossEntropy,
+    CSoftmaxWithCrossEntropyGrad,
 }
 
 impl OpType {
     /// Every op type, in declaration order.
-    pub const ALL: [OpType; 70] = [
+    pub const ALL: [OpType; 72] = [
         OpType::MatmulV2,
         OpType::ElementwiseAdd,
         OpType::ElementwiseSub,
@@ -155,6 +157,8 @@ impl OpType {
         OpType::Slice,
         OpType::CEmbedding,
         OpType::CEmbeddingGrad,
+        OpType::CSoftmaxWithCrossEntropy,
+        OpType::CSoftmaxWithCrossEntropyGrad,
     ];
 
     /// Paddle's op type name.
@@ -230,6 +234,8 @@ impl OpType {
             OpType::Slice => "slice",
             OpType::CEmbedding => "c_embedding",
             OpType::CEmbeddingGrad => "c_embedding_grad",
+            OpType::CSoftmaxWithCrossEntropy => "c_softmax_with_cross_entropy",
+            OpType::CSoftmaxWithCrossEntropyGrad => "c_softmax_with_cross_entropy_grad",
         }
     }
 
@@ -313,7 +319,9 @@ impl OpType {
             | OpType::Recv
             | OpType::Slice
             | OpType::CEmbedding
-            | OpType::CEmbeddingGrad => None,
+            | OpType::CEmbeddingGrad
+            | OpType::CSoftmaxWithCrossEntropy
+            | OpType::CSoftmaxWithCrossEntropyGrad => None,
         }
     }
 
@@ -391,7 +399,9 @@ impl OpType {
             | OpType::Recv
             | OpType::Slice
             | OpType::CEmbedding
-            | OpType::CEmbeddingGrad => None,
+            | OpType::CEmbeddingGrad
+            | OpType::CSoftmaxWithCrossEntropy
+            | OpType::CSoftmaxWithCrossEntropyGrad => None,
         }
     }
 
@@ -460,7 +470,11 @@ impl OpType {
             | OpType::AllToAll
             | OpType::Send
             | OpType::Recv => OpClass::Collective,
-            OpType::Slice | OpType::CEmbedding | OpType::CEmbeddingGrad => OpClass::RankLocal,
+            OpType::Slice
+            | OpType::CEmbedding
+            | OpType::CEmbeddingGrad
+            | OpType::CSoftmaxWithCrossEntropy
+            | OpType::CSoftmaxWithCrossEntropyGrad => OpClass::RankLocal,
         }
     }
 }

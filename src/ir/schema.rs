@@ -81,6 +81,10 @@ const LAYER_NORM: Slots = (
 const LOOKUP: Slots = (&[one("W"), one("Ids")], &[one("Out")]);
 /// Paddle's `c_embedding_grad`: the vocab-parallel table's gradient rows for this rank.
 const C_EMBEDDING_GRAD: Slots = (&[one("W"), one("Ids"), one("Out@GRAD")], &[one("W@GRAD")]);
+const C_SOFTMAX_CE_GRAD: Slots = (
+    &[one("Softmax"), one("Label"), one("Loss@GRAD")],
+    &[one("Logits@GRAD")],
+);
 const SPLIT: Slots = (&[one("X")], &[list("Out")]);
 const CONCAT: Slots = (&[list("X")], &[one("Out")]);
 const SOFTMAX_CE: Slots = (
@@ -215,6 +219,15 @@ const RECV_ATTRS: &[AttrSpec] = &[
 ];
 const SLICE_ATTRS: &[AttrSpec] = &[req("axes", Ints), req("starts", Ints), req("ends", Ints)];
 const C_EMBEDDING_ATTRS: &[AttrSpec] = &[req("start_index", Int)];
+/// The vocab-parallel cross-entropy: the class id of this rank's first column, and the group
+/// its three all-reduces run over (Paddle's `ring_id`, `rank` in the group and `nranks`).
+const C_SOFTMAX_CE_ATTRS: &[AttrSpec] = &[
+    req("start_index", Int),
+    req("group", Ints),
+    attr("ring_id", Int),
+    attr("rank", Int),
+    attr("nranks", Int),
+];
 
 impl OpType {
     /// Input and output slots, in canonical order.
@@ -250,6 +263,8 @@ impl OpType {
             OpType::LayerNorm => LAYER_NORM,
             OpType::LookupTableV2 | OpType::CEmbedding => LOOKUP,
             OpType::CEmbeddingGrad => C_EMBEDDING_GRAD,
+            OpType::CSoftmaxWithCrossEntropy => SOFTMAX_CE,
+            OpType::CSoftmaxWithCrossEntropyGrad => C_SOFTMAX_CE_GRAD,
             OpType::Split => SPLIT,
             OpType::Concat | OpType::Sum => CONCAT,
             OpType::SoftmaxWithCrossEntropy => SOFTMAX_CE,
@@ -348,6 +363,9 @@ impl OpType {
             OpType::Recv => RECV_ATTRS,
             OpType::Slice => SLICE_ATTRS,
             OpType::CEmbedding | OpType::CEmbeddingGrad => C_EMBEDDING_ATTRS,
+            OpType::CSoftmaxWithCrossEntropy | OpType::CSoftmaxWithCrossEntropyGrad => {
+                C_SOFTMAX_CE_ATTRS
+            }
             OpType::MatmulV2Grad
             | OpType::ElementwiseAddGrad
             | OpType::ElementwiseSubGrad

@@ -1,7 +1,9 @@
 //! The communication ledger: every collective of every rank with its kind, purpose (from
 //! its namescope), group, bytes moved per rank, phase and reason. Bytes follow the ring
 //! model: all-reduce 2(n−1)/n·S, all-gather (n−1)/n·S_out, reduce-scatter (n−1)/n·S_in,
-//! all-to-all (n−1)/n·S, send/recv S.
+//! all-to-all (n−1)/n·S, send/recv S. The vocab-parallel cross-entropy
+//! (`c_softmax_with_cross_entropy`) counts as tensor parallel: three all-reduces of a value
+//! per row.
 
 use super::grad_sync::{is_amp_flag_sync_op, is_data_parallel_reduce_op, is_global_norm_sync_op};
 use super::partition::Partitioned;
@@ -82,6 +84,11 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
         OpType::AllGather => (n - 1.0) / n * out,
         OpType::ReduceScatter | OpType::AllToAll => (n - 1.0) / n * x,
         OpType::Send => x,
+        // Three all-reduces of one value per row: the max, the target logit, the exp-sum.
+        OpType::CSoftmaxWithCrossEntropy => {
+            let loss = size(op.output("Loss").first());
+            3.0 * 2.0 * (n - 1.0) / n * loss
+        }
         _ => 0.0,
     }
 }
@@ -96,6 +103,17 @@ fn phase(role: OpRole) -> &'static str {
 
 fn reason(program: &Program, ops: &[Op], i: usize, purpose: Purpose) -> String {
     let op = &ops[i];
+    if op.ty == OpType::CSoftmaxWithCrossEntropy {
+        let logits = op
+            .input("Logits")
+            .first()
+            .map(|&v| program.var(v).name.clone());
+        return format!(
+            "vocab-parallel cross-entropy over the class shards of {}: all_reduce the row max, \
+             the target logit and the exp-sum",
+            logits.unwrap_or_default()
+        );
+    }
     let tensor = op
         .input("X")
         .first()
@@ -132,10 +150,16 @@ pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
     for r in &parts.ranks {
         let ops = r.program.ops();
         for (i, op) in ops.iter().enumerate() {
-            if op.ty.class() != OpClass::Collective {
+            let vocab_ce = op.ty == OpType::CSoftmaxWithCrossEntropy;
+            if op.ty.class() != OpClass::Collective && !vocab_ce {
                 continue;
             }
-            let purpose = Purpose::of(op);
+            let purpose = if vocab_ce {
+                Purpose::TensorParallel
+            } else {
+                Purpose::of(op)
+            };
+            let x = if vocab_ce { "Logits" } else { "X" };
             entries.push(Entry {
                 rank: r.rank,
                 op_index: i,
@@ -147,9 +171,13 @@ pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
                     .iter()
                     .map(|&g| g as u32)
                     .collect(),
-                reduce_type: op.attr_str("reduce_type").map(str::to_string),
+                reduce_type: if vocab_ce {
+                    Some("MAX, SUM, SUM".into())
+                } else {
+                    op.attr_str("reduce_type").map(str::to_string)
+                },
                 tensor: op
-                    .input("X")
+                    .input(x)
                     .first()
                     .map(|&v| r.program.var(v).name.to_string())
                     .unwrap_or_default(),
@@ -186,21 +214,23 @@ pub fn summary_rows(entries: &[Entry], rank: u32) -> Vec<SummaryRow> {
 /// Counts and bytes per (phase, purpose, kind) for one rank, as text.
 pub fn summary(entries: &[Entry], rank: u32) -> String {
     let rows = summary_rows(entries, rank);
+    // The collective column fits its longest name (`c_softmax_with_cross_entropy`).
+    let w = rows.iter().map(|r| r.2.len()).max().unwrap_or(0).max(15);
     let mut out = format!("communication of rank {rank} (ring model, bytes sent per rank):\n");
     out.push_str(&format!(
-        "  {:<10} {:<16} {:<15} {:>5} {:>12}\n",
+        "  {:<10} {:<16} {:<w$} {:>5} {:>12}\n",
         "phase", "purpose", "collective", "count", "bytes"
     ));
     let mut total = 0.0;
     for (phase, purpose, kind, count, bytes) in &rows {
         out.push_str(&format!(
-            "  {phase:<10} {:<16} {kind:<15} {count:>5} {bytes:>12.0}\n",
+            "  {phase:<10} {:<16} {kind:<w$} {count:>5} {bytes:>12.0}\n",
             purpose.name()
         ));
         total += bytes;
     }
     out.push_str(&format!(
-        "  {:<10} {:<16} {:<15} {:>5} {total:>12.0}\n",
+        "  {:<10} {:<16} {:<w$} {:>5} {total:>12.0}\n",
         "total",
         "",
         "",

@@ -194,7 +194,9 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
         | OpType::Send
         | OpType::Recv
         | OpType::CEmbedding
-        | OpType::CEmbeddingGrad => {
+        | OpType::CEmbeddingGrad
+        | OpType::CSoftmaxWithCrossEntropy
+        | OpType::CSoftmaxWithCrossEntropyGrad => {
             return Err(err(
                 "is emitted by the planner; a plan's program holds forward ops (completion of the \
                  backward and optimizer ops copies from their forward ops)"

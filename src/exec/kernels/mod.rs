@@ -6,3 +6,4 @@ pub mod matmul;
 pub mod normalize;
 pub mod optim;
 pub mod pointwise;
+pub mod vocab_ce;

@@ -216,13 +216,7 @@ impl State<'_> {
                 self.trace.rule_errors.push((op, e.0.clone()));
             }
         }
-        let (mut fwd, mut bwd) = (fwd.unwrap_or_default(), bwd.unwrap_or_default());
-        // The op gathers a split class axis and computes the softmax whole (see
-        // `gather_split_classes`), so its outputs are laid out whole too: otherwise the
-        // softmax would be marked split, sliced after the op and gathered again backward.
-        let o = self.program.op(op);
-        gather_split_classes(o, self.program, &mut fwd);
-        gather_split_classes(o, self.program, &mut bwd);
+        let (fwd, bwd) = (fwd.unwrap_or_default(), bwd.unwrap_or_default());
         let mut changed = false;
         for (k, &v) in b.inputs.iter().enumerate() {
             changed |= self.propose(op, v, fwd.inputs.get(k), bwd.inputs.get(k));
@@ -388,7 +382,7 @@ impl State<'_> {
     fn op_attr(&self, op: OpId, b: &Binding) -> OperatorDistAttr {
         let o = self.program.op(op);
         let ins: Vec<DistTensor> = b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
-        let mut inferred = b
+        let inferred = b
             .rule
             .infer_forward(self.mesh.shape(), &ins)
             .unwrap_or_else(|_| Inferred {
@@ -402,7 +396,6 @@ impl State<'_> {
                     .map(|&v| Sharding::replicated(self.program.var(v).ty.rank()))
                     .collect(),
             });
-        gather_split_classes(o, self.program, &mut inferred);
         let to_attr = |s: &Sharding| TensorDistAttr {
             mesh: self.mesh.clone(),
             dims: s.dims.clone(),
@@ -434,31 +427,6 @@ impl State<'_> {
         attr.impl_type = impl_type.to_string();
         attr.impl_idx = impl_idx;
         attr
-    }
-}
-
-/// ShardLab has no vocab-parallel cross-entropy kernel (Paddle's
-/// `c_softmax_with_cross_entropy`), so a class axis the rule would leave split is gathered
-/// before the op instead: the op wants it replicated and produces it replicated.
-fn gather_split_classes(op: &crate::ir::Op, program: &Program, inferred: &mut Inferred) {
-    if op.ty != OpType::SoftmaxWithCrossEntropy {
-        return;
-    }
-    let rank = op
-        .input("Logits")
-        .first()
-        .map_or(0, |&v| program.var(v).ty.rank());
-    let Ok(axis) = crate::ir::infer::axis(op.attr_int("axis", -1), rank, "axis") else {
-        return;
-    };
-    for s in inferred
-        .inputs
-        .iter_mut()
-        .chain(inferred.outputs.iter_mut())
-    {
-        if let Some(d) = s.dims.get_mut(axis) {
-            d.clear();
-        }
     }
 }
 
@@ -498,6 +466,13 @@ fn choose_impl(
         }
         OpType::LookupTableV2 if slot_dims(0).first().is_some_and(|a| !a.is_empty()) => {
             ("lookup_table_v2", 0)
+        }
+        // A split class axis runs Paddle's `c_softmax_with_cross_entropy` (impl 1); the
+        // rule only allows it on the last axis with hard labels.
+        OpType::SoftmaxWithCrossEntropy
+            if crate::dist_ops::Impl::CrossEntropyVocab.is_input_compatible(op, attr) =>
+        {
+            ("softmax_with_cross_entropy", 1)
         }
         OpType::Reshape2 => ("reshape2", 0),
         OpType::Transpose2 => ("transpose2", 0),
@@ -578,6 +553,8 @@ fn choose_impl(
         | OpType::Recv
         | OpType::Slice
         | OpType::CEmbedding
-        | OpType::CEmbeddingGrad => ("default", 0),
+        | OpType::CEmbeddingGrad
+        | OpType::CSoftmaxWithCrossEntropy
+        | OpType::CSoftmaxWithCrossEntropyGrad => ("default", 0),
     }
 }
