@@ -185,6 +185,27 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
             outputs: vec![Sharding::from_dims(out_grad)],
         });
     }
+    // mean_all's backward entry in Paddle 3.3.1 is its grad rule too, MeanAllGradInferSpmd(x,
+    // out_grad) = ReductionGradInferSpmd(x, out_grad, reduce_all): x and x_grad take the
+    // scalar out_grad's (empty) mapping with every reduced axis inserted as -1, so both are
+    // replicated whatever x was; out_grad loses its partial status.
+    if case.op == "mean_all" && case.direction == "backward" {
+        let args: Vec<&DistTensor> = inputs.iter().chain(&outputs).collect();
+        let [x, out_grad] = args[..] else {
+            return Err(format!(
+                "mean_all grad takes [x, out_grad], got {} tensors",
+                args.len()
+            ));
+        };
+        let x = Sharding::replicated(x.shape.len());
+        return Ok(Inferred {
+            inputs: vec![
+                x.clone(),
+                Sharding::from_dims(out_grad.sharding.dims.clone()),
+            ],
+            outputs: vec![x],
+        });
+    }
     let result = match case.direction.as_str() {
         "forward" => rule.infer_forward(mesh, &inputs),
         "backward" => rule.infer_backward(mesh, &inputs, &outputs),
