@@ -239,7 +239,7 @@ fn exercise_plan(text: &str) {
     if !verify_plan(&plan).is_empty() || plan.mesh.is_none() {
         return;
     }
-    if plan.estimated_planning_bytes(true) > 64.0 * 1024.0 * 1024.0 {
+    if plan.estimated_planning_bytes(shardlab::plan::RanksPlanned::All) > 64.0 * 1024.0 * 1024.0 {
         return;
     }
     let _ = shardlab::passes::pipeline::run_pipeline(&plan, &Default::default());

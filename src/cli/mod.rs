@@ -8,7 +8,7 @@ mod stages;
 
 use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
-use crate::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, SourceMap};
+use crate::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, RanksPlanned, SourceMap};
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -361,7 +361,7 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
         args.mesh.as_deref(),
         &args.shards,
     )?;
-    if let Err(e) = budget::check("printing", plan.estimated_planning_bytes(false), budget) {
+    if let Err(e) = budget::check("printing", plan.estimated_planning_bytes(RanksPlanned::None), budget) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
     }
@@ -486,7 +486,11 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     let partitioned = stage != "complete" || args.ledger;
     if let Err(e) = budget::check(
         "planning",
-        plan.estimated_planning_bytes(partitioned),
+        plan.estimated_planning_bytes(match (partitioned, args.rank) {
+            (false, _) => RanksPlanned::None,
+            (true, Some(_)) => RanksPlanned::One,
+            (true, None) => RanksPlanned::All,
+        }),
         budget,
     ) {
         eprintln!("error: {e}");
@@ -504,7 +508,9 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         },
         partition: crate::passes::partition::PartitionOptions {
             scale_gradients: !args.no_grad_scale,
-            ranks: None,
+            // One rank's program needs only that rank partitioned: time and memory follow
+            // one rank, not the mesh.
+            ranks: args.rank.map(|r| vec![r]),
             defer_partial_sums: args.megatron_sums,
         },
     };
@@ -582,7 +588,7 @@ fn check(file: &str) -> Result<ExitCode, String> {
     };
     // Everything `plan --stage all` checks, with its default options: completion, backward,
     // optimizer and partitioning, each verified.
-    let needed = plan.estimated_planning_bytes(true);
+    let needed = plan.estimated_planning_bytes(RanksPlanned::All);
     budget::check("checking", needed, budget::default_budget())?;
     if let Err(e) = crate::passes::pipeline::run_pipeline(&plan, &Default::default()) {
         let message = e.to_string();

@@ -69,6 +69,14 @@ impl fmt::Display for PlanIssue {
     }
 }
 
+/// How many rank programs a command builds (for its memory estimate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RanksPlanned {
+    None,
+    One,
+    All,
+}
+
 impl Plan {
     /// Every annotation as its one-line spec (`x=dp,-`), in order.
     pub fn shard_specs(&self) -> Vec<String> {
@@ -79,14 +87,15 @@ impl Plan {
     }
 
     /// About how many bytes planning this plan holds: its programs (ops, variables, dist
-    /// attrs), once for the serial program and, when `partitioned`, once more per rank of the
-    /// mesh. Measured on `gpt` (about 2 KB per op or variable per program, with backward
+    /// attrs), once for the serial program and once more per partitioned rank
+    /// (`Partitioned::All`: every rank of the mesh). Measured on `gpt` (about 2 KB per op or variable per program, with backward
     /// and optimizer); shapes cost nothing, so any model size plans in the same memory.
-    pub fn estimated_planning_bytes(&self, partitioned: bool) -> f64 {
+    pub fn estimated_planning_bytes(&self, partitioned: RanksPlanned) -> f64 {
         const BYTES_PER_ITEM: f64 = 3.0 * 1024.0;
         let items = (self.program.ops().len() + self.program.vars().len()) as f64;
         let ranks = match (&self.mesh, partitioned) {
-            (Some(m), true) => m.size() as f64,
+            (Some(m), RanksPlanned::All) => m.size() as f64,
+            (Some(_), RanksPlanned::One) => 1.0,
             _ => 0.0,
         };
         items * BYTES_PER_ITEM * (1.0 + ranks)
