@@ -8,7 +8,9 @@ mod stages;
 
 use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
-use crate::plan::{parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, RanksPlanned, SourceMap};
+use crate::plan::{
+    parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, RanksPlanned, SourceMap,
+};
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -361,7 +363,11 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
         args.mesh.as_deref(),
         &args.shards,
     )?;
-    if let Err(e) = budget::check("printing", plan.estimated_planning_bytes(RanksPlanned::None), budget) {
+    if let Err(e) = budget::check(
+        "printing",
+        plan.estimated_planning_bytes(RanksPlanned::None),
+        budget,
+    ) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
     }

@@ -98,7 +98,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     };
     let budget = super::budget::budget(&args.max_memory)?;
-    if let Err(e) = super::budget::check("planning", plan.estimated_planning_bytes(crate::plan::RanksPlanned::All), budget) {
+    if let Err(e) = super::budget::check(
+        "planning",
+        plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
+        budget,
+    ) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
     }

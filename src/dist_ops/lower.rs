@@ -5,9 +5,9 @@
 
 use super::Impl;
 use crate::dist::{OperatorDistAttr, TensorDistAttr};
-use crate::ir::{Attr, Op, OpType, VarId};
+use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
-use crate::passes::rank::{scope, PartitionError, RankBuilder};
+use crate::passes::rank::{PartitionError, RankBuilder};
 use crate::passes::reshard::reshard;
 
 /// The vocab id of this rank's first table row when `w` splits rows over mesh axes.
@@ -179,7 +179,7 @@ pub fn lower(
         let mut assign = Op::new(OpType::Assign);
         assign.inputs = vec![vec![r]];
         assign.outputs = vec![vec![v]];
-        assign.namescope = scope::RESHARD.into();
+        assign.namescope = Purpose::Reshard.namescope().into();
         b.local(assign);
         b.cur[v.index()] = target;
     }
@@ -200,7 +200,7 @@ fn all_reduce_partial(b: &mut RankBuilder, v: VarId) {
         v,
         &axes,
         vec![("reduce_type", Attr::Str(reduce.name().into()))],
-        scope::TENSOR_PARALLEL,
+        Purpose::TensorParallel,
     );
     b.cur[v.index()] = DistProgram::settled(&attr);
 }

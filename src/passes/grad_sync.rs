@@ -14,8 +14,8 @@
 //! such a gradient correct. Never for optimizer ops.
 
 use super::dist_program::DistProgram;
-use super::rank::{scope, RankBuilder};
-use crate::ir::{Attr, Op, OpRole, OpType};
+use super::rank::RankBuilder;
+use crate::ir::{Attr, Op, OpRole, OpType, Purpose};
 
 /// Inserts the synchronisation of the parameter gradients `op` produced: an in-place
 /// all-reduce (SUM) over each mesh axis the gradient is partial on, then, with gradient
@@ -55,7 +55,7 @@ pub fn sync_gradients(
                 g,
                 &[axis],
                 vec![("reduce_type", Attr::Str("SUM".into()))],
-                scope::DATA_PARALLEL,
+                Purpose::DataParallel,
             );
         }
         let n: usize = loss_avg_axes.iter().map(|&a| b.mesh.axis_size(a)).product();
@@ -64,7 +64,7 @@ pub fn sync_gradients(
             s.inputs = vec![vec![g]];
             s.outputs = vec![vec![g]];
             s.attrs.insert("scale".into(), Attr::Float(1.0 / n as f64));
-            s.namescope = scope::DATA_PARALLEL.into();
+            s.namescope = Purpose::DataParallel.namescope().into();
             b.local(s);
         }
         b.cur[g.index()] = DistProgram::settled(&cur);
@@ -73,24 +73,24 @@ pub fn sync_gradients(
 
 /// A data-parallel gradient scaling op (the seed's `is_data_parallel_scale_op`).
 pub fn is_data_parallel_scale_op(op: &Op) -> bool {
-    op.ty == OpType::Scale && op.namescope == scope::DATA_PARALLEL
+    op.ty == OpType::Scale && op.purpose() == Some(Purpose::DataParallel)
 }
 
 /// A data-parallel gradient all-reduce (the seed's `is_data_parallel_reduce_op`).
 pub fn is_data_parallel_reduce_op(op: &Op) -> bool {
     op.ty == OpType::AllReduce
-        && op.namescope == scope::DATA_PARALLEL
+        && op.purpose() == Some(Purpose::DataParallel)
         && op.attr_str("reduce_type") == Some("SUM")
 }
 
 /// The all-reduce (MAX) of AMP's `found_inf` flag (the seed's `is_amp_flag_sync_op`).
 pub fn is_amp_flag_sync_op(op: &Op) -> bool {
     op.ty == OpType::AllReduce
-        && op.namescope == scope::AMP
+        && op.purpose() == Some(Purpose::AmpFlag)
         && op.attr_str("reduce_type") == Some("MAX")
 }
 
 /// The all-reduce of global-norm partial sums (the seed's `is_global_norm_sync_op`).
 pub fn is_global_norm_sync_op(op: &Op) -> bool {
-    op.ty == OpType::AllReduce && op.namescope == scope::GLOBAL_NORM
+    op.ty == OpType::AllReduce && op.purpose() == Some(Purpose::GlobalNorm)
 }

@@ -1,57 +1,14 @@
-//! The communication ledger: every collective of every rank with its kind, purpose (from
-//! its namescope), group, bytes moved per rank, phase and reason. Bytes follow the ring
+//! The communication ledger: every collective of every rank with its kind, purpose
+//! (`Op::purpose`, from its namescope), group, bytes moved per rank, phase and reason. Bytes follow the ring
 //! model: all-reduce 2(n−1)/n·S, all-gather (n−1)/n·S_out, reduce-scatter (n−1)/n·S_in,
 //! all-to-all (n−1)/n·S, send/recv S. The vocab-parallel cross-entropy
 //! (`c_softmax_with_cross_entropy`) counts as tensor parallel: three all-reduces of a value
 //! per row.
 
-use super::grad_sync::{is_amp_flag_sync_op, is_data_parallel_reduce_op, is_global_norm_sync_op};
 use super::partition::Partitioned;
-use super::rank::scope;
+pub use crate::ir::Purpose;
 use crate::ir::{Op, OpClass, OpRole, OpType, Program};
 use serde::Serialize;
-
-/// What a collective is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum Purpose {
-    DataParallel,
-    TensorParallel,
-    Reshard,
-    AmpFlag,
-    GlobalNorm,
-    Other,
-}
-
-impl Purpose {
-    /// From the op's namescope (and the seed's predicates).
-    pub fn of(op: &Op) -> Purpose {
-        if is_data_parallel_reduce_op(op) {
-            Purpose::DataParallel
-        } else if is_amp_flag_sync_op(op) {
-            Purpose::AmpFlag
-        } else if is_global_norm_sync_op(op) {
-            Purpose::GlobalNorm
-        } else if op.namescope == scope::TENSOR_PARALLEL {
-            Purpose::TensorParallel
-        } else if op.namescope == scope::RESHARD {
-            Purpose::Reshard
-        } else {
-            Purpose::Other
-        }
-    }
-
-    /// A short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Purpose::DataParallel => "data parallel",
-            Purpose::TensorParallel => "tensor parallel",
-            Purpose::Reshard => "reshard",
-            Purpose::AmpFlag => "AMP flag",
-            Purpose::GlobalNorm => "global norm",
-            Purpose::Other => "other",
-        }
-    }
-}
 
 /// One collective on one rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -121,7 +78,7 @@ fn reason(program: &Program, ops: &[Op], i: usize, purpose: Purpose) -> String {
         .unwrap_or_default();
     let consumer = ops[i + 1..]
         .iter()
-        .find(|o| o.ty.class() != OpClass::Collective && o.namescope != scope::RESHARD);
+        .find(|o| o.ty.class() != OpClass::Collective && o.purpose() != Some(Purpose::Reshard));
     match purpose {
         Purpose::DataParallel => format!("sum the data-parallel shards of the gradient {tensor}"),
         Purpose::TensorParallel => {
@@ -140,7 +97,7 @@ fn reason(program: &Program, ops: &[Op], i: usize, purpose: Purpose) -> String {
         ),
         Purpose::AmpFlag => "agree on found_inf across the mesh".into(),
         Purpose::GlobalNorm => "sum the squared-norm shards of the gradients".into(),
-        Purpose::Other => String::new(),
+        Purpose::Pipeline => format!("move {tensor} to the next pipeline stage"),
     }
 }
 
@@ -154,10 +111,14 @@ pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
             if op.ty.class() != OpClass::Collective && !vocab_ce {
                 continue;
             }
-            let purpose = if vocab_ce {
-                Purpose::TensorParallel
+            // Every collective the planner inserts has a purpose; a rank program holds no
+            // other.
+            let Some(purpose) = (if vocab_ce {
+                Some(Purpose::TensorParallel)
             } else {
-                Purpose::of(op)
+                op.purpose()
+            }) else {
+                continue;
             };
             let x = if vocab_ce { "Logits" } else { "X" };
             entries.push(Entry {

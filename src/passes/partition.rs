@@ -4,11 +4,11 @@
 
 use super::dist_program::DistProgram;
 use super::grad_sync::sync_gradients;
-use super::rank::{scope, Groups, PartitionError, RankBuilder};
+use super::rank::{Groups, PartitionError, RankBuilder};
 use super::reshard::reshard;
 use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
 use crate::dist_ops::{after, find_impl, lower, Impl};
-use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, VarId};
+use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, Purpose, VarId};
 use std::collections::HashMap;
 
 /// One rank's program and where its variables came from.
@@ -202,7 +202,7 @@ fn partition_rank(
                     found,
                     &all,
                     vec![("reduce_type", Attr::Str("MAX".into()))],
-                    scope::AMP,
+                    Purpose::AmpFlag,
                 );
             }
         }
@@ -271,7 +271,7 @@ fn sum_partials(
         out,
         &axes,
         vec![("reduce_type", Attr::Str("SUM".into()))],
-        scope::TENSOR_PARALLEL,
+        Purpose::TensorParallel,
     );
     b.cur[out.index()] = DistProgram::settled(wanted_out);
     Ok(true)
@@ -317,7 +317,7 @@ fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionError>
             group_sum,
             &axes,
             vec![("reduce_type", Attr::Str("SUM".into()))],
-            scope::GLOBAL_NORM,
+            Purpose::GlobalNorm,
         );
         b.cur[group_sum.index()] = DistProgram::settled(&partial_attr);
         totals.push(group_sum);

@@ -3,18 +3,9 @@
 //! job-wide registry of communication groups.
 
 use crate::dist::{local_shape, ProcessMesh, TensorDistAttr};
-use crate::ir::{Attr, Op, OpRole, OpType, Program, TensorType, Var, VarId, VarKind};
+use crate::ir::{Attr, Op, OpRole, OpType, Program, Purpose, TensorType, Var, VarId, VarKind};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-
-/// Namescopes of inserted communication (Paddle's).
-pub mod scope {
-    pub const DATA_PARALLEL: &str = "/auto_parallel/data_parallel";
-    pub const TENSOR_PARALLEL: &str = "/auto_parallel/tensor_parallel";
-    pub const RESHARD: &str = "/auto_parallel/reshard";
-    pub const AMP: &str = "/auto_parallel/amp_flag_synchronization";
-    pub const GLOBAL_NORM: &str = "/auto_parallel/global_norm_synchronization";
-}
 
 /// Communication groups of the job, deduplicated. Ring ids are canonical: ring 0 is the
 /// world, then the groups along each subset of the mesh's non-trivial axes (in subset
@@ -260,7 +251,7 @@ impl<'a> RankBuilder<'a> {
         out: VarId,
         axes: &[usize],
         attrs: Vec<(&str, Attr)>,
-        scope: &str,
+        purpose: Purpose,
     ) {
         let group = self.group(axes);
         let ring = self.groups.ring_of(&group);
@@ -274,7 +265,7 @@ impl<'a> RankBuilder<'a> {
         );
         op.attrs.insert("ring_id".into(), Attr::Int(ring as i64));
         op.role = self.role;
-        op.namescope = scope.to_string();
+        op.namescope = purpose.namescope().to_string();
         self.program.push_op(op);
     }
 

@@ -14,9 +14,9 @@
 //! Every op goes to namescope `/auto_parallel/reshard` and produces a temporary
 //! (`x@RESHARD@k`); a second consumer wanting the same layout reuses it.
 
-use super::rank::{scope, PartitionError, RankBuilder};
+use super::rank::{PartitionError, RankBuilder};
 use crate::dist::{ReduceType, TensorDistAttr};
-use crate::ir::{Attr, Op, OpType, VarId};
+use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 
 /// What a reshard target is keyed on: its dims and partial axes (the mesh is the job's).
 pub type LayoutKey = (Vec<Vec<usize>>, Vec<(usize, ReduceType)>);
@@ -72,7 +72,7 @@ pub fn reshard(
                     out,
                     &[axis],
                     attrs,
-                    scope::RESHARD,
+                    Purpose::Reshard,
                 );
                 cur = out;
                 attr = next;
@@ -96,7 +96,7 @@ pub fn reshard(
             out,
             &axes,
             vec![("reduce_type", Attr::Str(reduce.name().into()))],
-            scope::RESHARD,
+            Purpose::Reshard,
         );
         cur = out;
     }
@@ -124,7 +124,7 @@ pub fn reshard(
             ("split_axis", Attr::Int(e as i64)),
             ("concat_axis", Attr::Int(d as i64)),
         ];
-        b.collective(OpType::AllToAll, cur, out, &[axis], attrs, scope::RESHARD);
+        b.collective(OpType::AllToAll, cur, out, &[axis], attrs, Purpose::Reshard);
         cur = out;
         attr = next;
     }
@@ -146,7 +146,7 @@ pub fn reshard(
                 out,
                 &[axis],
                 vec![("axis", Attr::Int(d as i64))],
-                scope::RESHARD,
+                Purpose::Reshard,
             );
             cur = out;
             attr = next;
@@ -171,7 +171,7 @@ pub fn reshard(
                 .insert("starts".into(), Attr::Ints(vec![start as i64]));
             op.attrs
                 .insert("ends".into(), Attr::Ints(vec![(start + piece) as i64]));
-            op.namescope = scope::RESHARD.into();
+            op.namescope = Purpose::Reshard.namescope().into();
             b.local(op);
             cur = out;
             attr = next;
@@ -199,7 +199,7 @@ pub fn reshard(
         op.inputs = vec![vec![cur]];
         op.outputs = vec![vec![out]];
         op.attrs.insert("scale".into(), Attr::Float(1.0 / n as f64));
-        op.namescope = scope::RESHARD.into();
+        op.namescope = Purpose::Reshard.namescope().into();
         b.local(op);
         cur = out;
         attr = next;

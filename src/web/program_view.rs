@@ -4,21 +4,22 @@
 
 use super::app::AppCtx;
 use crate::dist::{render, TensorDistAttr};
-use crate::ir::{Op, OpClass, Program, VarId};
+use crate::ir::{Op, OpClass, Program, Purpose, VarId};
 use crate::passes::complete::EventKind;
 use crate::session::{Action, Stage};
 use yew::prelude::*;
 
-/// The CSS class of a communication op's purpose (its namescope).
+/// The CSS class of a communication op's purpose.
 pub fn scope_class(op: &Op) -> &'static str {
-    match op.namescope.as_str() {
-        "/auto_parallel/data_parallel" => "comm dp",
-        "/auto_parallel/tensor_parallel" => "comm tp",
-        "/auto_parallel/reshard" => "comm reshard",
-        "/auto_parallel/amp_flag_synchronization" => "comm amp",
-        "/auto_parallel/global_norm_synchronization" => "comm norm",
-        _ if op.ty.class() == OpClass::Collective => "comm",
-        _ => "",
+    match op.purpose() {
+        Some(Purpose::DataParallel) => "comm dp",
+        Some(Purpose::TensorParallel) => "comm tp",
+        Some(Purpose::Reshard) => "comm reshard",
+        Some(Purpose::Pipeline) => "comm pp",
+        Some(Purpose::AmpFlag) => "comm amp",
+        Some(Purpose::GlobalNorm) => "comm norm",
+        None if op.ty.class() == OpClass::Collective => "comm",
+        None => "",
     }
 }
 
