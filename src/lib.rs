@@ -14,7 +14,6 @@
 //! - `cli` (native) and `web` (wasm32): thin shells over the above.
 
 pub mod dist;
-pub mod dist_ops;
 pub mod exec;
 pub mod ir;
 pub mod models;

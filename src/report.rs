@@ -22,8 +22,8 @@ fn dist_json(dp: &DistProgram) -> Value {
         "ops": dp.program.ops().iter().zip(&dp.ops).map(|(o, a)| json!({
             "type": o.ty.name(),
             "role": o.role.name(),
-            "impl_type": a.impl_type,
-            "impl_idx": a.impl_idx,
+            "impl_type": a.imp.paddle_id().0,
+            "impl_idx": a.imp.paddle_id().1,
             "inputs": o.inputs.iter().flatten().map(|v| dp.program.var(*v).name.clone()).collect::<Vec<_>>(),
             "outputs": o.outputs.iter().flatten().map(|v| dp.program.var(*v).name.clone()).collect::<Vec<_>>(),
             "input_attrs": a.inputs.iter().flatten().map(attr).collect::<Vec<_>>(),

@@ -117,7 +117,11 @@ fn conflicts_are_recorded_and_force_a_reshard() {
     assert_eq!(c.tensors[x.index()].dims, vec![vec![0], vec![1]]);
     assert_eq!(c.ops[0].inputs[0][0].dims, vec![vec![0], vec![]]);
     assert_eq!(c.ops[0].inputs[1][0].dims, vec![vec![], vec![1]]);
-    assert_eq!(c.ops[0].impl_idx, 0, "column parallel: n is split");
+    assert_eq!(
+        c.ops[0].imp,
+        shardlab::dist::DistImpl::MatmulColumn,
+        "column parallel: n is split"
+    );
     // The output is pinned replicated on n, so the rule's proposal is a conflict.
     let out = plan.program.var_id("linear_0.tmp_0").unwrap();
     let rejected = c

@@ -35,16 +35,11 @@ fn check_config(name: &str) -> Completed {
         .enumerate()
     {
         assert_eq!(op["type"].as_str(), Some(program.ops()[i].ty.name()));
-        assert_eq!(
-            c.ops[i].impl_type,
+        let paddle = shardlab::dist::DistImpl::from_paddle_id(
             op["impl_type"].as_str().unwrap(),
-            "{name}: op{i} impl_type"
+            op["impl_idx"].as_u64().unwrap() as usize,
         );
-        assert_eq!(
-            c.ops[i].impl_idx as u64,
-            op["impl_idx"].as_u64().unwrap(),
-            "{name}: op{i} impl_idx"
-        );
+        assert_eq!(Some(c.ops[i].imp), paddle, "{name}: op{i} implementation");
         for (slot, vars) in op["inputs"].as_object().unwrap() {
             let slot_idx = program.ops()[i]
                 .ty

@@ -150,7 +150,7 @@ fn with_op_deleted(scenario: &str, pick: impl Fn(&shardlab::ir::Op) -> bool) -> 
 #[test]
 fn verification_catches_a_missing_data_parallel_scale() {
     let failed = with_op_deleted("dp_mlp", |o| {
-        shardlab::passes::grad_sync::is_data_parallel_scale_op(o)
+        shardlab::passes::partition::sync::is_data_parallel_scale_op(o)
     });
     let names: Vec<&str> = failed.iter().map(|c| c.tensor.as_str()).collect();
     // The first scale in program order is linear_1.b_0's (its grad is produced first).

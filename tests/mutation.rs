@@ -62,7 +62,7 @@ fn inserted(op: &Op) -> bool {
     matches!(
         op.ty,
         OpType::AllReduce | OpType::AllGather | OpType::ReduceScatter | OpType::AllToAll
-    ) || shardlab::passes::grad_sync::is_data_parallel_scale_op(op)
+    ) || shardlab::passes::partition::sync::is_data_parallel_scale_op(op)
 }
 
 fn f64_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -> Plan {

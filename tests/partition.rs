@@ -633,8 +633,5 @@ fn vocab_split_lm_head_runs_vocab_parallel_cross_entropy() {
         .position(|o| o.ty.to_string() == "softmax_with_cross_entropy")
         .unwrap();
     let op_attr = &p.full.ops[ce];
-    assert_eq!(
-        (op_attr.impl_type.as_str(), op_attr.impl_idx),
-        ("softmax_with_cross_entropy", 1)
-    );
+    assert_eq!(op_attr.imp.paddle_id(), ("softmax_with_cross_entropy", 1));
 }

@@ -294,14 +294,13 @@ pub fn local_shape(
 }
 
 /// What an operator wants: a dist attr per variable of each input and output slot, and the
-/// distributed implementation chosen for it (`impl_type`, `impl_idx`), plus its pipeline chunk.
+/// distributed implementation chosen for it, plus its pipeline chunk.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorDistAttr {
     pub mesh: Arc<ProcessMesh>,
     pub inputs: Vec<Vec<TensorDistAttr>>,
     pub outputs: Vec<Vec<TensorDistAttr>>,
-    pub impl_type: String,
-    pub impl_idx: usize,
+    pub imp: super::DistImpl,
     pub chunk_id: usize,
 }
 
@@ -312,8 +311,7 @@ impl OperatorDistAttr {
             mesh,
             inputs: Vec::new(),
             outputs: Vec::new(),
-            impl_type: "default".to_string(),
-            impl_idx: 0,
+            imp: super::DistImpl::Default,
             chunk_id: 0,
         }
     }

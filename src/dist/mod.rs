@@ -4,9 +4,11 @@
 //! Architecture invariant: `dist` depends on nothing else in the crate.
 
 pub mod attr;
+pub mod dist_impl;
 pub mod mesh;
 pub mod notation;
 
 pub use attr::{local_shape, DistAttrError, OperatorDistAttr, ReduceType, TensorDistAttr};
+pub use dist_impl::DistImpl;
 pub use mesh::{MeshError, ProcessMesh, MAX_MESH_SIZE};
 pub use notation::{render, Notation};

@@ -149,8 +149,7 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
                     attr.outputs[k][j] = ga;
                 }
             }
-            attr.impl_type = fa.impl_type.clone();
-            attr.impl_idx = fa.impl_idx;
+            attr.imp = fa.imp;
         } else {
             // fill_constant (d loss, zeros) and sum (gradient accumulation): laid out like the
             // forward variable their output is the gradient of.

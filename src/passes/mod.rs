@@ -10,12 +10,9 @@ pub mod backward;
 pub mod complete;
 pub mod complete_backward;
 pub mod dist_program;
-pub mod grad_sync;
 pub mod ledger;
 pub mod optimizer;
 pub mod partition;
 pub mod pipeline;
-pub mod rank;
-pub mod reshard;
 
 pub use complete::{complete, complete_from, CompleteError, Completed};

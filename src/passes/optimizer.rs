@@ -113,7 +113,7 @@ impl Builder<'_> {
 
     /// Appends `op`; its slot attrs are the variables' current attrs (outputs of in-place
     /// updates keep their layout), or `overrides` for outputs computed here.
-    fn push(&mut self, op: Op, impl_type: &str) {
+    fn push(&mut self, op: Op) {
         let mut attr = OperatorDistAttr::new(self.dp.mesh.clone());
         // Inputs complete (non-partial: gradients are synchronised by now); outputs as the
         // variables are laid out.
@@ -129,7 +129,6 @@ impl Builder<'_> {
             .iter()
             .map(|s| s.iter().map(at).collect())
             .collect();
-        attr.impl_type = impl_type.to_string();
         self.dp.program.push_op(op);
         self.dp.ops.push(attr);
     }
@@ -260,7 +259,6 @@ pub fn append_optimizer(
             .iter()
             .map(|s| s.iter().map(|v| b.dp.tensors[v.index()].clone()).collect())
             .collect();
-        attr.impl_type = "default".into();
         b.dp.program.push_op(o);
         b.dp.ops.push(attr);
     }
@@ -284,7 +282,7 @@ fn amp(b: &mut Builder, grads: &[VarId], dtype: DType) -> Result<(), ProgramErro
         &[],
         "",
     );
-    b.push(check, "default");
+    b.push(check);
     let update = op(
         OpType::UpdateLossScaling,
         vec![
@@ -303,7 +301,7 @@ fn amp(b: &mut Builder, grads: &[VarId], dtype: DType) -> Result<(), ProgramErro
         ],
         "",
     );
-    b.push(update, "default");
+    b.push(update);
     Ok(())
 }
 
@@ -333,16 +331,13 @@ fn clip_by_global_norm(
             attr.set_partial(a, ReduceType::Sum);
         }
         b.dp.tensors.push(attr);
-        b.push(
-            op(
-                OpType::SquaredL2Norm,
-                vec![vec![g]],
-                vec![vec![sq]],
-                &[],
-                "",
-            ),
-            "default",
-        );
+        b.push(op(
+            OpType::SquaredL2Norm,
+            vec![vec![g]],
+            vec![vec![sq]],
+            &[],
+            "",
+        ));
         norms.push(sq);
     }
     let total = b.dp.program.declare(
@@ -361,14 +356,16 @@ fn clip_by_global_norm(
         .map(|_| TensorDistAttr::replicated(b.dp.mesh.clone(), 0))
         .collect()];
     attr.outputs = vec![vec![TensorDistAttr::replicated(b.dp.mesh.clone(), 0)]];
-    attr.impl_type = "default".into();
     b.dp.program.push_op(sum);
     b.dp.ops.push(attr);
     let norm = b.scalar_activation("global_norm_0", dtype)?;
-    b.push(
-        op(OpType::Sqrt, vec![vec![total]], vec![vec![norm]], &[], ""),
-        "default",
-    );
+    b.push(op(
+        OpType::Sqrt,
+        vec![vec![total]],
+        vec![vec![norm]],
+        &[],
+        "",
+    ));
     let clip_var = b.scalar_activation("clip_norm_0", dtype)?;
     let fill = op(
         OpType::FillConstant,
@@ -381,40 +378,31 @@ fn clip_by_global_norm(
         ],
         "",
     );
-    b.push(fill, "default");
+    b.push(fill);
     let denom = b.scalar_activation("clip_denominator_0", dtype)?;
-    b.push(
-        op(
-            OpType::ElementwiseMax,
-            vec![vec![norm], vec![clip_var]],
-            vec![vec![denom]],
-            &[],
-            "",
-        ),
-        "default",
-    );
+    b.push(op(
+        OpType::ElementwiseMax,
+        vec![vec![norm], vec![clip_var]],
+        vec![vec![denom]],
+        &[],
+        "",
+    ));
     let factor = b.scalar_activation("clip_factor_0", dtype)?;
-    b.push(
-        op(
-            OpType::ElementwiseDiv,
-            vec![vec![clip_var], vec![denom]],
-            vec![vec![factor]],
+    b.push(op(
+        OpType::ElementwiseDiv,
+        vec![vec![clip_var], vec![denom]],
+        vec![vec![factor]],
+        &[],
+        "",
+    ));
+    for &g in grads {
+        b.push(op(
+            OpType::ElementwiseMul,
+            vec![vec![g], vec![factor]],
+            vec![vec![g]],
             &[],
             "",
-        ),
-        "default",
-    );
-    for &g in grads {
-        b.push(
-            op(
-                OpType::ElementwiseMul,
-                vec![vec![g], vec![factor]],
-                vec![vec![g]],
-                &[],
-                "",
-            ),
-            "default",
-        );
+        ));
     }
     Ok(())
 }

@@ -165,16 +165,14 @@ pub fn ProgramView() -> Html {
         }
         let current = event.is_some_and(|e| e.op.index() == i);
         let impl_name = match s.stage {
-            Stage::Forward => p
-                .completed
-                .ops
-                .get(i)
-                .map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
-            Stage::Backward => p
-                .full
-                .ops
-                .get(i)
-                .map(|a| format!("{} #{}", a.impl_type, a.impl_idx)),
+            Stage::Forward => p.completed.ops.get(i).map(|a| {
+                let (container, index) = a.imp.paddle_id();
+                format!("{container} #{index}")
+            }),
+            Stage::Backward => p.full.ops.get(i).map(|a| {
+                let (container, index) = a.imp.paddle_id();
+                format!("{container} #{index}")
+            }),
             // Inserted communication shows what it costs: group, reduce type, bytes sent.
             Stage::Partition => op.attr_ints("group").map(|g| {
                 let reduce = op

@@ -16,7 +16,7 @@ pub mod trace;
 pub use print::{attrs_text, completed_json, completed_text, explain_text};
 pub use trace::{Conflict, Direction, Event, EventKind, PackedAxes, Step, Trace};
 
-use crate::dist::{local_shape, OperatorDistAttr, ProcessMesh, TensorDistAttr};
+use crate::dist::{local_shape, DistImpl, OperatorDistAttr, ProcessMesh, TensorDistAttr};
 use crate::ir::{OpId, OpType, Program, VarId};
 use crate::plan::{verify_plan, Plan, PlanIssue};
 use crate::spmd::registry::{rule_for, Binding};
@@ -423,9 +423,7 @@ impl State<'_> {
                 attr.outputs[slot][idx] = to_attr(s);
             }
         }
-        let (impl_type, impl_idx) = choose_impl(self.program, o, &attr);
-        attr.impl_type = impl_type.to_string();
-        attr.impl_idx = impl_idx;
+        attr.imp = choose_impl(self.program, o, &attr);
         attr
     }
 }
@@ -433,11 +431,7 @@ impl State<'_> {
 /// Picks the distributed implementation an op's dist attr implies (Paddle's container and
 /// index): matmul column (0), row (1) or replicate (2) parallel; vocab-parallel embedding;
 /// `elementwise` for same-shape elementwise ops; `default` otherwise.
-fn choose_impl(
-    program: &Program,
-    op: &crate::ir::Op,
-    attr: &OperatorDistAttr,
-) -> (&'static str, usize) {
+fn choose_impl(program: &Program, op: &crate::ir::Op, attr: &OperatorDistAttr) -> DistImpl {
     let slot_dims = |slot: usize| {
         attr.inputs
             .get(slot)
@@ -451,32 +445,30 @@ fn choose_impl(
             let trans_y = op.attr_bool("trans_y", false);
             let n = y.len();
             let (k_dim, n_dim) = match n {
-                0 => return ("matmul_v2", 2),
+                0 => return DistImpl::MatmulReplicate,
                 1 => (0, None),
                 _ if trans_y => (n - 1, Some(n - 2)),
                 _ => (n - 2, Some(n - 1)),
             };
             if !y[k_dim].is_empty() {
-                ("matmul_v2", 1)
+                DistImpl::MatmulRow
             } else if n_dim.is_some_and(|d| !y[d].is_empty()) {
-                ("matmul_v2", 0)
+                DistImpl::MatmulColumn
             } else {
-                ("matmul_v2", 2)
+                DistImpl::MatmulReplicate
             }
         }
         OpType::LookupTableV2 if slot_dims(0).first().is_some_and(|a| !a.is_empty()) => {
-            ("lookup_table_v2", 0)
+            DistImpl::EmbeddingVocab
         }
         // A split class axis runs Paddle's `c_softmax_with_cross_entropy` (impl 1); the
         // rule only allows it on the last axis with hard labels.
-        OpType::SoftmaxWithCrossEntropy
-            if crate::dist_ops::Impl::CrossEntropyVocab.is_input_compatible(op, attr) =>
-        {
-            ("softmax_with_cross_entropy", 1)
+        OpType::SoftmaxWithCrossEntropy if class_axis_split(op, attr) => {
+            DistImpl::CrossEntropyVocab
         }
-        OpType::Reshape2 => ("reshape2", 0),
-        OpType::Transpose2 => ("transpose2", 0),
-        OpType::Softmax => ("softmax", 0),
+        OpType::Reshape2 => DistImpl::Reshape,
+        OpType::Transpose2 => DistImpl::Transpose,
+        OpType::Softmax => DistImpl::Softmax,
         OpType::Relu
         | OpType::Gelu
         | OpType::Silu
@@ -484,7 +476,7 @@ fn choose_impl(
         | OpType::Scale
         | OpType::Cast
         | OpType::Assign
-        | OpType::Dropout => ("elementwise", 0),
+        | OpType::Dropout => DistImpl::Elementwise,
         OpType::ElementwiseAdd
         | OpType::ElementwiseSub
         | OpType::ElementwiseMul
@@ -494,9 +486,9 @@ fn choose_impl(
                 .map(|v| program.var(v).ty.shape.as_slice())
                 .collect();
             if shapes.windows(2).all(|w| w[0] == w[1]) {
-                ("elementwise", 0)
+                DistImpl::Elementwise
             } else {
-                ("default", 0)
+                DistImpl::Default
             }
         }
         OpType::FusedSoftmaxMaskUpperTriangle
@@ -508,7 +500,7 @@ fn choose_impl(
         | OpType::ReduceMean
         | OpType::Mean
         | OpType::SoftmaxWithCrossEntropy
-        | OpType::FillConstant => ("default", 0),
+        | OpType::FillConstant => DistImpl::Default,
         // Planner ops get their implementation from the backward / optimizer passes.
         OpType::MatmulV2Grad
         | OpType::ElementwiseAddGrad
@@ -555,6 +547,18 @@ fn choose_impl(
         | OpType::CEmbedding
         | OpType::CEmbeddingGrad
         | OpType::CSoftmaxWithCrossEntropy
-        | OpType::CSoftmaxWithCrossEntropyGrad => ("default", 0),
+        | OpType::CSoftmaxWithCrossEntropyGrad => DistImpl::Default,
     }
+}
+
+/// Whether a softmax_with_cross_entropy splits its class axis, which the rule allows only
+/// on the last axis with hard labels.
+fn class_axis_split(op: &crate::ir::Op, attr: &OperatorDistAttr) -> bool {
+    let Some(logits) = attr.inputs.first().and_then(|s| s.first()) else {
+        return false;
+    };
+    let n = logits.rank();
+    let axis = crate::ir::infer::axis(op.attr_int("axis", -1), n, "axis");
+    !op.attr_bool("soft_label", false)
+        && axis.is_ok_and(|a| a + 1 == n && !logits.dims[a].is_empty())
 }

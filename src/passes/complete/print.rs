@@ -33,17 +33,6 @@ pub fn shard_text(attr: &TensorDistAttr) -> String {
     s
 }
 
-fn impl_name(ty: &str, idx: usize) -> &'static str {
-    match (ty, idx) {
-        ("matmul_v2", 0) => "column parallel",
-        ("matmul_v2", 1) => "row parallel",
-        ("matmul_v2", _) => "replicate parallel",
-        ("lookup_table_v2", _) => "vocab parallel",
-        ("elementwise", _) => "elementwise",
-        _ => "default",
-    }
-}
-
 /// Every tensor's dist attr, then every op with its impl and the dist attrs it wants (a
 /// `*` marks an input that must be resharded).
 pub fn attrs_text(
@@ -79,9 +68,9 @@ pub fn attrs_text(
         out.push_str(&format!(
             "  op{i} {} [{} #{}: {}]",
             op.ty,
-            attr.impl_type,
-            attr.impl_idx,
-            impl_name(&attr.impl_type, attr.impl_idx)
+            attr.imp.paddle_id().0,
+            attr.imp.paddle_id().1,
+            attr.imp.describe()
         ));
         let slots = |specs: &[crate::ir::SlotSpec],
                      vars: &[Vec<VarId>],
@@ -194,8 +183,8 @@ pub fn completed_json(program: &Program, c: &Completed) -> Value {
             json!({
                 "id": i,
                 "type": op.ty.name(),
-                "impl_type": attr.impl_type,
-                "impl_idx": attr.impl_idx,
+                "impl_type": attr.imp.paddle_id().0,
+                "impl_idx": attr.imp.paddle_id().1,
                 "inputs": slots(op.ty.input_slots(), &op.inputs, &attr.inputs),
                 "outputs": slots(op.ty.output_slots(), &op.outputs, &attr.outputs),
             })

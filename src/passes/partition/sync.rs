@@ -12,10 +12,14 @@
 //! are averaged (see [`sync_gradients`]); where the seed falls back to the activation's
 //! batch axis for a non-partial gradient, we scale without reducing, which is what makes
 //! such a gradient correct. Never for optimizer ops.
+//!
+//! The other two synchronisations live here too: AMP's found_inf flag (all-reduce MAX over
+//! the mesh) and global-norm clipping's squared-norm shards (all-reduce SUM per group).
 
-use super::dist_program::DistProgram;
-use super::rank::RankBuilder;
-use crate::ir::{Attr, Op, OpRole, OpType, Purpose};
+use super::rank::{PartitionError, RankBuilder};
+use crate::dist::{ReduceType, TensorDistAttr};
+use crate::ir::{Attr, Op, OpRole, OpType, Purpose, VarId};
+use crate::passes::dist_program::DistProgram;
 
 /// Inserts the synchronisation of the parameter gradients `op` produced: an in-place
 /// all-reduce (SUM) over each mesh axis the gradient is partial on, then, with gradient
@@ -69,6 +73,78 @@ pub fn sync_gradients(
         }
         b.cur[g.index()] = DistProgram::settled(&cur);
     }
+}
+
+/// AMP's `found_inf` after `check_finite_and_unscale`: all-reduced (MAX) over the whole
+/// mesh, so every rank skips or takes the step alike (the seed's AMP flag sync).
+pub fn sync_amp_flag(b: &mut RankBuilder, op: &Op) {
+    if op.ty != OpType::CheckFiniteAndUnscale || b.mesh.size() <= 1 {
+        return;
+    }
+    if let Some(&found) = op.output("FoundInfinite").first() {
+        let all: Vec<usize> = (0..b.mesh.ndim()).collect();
+        b.collective(
+            OpType::AllReduce,
+            found,
+            found,
+            &all,
+            vec![("reduce_type", Attr::Str("MAX".into()))],
+            Purpose::AmpFlag,
+        );
+    }
+}
+
+/// Global-norm clipping's sum of squared norms: norms sharded over the same mesh axes are
+/// summed locally and all-reduced once (global-norm synchronisation), then all are added.
+/// Returns false if `op` is not that sum.
+pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionError> {
+    let inputs = op.input("X").to_vec();
+    let Some(&out) = op.output("Out").first() else {
+        return Ok(false);
+    };
+    if &*b.program.var(out).name != "global_norm_sq_0" {
+        return Ok(false);
+    }
+    let mut by_axes: Vec<(Vec<usize>, Vec<VarId>)> = Vec::new();
+    for v in inputs {
+        let axes = b.cur[v.index()].partial_axes();
+        match by_axes.iter_mut().find(|(a, _)| *a == axes) {
+            Some((_, vs)) => vs.push(v),
+            None => by_axes.push((axes, vec![v])),
+        }
+    }
+    let mut totals = Vec::new();
+    for (axes, vars) in by_axes {
+        if axes.is_empty() {
+            totals.extend(vars);
+            continue;
+        }
+        let mut partial_attr = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
+        for &a in &axes {
+            partial_attr.set_partial(a, ReduceType::Sum);
+        }
+        let group_sum = b.temp(out, &partial_attr, "PARTIAL")?;
+        let mut sum = Op::new(OpType::Sum);
+        sum.inputs = vec![vars];
+        sum.outputs = vec![vec![group_sum]];
+        b.local(sum);
+        b.collective(
+            OpType::AllReduce,
+            group_sum,
+            group_sum,
+            &axes,
+            vec![("reduce_type", Attr::Str("SUM".into()))],
+            Purpose::GlobalNorm,
+        );
+        b.cur[group_sum.index()] = DistProgram::settled(&partial_attr);
+        totals.push(group_sum);
+    }
+    let mut sum = Op::new(OpType::Sum);
+    sum.inputs = vec![totals];
+    sum.outputs = vec![vec![out]];
+    b.local(sum);
+    b.cur[out.index()] = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
+    Ok(true)
 }
 
 /// A data-parallel gradient scaling op (the seed's `is_data_parallel_scale_op`).

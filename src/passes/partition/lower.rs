@@ -3,12 +3,11 @@
 //! the grad of `scale` into a `scale`, as Paddle names them), and the communication an
 //! implementation adds after it.
 
-use super::Impl;
-use crate::dist::{OperatorDistAttr, TensorDistAttr};
+use super::rank::{PartitionError, RankBuilder};
+use super::reshard::reshard;
+use crate::dist::{DistImpl, OperatorDistAttr, TensorDistAttr};
 use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
-use crate::passes::rank::{PartitionError, RankBuilder};
-use crate::passes::reshard::reshard;
 
 /// The vocab id of this rank's first table row when `w` splits rows over mesh axes.
 fn start_index(b: &RankBuilder, w: &TensorDistAttr, local_rows: usize) -> i64 {
@@ -88,7 +87,7 @@ pub fn lower(
     b: &mut RankBuilder,
     mut local: Op,
     attr: &OperatorDistAttr,
-    imp: Impl,
+    imp: DistImpl,
     declared: &[TensorDistAttr],
 ) -> Result<(), PartitionError> {
     let mut fixups: Vec<(VarId, VarId)> = Vec::new();
@@ -137,8 +136,8 @@ pub fn lower(
             s.attrs.insert("bias_after_scale".into(), Attr::Bool(true));
             local = s;
         }
-        (OpType::LookupTableV2, Impl::EmbeddingVocab)
-        | (OpType::LookupTableV2Grad, Impl::EmbeddingVocab) => {
+        (OpType::LookupTableV2, DistImpl::EmbeddingVocab)
+        | (OpType::LookupTableV2Grad, DistImpl::EmbeddingVocab) => {
             let w = local.input("W").first().copied();
             let w_attr = attr.inputs.first().and_then(|s| s.first());
             if let (Some(w), Some(w_attr)) = (w, w_attr) {
@@ -166,8 +165,8 @@ pub fn lower(
                 }
             }
         }
-        (OpType::SoftmaxWithCrossEntropy, Impl::CrossEntropyVocab)
-        | (OpType::SoftmaxWithCrossEntropyGrad, Impl::CrossEntropyVocab) => {
+        (OpType::SoftmaxWithCrossEntropy, DistImpl::CrossEntropyVocab)
+        | (OpType::SoftmaxWithCrossEntropyGrad, DistImpl::CrossEntropyVocab) => {
             local = vocab_cross_entropy(b, &local)?;
         }
         _ => {}
@@ -208,14 +207,15 @@ fn all_reduce_partial(b: &mut RankBuilder, v: VarId) {
 /// The communication an implementation adds after its op: the row-parallel matmul and the
 /// vocab-parallel embedding all-reduce their output; the column-parallel matmul's backward
 /// all-reduces the input's gradient.
-pub fn after(b: &mut RankBuilder, op: &Op, imp: Impl) {
+pub fn after(b: &mut RankBuilder, op: &Op, imp: DistImpl) {
     match (imp, op.ty) {
-        (Impl::MatmulRow, OpType::MatmulV2) | (Impl::EmbeddingVocab, OpType::LookupTableV2) => {
+        (DistImpl::MatmulRow, OpType::MatmulV2)
+        | (DistImpl::EmbeddingVocab, OpType::LookupTableV2) => {
             if let Some(&out) = op.outputs.first().and_then(|s| s.first()) {
                 all_reduce_partial(b, out);
             }
         }
-        (Impl::MatmulColumn, OpType::MatmulV2Grad) => {
+        (DistImpl::MatmulColumn, OpType::MatmulV2Grad) => {
             if let Some(&xg) = op.outputs.first().and_then(|s| s.first()) {
                 all_reduce_partial(b, xg);
             }

@@ -2,14 +2,21 @@
 //! shapes, each op rewritten by its distributed implementation, reshards where a variable's
 //! layout differs from what its consumer wants, and gradient synchronisation.
 
-use super::dist_program::DistProgram;
-use super::grad_sync::sync_gradients;
-use super::rank::{Groups, PartitionError, RankBuilder};
-use super::reshard::reshard;
-use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
-use crate::dist_ops::{after, find_impl, lower, Impl};
+pub mod dist_ops;
+pub mod lower;
+pub mod rank;
+pub mod reshard;
+pub mod sync;
+
+use crate::dist::{DistImpl, OperatorDistAttr, ReduceType, TensorDistAttr};
 use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, Purpose, VarId};
+use crate::passes::dist_program::DistProgram;
+use dist_ops::find_impl;
+use lower::{after, lower};
+use rank::{Groups, PartitionError, RankBuilder};
+use reshard::reshard;
 use std::collections::HashMap;
+use sync::{global_norm_sum, sync_amp_flag, sync_gradients};
 
 /// One rank's program and where its variables came from.
 #[derive(Clone, Debug)]
@@ -183,7 +190,7 @@ fn partition_rank(
             opts.scale_gradients,
         );
         let deferred = opts.defer_partial_sums
-            && imp == Impl::MatmulColumn
+            && imp == DistImpl::MatmulColumn
             && op.ty == OpType::MatmulV2Grad
             && op
                 .outputs
@@ -193,19 +200,7 @@ fn partition_rank(
         if !deferred {
             after(&mut b, op, imp);
         }
-        if op.ty == OpType::CheckFiniteAndUnscale && dp.mesh.size() > 1 {
-            if let Some(&found) = op.output("FoundInfinite").first() {
-                let all: Vec<usize> = (0..dp.mesh.ndim()).collect();
-                b.collective(
-                    OpType::AllReduce,
-                    found,
-                    found,
-                    &all,
-                    vec![("reduce_type", Attr::Str("MAX".into()))],
-                    Purpose::AmpFlag,
-                );
-            }
-        }
+        sync_amp_flag(&mut b, op);
     }
     let issues = verify_program(&b.program);
     if let Some(first) = issues.first() {
@@ -274,58 +269,5 @@ fn sum_partials(
         Purpose::TensorParallel,
     );
     b.cur[out.index()] = DistProgram::settled(wanted_out);
-    Ok(true)
-}
-
-/// Global-norm clipping's sum of squared norms: norms sharded over the same mesh axes are
-/// summed locally and all-reduced once (global-norm synchronisation), then all are added.
-/// Returns false if `op` is not that sum.
-fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionError> {
-    let inputs = op.input("X").to_vec();
-    let Some(&out) = op.output("Out").first() else {
-        return Ok(false);
-    };
-    if &*b.program.var(out).name != "global_norm_sq_0" {
-        return Ok(false);
-    }
-    let mut by_axes: Vec<(Vec<usize>, Vec<VarId>)> = Vec::new();
-    for v in inputs {
-        let axes = b.cur[v.index()].partial_axes();
-        match by_axes.iter_mut().find(|(a, _)| *a == axes) {
-            Some((_, vs)) => vs.push(v),
-            None => by_axes.push((axes, vec![v])),
-        }
-    }
-    let mut totals = Vec::new();
-    for (axes, vars) in by_axes {
-        if axes.is_empty() {
-            totals.extend(vars);
-            continue;
-        }
-        let mut partial_attr = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
-        for &a in &axes {
-            partial_attr.set_partial(a, ReduceType::Sum);
-        }
-        let group_sum = b.temp(out, &partial_attr, "PARTIAL")?;
-        let mut sum = Op::new(OpType::Sum);
-        sum.inputs = vec![vars];
-        sum.outputs = vec![vec![group_sum]];
-        b.local(sum);
-        b.collective(
-            OpType::AllReduce,
-            group_sum,
-            group_sum,
-            &axes,
-            vec![("reduce_type", Attr::Str("SUM".into()))],
-            Purpose::GlobalNorm,
-        );
-        b.cur[group_sum.index()] = DistProgram::settled(&partial_attr);
-        totals.push(group_sum);
-    }
-    let mut sum = Op::new(OpType::Sum);
-    sum.inputs = vec![totals];
-    sum.outputs = vec![vec![out]];
-    b.local(sum);
-    b.cur[out.index()] = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
     Ok(true)
 }
