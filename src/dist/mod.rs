@@ -5,10 +5,12 @@
 
 pub mod attr;
 pub mod dist_impl;
+pub mod layout;
 pub mod mesh;
 pub mod notation;
 
 pub use attr::{local_shape, DistAttrError, OperatorDistAttr, ReduceType, TensorDistAttr};
 pub use dist_impl::DistImpl;
+pub use layout::{DimAxes, Dims, Layout, MeshAxis, Partial, MAX_MESH_NDIM};
 pub use mesh::{MeshError, ProcessMesh, MAX_MESH_SIZE};
 pub use notation::{render, Notation};
