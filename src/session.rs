@@ -2,7 +2,7 @@
 //! Yew components render a [`Session`] and dispatch [`Action`]s; everything the page shows
 //! is derived here, and the whole state round-trips through the URL hash.
 
-use crate::dist::{Notation, ProcessMesh, TensorDistAttr};
+use crate::dist::{DimAxes, MeshAxis, Notation, ProcessMesh, TensorDistAttr};
 use crate::exec::run::{run_distributed, run_serial, RunOptions};
 use crate::exec::verify::{verify, Check};
 use crate::models::scenarios::{scenarios, Scenario};
@@ -384,8 +384,8 @@ impl Session {
             attr.mesh = mesh.clone();
             attr.dims
                 .iter_mut()
-                .for_each(|d| d.retain(|&a| a < mesh.ndim()));
-            attr.partial.retain(|p| p.0 < mesh.ndim());
+                .for_each(|d| d.retain(|a| a.index() < mesh.ndim()));
+            attr.partial.retain(|a, _| a.index() < mesh.ndim());
             let var = self.plan.program.var(ann.var);
             match attr.validate(&var.name, &var.ty.shape) {
                 Ok(()) => kept.push(Annotation { var: ann.var, attr }),
@@ -428,7 +428,18 @@ impl Session {
                 attr.annotated[dim] = true;
             }
             DimChoice::Axes(axes) => {
-                attr.dims[dim] = axes;
+                let typed = axes
+                    .iter()
+                    .map(|&a| MeshAxis::new(a).filter(|a| a.index() < mesh.ndim()))
+                    .collect::<Option<Vec<_>>>()
+                    .and_then(DimAxes::from_axes);
+                let Some(typed) = typed else {
+                    self.message = Some(format!(
+                        "`{var}` dim {dim}: mesh axes {axes:?} are not axes of the mesh"
+                    ));
+                    return;
+                };
+                attr.dims[dim] = typed;
                 attr.annotated[dim] = true;
             }
         }
@@ -725,23 +736,15 @@ impl Session {
             match (e.kind, e.dim) {
                 (EventKind::Set { .. }, Some(d)) => {
                     if let Some(slot) = attr.dims.get_mut(d as usize) {
-                        *slot = e.after.unpack();
+                        *slot = e.after;
                     }
                 }
                 (EventKind::Partial, _) => {
                     let done = &p.completed.tensors[e.var.index()].partial;
                     attr.partial = e
                         .after
-                        .unpack()
-                        .into_iter()
-                        .map(|a| {
-                            (
-                                a,
-                                done.iter()
-                                    .find(|x| x.0 == a)
-                                    .map_or(crate::dist::ReduceType::Sum, |x| x.1),
-                            )
-                        })
+                        .iter()
+                        .map(|&a| (a, done.get(a).unwrap_or(crate::dist::ReduceType::Sum)))
                         .collect();
                 }
                 _ => {}
@@ -756,7 +759,7 @@ impl Session {
         let p = self.pipeline.as_ref()?;
         let e = p.completed.trace.events.get(i)?;
         let mesh = self.mesh()?;
-        let names = |axes: Vec<usize>| {
+        let names = |axes: Vec<MeshAxis>| {
             if axes.is_empty() {
                 "-".to_string()
             } else {
@@ -778,15 +781,15 @@ impl Session {
         let what = match (e.kind, e.dim) {
             (EventKind::Set { from_outputs }, Some(d)) => format!(
                 "{var} dim {d}: {} → {} (from the op's {})",
-                names(e.before.unpack()),
-                names(e.after.unpack()),
+                names(e.before.to_vec()),
+                names(e.after.to_vec()),
                 if from_outputs { "outputs" } else { "inputs" }
             ),
-            (EventKind::Partial, _) => format!("{var} partial on {}", names(e.after.unpack())),
+            (EventKind::Partial, _) => format!("{var} partial on {}", names(e.after.to_vec())),
             (EventKind::Rejected(c), d) => format!(
                 "{var} dim {}: {} rejected — {}",
                 d.unwrap_or(0),
-                names(e.after.unpack()),
+                names(e.after.to_vec()),
                 c.describe()
             ),
             (EventKind::Set { .. }, None) => var.to_string(),

@@ -113,10 +113,10 @@ fn conflicts_are_recorded_and_force_a_reshard() {
     // x pins k to mp and the weight pins n to mp. As in Paddle 3.3.1, the output's letter
     // (n) keeps the mesh axis and k loses it: the matmul is column parallel and wants x as
     // [dp, -], which differs from x's pinned [dp, mp]: a reshard of x.
-    assert_eq!(c.tensors[w.index()].dims, vec![vec![], vec![1]]);
-    assert_eq!(c.tensors[x.index()].dims, vec![vec![0], vec![1]]);
-    assert_eq!(c.ops[0].inputs[0][0].dims, vec![vec![0], vec![]]);
-    assert_eq!(c.ops[0].inputs[1][0].dims, vec![vec![], vec![1]]);
+    assert_eq!(c.tensors[w.index()].axis_lists(), vec![vec![], vec![1]]);
+    assert_eq!(c.tensors[x.index()].axis_lists(), vec![vec![0], vec![1]]);
+    assert_eq!(c.ops[0].inputs[0][0].axis_lists(), vec![vec![0], vec![]]);
+    assert_eq!(c.ops[0].inputs[1][0].axis_lists(), vec![vec![], vec![1]]);
     assert_eq!(
         c.ops[0].imp,
         shardlab::dist::DistImpl::MatmulColumn,
@@ -149,7 +149,10 @@ fn a_rule_error_falls_back_to_replicated_inputs() {
         "{:?}",
         c.trace.rule_errors
     );
-    assert_eq!(c.ops[0].inputs[0][0].dims, vec![Vec::<usize>::new(); 2]);
+    assert_eq!(
+        c.ops[0].inputs[0][0].axis_lists(),
+        vec![Vec::<usize>::new(); 2]
+    );
     assert!(completed_text(&plan.program, &c).contains("# rule error at op0 (elementwise_add)"));
 }
 

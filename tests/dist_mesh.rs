@@ -14,24 +14,31 @@ fn mesh(shape: &[usize], names: &[&str]) -> Arc<ProcessMesh> {
 #[test]
 fn paddle_comm_groups_on_2x4() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
-    assert_eq!(m.group_of(5, &[0]), Some(vec![1, 5]), "dp group of rank 5");
     assert_eq!(
-        m.group_of(5, &[1]),
+        m.group_of(5, &ax(&[0])),
+        Some(vec![1, 5]),
+        "dp group of rank 5"
+    );
+    assert_eq!(
+        m.group_of(5, &ax(&[1])),
         Some(vec![4, 5, 6, 7]),
         "mp group of rank 5"
     );
     assert_eq!(
-        m.group_of(0, &[0, 1]),
+        m.group_of(0, &ax(&[0, 1])),
         Some((0..8).collect()),
         "world group"
     );
     assert_eq!(m.group_of(3, &[]), Some(vec![3]), "no axes: just the rank");
-    assert_eq!(m.group_of(8, &[0]), None, "rank 8 is not on the mesh");
+    assert_eq!(m.group_of(8, &ax(&[0])), None, "rank 8 is not on the mesh");
     assert_eq!(
-        m.all_groups(&[0]),
+        m.all_groups(&ax(&[0])),
         vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
     );
-    assert_eq!(m.all_groups(&[1]), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    assert_eq!(
+        m.all_groups(&ax(&[1])),
+        vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
+    );
     assert_eq!(m.coords_of(6), Some(vec![1, 2]));
     assert_eq!(m.process_at(&[1, 2]), Some(6));
 }
@@ -39,10 +46,10 @@ fn paddle_comm_groups_on_2x4() {
 #[test]
 fn paddle_comm_groups_on_2x2x2x2() {
     let m = mesh(&[2, 2, 2, 2], &["a", "b", "c", "d"]);
-    assert_eq!(m.group_of(0, &[0]), Some(vec![0, 8]));
-    assert_eq!(m.group_of(0, &[3]), Some(vec![0, 1]));
-    assert_eq!(m.group_of(5, &[1]), Some(vec![1, 5]));
-    assert_eq!(m.group_of(5, &[1, 3]), Some(vec![0, 1, 4, 5]));
+    assert_eq!(m.group_of(0, &ax(&[0])), Some(vec![0, 8]));
+    assert_eq!(m.group_of(0, &ax(&[3])), Some(vec![0, 1]));
+    assert_eq!(m.group_of(5, &ax(&[1])), Some(vec![1, 5]));
+    assert_eq!(m.group_of(5, &ax(&[1, 3])), Some(vec![0, 1, 4, 5]));
 }
 
 #[test]
@@ -53,14 +60,14 @@ fn groups_use_the_mesh_process_ids() {
         vec!["x".into(), "y".into()],
     )
     .unwrap();
-    assert_eq!(m.group_of(12, &[0]), Some(vec![10, 12]));
-    assert_eq!(m.group_of(12, &[1]), Some(vec![12, 13]));
+    assert_eq!(m.group_of(12, &ax(&[0])), Some(vec![10, 12]));
+    assert_eq!(m.group_of(12, &ax(&[1])), Some(vec![12, 13]));
     assert_eq!(m.to_string(), "[2, 2] (x, y) ids [10, 11, 12, 13]");
     // Groups follow mesh order, not id order: the ids here are not increasing.
     let m = ProcessMesh::new(vec![2, 2], vec![3, 1, 2, 0], vec!["x".into(), "y".into()]).unwrap();
-    assert_eq!(m.group_of(1, &[0]), Some(vec![1, 0]));
-    assert_eq!(m.group_of(0, &[1]), Some(vec![2, 0]));
-    assert_eq!(m.group_of(3, &[0, 1]), Some(vec![3, 1, 2, 0]));
+    assert_eq!(m.group_of(1, &ax(&[0])), Some(vec![1, 0]));
+    assert_eq!(m.group_of(0, &ax(&[1])), Some(vec![2, 0]));
+    assert_eq!(m.group_of(3, &ax(&[0, 1])), Some(vec![3, 1, 2, 0]));
     assert_eq!(mesh(&[4], &["dp"]).to_string(), "[4] (dp)");
 }
 
@@ -93,15 +100,15 @@ fn invalid_meshes_are_errors() {
 #[test]
 fn local_shapes_divide_by_the_splitting_axes() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
     assert_eq!(local_shape("x", &[16, 64], &a), Ok(vec![8, 64]));
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]);
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]).unwrap();
     assert_eq!(local_shape("w", &[64, 256], &a), Ok(vec![64, 64]));
     let mut co = TensorDistAttr::replicated(m.clone(), 2);
-    co.dims[0] = vec![0, 1];
+    co.dims[0] = shardlab::dist::DimAxes::from_axes(ax(&[0, 1])).unwrap();
     assert_eq!(local_shape("x", &[16, 64], &co), Ok(vec![2, 64]));
     assert_eq!(co.shards_of_dim(0), 8);
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]);
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]).unwrap();
     assert_eq!(
         local_shape("linear_1.w_0", &[256, 10], &a)
             .unwrap_err()
@@ -119,7 +126,7 @@ fn dist_attr_validation_names_variable_and_dim() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
     let check = |mapping: &[i64], shape: &[usize]| {
         TensorDistAttr::from_dims_mapping(m.clone(), mapping)
-            .validate("t", shape)
+            .and_then(|a| a.validate("t", shape))
             .map_err(|e| e.to_string())
     };
     assert_eq!(check(&[0, 1], &[4, 8]), Ok(()));
@@ -139,8 +146,8 @@ fn dist_attr_validation_names_variable_and_dim() {
         check(&[1, -1], &[6, 8]),
         Err("`t` dim 0 has size 6, which mesh axis `mp` (size 4) does not divide evenly".into())
     );
-    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
-    p.set_partial(0, ReduceType::Sum);
+    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
+    p.set_partial(ax(&[0])[0], ReduceType::Sum);
     assert_eq!(
         p.validate("t", &[4, 8]).unwrap_err().to_string(),
         "`t`: mesh axis `dp` is both partial and splitting dim 0"
@@ -151,7 +158,7 @@ fn dist_attr_validation_names_variable_and_dim() {
 fn four_notations() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
     let all = |a: &TensorDistAttr| Notation::ALL.map(|n| render(a, n));
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
     assert_eq!(
         all(&a),
         [
@@ -161,7 +168,7 @@ fn four_notations() {
             "(S(0), B)"
         ]
     );
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]);
+    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]).unwrap();
     assert_eq!(
         all(&a),
         [
@@ -171,8 +178,8 @@ fn four_notations() {
             "(B, S(1))"
         ]
     );
-    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]);
-    p.set_partial(1, ReduceType::Sum);
+    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
+    p.set_partial(ax(&[1])[0], ReduceType::Sum);
     assert_eq!(
         all(&p),
         [
@@ -183,7 +190,7 @@ fn four_notations() {
         ]
     );
     let mut co = TensorDistAttr::replicated(m.clone(), 2);
-    co.dims[1] = vec![0, 1];
+    co.dims[1] = shardlab::dist::DimAxes::from_axes(ax(&[0, 1])).unwrap();
     assert_eq!(
         all(&co),
         [
@@ -194,7 +201,7 @@ fn four_notations() {
         ]
     );
     let mut mx = TensorDistAttr::replicated(m, 1);
-    mx.set_partial(0, ReduceType::Max);
+    mx.set_partial(ax(&[0])[0], ReduceType::Max);
     assert_eq!(
         all(&mx),
         [
@@ -220,9 +227,9 @@ fn layouts_compare_every_field() {
         "equal meshes behind different pointers"
     );
     let mut dims = base.clone();
-    dims.dims[0] = vec![0];
+    dims.dims[0] = shardlab::dist::DimAxes::from_axes(ax(&[0])).unwrap();
     let mut partial = base.clone();
-    partial.partial = vec![(1, ReduceType::Sum)];
+    partial.set_partial(ax(&[1])[0], ReduceType::Sum);
     let mut annotated = base.clone();
     annotated.annotated[1] = true;
     let other_mesh = TensorDistAttr::replicated(mesh(&[4], &["a"]), 2);
@@ -237,4 +244,11 @@ fn layouts_compare_every_field() {
     assert_eq!(ReduceType::from_name("MAX"), Some(ReduceType::Max));
     assert_eq!(ReduceType::Avg.name(), "AVG");
     assert_eq!(ReduceType::Min.to_string(), "MIN");
+}
+
+/// Mesh axes by index.
+fn ax(axes: &[usize]) -> Vec<shardlab::dist::MeshAxis> {
+    axes.iter()
+        .map(|&a| shardlab::dist::MeshAxis::new(a).unwrap())
+        .collect()
 }

@@ -64,7 +64,10 @@ fn annotating_dims() {
     assert!(s.text.contains("shard x [mp, ?]"), "{}", s.text);
     let p = s.pipeline.as_ref().unwrap();
     let x = s.plan.program.var_id("x").unwrap();
-    assert_eq!(p.completed.tensors[x.index()].dims, vec![vec![0], vec![]]);
+    assert_eq!(
+        p.completed.tensors[x.index()].axis_lists(),
+        vec![vec![0], vec![]]
+    );
     // An invalid choice explains itself and changes nothing.
     let s = s.reduce(Action::SetDim {
         var: "x".into(),

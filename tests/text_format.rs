@@ -116,6 +116,7 @@ fn plan() -> impl Strategy<Value = Plan> {
                 let rank = program.var(var).ty.rank();
                 let mut attr = TensorDistAttr::replicated(m.clone(), rank);
                 for (d, (kind, axis)) in attr
+                    .layout
                     .dims
                     .iter_mut()
                     .zip(attr.annotated.iter_mut())
@@ -127,18 +128,21 @@ fn plan() -> impl Strategy<Value = Plan> {
                         0 => {}
                         1 => *pinned = true,
                         2 => {
-                            *axes = vec![axis.index(m.ndim())];
+                            *axes = shardlab::dist::DimAxes::one(mesh_axis(axis.index(m.ndim())));
                             *pinned = true
                         }
                         _ => {
-                            *axes =
-                                vec![axis.index(m.ndim()), (axis.index(m.ndim()) + 1) % m.ndim()];
+                            *axes = shardlab::dist::DimAxes::from_axes([
+                                mesh_axis(axis.index(m.ndim())),
+                                mesh_axis((axis.index(m.ndim()) + 1) % m.ndim()),
+                            ])
+                            .unwrap();
                             *pinned = true
                         }
                     }
                 }
                 if partial < m.ndim() {
-                    attr.set_partial(partial, ReduceType::ALL[partial % 5]);
+                    attr.set_partial(mesh_axis(partial), ReduceType::ALL[partial % 5]);
                 }
                 annotations.push(Annotation { var, attr });
             }
@@ -240,11 +244,15 @@ fn comments_blank_lines_and_free_dims_parse() {
     let text = "# a plan\nmesh [2, 4] (dp, mp)   # the mesh\n\nvar x: f32[4, 8] input\nshard x [(dp, mp), ?] partial()\n";
     let (plan, map) = parse_plan(text).unwrap();
     let ann = &plan.annotations[0];
-    assert_eq!(ann.attr.dims, vec![vec![0, 1], vec![]]);
+    assert_eq!(ann.attr.axis_lists(), vec![vec![0, 1], vec![]]);
     assert_eq!(ann.attr.annotated, vec![true, false]);
     assert_eq!(map.annotation_lines, vec![5]);
     assert_eq!(
         plan.to_string(),
         "mesh [2, 4] (dp, mp)\n\nvar x: f32[4, 8] input\n\nshard x [(dp, mp), ?]\n"
     );
+}
+
+fn mesh_axis(i: usize) -> shardlab::dist::MeshAxis {
+    shardlab::dist::MeshAxis::new(i).unwrap()
 }

@@ -1,9 +1,11 @@
 //! Distributed attributes: how a tensor is laid out on a mesh (`TensorDistAttr`) and what
 //! an operator wants of its inputs and outputs (`OperatorDistAttr`).
 
+use super::layout::{Layout, MeshAxis, MAX_MESH_NDIM};
 use super::mesh::ProcessMesh;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 /// How partial values combine into the true tensor.
@@ -54,6 +56,8 @@ impl fmt::Display for ReduceType {
 /// Why a dist attr does not fit its tensor or mesh.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DistAttrError {
+    #[error("dims mapping entry {entry} (dim {dim}) is neither -1 nor a mesh axis (the mesh has {ndim})")]
+    BadMapping { dim: usize, entry: i64, ndim: usize },
     #[error("`{tensor}` has rank {rank} but its dims mapping has {mapping} entries")]
     RankMismatch {
         tensor: String,
@@ -98,85 +102,87 @@ pub enum DistAttrError {
     },
 }
 
-/// How one tensor is laid out: for each dim the mesh axes that split it (outermost first;
-/// empty = replicated, two or more = co-sharded), the mesh axes over which each rank holds
-/// a partial value, and which dims the user pinned.
+/// A tensor's layout on a mesh, and which dims the user pinned. It dereferences to its
+/// [`Layout`], so `attr.dims` and `attr.partial` read the layout.
 #[derive(Clone, Debug, Eq, Serialize, Deserialize)]
 pub struct TensorDistAttr {
     pub mesh: Arc<ProcessMesh>,
-    pub dims: Vec<Vec<usize>>,
-    /// Partial mesh axes, sorted by axis, each once.
-    pub partial: Vec<(usize, ReduceType)>,
+    pub layout: Layout,
     /// Dims the user annotated; completion never changes them.
     pub annotated: Vec<bool>,
+}
+
+impl Deref for TensorDistAttr {
+    type Target = Layout;
+    fn deref(&self) -> &Layout {
+        &self.layout
+    }
+}
+
+impl DerefMut for TensorDistAttr {
+    fn deref_mut(&mut self) -> &mut Layout {
+        &mut self.layout
+    }
 }
 
 /// Layouts are compared constantly while planning; meshes are shared, so compare the
 /// layout first and the mesh by pointer before falling back to its contents.
 impl PartialEq for TensorDistAttr {
     fn eq(&self, other: &TensorDistAttr) -> bool {
-        self.dims == other.dims
-            && self.partial == other.partial
+        self.layout == other.layout
             && self.annotated == other.annotated
             && (Arc::ptr_eq(&self.mesh, &other.mesh) || self.mesh == other.mesh)
     }
 }
 
 impl TensorDistAttr {
-    /// Fully replicated on `mesh`, nothing annotated.
-    pub fn replicated(mesh: Arc<ProcessMesh>, rank: usize) -> TensorDistAttr {
+    /// `layout` on `mesh`, nothing annotated.
+    pub fn new(mesh: Arc<ProcessMesh>, layout: Layout) -> TensorDistAttr {
+        let rank = layout.rank();
         TensorDistAttr {
             mesh,
-            dims: vec![Vec::new(); rank],
-            partial: Vec::new(),
+            layout,
             annotated: vec![false; rank],
         }
     }
 
-    /// From a Paddle `dims_mapping` (`-1` replicated). Entries that are not -1 or a mesh
-    /// axis are kept and rejected by [`TensorDistAttr::validate`].
-    pub fn from_dims_mapping(mesh: Arc<ProcessMesh>, mapping: &[i64]) -> TensorDistAttr {
-        let dims = mapping
-            .iter()
-            .map(|&m| if m < 0 { Vec::new() } else { vec![m as usize] })
-            .collect();
-        TensorDistAttr {
-            mesh,
-            dims,
-            partial: Vec::new(),
-            annotated: vec![false; mapping.len()],
+    /// Fully replicated on `mesh`, nothing annotated.
+    pub fn replicated(mesh: Arc<ProcessMesh>, rank: usize) -> TensorDistAttr {
+        TensorDistAttr::new(mesh, Layout::replicated(rank))
+    }
+
+    /// From a Paddle `dims_mapping` (`-1` replicated). An entry that is neither -1 nor an
+    /// axis a mesh can have is an error; an axis this mesh lacks is rejected by
+    /// [`TensorDistAttr::validate`].
+    pub fn from_dims_mapping(
+        mesh: Arc<ProcessMesh>,
+        mapping: &[i64],
+    ) -> Result<TensorDistAttr, DistAttrError> {
+        match Layout::from_dims_mapping(mapping) {
+            Some(layout) => Ok(TensorDistAttr::new(mesh, layout)),
+            None => {
+                let (dim, &m) = mapping
+                    .iter()
+                    .enumerate()
+                    .find(|(_, &m)| Layout::from_dims_mapping(&[m]).is_none())
+                    .unwrap_or((0, &-2));
+                Err(DistAttrError::BadMapping {
+                    dim,
+                    entry: m,
+                    ndim: mesh.ndim(),
+                })
+            }
         }
     }
 
-    /// Rank of the tensor this attr describes.
-    pub fn rank(&self) -> usize {
-        self.dims.len()
+    /// Marks `axis` partial with `reduce`.
+    pub fn set_partial(&mut self, axis: MeshAxis, reduce: ReduceType) {
+        self.layout.partial.set(axis, reduce);
     }
 
-    /// Paddle's `dims_mapping`, with a co-sharded dim shown by its first (outermost) axis.
-    pub fn dims_mapping(&self) -> Vec<i64> {
-        self.dims
-            .iter()
-            .map(|d| d.first().map_or(-1, |&a| a as i64))
-            .collect()
-    }
-
-    /// Whether any rank holds a partial value.
-    pub fn is_partial(&self) -> bool {
-        !self.partial.is_empty()
-    }
-
-    /// The partial mesh axes.
-    pub fn partial_axes(&self) -> Vec<usize> {
-        self.partial.iter().map(|&(a, _)| a).collect()
-    }
-
-    /// Marks `axis` partial with `reduce`, keeping the list sorted.
-    pub fn set_partial(&mut self, axis: usize, reduce: ReduceType) {
-        match self.partial.binary_search_by_key(&axis, |&(a, _)| a) {
-            Ok(i) => self.partial[i].1 = reduce,
-            Err(i) => self.partial.insert(i, (axis, reduce)),
-        }
+    /// The partial mesh axes, by axis.
+    pub fn partial_axes(&self) -> Vec<MeshAxis> {
+        self.layout.partial.axes().collect()
     }
 
     /// Product of the sizes of the mesh axes splitting `dim`.
@@ -198,18 +204,18 @@ impl TensorDistAttr {
             });
         }
         let ndim = self.mesh.ndim();
-        let mut owner: Vec<Option<usize>> = vec![None; ndim];
+        let mut owner: Vec<Option<usize>> = vec![None; MAX_MESH_NDIM];
         for (dim, axes) in self.dims.iter().enumerate() {
-            for &axis in axes {
-                if axis >= ndim {
+            for &axis in axes.iter() {
+                if axis.index() >= ndim {
                     return Err(DistAttrError::NoSuchAxis {
                         tensor: t(),
                         dim,
-                        axis,
+                        axis: axis.index(),
                         ndim,
                     });
                 }
-                if let Some(first) = owner[axis] {
+                if let Some(first) = owner[axis.index()] {
                     let axis = self.mesh.axis_name(axis).to_string();
                     return Err(DistAttrError::AxisReused {
                         tensor: t(),
@@ -218,19 +224,19 @@ impl TensorDistAttr {
                         second: dim,
                     });
                 }
-                owner[axis] = Some(dim);
+                owner[axis.index()] = Some(dim);
             }
         }
-        for &(axis, _) in &self.partial {
-            if axis >= ndim {
+        for (axis, _) in self.partial.iter() {
+            if axis.index() >= ndim {
                 return Err(DistAttrError::NoSuchAxis {
                     tensor: t(),
                     dim: usize::MAX,
-                    axis,
+                    axis: axis.index(),
                     ndim,
                 });
             }
-            if let Some(dim) = owner[axis] {
+            if let Some(dim) = owner[axis.index()] {
                 return Err(DistAttrError::PartialAndSplit {
                     tensor: t(),
                     axis: self.mesh.axis_name(axis).to_string(),
@@ -238,9 +244,11 @@ impl TensorDistAttr {
                 });
             }
         }
-        if let (Some(&(a, ra)), Some(&(b, rb))) = (
+        if let (Some((a, ra)), Some((b, rb))) = (
             self.partial.first(),
-            self.partial.iter().find(|p| p.1 != self.partial[0].1),
+            self.partial
+                .iter()
+                .find(|p| Some(p.1) != self.partial.first().map(|f| f.1)),
         ) {
             return Err(DistAttrError::MixedReduceTypes {
                 tensor: t(),
@@ -275,7 +283,7 @@ pub fn local_shape(
         .enumerate()
         .map(|(dim, (&size, axes))| {
             let mut local = size;
-            for &axis in axes {
+            for &axis in axes.iter() {
                 let axis_size = attr.mesh.axis_size(axis);
                 if local % axis_size != 0 {
                     return Err(DistAttrError::Uneven {

@@ -8,7 +8,7 @@
 //! (`Layout::from_dims_mapping`, `Layout::dims_mapping`).
 //!
 //! Everything per dim is `Copy` and inline: a mesh has at most [`MAX_MESH_NDIM`] axes, so a
-//! dim's axes fit in 9 bytes and the partial status in 8; a layout of rank ≤ 4 allocates
+//! dim's axes fit in 13 bytes and the partial status in 12; a layout of rank ≤ 4 allocates
 //! nothing.
 
 use super::attr::ReduceType;
@@ -17,8 +17,9 @@ use smallvec::SmallVec;
 use std::fmt;
 use std::ops::Deref;
 
-/// The most axes a mesh may have.
-pub const MAX_MESH_NDIM: usize = 8;
+/// The most axes a mesh may have: a mesh holds at most 4,096 = 2^12 processes
+/// (`MAX_MESH_SIZE`), so 12 axes of size 2 is the most that are not size 1.
+pub const MAX_MESH_NDIM: usize = 12;
 
 /// One axis of a mesh (an index into its shape), typed so it is never confused with a
 /// tensor dim.
@@ -69,6 +70,8 @@ impl<'de> Deserialize<'de> for MeshAxis {
 }
 
 /// The mesh axes splitting one tensor dim, outermost first. Empty: the dim is whole.
+/// Invariant: the slots past `len` hold axis 0, so derived equality and hashing compare
+/// only the axes (every mutation keeps it; `equal_axes_are_equal_values` tests it).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct DimAxes {
     len: u8,
@@ -113,6 +116,15 @@ impl DimAxes {
         }
     }
 
+    /// Removes and returns the innermost axis.
+    pub fn pop(&mut self) -> Option<MeshAxis> {
+        let last = self.last().copied()?;
+        self.len -= 1;
+        // Slots past `len` stay zero, so the derived equality and hash see only the axes.
+        self.axes[self.len as usize] = MeshAxis(0);
+        Some(last)
+    }
+
     /// Keeps the axes for which `keep` holds.
     pub fn retain(&mut self, mut keep: impl FnMut(MeshAxis) -> bool) {
         let mut out = DimAxes::WHOLE;
@@ -122,6 +134,11 @@ impl DimAxes {
             }
         }
         *self = out;
+    }
+
+    /// The axes, outermost first.
+    pub fn as_slice(&self) -> &[MeshAxis] {
+        self
     }
 
     /// Removes every axis.
@@ -210,6 +227,20 @@ impl Partial {
         self.reduce[axis.index()] = Some(reduce);
     }
 
+    /// Keeps the partial axes for which `keep` holds.
+    pub fn retain(&mut self, mut keep: impl FnMut(MeshAxis, ReduceType) -> bool) {
+        for (a, r) in self.to_vec() {
+            if !keep(a, r) {
+                self.remove(a);
+            }
+        }
+    }
+
+    /// Whether `axis` is partial with `reduce`.
+    pub fn contains(&self, &(axis, reduce): &(MeshAxis, ReduceType)) -> bool {
+        self.get(axis) == Some(reduce)
+    }
+
     /// Clears `axis`.
     pub fn remove(&mut self, axis: MeshAxis) {
         self.reduce[axis.index()] = None;
@@ -288,7 +319,13 @@ impl Layout {
     pub fn from_axis_lists(dims: &[Vec<usize>]) -> Option<Layout> {
         let dims = dims
             .iter()
-            .map(|d| DimAxes::from_axes(d.iter().map(|&a| MeshAxis::new(a)).collect::<Option<Vec<_>>>()?))
+            .map(|d| {
+                DimAxes::from_axes(
+                    d.iter()
+                        .map(|&a| MeshAxis::new(a))
+                        .collect::<Option<Vec<_>>>()?,
+                )
+            })
             .collect::<Option<Dims>>()?;
         Some(Layout {
             dims,
@@ -378,7 +415,7 @@ mod tests {
         let l = Layout::from_dims_mapping(&[0, -1, 1]).unwrap();
         assert_eq!(l.dims_mapping(), vec![0, -1, 1]);
         assert_eq!(l.axis_lists(), vec![vec![0], vec![], vec![1]]);
-        assert!(Layout::from_dims_mapping(&[8]).is_none());
+        assert!(Layout::from_dims_mapping(&[MAX_MESH_NDIM as i64]).is_none());
         assert!(Layout::from_dims_mapping(&[-2]).is_none());
     }
 
@@ -386,20 +423,40 @@ mod tests {
     fn co_shards_keep_their_order_and_partial_keeps_types() {
         let d = DimAxes::from_axes([ax(1), ax(0)]).unwrap();
         assert_eq!(d.iter().map(|a| a.index()).collect::<Vec<_>>(), vec![1, 0]);
-        assert!(DimAxes::from_axes((0..9).map(|_| ax(0))).is_none());
+        assert!(DimAxes::from_axes((0..=MAX_MESH_NDIM).map(|_| ax(0))).is_none());
         let mut p = Partial::NONE;
         p.set(ax(2), ReduceType::Max);
         p.set(ax(0), ReduceType::Sum);
-        assert_eq!(p.to_vec(), vec![(ax(0), ReduceType::Sum), (ax(2), ReduceType::Max)]);
+        assert_eq!(
+            p.to_vec(),
+            vec![(ax(0), ReduceType::Sum), (ax(2), ReduceType::Max)]
+        );
         assert_eq!(p.len(), 2);
         p.remove(ax(0));
         assert_eq!(p.first(), Some((ax(2), ReduceType::Max)));
     }
 
     #[test]
+    fn equal_axes_are_equal_values() {
+        let mut d = DimAxes::from_axes([ax(3), ax(1)]).unwrap();
+        d.pop();
+        assert_eq!(d, DimAxes::one(ax(3)));
+        d.pop();
+        assert_eq!(d, DimAxes::WHOLE);
+        let mut e = DimAxes::from_axes([ax(2), ax(5)]).unwrap();
+        e.retain(|a| a == ax(5));
+        assert_eq!(e, DimAxes::one(ax(5)));
+        let hash = |d: &DimAxes| {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(d)
+        };
+        assert_eq!(hash(&d), hash(&DimAxes::WHOLE));
+    }
+
+    #[test]
     fn small_and_cheap() {
-        assert!(std::mem::size_of::<DimAxes>() <= 9);
-        assert!(std::mem::size_of::<Partial>() <= 8);
+        assert!(std::mem::size_of::<DimAxes>() <= MAX_MESH_NDIM + 1);
+        assert!(std::mem::size_of::<Partial>() <= MAX_MESH_NDIM);
         let l = Layout::replicated(4);
         assert!(!l.dims.spilled(), "rank 4 stays inline");
     }

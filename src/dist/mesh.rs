@@ -1,6 +1,7 @@
 //! `ProcessMesh`: an n-D array of process ids with named axes, and the communication groups
 //! of a rank along some of its axes (Paddle's `_get_comm_group`).
 
+use super::layout::{MeshAxis, MAX_MESH_NDIM};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -9,6 +10,8 @@ use std::fmt;
 pub enum MeshError {
     #[error("a mesh needs at least one axis")]
     NoAxes,
+    #[error("the mesh has {axes} axes; at most {max} are supported")]
+    TooManyAxes { axes: usize, max: usize },
     #[error("mesh axis {axis} has size 0; sizes must be at least 1")]
     ZeroSize { axis: usize },
     #[error("mesh shape {shape:?} holds {expected} processes but {got} process ids were given")]
@@ -57,6 +60,12 @@ impl ProcessMesh {
     ) -> Result<ProcessMesh, MeshError> {
         if shape.is_empty() {
             return Err(MeshError::NoAxes);
+        }
+        if shape.len() > MAX_MESH_NDIM {
+            return Err(MeshError::TooManyAxes {
+                axes: shape.len(),
+                max: MAX_MESH_NDIM,
+            });
         }
         if let Some(axis) = shape.iter().position(|&s| s == 0) {
             return Err(MeshError::ZeroSize { axis });
@@ -150,19 +159,34 @@ impl ProcessMesh {
         self.process_ids.len()
     }
 
-    /// Size of one axis (1 for an axis that does not exist, so callers never index out).
-    pub fn axis_size(&self, axis: usize) -> usize {
-        self.shape.get(axis).copied().unwrap_or(1)
+    /// The axes, in order.
+    pub fn axes(&self) -> impl Iterator<Item = MeshAxis> {
+        MeshAxis::all(self.ndim())
     }
 
-    /// The index of the axis called `name`.
-    pub fn axis_by_name(&self, name: &str) -> Option<usize> {
-        self.dim_names.iter().position(|n| n == name)
+    /// Size of one axis (1 for an axis that does not exist, so callers never index out).
+    pub fn axis_size(&self, axis: MeshAxis) -> usize {
+        self.shape.get(axis.index()).copied().unwrap_or(1)
+    }
+
+    /// The axis called `name`.
+    pub fn axis_by_name(&self, name: &str) -> Option<MeshAxis> {
+        self.dim_names
+            .iter()
+            .position(|n| n == name)
+            .and_then(MeshAxis::new)
     }
 
     /// The name of an axis (or `?` for an axis that does not exist).
-    pub fn axis_name(&self, axis: usize) -> &str {
-        self.dim_names.get(axis).map_or("?", String::as_str)
+    pub fn axis_name(&self, axis: MeshAxis) -> &str {
+        self.dim_names.get(axis.index()).map_or("?", String::as_str)
+    }
+
+    /// This rank's coordinate on `axis` (0 off the mesh).
+    pub fn coord(&self, rank: u32, axis: MeshAxis) -> usize {
+        self.coords_of(rank)
+            .and_then(|c| c.get(axis.index()).copied())
+            .unwrap_or(0)
     }
 
     /// Whether the ids are exactly 0..N-1 in row-major order.
@@ -199,7 +223,7 @@ impl ProcessMesh {
     /// The communication group of `rank` along `axes`: every process that shares all of
     /// `rank`'s coordinates on the other axes, in row-major order. On `[2,4]` rank 5 has
     /// group [1, 5] along axis 0 and [4, 5, 6, 7] along axis 1.
-    pub fn group_of(&self, rank: u32, axes: &[usize]) -> Option<Vec<u32>> {
+    pub fn group_of(&self, rank: u32, axes: &[MeshAxis]) -> Option<Vec<u32>> {
         let coords = self.coords_of(rank)?;
         Some(
             self.process_ids
@@ -210,7 +234,7 @@ impl ProcessMesh {
                     (0..self.ndim()).rev().all(|a| {
                         let c = l % self.shape[a];
                         l /= self.shape[a];
-                        axes.contains(&a) || c == coords[a]
+                        axes.iter().any(|x| x.index() == a) || c == coords[a]
                     })
                 })
                 .map(|(_, &p)| p)
@@ -219,7 +243,7 @@ impl ProcessMesh {
     }
 
     /// Every distinct group along `axes`, ordered by their first process.
-    pub fn all_groups(&self, axes: &[usize]) -> Vec<Vec<u32>> {
+    pub fn all_groups(&self, axes: &[MeshAxis]) -> Vec<Vec<u32>> {
         let mut groups: Vec<Vec<u32>> = Vec::new();
         for &p in &self.process_ids {
             if let Some(g) = self.group_of(p, axes) {

@@ -2,6 +2,7 @@
 //! DTensor placements and OneFlow SBP. The playground lets users pick the one they know.
 
 use super::attr::{ReduceType, TensorDistAttr};
+use super::layout::MeshAxis;
 use serde::{Deserialize, Serialize};
 
 /// A way of writing a sharding.
@@ -81,7 +82,7 @@ fn paddle(attr: &TensorDistAttr) -> String {
 }
 
 fn jax(attr: &TensorDistAttr) -> String {
-    let name = |a: usize| format!("'{}'", attr.mesh.axis_name(a));
+    let name = |a: MeshAxis| format!("'{}'", attr.mesh.axis_name(a));
     let mut parts: Vec<String> = attr
         .dims
         .iter()
@@ -92,7 +93,7 @@ fn jax(attr: &TensorDistAttr) -> String {
         })
         .collect();
     if attr.is_partial() {
-        let axes = join(attr.partial.iter().map(|&(a, r)| match r {
+        let axes = join(attr.partial.iter().map(|(a, r)| match r {
             ReduceType::Sum => name(a),
             other => format!("{}:{}", name(a), other.name().to_lowercase()),
         }));
@@ -102,11 +103,11 @@ fn jax(attr: &TensorDistAttr) -> String {
 }
 
 /// For mesh axis `axis`: the tensor dim it splits, or its partial reduce type.
-fn axis_role(attr: &TensorDistAttr, axis: usize) -> Result<Option<usize>, ReduceType> {
-    if let Some(&(_, r)) = attr.partial.iter().find(|&&(a, _)| a == axis) {
+fn axis_role(attr: &TensorDistAttr, axis: MeshAxis) -> Result<Option<usize>, ReduceType> {
+    if let Some(r) = attr.partial.get(axis) {
         return Err(r);
     }
-    Ok(attr.dims.iter().position(|axes| axes.contains(&axis)))
+    Ok(attr.dim_of(axis))
 }
 
 fn per_axis(
@@ -115,7 +116,7 @@ fn per_axis(
     close: &str,
     placement: fn(Result<Option<usize>, ReduceType>) -> String,
 ) -> String {
-    let items = (0..attr.mesh.ndim()).map(|a| placement(axis_role(attr, a)));
+    let items = attr.mesh.axes().map(|a| placement(axis_role(attr, a)));
     format!("{open}{}{close}", join(items))
 }
 

@@ -4,6 +4,7 @@
 
 use super::interp::reduce_all;
 use super::tensor::{strides, Tensor};
+use crate::dist::MeshAxis;
 use crate::dist::{ProcessMesh, TensorDistAttr};
 use std::collections::BTreeMap;
 
@@ -37,7 +38,7 @@ pub fn gather(
             p.rank, first.rank
         ));
     }
-    let split_axes: Vec<usize> = attr.dims.iter().flatten().copied().collect();
+    let split_axes: Vec<MeshAxis> = attr.dims.iter().flatten().copied().collect();
     let partial_axes = attr.partial_axes();
     let reduce = attr
         .partial
@@ -59,11 +60,12 @@ pub fn gather(
         let coords = mesh
             .coords_of(p.rank)
             .ok_or_else(|| format!("rank {} is not on the mesh", p.rank))?;
-        let replica: Vec<usize> = (0..mesh.ndim())
+        let replica: Vec<usize> = mesh
+            .axes()
             .filter(|a| !split_axes.contains(a) && !partial_axes.contains(a))
-            .map(|a| coords[a])
+            .map(|a| coords[a.index()])
             .collect();
-        let block: Vec<usize> = split_axes.iter().map(|&a| coords[a]).collect();
+        let block: Vec<usize> = split_axes.iter().map(|a| coords[a.index()]).collect();
         replicas
             .entry(replica)
             .or_default()
@@ -92,7 +94,7 @@ pub fn gather(
                 )
             };
             // The block's offset: for each dim, its position among the shards of that dim.
-            let coords_of_axis = |a: usize| {
+            let coords_of_axis = |a: MeshAxis| {
                 split_axes
                     .iter()
                     .position(|&s| s == a)
@@ -153,7 +155,7 @@ pub fn shard(
         }
         let block = axes
             .iter()
-            .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a]);
+            .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a.index()]);
         let piece = t.shape[d] / n;
         t = super::kernels::layout::slice_axis(&t, d, block * piece, (block + 1) * piece);
     }

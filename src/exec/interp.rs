@@ -58,7 +58,7 @@ impl Placement {
             let idx = (i / ls[d]) % local_shape[d].max(1);
             let axes = attr.dims.get(d).cloned().unwrap_or_default();
             let block = axes.iter().fold(0, |acc, &a| {
-                acc * attr.mesh.axis_size(a) + self.coords.get(a).copied().unwrap_or(0)
+                acc * attr.mesh.axis_size(a) + self.coords.get(a.index()).copied().unwrap_or(0)
             });
             out += (block * local_shape[d] + idx) * gs.get(d).copied().unwrap_or(0);
         }

@@ -17,6 +17,7 @@
 use super::backward::Backward;
 use super::complete::Completed;
 use super::dist_program::DistProgram;
+use crate::dist::MeshAxis;
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{OpId, OpType, Program, VarId};
 use crate::spmd::elementwise::operand_letters;
@@ -24,8 +25,8 @@ use crate::spmd::matmul::notation;
 use std::collections::HashMap;
 
 /// The mesh axes that split `out` dims whose letters are missing from `letters`.
-fn contracted_axes(out_letters: &str, out: &TensorDistAttr, letters: &str) -> Vec<usize> {
-    let mut axes: Vec<usize> = out_letters
+fn contracted_axes(out_letters: &str, out: &TensorDistAttr, letters: &str) -> Vec<MeshAxis> {
+    let mut axes: Vec<MeshAxis> = out_letters
         .chars()
         .zip(&out.dims)
         .filter(|(l, _)| !letters.contains(*l))
@@ -41,7 +42,7 @@ fn grad_partials(
     program: &Program,
     forward: &crate::ir::Op,
     fwd_attr: &crate::dist::OperatorDistAttr,
-) -> HashMap<(usize, usize), Vec<usize>> {
+) -> HashMap<(usize, usize), Vec<MeshAxis>> {
     let mut out = HashMap::new();
     let out_attr = || fwd_attr.outputs.first().and_then(|s| s.first());
     match forward.ty {
@@ -78,7 +79,8 @@ fn grad_partials(
             let x_attr = fwd_attr.inputs.first().and_then(|s| s.first());
             let begin = forward.attr_int("begin_norm_axis", 1).max(0) as usize;
             if let Some(x) = x_attr {
-                let mut axes: Vec<usize> = x.dims.iter().take(begin).flatten().copied().collect();
+                let mut axes: Vec<MeshAxis> =
+                    x.dims.iter().take(begin).flatten().copied().collect();
                 axes.sort_unstable();
                 out.insert((1, 0), axes.clone());
                 out.insert((2, 0), axes);
@@ -86,7 +88,7 @@ fn grad_partials(
         }
         OpType::LookupTableV2 => {
             if let Some(ids) = fwd_attr.inputs.get(1).and_then(|s| s.first()) {
-                let mut axes: Vec<usize> = ids.dims.iter().flatten().copied().collect();
+                let mut axes: Vec<MeshAxis> = ids.dims.iter().flatten().copied().collect();
                 axes.sort_unstable();
                 out.insert((0, 0), axes);
             }

@@ -1,7 +1,7 @@
 //! A serial program with a dist attr for every variable and every op: what each stage of
 //! the pipeline (forward, backward, optimizer) hands to the next.
 
-use crate::dist::{OperatorDistAttr, ProcessMesh, ReduceType, TensorDistAttr};
+use crate::dist::{OperatorDistAttr, ProcessMesh, TensorDistAttr};
 use crate::ir::{Op, Program};
 use std::sync::Arc;
 
@@ -15,17 +15,6 @@ pub struct DistProgram {
 }
 
 impl DistProgram {
-    /// A replicated, non-partial attr with `dims` (the shape of a wanted attr).
-    pub fn attr(&self, dims: Vec<Vec<usize>>, partial: Vec<(usize, ReduceType)>) -> TensorDistAttr {
-        let rank = dims.len();
-        TensorDistAttr {
-            mesh: self.mesh.clone(),
-            dims,
-            partial,
-            annotated: vec![false; rank],
-        }
-    }
-
     /// An op attr whose slots mirror `op`'s, every slot attr replicated over its variable's
     /// rank, with the `default` implementation.
     pub fn replicated_op_attr(&self, op: &Op) -> OperatorDistAttr {
@@ -56,7 +45,7 @@ impl DistProgram {
 
     pub fn settled(attr: &TensorDistAttr) -> TensorDistAttr {
         TensorDistAttr {
-            partial: Vec::new(),
+            layout: attr.layout.settled(),
             ..attr.clone()
         }
     }

@@ -4,6 +4,7 @@
 //! the learning rate, the loss scale, `found_inf` and the global norm are replicated.
 
 use super::dist_program::DistProgram;
+use crate::dist::MeshAxis;
 use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
 use crate::ir::{Attr, DType, Op, OpRole, OpType, ProgramError, TensorType, VarId, VarKind};
 use serde::{Deserialize, Serialize};
@@ -320,7 +321,7 @@ fn clip_by_global_norm(
             b.dp.program
                 .declare(&name, TensorType::new(dtype, vec![]), VarKind::Activation)?;
         let mut attr = TensorDistAttr::replicated(b.dp.mesh.clone(), 0);
-        let mut axes: Vec<usize> = b.dp.tensors[g.index()]
+        let mut axes: Vec<MeshAxis> = b.dp.tensors[g.index()]
             .dims
             .iter()
             .flatten()

@@ -11,6 +11,7 @@ use super::ledger::{ledger, Entry};
 use super::optimizer::{append_optimizer, OptimizerOptions};
 use super::partition::rank::PartitionError;
 use super::partition::{partition, PartitionOptions, Partitioned};
+use crate::dist::MeshAxis;
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{verify_program, Op, OpRole, OpType, ProgramError, TensorType, VarKind};
 use crate::plan::Plan;
@@ -53,7 +54,7 @@ pub struct Pipeline {
     pub partitioned: Partitioned,
     pub ledger: Vec<Entry>,
     /// The mesh axes the loss is averaged over (kept to re-partition).
-    pub loss_avg_axes: Vec<usize>,
+    pub loss_avg_axes: Vec<MeshAxis>,
 }
 
 fn verify(stage: &'static str, program: &crate::ir::Program) -> Result<(), PipelineError> {
@@ -113,7 +114,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     check_layouts(&full)?;
     let grads: Vec<_> = backward.param_grads.iter().map(|&(_, g)| g).collect();
     let loss_attr = &full.tensors[backward.loss.index()];
-    let loss_avg_axes: Vec<usize> = loss_attr
+    let loss_avg_axes: Vec<MeshAxis> = loss_attr
         .partial
         .iter()
         .filter(|p| p.1 == ReduceType::Avg)

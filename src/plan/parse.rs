@@ -2,7 +2,9 @@
 //! the IR's parser. Every error carries its line and column; all errors are reported.
 
 use super::{Annotation, Plan};
-use crate::dist::{ProcessMesh, ReduceType, TensorDistAttr};
+use crate::dist::{
+    DimAxes, Layout, MeshAxis, ProcessMesh, ReduceType, TensorDistAttr, MAX_MESH_NDIM,
+};
 use crate::ir::text::lexer::Tok;
 use crate::ir::text::parse::{for_each_statement, parse_op, parse_var};
 use crate::ir::text::{Cursor, ParseError};
@@ -145,7 +147,7 @@ fn parse_shard(
             format!("unknown variable `{name}` (declare it before annotating it)"),
         )
     })?;
-    let axis = |c: &mut Cursor| -> Result<usize, ParseError> {
+    let axis = |c: &mut Cursor| -> Result<MeshAxis, ParseError> {
         let (a, col) = c.ident("a mesh axis name")?;
         mesh.axis_by_name(&a).ok_or_else(|| {
             c.error_at(
@@ -160,17 +162,21 @@ fn parse_shard(
     let mut annotated = Vec::new();
     let dims = cur.list('[', ']', |c| {
         let (axes, pinned) = match c.peek() {
-            Some(Tok::Punct('-')) => (Vec::new(), true),
-            Some(Tok::Punct('?')) => (Vec::new(), false),
+            Some(Tok::Punct('-')) => (DimAxes::WHOLE, true),
+            Some(Tok::Punct('?')) => (DimAxes::WHOLE, false),
             Some(Tok::Punct('(')) => {
-                return c.list('(', ')', axis).inspect(|_a| {
-                    annotated.push(true);
-                })
+                let axes = c.list('(', ')', axis)?;
+                annotated.push(true);
+                return DimAxes::from_axes(axes).ok_or_else(|| {
+                    c.error(format!(
+                        "a dim is split by at most {MAX_MESH_NDIM} mesh axes"
+                    ))
+                });
             }
             Some(Tok::Ident(_)) => {
                 return axis(c).map(|a| {
                     annotated.push(true);
-                    vec![a]
+                    DimAxes::one(a)
                 })
             }
             _ => {
@@ -183,8 +189,7 @@ fn parse_shard(
     })?;
     let mut attr = TensorDistAttr {
         mesh: mesh.clone(),
-        dims,
-        partial: Vec::new(),
+        layout: Layout::from_dims(dims),
         annotated,
     };
     if cur.eat_keyword("partial") {
@@ -201,7 +206,7 @@ fn parse_shard(
             Ok((a, r))
         })?;
         for (a, r) in parts {
-            if attr.partial.iter().any(|&(b, _)| b == a) {
+            if attr.partial.get(a).is_some() {
                 return Err(cur.error(format!(
                     "mesh axis `{}` is partial twice",
                     mesh.axis_name(a)

@@ -1,7 +1,7 @@
 //! The canonical text of a plan: mesh line, program, shard lines.
 
 use super::Plan;
-use crate::dist::TensorDistAttr;
+use crate::dist::{MeshAxis, TensorDistAttr};
 use std::fmt::{self, Write};
 
 impl fmt::Display for Plan {
@@ -27,7 +27,7 @@ impl fmt::Display for Plan {
 
 /// Writes the `[dp, -, ?] partial(mp=SUM)` part of a shard line.
 pub fn write_shard(f: &mut impl Write, attr: &TensorDistAttr) -> fmt::Result {
-    let name = |a: usize| attr.mesh.axis_name(a).to_string();
+    let name = |a: MeshAxis| attr.mesh.axis_name(a).to_string();
     f.write_char('[')?;
     for (i, axes) in attr.dims.iter().enumerate() {
         if i > 0 {
@@ -50,7 +50,7 @@ pub fn write_shard(f: &mut impl Write, attr: &TensorDistAttr) -> fmt::Result {
         let parts: Vec<String> = attr
             .partial
             .iter()
-            .map(|&(a, r)| format!("{}={}", name(a), r))
+            .map(|(a, r)| format!("{}={}", name(a), r))
             .collect();
         write!(f, " partial({})", parts.join(", "))?;
     }

@@ -2,7 +2,7 @@
 //! in a URL: `2x4:dp,mp` and `x=dp,-`.
 
 use super::Annotation;
-use crate::dist::{ProcessMesh, TensorDistAttr};
+use crate::dist::{DimAxes, ProcessMesh, TensorDistAttr, MAX_MESH_NDIM};
 use crate::ir::Program;
 use std::sync::Arc;
 
@@ -45,8 +45,8 @@ pub fn parse_shard_spec(
     let mut attr = TensorDistAttr::replicated(mesh.clone(), 0);
     for item in dims.split(',').map(str::trim) {
         let (axes, pinned) = match item {
-            "-" => (Vec::new(), true),
-            "?" => (Vec::new(), false),
+            "-" => (DimAxes::WHOLE, true),
+            "?" => (DimAxes::WHOLE, false),
             names => {
                 let axes = names
                     .split('+')
@@ -59,6 +59,9 @@ pub fn parse_shard_spec(
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
+                let axes = DimAxes::from_axes(axes).ok_or_else(|| {
+                    format!("shard `{spec}`: a dim is split by at most {MAX_MESH_NDIM} mesh axes")
+                })?;
                 (axes, true)
             }
         };

@@ -2,7 +2,7 @@
 //! (`../shared/oracle/paddle/spmd_cases.json`): Paddle's op names and attribute names in,
 //! Paddle's result format out. Used by `shardlab spmd --cases` and the oracle tests.
 
-use super::{DistTensor, Inferred, Rule, Sharding};
+use super::{DimAxes, Dims, DistTensor, Inferred, Layout, MeshAxis, Rule};
 use crate::dist::ReduceType;
 use crate::ir::infer::axis as norm_axis;
 use serde::{Deserialize, Serialize};
@@ -58,14 +58,14 @@ pub struct CaseOutput {
 /// Paddle's dims_mapping of a possibly co-sharded dims list: a co-sharded dim falls back to
 /// its largest mesh axis by size, the first of equal sizes (Paddle 3.3.1 logs "fallback to
 /// sharding by mesh dim"): `[0, 1]` on `[2, 4]` shows 1, `[0, 2]` on `[2, 2, 2]` shows 0.
-pub fn paddle_dims_mapping(dims: &[Vec<usize>], mesh: &[usize]) -> Vec<i64> {
-    let size = |a: usize| mesh.get(a).copied().unwrap_or(1);
+pub fn paddle_dims_mapping(dims: &[DimAxes], mesh: &[usize]) -> Vec<i64> {
+    let size = |a: MeshAxis| mesh.get(a.index()).copied().unwrap_or(1);
     dims.iter()
         .map(|axes| {
             axes.iter()
                 .copied()
                 .reduce(|best, a| if size(a) > size(best) { a } else { best })
-                .map_or(-1, |a| a as i64)
+                .map_or(-1, |a| a.index() as i64)
         })
         .collect()
 }
@@ -88,7 +88,7 @@ fn to_result(id: i64, inf: &Inferred, mesh: &[usize]) -> CaseResult {
         .iter()
         .chain(&inf.outputs)
         .any(|s| s.dims.iter().any(|d| d.len() > 1));
-    let partial_dims = |s: &Sharding| s.partial.iter().map(|&(a, _)| a).collect::<Vec<_>>();
+    let partial_dims = |s: &Layout| s.partial.axes().map(MeshAxis::index).collect::<Vec<_>>();
     CaseResult {
         id,
         inputs: inf
@@ -106,25 +106,31 @@ fn to_result(id: i64, inf: &Inferred, mesh: &[usize]) -> CaseResult {
                 partial_reduce: s
                     .partial
                     .iter()
-                    .map(|&(a, r)| (a.to_string(), r.name().to_string()))
+                    .map(|(a, r)| (a.to_string(), r.name().to_string()))
                     .collect(),
-                multi_dims_mapping: co_shard.then(|| s.dims.clone()),
+                multi_dims_mapping: co_shard.then(|| s.axis_lists()),
             })
             .collect(),
         co_shard,
         inputs_multi_dims_mapping: co_shard
-            .then(|| inf.inputs.iter().map(|s| s.dims.clone()).collect()),
+            .then(|| inf.inputs.iter().map(Layout::axis_lists).collect()),
         error: None,
     }
 }
 
 fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
-    let mut dims = Vec::with_capacity(t.dims_mapping.len());
+    let mut dims = Dims::with_capacity(t.dims_mapping.len());
+    let axis = |m: i64| {
+        usize::try_from(m)
+            .ok()
+            .filter(|&m| m < mesh.len())
+            .and_then(MeshAxis::new)
+    };
     for &m in &t.dims_mapping {
-        match m {
-            -1 => dims.push(Vec::new()),
-            m if m >= 0 && (m as usize) < mesh.len() => dims.push(vec![m as usize]),
-            m => {
+        match (m, axis(m)) {
+            (-1, _) => dims.push(DimAxes::WHOLE),
+            (_, Some(a)) => dims.push(DimAxes::one(a)),
+            (m, None) => {
                 return Err(format!(
                     "dims_mapping entry {m} is not -1 or a mesh dim of a mesh with {} dims",
                     mesh.len()
@@ -132,7 +138,11 @@ fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
             }
         }
     }
-    if let Some(&p) = t.partial_dims.iter().find(|&&p| p >= mesh.len()) {
+    if let Some(&p) = t
+        .partial_dims
+        .iter()
+        .find(|&&p| p >= mesh.len() || MeshAxis::new(p).is_none())
+    {
         return Err(format!(
             "partial dim {p} is not a mesh dim of a mesh with {} dims",
             mesh.len()
@@ -140,12 +150,13 @@ fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
     }
     Ok(DistTensor {
         shape: t.shape.clone(),
-        sharding: Sharding {
+        layout: Layout {
             dims,
             partial: t
                 .partial_dims
                 .iter()
-                .map(|&a| (a, ReduceType::Sum))
+                .filter_map(|&a| MeshAxis::new(a))
+                .map(|a| (a, ReduceType::Sum))
                 .collect(),
         },
     })
@@ -177,12 +188,12 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
         let out_grad = args
             .last()
             .ok_or("gelu grad: no tensors")?
-            .sharding
+            .layout
             .dims
             .clone();
         return Ok(Inferred {
-            inputs: vec![Sharding::from_dims(out_grad.clone()); args.len()],
-            outputs: vec![Sharding::from_dims(out_grad)],
+            inputs: vec![Layout::from_dims(out_grad.clone()); args.len()],
+            outputs: vec![Layout::from_dims(out_grad)],
         });
     }
     // mean_all's backward entry in Paddle 3.3.1 is its grad rule too, MeanAllGradInferSpmd(x,
@@ -197,12 +208,9 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
                 args.len()
             ));
         };
-        let x = Sharding::replicated(x.shape.len());
+        let x = Layout::replicated(x.shape.len());
         return Ok(Inferred {
-            inputs: vec![
-                x.clone(),
-                Sharding::from_dims(out_grad.sharding.dims.clone()),
-            ],
+            inputs: vec![x.clone(), Layout::from_dims(out_grad.layout.dims.clone())],
             outputs: vec![x],
         });
     }

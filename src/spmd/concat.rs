@@ -8,10 +8,10 @@
 //! stack(axis=1)  [0,-1] + [1,-1]         =>  inputs [0,1], out [0,-1,1]
 //! ```
 
-use super::{Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
+use super::{DimAxes, Dims, DistTensor, Inferred, Layout, MeshAxis, Result, SpmdError};
 
 /// Which dim of `t` mesh axis `m` splits.
-fn placement(t: &DistTensor, m: usize) -> Option<usize> {
+fn placement(t: &DistTensor, m: MeshAxis) -> Option<usize> {
     t.dims().iter().position(|axes| axes.contains(&m))
 }
 
@@ -22,7 +22,7 @@ fn local_numel(mesh: &[usize], t: &DistTensor) -> f64 {
         .map(|(&s, axes)| {
             let n: usize = axes
                 .iter()
-                .map(|&a| mesh.get(a).copied().unwrap_or(1))
+                .map(|&a| mesh.get(a.index()).copied().unwrap_or(1))
                 .product();
             s.div_ceil(n.max(1)) as f64
         })
@@ -37,7 +37,7 @@ fn align(mesh: &[usize], inputs: &[DistTensor], align: &[usize]) -> Result<Vec<D
     else {
         return Ok(inputs
             .iter()
-            .map(|t| vec![Vec::new(); t.shape.len()])
+            .map(|t| smallvec::smallvec![DimAxes::WHOLE; t.shape.len()])
             .collect());
     };
     for t in inputs {
@@ -47,20 +47,20 @@ fn align(mesh: &[usize], inputs: &[DistTensor], align: &[usize]) -> Result<Vec<D
             ));
         }
     }
-    let mismatch = |m: usize| {
+    let mismatch = |m: MeshAxis| {
         inputs
             .iter()
             .any(|t| placement(t, m) != placement(reference, m))
     };
-    let mut taken: Vec<(usize, usize)> = Vec::new(); // (mesh axis, dim)
-    for m in 0..mesh.len() {
+    let mut taken: Vec<(MeshAxis, usize)> = Vec::new(); // (mesh axis, dim)
+    for m in MeshAxis::all(mesh.len()) {
         if !mismatch(m) {
             if let Some(d) = placement(reference, m).filter(|d| align.contains(d)) {
                 taken.push((m, d));
             }
         }
     }
-    for m in (0..mesh.len()).filter(|&m| mismatch(m)) {
+    for m in MeshAxis::all(mesh.len()).filter(|&m| mismatch(m)) {
         let mut best: Option<(f64, usize)> = None;
         for &d in align {
             if taken.iter().any(|&(_, t)| t == d) {
@@ -68,14 +68,14 @@ fn align(mesh: &[usize], inputs: &[DistTensor], align: &[usize]) -> Result<Vec<D
             }
             let mut cost = 0.0;
             for t in inputs {
-                if t.shape[d] < mesh[m] {
+                if t.shape[d] < mesh[m.index()] {
                     cost = f64::INFINITY;
                     break;
                 }
                 if !t.dims()[d].is_empty() {
                     continue;
                 }
-                cost += local_numel(mesh, t) * mesh[m] as f64;
+                cost += local_numel(mesh, t) * mesh[m.index()] as f64;
             }
             if cost.is_finite() && best.is_none_or(|(c, _)| cost < c) {
                 best = Some((cost, d));
@@ -89,7 +89,7 @@ fn align(mesh: &[usize], inputs: &[DistTensor], align: &[usize]) -> Result<Vec<D
     Ok(inputs
         .iter()
         .map(|t| {
-            let mut dims: Dims = vec![Vec::new(); t.shape.len()];
+            let mut dims: Dims = smallvec::smallvec![DimAxes::WHOLE; t.shape.len()];
             for &(m, d) in &taken {
                 dims[d].push(m);
             }
@@ -108,8 +108,8 @@ pub fn concat_forward(mesh: &[usize], inputs: &[DistTensor], axis: usize) -> Res
     )?;
     let out = dims.first().cloned().unwrap_or_default();
     Ok(Inferred {
-        inputs: dims.into_iter().map(Sharding::from_dims).collect(),
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: dims.into_iter().map(Layout::from_dims).collect(),
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -125,14 +125,14 @@ pub fn concat_backward(
         .dims()
         .iter()
         .enumerate()
-        .map(|(d, a)| if d == axis { Vec::new() } else { a.clone() })
+        .map(|(d, a)| if d == axis { DimAxes::WHOLE } else { *a })
         .collect();
     Ok(Inferred {
         inputs: inputs
             .iter()
-            .map(|_| Sharding::from_dims(dims.clone()))
+            .map(|_| Layout::from_dims(dims.clone()))
             .collect(),
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }
 
@@ -146,10 +146,10 @@ pub fn stack_forward(mesh: &[usize], inputs: &[DistTensor], axis: usize) -> Resu
             "stack: axis {axis} is out of range for rank {rank}"
         )));
     }
-    out.insert(axis, Vec::new());
+    out.insert(axis, DimAxes::WHOLE);
     Ok(Inferred {
-        inputs: dims.into_iter().map(Sharding::from_dims).collect(),
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: dims.into_iter().map(Layout::from_dims).collect(),
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -165,13 +165,13 @@ pub fn stack_backward(
         .iter()
         .enumerate()
         .filter(|(d, _)| *d != axis)
-        .map(|(_, a)| a.clone())
+        .map(|(_, a)| *a)
         .collect();
     Ok(Inferred {
         inputs: inputs
             .iter()
-            .map(|_| Sharding::from_dims(dims.clone()))
+            .map(|_| Layout::from_dims(dims.clone()))
             .collect(),
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }

@@ -9,7 +9,7 @@
 //! vocab-parallel cross-entropy); otherwise it is an error, as in Paddle.
 
 use super::einsum::{letters, merge, AxisMap, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, DistTensor, Inferred, Result, Sharding, SpmdError};
+use super::{arg, check_rank, DistTensor, Inferred, Layout, Result, SpmdError};
 
 fn notation(rank: usize, axis: usize, soft: bool) -> (String, String) {
     let ll = letters(rank);
@@ -51,12 +51,12 @@ fn result(
         .collect();
     Ok(Inferred {
         inputs: vec![
-            Sharding::from_dims(logits.clone()),
-            Sharding::from_dims(map.dims(label)),
+            Layout::from_dims(logits.clone()),
+            Layout::from_dims(map.dims(label)),
         ],
         outputs: vec![
-            Sharding::from_dims(logits),
-            Sharding::from_dims(map.dims(&loss)),
+            Layout::from_dims(logits),
+            Layout::from_dims(map.dims(&loss)),
         ],
     })
 }

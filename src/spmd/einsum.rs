@@ -10,24 +10,24 @@
 //!
 //! The letter `1` marks a broadcast size-1 dim: it takes part in nothing and is replicated.
 
-use super::{Dims, Result, SpmdError};
+use super::{DimAxes, Dims, MeshAxis, Result, SpmdError};
 
 /// Letter -> mesh axes, in the order letters were first seen.
 #[derive(Clone, Debug, Default)]
 pub struct AxisMap {
-    entries: Vec<(char, Vec<usize>)>,
+    entries: Vec<(char, DimAxes)>,
 }
 
 impl AxisMap {
     /// The mesh axes of `letter` (empty if unknown or broadcast).
-    pub fn get(&self, letter: char) -> &[usize] {
+    pub fn get(&self, letter: char) -> DimAxes {
         self.entries
             .iter()
             .find(|(l, _)| *l == letter)
-            .map_or(&[], |(_, v)| v.as_slice())
+            .map_or(DimAxes::WHOLE, |(_, v)| *v)
     }
 
-    fn entry(&mut self, letter: char) -> Option<&mut Vec<usize>> {
+    fn entry(&mut self, letter: char) -> Option<&mut DimAxes> {
         self.entries
             .iter_mut()
             .find(|(l, _)| *l == letter)
@@ -35,7 +35,7 @@ impl AxisMap {
     }
 
     /// Sets the mesh axes of `letter`.
-    pub fn set(&mut self, letter: char, axes: Vec<usize>) {
+    pub fn set(&mut self, letter: char, axes: DimAxes) {
         match self.entry(letter) {
             Some(v) => *v = axes,
             None => self.entries.push((letter, axes)),
@@ -43,8 +43,8 @@ impl AxisMap {
     }
 
     /// Every (letter, axes) pair.
-    pub fn iter(&self) -> impl Iterator<Item = (char, &[usize])> {
-        self.entries.iter().map(|(l, v)| (*l, v.as_slice()))
+    pub fn iter(&self) -> impl Iterator<Item = (char, DimAxes)> + '_ {
+        self.entries.iter().map(|(l, v)| (*l, *v))
     }
 
     /// The dims of a tensor written with `letters`.
@@ -53,17 +53,17 @@ impl AxisMap {
             .chars()
             .map(|l| {
                 if l == '1' {
-                    Vec::new()
+                    DimAxes::WHOLE
                 } else {
-                    self.get(l).to_vec()
+                    self.get(l)
                 }
             })
             .collect()
     }
 
     /// Mesh axes of letters that are not in `kept` (a contraction or reduction), sorted.
-    pub fn contracted_axes(&self, kept: &str) -> Vec<usize> {
-        let mut axes: Vec<usize> = self
+    pub fn contracted_axes(&self, kept: &str) -> Vec<MeshAxis> {
+        let mut axes: Vec<MeshAxis> = self
             .entries
             .iter()
             .filter(|(l, _)| !kept.contains(*l))
@@ -105,7 +105,7 @@ pub struct Sizes<'a> {
 }
 
 impl Sizes<'_> {
-    fn divides(&self, letter: char, axes: &[usize]) -> bool {
+    fn divides(&self, letter: char, axes: &[MeshAxis]) -> bool {
         let size = self
             .letters
             .iter()
@@ -113,7 +113,7 @@ impl Sizes<'_> {
             .map_or(1, |(_, s)| *s);
         let shards: usize = axes
             .iter()
-            .map(|&a| self.mesh.get(a).copied().unwrap_or(1))
+            .map(|a| self.mesh.get(a.index()).copied().unwrap_or(1))
             .product();
         shards > 0 && size % shards == 0
     }
@@ -143,14 +143,14 @@ pub fn merge(
 ) -> Result<AxisMap> {
     let mut map = AxisMap::default();
     // For each mesh axis, the letters that took it, in the order they took it.
-    let mut takers: Vec<(usize, Vec<char>)> = Vec::new();
+    let mut takers: Vec<(MeshAxis, Vec<char>)> = Vec::new();
     for (letters, dims) in tensors {
         for (letter, axes) in letters.chars().zip(dims.iter()) {
             if letter == '1' {
                 continue;
             }
-            let merged = match map.entry(letter).cloned() {
-                None => axes.clone(),
+            let merged = match map.entry(letter).copied() {
+                None => *axes,
                 Some(current) => merge_axis(letter, &current, axes, on_axis, &map, sizes)?,
             };
             for &a in &merged {
@@ -177,7 +177,7 @@ pub fn merge(
                 let keeper = letters.iter().copied().min_by_key(|&l| rank(l));
                 for &l in letters.iter().filter(|&&l| Some(l) != keeper) {
                     if let Some(v) = map.entry(l) {
-                        v.retain(|a| a != mesh_axis);
+                        v.retain(|a| a != *mesh_axis);
                     }
                 }
             }
@@ -195,17 +195,17 @@ pub fn merge(
 
 fn merge_axis(
     letter: char,
-    current: &[usize],
-    new: &[usize],
+    current: &DimAxes,
+    new: &DimAxes,
     on_axis: OnAxisConflict,
     map: &AxisMap,
     sizes: Option<&Sizes>,
-) -> Result<Vec<usize>> {
+) -> Result<DimAxes> {
     if new.is_empty() || current == new {
-        return Ok(current.to_vec());
+        return Ok(*current);
     }
     if current.is_empty() {
-        return Ok(new.to_vec());
+        return Ok(*new);
     }
     match on_axis {
         OnAxisConflict::Error => Err(SpmdError(format!(
@@ -214,29 +214,32 @@ fn merge_axis(
             show(current)
         ))),
         OnAxisConflict::CoShard => {
-            let mut merged = current.to_vec();
-            for &a in new {
+            let mut merged = *current;
+            for &a in new.iter() {
                 let used_elsewhere = map.iter().any(|(l, axes)| l != letter && axes.contains(&a));
                 if merged.contains(&a) || used_elsewhere {
                     continue;
                 }
-                let mut trial = merged.clone();
-                trial.push(a);
-                if sizes.is_none_or(|s| s.divides(letter, &trial)) {
+                let mut trial = merged;
+                if trial.push(a) && sizes.is_none_or(|s| s.divides(letter, &trial)) {
                     merged = trial;
                 }
             }
             // Paddle 3.3.1 orders a co-shard by mesh axis size, largest first (ties keep
             // the order the axes were met): on [2, 4], x batch 0 and y batch 1 give [1, 0].
             if let Some(s) = sizes {
-                merged.sort_by_key(|&a| std::cmp::Reverse(s.mesh.get(a).copied().unwrap_or(1)));
+                let mut axes: Vec<MeshAxis> = merged.to_vec();
+                axes.sort_by_key(|a| {
+                    std::cmp::Reverse(s.mesh.get(a.index()).copied().unwrap_or(1))
+                });
+                merged = DimAxes::from_axes(axes).unwrap_or(merged);
             }
             Ok(merged)
         }
     }
 }
 
-fn show(axes: &[usize]) -> String {
+fn show(axes: &[MeshAxis]) -> String {
     axes.iter()
         .map(|a| a.to_string())
         .collect::<Vec<_>>()
@@ -251,10 +254,10 @@ pub fn letters(n: usize) -> String {
 /// Keeps each mesh axis on the last dim that claims it, as converting a dims mapping to
 /// placements and back does in Paddle 3.3.1 (relu `[0, 0]` gives `[-1, 0]`).
 pub fn normalize_through_placements(dims: &Dims) -> Dims {
-    let mut out: Dims = vec![Vec::new(); dims.len()];
-    let mut seen: Vec<usize> = Vec::new();
+    let mut out: Dims = smallvec::smallvec![DimAxes::WHOLE; dims.len()];
+    let mut seen: Vec<MeshAxis> = Vec::new();
     for (d, axes) in dims.iter().enumerate().rev() {
-        for &a in axes {
+        for &a in axes.iter() {
             if !seen.contains(&a) {
                 seen.push(a);
                 out[d].push(a);

@@ -9,7 +9,7 @@
 //! (a reshard), except that multiply keeps x's partial (Paddle 3.3.1).
 
 use super::einsum::{letters, merge, normalize_through_placements, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, DistTensor, Inferred, Result, Sharding};
+use super::{arg, check_rank, DistTensor, Inferred, Layout, MeshAxis, Partial, Result};
 use crate::ir::infer::broadcast;
 
 /// Letters of a broadcast operand: aligned right, `1` for a size-1 dim the output expands.
@@ -42,25 +42,24 @@ pub fn binary_forward(inputs: &[DistTensor], keep_x_partial: bool) -> Result<Inf
     )?;
     let out_dims = map.dims(&ol);
     let partial = if keep_x_partial {
-        let used: Vec<usize> = out_dims.iter().flatten().copied().collect();
-        x.sharding
+        let used: Vec<MeshAxis> = out_dims.iter().flat_map(|d| d.iter().copied()).collect();
+        x.layout
             .partial
             .iter()
-            .copied()
             .filter(|(a, _)| !used.contains(a))
             .collect()
     } else {
-        Vec::new()
+        Partial::NONE
     };
     Ok(Inferred {
         inputs: vec![
-            Sharding {
+            Layout {
                 dims: map.dims(&xl),
-                partial: partial.clone(),
+                partial,
             },
-            Sharding::from_dims(map.dims(&yl)),
+            Layout::from_dims(map.dims(&yl)),
         ],
-        outputs: vec![Sharding {
+        outputs: vec![Layout {
             dims: out_dims,
             partial,
         }],
@@ -86,10 +85,10 @@ pub fn binary_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<
     let yl = operand_letters(&ol, &out.shape, &y.shape);
     Ok(Inferred {
         inputs: vec![
-            Sharding::from_dims(map.dims(&xl)),
-            Sharding::from_dims(map.dims(&yl)),
+            Layout::from_dims(map.dims(&xl)),
+            Layout::from_dims(map.dims(&yl)),
         ],
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }
 
@@ -99,8 +98,8 @@ pub fn unary_forward(inputs: &[DistTensor], n_outputs: usize) -> Result<Inferred
     check_rank(x, "unary X")?;
     let dims = normalize_through_placements(x.dims());
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims.clone())],
-        outputs: vec![Sharding::from_dims(dims); n_outputs.max(1)],
+        inputs: vec![Layout::from_dims(dims.clone())],
+        outputs: vec![Layout::from_dims(dims); n_outputs.max(1)],
     })
 }
 
@@ -120,7 +119,7 @@ pub fn unary_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<I
     )?;
     let dims = map.dims(&ol);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims.clone())],
-        outputs: vec![Sharding::from_dims(dims); outputs.len()],
+        inputs: vec![Layout::from_dims(dims.clone())],
+        outputs: vec![Layout::from_dims(dims); outputs.len()],
     })
 }

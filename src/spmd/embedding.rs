@@ -8,7 +8,7 @@
 //! A vocab-split table with a padding_idx is an error (Paddle raises too).
 
 use super::einsum::{letters, merge, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, DistTensor, Inferred, Result, Sharding, SpmdError};
+use super::{arg, check_rank, DistTensor, Inferred, Layout, Result, SpmdError};
 use crate::dist::ReduceType;
 
 /// Forward from ids and table.
@@ -34,10 +34,10 @@ pub fn forward(inputs: &[DistTensor], padding_idx: i64) -> Result<Inferred> {
     let partial = vocab.iter().map(|&a| (a, ReduceType::Sum)).collect();
     Ok(Inferred {
         inputs: vec![
-            Sharding::from_dims(map.dims(&il)),
-            Sharding::from_dims(map.dims("jk")),
+            Layout::from_dims(map.dims(&il)),
+            Layout::from_dims(map.dims("jk")),
         ],
-        outputs: vec![Sharding {
+        outputs: vec![Layout {
             dims: map.dims(&ol),
             partial,
         }],
@@ -59,9 +59,9 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<Inferre
     )?;
     Ok(Inferred {
         inputs: vec![
-            Sharding::from_dims(map.dims(&il)),
-            Sharding::from_dims(map.dims("jk")),
+            Layout::from_dims(map.dims(&il)),
+            Layout::from_dims(map.dims("jk")),
         ],
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }

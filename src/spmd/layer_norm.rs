@@ -7,25 +7,24 @@
 //! ```
 
 use super::einsum::{letters, merge, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding};
+use super::{arg, check_rank, DimAxes, Dims, DistTensor, Inferred, Layout, Result};
 
 fn result(x_dims: &Dims, begin: usize, has_scale: bool, has_bias: bool) -> Inferred {
     let dims: Dims = x_dims
         .iter()
         .enumerate()
-        .map(|(d, a)| if d >= begin { Vec::new() } else { a.clone() })
+        .map(|(d, a)| if d >= begin { DimAxes::WHOLE } else { *a })
         .collect();
     let stats: Dims = dims.iter().take(begin).cloned().collect();
-    let mut inputs = vec![Sharding::from_dims(dims.clone())];
-    inputs.extend(
-        (0..usize::from(has_scale) + usize::from(has_bias)).map(|_| Sharding::replicated(1)),
-    );
+    let mut inputs = vec![Layout::from_dims(dims.clone())];
+    inputs
+        .extend((0..usize::from(has_scale) + usize::from(has_bias)).map(|_| Layout::replicated(1)));
     Inferred {
         inputs,
         outputs: vec![
-            Sharding::from_dims(dims),
-            Sharding::from_dims(stats.clone()),
-            Sharding::from_dims(stats),
+            Layout::from_dims(dims),
+            Layout::from_dims(stats.clone()),
+            Layout::from_dims(stats),
         ],
     }
 }

@@ -11,7 +11,7 @@
 //! axis first.
 
 use super::einsum::{letter_sizes, letters, merge, AxisMap, OnAxisConflict, OnMeshConflict, Sizes};
-use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
+use super::{arg, check_rank, DimAxes, Dims, DistTensor, Inferred, Layout, Result, SpmdError};
 use crate::dist::ReduceType;
 
 /// Which letter keeps a mesh axis that several claim (Paddle 3.3.1): the output's letters in
@@ -67,13 +67,7 @@ fn operand_dims(map: &AxisMap, letters: &str, shape: &[usize], trans: bool) -> D
     let mut dims: Dims = letters
         .chars()
         .zip(shape)
-        .map(|(l, &s)| {
-            if s == 1 {
-                Vec::new()
-            } else {
-                map.get(l).to_vec()
-            }
-        })
+        .map(|(l, &s)| if s == 1 { DimAxes::WHOLE } else { map.get(l) })
         .collect();
     swap_last_two(&mut dims, trans);
     dims
@@ -107,7 +101,7 @@ pub fn forward(
         OnMeshConflict::KeepByPriority(KEEP_ORDER),
         Some(&sizes),
     )?;
-    let out = Sharding {
+    let out = Layout {
         dims: map.dims(&ol),
         partial: map
             .contracted_axes(&ol)
@@ -117,8 +111,8 @@ pub fn forward(
     };
     Ok(Inferred {
         inputs: vec![
-            Sharding::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
-            Sharding::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
+            Layout::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
+            Layout::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
         ],
         outputs: vec![out],
     })
@@ -153,9 +147,9 @@ pub fn backward(
     swap_last_two(&mut ys, trans_y);
     Ok(Inferred {
         inputs: vec![
-            Sharding::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
-            Sharding::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
+            Layout::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
+            Layout::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
         ],
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }

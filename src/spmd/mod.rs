@@ -24,56 +24,28 @@ mod split;
 mod transpose;
 
 use crate::dist::ReduceType;
-use serde::Serialize;
 
-/// The mesh axes splitting each dim of a tensor (outermost first; empty = replicated).
-pub type Dims = Vec<Vec<usize>>;
-
-/// A sharding without its mesh: dims and partial status.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Sharding {
-    pub dims: Dims,
-    /// Partial mesh axes, sorted, each once.
-    pub partial: Vec<(usize, ReduceType)>,
-}
-
-impl Sharding {
-    /// Replicated over `rank` dims.
-    pub fn replicated(rank: usize) -> Sharding {
-        Sharding {
-            dims: vec![Vec::new(); rank],
-            partial: Vec::new(),
-        }
-    }
-
-    /// Not partial, with these dims.
-    pub fn from_dims(dims: Dims) -> Sharding {
-        Sharding {
-            dims,
-            partial: Vec::new(),
-        }
-    }
-}
+pub use crate::dist::{DimAxes, Dims, Layout, MeshAxis, Partial};
 
 /// A tensor as a rule sees it: its global shape and its current sharding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DistTensor {
     pub shape: Vec<usize>,
-    pub sharding: Sharding,
+    pub layout: Layout,
 }
 
 impl DistTensor {
     /// The tensor's dims.
     pub fn dims(&self) -> &Dims {
-        &self.sharding.dims
+        &self.layout.dims
     }
 }
 
 /// What a rule infers: the sharding each input should have and each output gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Inferred {
-    pub inputs: Vec<Sharding>,
-    pub outputs: Vec<Sharding>,
+    pub inputs: Vec<Layout>,
+    pub outputs: Vec<Layout>,
 }
 
 /// A rule failure (Paddle raises in the same situations).
@@ -251,7 +223,7 @@ impl Rule {
                 inputs: Vec::new(),
                 outputs: outputs
                     .iter()
-                    .map(|o| Sharding::from_dims(o.dims().clone()))
+                    .map(|o| Layout::from_dims(o.dims().clone()))
                     .collect(),
             }),
         }
@@ -264,9 +236,9 @@ fn replicate(dims: &Dims, axes: &[usize]) -> Dims {
         .enumerate()
         .map(|(d, a)| {
             if axes.contains(&d) {
-                Vec::new()
+                DimAxes::WHOLE
             } else {
-                a.clone()
+                *a
             }
         })
         .collect()
@@ -289,13 +261,13 @@ fn arg<'a>(tensors: &'a [DistTensor], i: usize, rule: &str) -> Result<&'a DistTe
 
 /// Checks that a tensor's dims list matches its rank.
 fn check_rank(t: &DistTensor, what: &str) -> Result<()> {
-    if t.sharding.dims.len() == t.shape.len() {
+    if t.layout.dims.len() == t.shape.len() {
         Ok(())
     } else {
         Err(SpmdError(format!(
             "{what}: the tensor's rank [{}] and its dims_mapping size [{}] do not match",
             t.shape.len(),
-            t.sharding.dims.len()
+            t.layout.dims.len()
         )))
     }
 }

@@ -8,7 +8,7 @@
 //! A reduced letter that is split makes the output partial on its mesh axes.
 
 use super::einsum::{letters, merge, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, DistTensor, Inferred, Result, Sharding};
+use super::{arg, check_rank, DistTensor, Inferred, Layout, Result};
 use crate::dist::ReduceType;
 
 /// Output letters: the input's without the reduced ones (`1` for them with keep_dim).
@@ -46,8 +46,8 @@ pub fn forward(
         .map(|a| (a, reduce))
         .collect();
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(map.dims(&xl))],
-        outputs: vec![Sharding {
+        inputs: vec![Layout::from_dims(map.dims(&xl))],
+        outputs: vec![Layout {
             dims: map.dims(&ol),
             partial,
         }],
@@ -84,7 +84,7 @@ pub fn backward(
         None,
     )?;
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(map.dims(&xl))],
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        inputs: vec![Layout::from_dims(map.dims(&xl))],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }

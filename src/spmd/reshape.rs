@@ -10,7 +10,9 @@
 //! (`[8,16][0,1] -> [4,32]` gives `[0,-1]`); otherwise the group is replicated. When the first merged dim is split, later
 //! split dims of the group join it as a co-shard (Paddle 3.3.1) if the first dim divides.
 
-use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
+use super::{
+    arg, check_rank, DimAxes, Dims, DistTensor, Inferred, Layout, MeshAxis, Result, SpmdError,
+};
 
 /// Groups of non-size-1 dims with equal products: (source dims, destination dims).
 fn groups(src: &[usize], dst: &[usize]) -> Result<Vec<(Vec<usize>, Vec<usize>)>> {
@@ -49,9 +51,9 @@ fn groups(src: &[usize], dst: &[usize]) -> Result<Vec<(Vec<usize>, Vec<usize>)>>
     Ok(out)
 }
 
-fn shards(mesh: &[usize], axes: &[usize]) -> usize {
+fn shards(mesh: &[usize], axes: &[MeshAxis]) -> usize {
     axes.iter()
-        .map(|&a| mesh.get(a).copied().unwrap_or(1))
+        .map(|&a| mesh.get(a.index()).copied().unwrap_or(1))
         .product()
 }
 
@@ -62,20 +64,22 @@ pub fn transform(
     src: &Dims,
     dst_shape: &[usize],
 ) -> Result<(Dims, Dims)> {
-    let mut src_wanted: Dims = vec![Vec::new(); src_shape.len()];
-    let mut dst: Dims = vec![Vec::new(); dst_shape.len()];
+    let mut src_wanted: Dims = smallvec::smallvec![DimAxes::WHOLE; src_shape.len()];
+    let mut dst: Dims = smallvec::smallvec![DimAxes::WHOLE; dst_shape.len()];
     for (gs, gd) in groups(src_shape, dst_shape)? {
         let first = gs[0];
         let own = src.get(first).cloned().unwrap_or_default();
-        let mut axes = own.clone();
+        let mut axes = own;
         if !axes.is_empty() {
             for &k in &gs[1..] {
                 let more = src.get(k).cloned().unwrap_or_default();
                 if more.is_empty() {
                     continue;
                 }
-                let mut trial = axes.clone();
-                trial.extend(more.iter().filter(|a| !axes.contains(a)));
+                let mut trial = axes;
+                for &a in more.iter().filter(|a| !axes.contains(a)) {
+                    trial.push(a);
+                }
                 if src_shape[first].is_multiple_of(shards(mesh, &trial)) {
                     axes = trial;
                 }
@@ -90,8 +94,9 @@ pub fn transform(
             .map(|n| &axes[..n])
             .find(|prefix| piece.is_multiple_of(shards(mesh, prefix)));
         if let Some(kept) = kept.filter(|k| !k.is_empty()) {
-            src_wanted[first] = kept.to_vec();
-            dst[gd[0]] = kept.to_vec();
+            let kept = DimAxes::from_axes(kept.iter().copied()).unwrap_or_default();
+            src_wanted[first] = kept;
+            dst[gd[0]] = kept;
         }
     }
     Ok((src_wanted, dst))
@@ -103,8 +108,8 @@ pub fn forward(mesh: &[usize], inputs: &[DistTensor], target: &[usize]) -> Resul
     check_rank(x, "reshape X")?;
     let (wanted, out) = transform(mesh, &x.shape, x.dims(), target)?;
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(wanted)],
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: vec![Layout::from_dims(wanted)],
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -115,7 +120,7 @@ pub fn backward(mesh: &[usize], inputs: &[DistTensor], outputs: &[DistTensor]) -
     check_rank(out, "reshape Out")?;
     let (out_wanted, x_dims) = transform(mesh, &out.shape, out.dims(), &x.shape)?;
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(x_dims)],
-        outputs: vec![Sharding::from_dims(out_wanted)],
+        inputs: vec![Layout::from_dims(x_dims)],
+        outputs: vec![Layout::from_dims(out_wanted)],
     })
 }

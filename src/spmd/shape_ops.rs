@@ -8,14 +8,14 @@
 //! tile(repeat=[2,1,1]) x[0,1]            =>  out [-1,0,1]
 //! ```
 
-use super::{arg, check_rank, replicate, Dims, DistTensor, Inferred, Result, Sharding};
+use super::{arg, check_rank, replicate, DimAxes, Dims, DistTensor, Inferred, Layout, Result};
 
 /// `dims` without the dims at `removed` (squeeze, decreased slice axes).
 fn drop_dims(dims: &Dims, removed: &[usize]) -> Dims {
     dims.iter()
         .enumerate()
         .filter(|(d, _)| !removed.contains(d))
-        .map(|(_, a)| a.clone())
+        .map(|(_, a)| *a)
         .collect()
 }
 
@@ -26,7 +26,7 @@ fn insert_replicated(rank: usize, inserted: &[usize], kept: &Dims) -> Dims {
     (0..rank)
         .map(|d| {
             if inserted.contains(&d) {
-                Vec::new()
+                DimAxes::WHOLE
             } else {
                 from_kept.next().cloned().unwrap_or_default()
             }
@@ -45,8 +45,8 @@ pub fn slice_forward(
     let dims = replicate(x.dims(), axes);
     let out = drop_dims(&dims, decrease);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims)],
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: vec![Layout::from_dims(dims)],
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -63,8 +63,8 @@ pub fn slice_backward(
     let dims = replicate(&dims, axes);
     let out_dims = drop_dims(&dims, decrease);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims)],
-        outputs: vec![Sharding::from_dims(out_dims)],
+        inputs: vec![Layout::from_dims(dims)],
+        outputs: vec![Layout::from_dims(out_dims)],
     })
 }
 
@@ -75,8 +75,8 @@ pub fn squeeze_forward(inputs: &[DistTensor], axes: &[usize]) -> Result<Inferred
     let out = drop_dims(x.dims(), axes);
     let wanted = replicate(x.dims(), axes);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(wanted)],
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: vec![Layout::from_dims(wanted)],
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -90,8 +90,8 @@ pub fn squeeze_backward(
     let out = arg(outputs, 0, "squeeze")?;
     let dims = insert_replicated(x.shape.len(), axes, out.dims());
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims)],
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        inputs: vec![Layout::from_dims(dims)],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }
 
@@ -101,8 +101,8 @@ pub fn unsqueeze_forward(inputs: &[DistTensor], positions: &[usize]) -> Result<I
     check_rank(x, "unsqueeze X")?;
     let out = insert_replicated(x.shape.len() + positions.len(), positions, x.dims());
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(x.dims().clone())],
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: vec![Layout::from_dims(x.dims().clone())],
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -117,8 +117,8 @@ pub fn unsqueeze_backward(
     let dims = drop_dims(out.dims(), positions);
     let out_dims = replicate(out.dims(), positions);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims)],
-        outputs: vec![Sharding::from_dims(out_dims)],
+        inputs: vec![Layout::from_dims(dims)],
+        outputs: vec![Layout::from_dims(out_dims)],
     })
 }
 
@@ -143,17 +143,17 @@ pub fn tile_forward(inputs: &[DistTensor], repeat: &[usize]) -> Result<Inferred>
         .enumerate()
         .map(|(d, a)| {
             if rep_at(d + lead) > 1 {
-                Vec::new()
+                DimAxes::WHOLE
             } else {
-                a.clone()
+                *a
             }
         })
         .collect();
-    let mut out: Dims = vec![Vec::new(); lead];
+    let mut out: Dims = smallvec::smallvec![DimAxes::WHOLE; lead];
     out.extend(wanted.iter().cloned());
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(wanted)],
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: vec![Layout::from_dims(wanted)],
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -178,16 +178,16 @@ pub fn tile_backward(
     let dims: Dims = (0..x.shape.len())
         .map(|d| {
             if rep_at(d + lead) > 1 {
-                Vec::new()
+                DimAxes::WHOLE
             } else {
                 out.dims().get(d + lead).cloned().unwrap_or_default()
             }
         })
         .collect();
-    let mut out_dims: Dims = vec![Vec::new(); lead];
+    let mut out_dims: Dims = smallvec::smallvec![DimAxes::WHOLE; lead];
     out_dims.extend(dims.iter().cloned());
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims)],
-        outputs: vec![Sharding::from_dims(out_dims)],
+        inputs: vec![Layout::from_dims(dims)],
+        outputs: vec![Layout::from_dims(out_dims)],
     })
 }

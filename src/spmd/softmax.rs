@@ -5,7 +5,7 @@
 //! softmax(axis=-1) x[0,-1,1]   =>  x wanted [0,-1,-1] (a reshard), out [0,-1,-1]
 //! ```
 
-use super::{arg, check_rank, replicate, DistTensor, Inferred, Result, Sharding};
+use super::{arg, check_rank, replicate, DistTensor, Inferred, Layout, Result};
 
 /// Forward: the input with the softmax axes replicated; the output the same.
 pub fn forward(inputs: &[DistTensor], axes: &[usize]) -> Result<Inferred> {
@@ -13,8 +13,8 @@ pub fn forward(inputs: &[DistTensor], axes: &[usize]) -> Result<Inferred> {
     check_rank(x, "softmax X")?;
     let dims = replicate(x.dims(), axes);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims.clone())],
-        outputs: vec![Sharding::from_dims(dims)],
+        inputs: vec![Layout::from_dims(dims.clone())],
+        outputs: vec![Layout::from_dims(dims)],
     })
 }
 
@@ -25,7 +25,7 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], axes: &[usize]) -
     check_rank(out, "softmax Out")?;
     let dims = replicate(out.dims(), axes);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims.clone())],
-        outputs: vec![Sharding::from_dims(dims)],
+        inputs: vec![Layout::from_dims(dims.clone())],
+        outputs: vec![Layout::from_dims(dims)],
     })
 }

@@ -5,12 +5,12 @@
 //! ```
 
 use super::einsum::{letters, merge, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding};
+use super::{arg, check_rank, DimAxes, Dims, DistTensor, Inferred, Layout, Result};
 
 fn without_axis(dims: &Dims, axis: usize) -> Dims {
     dims.iter()
         .enumerate()
-        .map(|(d, a)| if d == axis { Vec::new() } else { a.clone() })
+        .map(|(d, a)| if d == axis { DimAxes::WHOLE } else { *a })
         .collect()
 }
 
@@ -20,8 +20,8 @@ pub fn forward(inputs: &[DistTensor], axis: usize, outputs: usize) -> Result<Inf
     check_rank(x, "split X")?;
     let dims = without_axis(x.dims(), axis);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims.clone())],
-        outputs: vec![Sharding::from_dims(dims); outputs],
+        inputs: vec![Layout::from_dims(dims.clone())],
+        outputs: vec![Layout::from_dims(dims); outputs],
     })
 }
 
@@ -38,7 +38,7 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], axis: usize) -> R
     )?;
     let dims = without_axis(&map.dims(&xl), axis);
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims.clone())],
-        outputs: vec![Sharding::from_dims(dims); outputs.len()],
+        inputs: vec![Layout::from_dims(dims.clone())],
+        outputs: vec![Layout::from_dims(dims); outputs.len()],
     })
 }

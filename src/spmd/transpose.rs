@@ -5,7 +5,7 @@
 //! transpose(perm=[1,0])   x[0,0]       =>  out [0,-1]   (x read as [-1,0], Paddle 3.3.1)
 //! ```
 
-use super::{arg, check_rank, Dims, DistTensor, Inferred, Result, Sharding, SpmdError};
+use super::{arg, check_rank, DimAxes, Dims, DistTensor, Inferred, Layout, Result, SpmdError};
 
 fn check_perm(perm: &[usize], rank: usize) -> Result<()> {
     let mut seen = vec![false; rank];
@@ -34,10 +34,10 @@ pub fn forward(inputs: &[DistTensor], perm: &[usize]) -> Result<Inferred> {
     // the last dim keeps the axis (x [0, 0] is [-1, 0]), and that is what is permuted. The
     // input's own mapping is returned unchanged, as Paddle does.
     let normal = super::einsum::normalize_through_placements(x.dims());
-    let out: Dims = perm.iter().map(|&p| normal[p].clone()).collect();
+    let out: Dims = perm.iter().map(|&p| normal[p]).collect();
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(x.dims().clone())],
-        outputs: vec![Sharding::from_dims(out)],
+        inputs: vec![Layout::from_dims(x.dims().clone())],
+        outputs: vec![Layout::from_dims(out)],
     })
 }
 
@@ -47,12 +47,12 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], perm: &[usize]) -
     let out = arg(outputs, 0, "transpose")?;
     check_rank(out, "transpose Out")?;
     check_perm(perm, x.shape.len())?;
-    let mut dims: Dims = vec![Vec::new(); x.shape.len()];
+    let mut dims: Dims = smallvec::smallvec![DimAxes::WHOLE; x.shape.len()];
     for (i, &p) in perm.iter().enumerate() {
-        dims[p] = out.dims()[i].clone();
+        dims[p] = out.dims()[i];
     }
     Ok(Inferred {
-        inputs: vec![Sharding::from_dims(dims)],
-        outputs: vec![Sharding::from_dims(out.dims().clone())],
+        inputs: vec![Layout::from_dims(dims)],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
     })
 }

@@ -27,7 +27,7 @@ pub fn block_owners(attr: &TensorDistAttr) -> Vec<Vec<Vec<u32>>> {
         let index = |d: usize| {
             attr.dims.get(d).map_or(0, |axes| {
                 axes.iter()
-                    .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a])
+                    .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a.index()])
             })
         };
         let (r, c) = match attr.rank() {
@@ -105,7 +105,7 @@ pub fn Inspector() -> Html {
                     <select data-dim={d.to_string()} {onchange}>
                         <option value="?" selected={current == "?"}>{ "free (?)" }</option>
                         <option value="-" selected={current == "-"}>{ "replicated (-)" }</option>
-                        { for (0..mesh.ndim()).map(|a| html! {
+                        { for mesh.axes().map(|a| html! {
                             <option value={a.to_string()} selected={current == a.to_string()}>{ format!("split over {}", mesh.axis_name(a)) }</option>
                         }) }
                     </select>

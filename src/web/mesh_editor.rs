@@ -95,7 +95,7 @@ pub fn MeshEditor() -> Html {
                 let _ = t.set_data(super::inspector::AXIS_DRAG_TYPE, &i.to_string());
             }
         });
-        html! { <label class="axis-name" draggable="true" {ondragstart} data-axis={i.to_string()} title="drag onto a tensor dim to split it over this axis">{ format!("axis {i} ({}): ", mesh.axis_size(i)) }<input type="text" value={n.clone()} {onchange} size="5" /></label> }
+        html! { <label class="axis-name" draggable="true" {ondragstart} data-axis={i.to_string()} title="drag onto a tensor dim to split it over this axis">{ format!("axis {i} ({}): ", mesh.shape().get(i).copied().unwrap_or(1)) }<input type="text" value={n.clone()} {onchange} size="5" /></label> }
     });
     let lit = s
         .pipeline

@@ -32,8 +32,12 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
     let rows = mesh.size() / cols.max(1);
     let width = MARGIN + cols as f64 * (CELL + GAP);
     let height = MARGIN + rows as f64 * (CELL + GAP);
-    let col_axis = mesh.axis_name(shape.len() - 1).to_string();
-    let row_axes: Vec<&str> = (0..shape.len() - 1).map(|a| mesh.axis_name(a)).collect();
+    let names = mesh.dim_names();
+    let col_axis = names.last().cloned().unwrap_or_default();
+    let row_axes: Vec<&str> = names[..names.len().saturating_sub(1)]
+        .iter()
+        .map(String::as_str)
+        .collect();
     let devices = mesh.process_ids().iter().enumerate().map(|(i, &pid)| {
         let (r, c) = (i / cols, i % cols);
         let x = MARGIN + c as f64 * (CELL + GAP);

@@ -32,7 +32,7 @@ pub fn paddle_config_plan(config: &Value) -> Plan {
         for (d, axis) in list.iter().enumerate() {
             attr.annotated[d] = true;
             if let Some(a) = axis.as_str() {
-                attr.dims[d] = vec![mesh.axis_by_name(a).unwrap()];
+                attr.dims[d] = shardlab::dist::DimAxes::one(mesh.axis_by_name(a).unwrap());
             }
         }
         annotations.push(Annotation { var, attr });
@@ -140,9 +140,9 @@ pub fn random_plan_of(
                     0 => {}
                     1 => attr.annotated[d] = true,
                     c => {
-                        let axis = (c - 2) % mesh.ndim();
+                        let axis = shardlab::dist::MeshAxis::new((c - 2) % mesh.ndim()).unwrap();
                         let mut trial = attr.clone();
-                        trial.dims[d] = vec![axis];
+                        trial.dims[d] = shardlab::dist::DimAxes::one(axis);
                         trial.annotated[d] = true;
                         if trial.validate(&var_ref.name, &var_ref.ty.shape).is_ok() {
                             attr = trial;

@@ -14,13 +14,15 @@ mod print;
 pub mod trace;
 
 pub use print::{attrs_text, completed_json, completed_text, explain_text};
-pub use trace::{Conflict, Direction, Event, EventKind, PackedAxes, Step, Trace};
+pub use trace::{Conflict, Direction, Event, EventKind, Step, Trace};
 
-use crate::dist::{local_shape, DistImpl, OperatorDistAttr, ProcessMesh, TensorDistAttr};
+use crate::dist::{
+    local_shape, DimAxes, DistImpl, OperatorDistAttr, Partial, ProcessMesh, TensorDistAttr,
+};
 use crate::ir::{OpId, OpType, Program, VarId};
 use crate::plan::{verify_plan, Plan, PlanIssue};
 use crate::spmd::registry::{rule_for, Binding};
-use crate::spmd::{DistTensor, Inferred, Sharding};
+use crate::spmd::{DistTensor, Inferred, Layout};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -66,7 +68,7 @@ struct State<'a> {
     sweep: u16,
     direction: Direction,
     /// Rejections already recorded, so each conflict appears once in the trace.
-    rejected: HashSet<(VarId, u16, PackedAxes, Conflict)>,
+    rejected: HashSet<(VarId, u16, DimAxes, Conflict)>,
     /// The ops reading or writing each variable.
     users: Vec<Vec<OpId>>,
     /// Ops whose variables changed since they were last visited; a clean op's rule would
@@ -129,10 +131,7 @@ pub fn complete_from(
     for ann in &plan.annotations {
         for (d, axes) in ann.attr.dims.iter().enumerate() {
             if !axes.is_empty() {
-                state
-                    .trace
-                    .annotations
-                    .push((ann.var, d as u16, PackedAxes::pack(axes)));
+                state.trace.annotations.push((ann.var, d as u16, *axes));
             }
         }
         state.tensors[ann.var.index()] = ann.attr.clone();
@@ -183,9 +182,9 @@ impl State<'_> {
         let attr = &self.tensors[v.index()];
         DistTensor {
             shape: self.program.var(v).ty.shape.clone(),
-            sharding: Sharding {
+            layout: Layout {
                 dims: attr.dims.clone(),
-                partial: attr.partial.clone(),
+                partial: attr.partial,
             },
         }
     }
@@ -235,8 +234,8 @@ impl State<'_> {
         op: OpId,
         var: VarId,
         dim: Option<usize>,
-        before: &[usize],
-        after: &[usize],
+        before: &DimAxes,
+        after: &DimAxes,
         kind: EventKind,
     ) {
         self.trace.events.push(Event {
@@ -245,8 +244,8 @@ impl State<'_> {
             op,
             var,
             dim: dim.map(|d| d as u16),
-            before: PackedAxes::pack(before),
-            after: PackedAxes::pack(after),
+            before: *before,
+            after: *after,
             kind,
         });
     }
@@ -256,8 +255,8 @@ impl State<'_> {
         &mut self,
         op: OpId,
         var: VarId,
-        fwd: Option<&Sharding>,
-        bwd: Option<&Sharding>,
+        fwd: Option<&Layout>,
+        bwd: Option<&Layout>,
     ) -> bool {
         let rank = self.tensors[var.index()].rank();
         let mut changed = false;
@@ -266,13 +265,13 @@ impl State<'_> {
             let g = bwd.and_then(|s| s.dims.get(d)).filter(|a| !a.is_empty());
             let (proposal, from_outputs) = match (f, g) {
                 (None, None) => continue,
-                (Some(a), None) => (a.clone(), false),
-                (None, Some(b)) => (b.clone(), true),
-                (Some(a), Some(b)) if a == b => (a.clone(), false),
+                (Some(a), None) => (*a, false),
+                (None, Some(b)) => (*b, true),
+                (Some(a), Some(b)) if a == b => (*a, false),
                 (Some(a), Some(_)) => {
-                    let current = self.tensors[var.index()].dims[d].clone();
+                    let current = self.tensors[var.index()].dims[d];
                     if current != *a {
-                        self.reject(op, var, d, &current, &a.clone(), Conflict::RulesDisagree);
+                        self.reject(op, var, d, &current, a, Conflict::RulesDisagree);
                     }
                     continue;
                 }
@@ -287,11 +286,11 @@ impl State<'_> {
         op: OpId,
         var: VarId,
         d: usize,
-        proposal: Vec<usize>,
+        proposal: DimAxes,
         from_outputs: bool,
     ) -> bool {
         let attr = &self.tensors[var.index()];
-        let current = attr.dims[d].clone();
+        let current = attr.dims[d];
         if current == proposal {
             return false;
         }
@@ -304,12 +303,12 @@ impl State<'_> {
                 .iter()
                 .enumerate()
                 .any(|(e, axes)| e != d && axes.contains(a))
-                || attr.partial.iter().any(|(p, _)| p == a)
+                || attr.partial.get(*a).is_some()
         }) {
             Some(Conflict::AxisInUse)
         } else {
             let mut trial = attr.clone();
-            trial.dims[d] = proposal.clone();
+            trial.dims[d] = proposal;
             let var_ty = &self.program.var(var).ty;
             local_shape("", &var_ty.shape, &trial)
                 .err()
@@ -321,7 +320,7 @@ impl State<'_> {
                 false
             }
             None => {
-                self.tensors[var.index()].dims[d] = proposal.clone();
+                self.tensors[var.index()].dims[d] = proposal;
                 self.touched.push(var);
                 self.event(
                     op,
@@ -342,35 +341,32 @@ impl State<'_> {
         op: OpId,
         var: VarId,
         d: usize,
-        current: &[usize],
-        proposal: &[usize],
+        current: &DimAxes,
+        proposal: &DimAxes,
         c: Conflict,
     ) {
-        if self
-            .rejected
-            .insert((var, d as u16, PackedAxes::pack(proposal), c))
-        {
+        if self.rejected.insert((var, d as u16, *proposal, c)) {
             self.event(op, var, Some(d), current, proposal, EventKind::Rejected(c));
         }
     }
 
     /// Output partial status follows the forward result (axes that split a dim excluded).
-    fn set_partial(&mut self, op: OpId, var: VarId, s: &Sharding) -> bool {
+    fn set_partial(&mut self, op: OpId, var: VarId, s: &Layout) -> bool {
         let attr = &self.tensors[var.index()];
         if attr.annotated.iter().any(|&a| a) {
             return false; // the user's annotation owns this tensor's partial status
         }
-        let partial: Vec<_> = s
+        let partial: Partial = s
             .partial
             .iter()
-            .copied()
             .filter(|(a, _)| !attr.dims.iter().any(|axes| axes.contains(a)))
             .collect();
         if partial == attr.partial {
             return false;
         }
-        let before: Vec<usize> = attr.partial.iter().map(|p| p.0).collect();
-        let after: Vec<usize> = partial.iter().map(|p| p.0).collect();
+        // A partial event lists the partial axes (at most a mesh's axes).
+        let axes_of = |p: &Partial| DimAxes::from_axes(p.axes()).unwrap_or_default();
+        let (before, after) = (axes_of(&attr.partial), axes_of(&partial));
         self.tensors[var.index()].partial = partial;
         self.touched.push(var);
         self.event(op, var, None, &before, &after, EventKind::Partial);
@@ -388,20 +384,15 @@ impl State<'_> {
             .unwrap_or_else(|_| Inferred {
                 inputs: ins
                     .iter()
-                    .map(|t| Sharding::replicated(t.shape.len()))
+                    .map(|t| Layout::replicated(t.shape.len()))
                     .collect(),
                 outputs: b
                     .outputs
                     .iter()
-                    .map(|&v| Sharding::replicated(self.program.var(v).ty.rank()))
+                    .map(|&v| Layout::replicated(self.program.var(v).ty.rank()))
                     .collect(),
             });
-        let to_attr = |s: &Sharding| TensorDistAttr {
-            mesh: self.mesh.clone(),
-            dims: s.dims.clone(),
-            partial: s.partial.clone(),
-            annotated: vec![false; s.dims.len()],
-        };
+        let to_attr = |s: &Layout| TensorDistAttr::new(self.mesh.clone(), s.clone());
         let mut attr = OperatorDistAttr::new(self.mesh.clone());
         attr.inputs = o
             .inputs

@@ -2,13 +2,13 @@
 
 use super::trace::{EventKind, Step};
 use super::Completed;
-use crate::dist::{OperatorDistAttr, TensorDistAttr};
+use crate::dist::{MeshAxis, OperatorDistAttr, TensorDistAttr};
 use crate::ir::{OpId, Program, VarId};
 use serde_json::{json, Value};
 
 /// `[dp, -]`, co-shards as `(dp, mp)`, plus ` partial(mp=SUM)`.
 pub fn shard_text(attr: &TensorDistAttr) -> String {
-    let name = |a: usize| attr.mesh.axis_name(a).to_string();
+    let name = |a: MeshAxis| attr.mesh.axis_name(a).to_string();
     let dims: Vec<String> = attr
         .dims
         .iter()
@@ -26,7 +26,7 @@ pub fn shard_text(attr: &TensorDistAttr) -> String {
         let p: Vec<String> = attr
             .partial
             .iter()
-            .map(|&(a, r)| format!("{}={}", name(a), r))
+            .map(|(a, r)| format!("{}={}", name(a), r))
             .collect();
         s.push_str(&format!(" partial({})", p.join(", ")));
     }
@@ -132,7 +132,7 @@ fn attr_json(attr: &TensorDistAttr) -> Value {
     json!({
         "dims_mapping": attr.dims_mapping(),
         "multi_dims_mapping": attr.dims,
-        "partial": attr.partial.iter().map(|&(a, r)| (a.to_string(), Value::from(r.name()))).collect::<serde_json::Map<_, _>>(),
+        "partial": attr.partial.iter().map(|(a, r)| (a.to_string(), Value::from(r.name()))).collect::<serde_json::Map<_, _>>(),
         "annotated": attr.annotated,
         "text": shard_text(attr),
     })
@@ -196,10 +196,10 @@ pub fn completed_json(program: &Program, c: &Completed) -> Value {
         "vars": vars,
         "ops": ops,
         "trace": {
-            "annotations": c.trace.annotations.iter().map(|(v, d, a)| json!({"var": program.var(*v).name, "dim": d, "axes": a.unpack()})).collect::<Vec<_>>(),
+            "annotations": c.trace.annotations.iter().map(|(v, d, a)| json!({"var": program.var(*v).name, "dim": d, "axes": a.to_vec()})).collect::<Vec<_>>(),
             "events": c.trace.events.iter().map(|e| json!({
                 "sweep": e.sweep, "direction": e.direction, "op": e.op.0, "var": program.var(e.var).name,
-                "dim": e.dim, "before": e.before.unpack(), "after": e.after.unpack(), "kind": e.kind,
+                "dim": e.dim, "before": e.before.to_vec(), "after": e.after.to_vec(), "kind": e.kind,
             })).collect::<Vec<_>>(),
             "rule_errors": c.trace.rule_errors.iter().map(|(o, m)| json!({"op": o.0, "message": m})).collect::<Vec<_>>(),
         },
@@ -219,7 +219,7 @@ pub fn op_vars(program: &Program, op: OpId) -> Vec<(VarId, usize)> {
 pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
     let v = program.var(var);
     let attr = &c.tensors[var.index()];
-    let names = |axes: &[usize]| {
+    let names = |axes: &[MeshAxis]| {
         if axes.is_empty() {
             "-".to_string()
         } else {
@@ -248,7 +248,7 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
                     format!(
                         "annotated: {} dim {dim} = {}",
                         program.var(var).name,
-                        names(&axes.unpack())
+                        names(&axes)
                     )
                 }
                 Step::Event(i) => {
@@ -265,7 +265,7 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
                         program.op(e.op).ty,
                         program.var(e.var).name,
                         e.dim.unwrap_or(0),
-                        names(&e.after.unpack())
+                        names(&e.after)
                     )
                     .replace("Forward", "forward")
                     .replace("Reverse", "reverse")
@@ -285,7 +285,7 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
                 e.op,
                 program.op(e.op).ty,
                 e.dim.unwrap_or(0),
-                names(&e.after.unpack()),
+                names(&e.after),
                 conflict.describe()
             )),
             _ => None,

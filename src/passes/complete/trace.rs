@@ -1,38 +1,9 @@
 //! The completion trace: every change (and every rejected proposal) as a compact event,
 //! and `explain`, which walks events back to the annotations that caused a dim's mapping.
 
+use crate::dist::DimAxes;
 use crate::ir::{OpId, VarId};
 use serde::Serialize;
-
-/// Mesh axes packed in a `u32`: up to 7 axes of 4 bits each plus a 4-bit count, so an event
-/// is a few words and the trace of a 96-layer model stays small.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
-pub struct PackedAxes(u32);
-
-impl PackedAxes {
-    /// Packs `axes` (each < 16, at most 7 of them; more are dropped).
-    pub fn pack(axes: &[usize]) -> PackedAxes {
-        let n = axes.len().min(7);
-        let mut bits = n as u32;
-        for (i, &a) in axes.iter().take(n).enumerate() {
-            bits |= ((a as u32) & 0xF) << (4 * (i + 1));
-        }
-        PackedAxes(bits)
-    }
-
-    /// The axes back as a list.
-    pub fn unpack(self) -> Vec<usize> {
-        let n = (self.0 & 0xF) as usize;
-        (0..n)
-            .map(|i| ((self.0 >> (4 * (i + 1))) & 0xF) as usize)
-            .collect()
-    }
-
-    /// No axes (replicated).
-    pub fn is_empty(self) -> bool {
-        self.0 & 0xF == 0
-    }
-}
 
 /// Which sweep produced an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -90,8 +61,8 @@ pub struct Event {
     pub var: VarId,
     /// The tensor dim, or `None` for partial status.
     pub dim: Option<u16>,
-    pub before: PackedAxes,
-    pub after: PackedAxes,
+    pub before: DimAxes,
+    pub after: DimAxes,
     pub kind: EventKind,
 }
 
@@ -99,7 +70,7 @@ pub struct Event {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Trace {
     /// (var, dim, axes) for every annotated dim that is split, in plan order.
-    pub annotations: Vec<(VarId, u16, PackedAxes)>,
+    pub annotations: Vec<(VarId, u16, DimAxes)>,
     pub events: Vec<Event>,
     /// Ops whose rule raised, with the message (completion falls back to replication).
     pub rule_errors: Vec<(OpId, String)>,
@@ -109,11 +80,7 @@ pub struct Trace {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Step {
     /// The user annotated `var`'s `dim` with these axes.
-    Annotated {
-        var: VarId,
-        dim: u16,
-        axes: PackedAxes,
-    },
+    Annotated { var: VarId, dim: u16, axes: DimAxes },
     /// The event at this index of `Trace::events`.
     Event(usize),
 }

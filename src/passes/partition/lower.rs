@@ -5,6 +5,7 @@
 
 use super::rank::{PartitionError, RankBuilder};
 use super::reshard::reshard;
+use crate::dist::MeshAxis;
 use crate::dist::{DistImpl, OperatorDistAttr, TensorDistAttr};
 use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
@@ -16,7 +17,7 @@ fn start_index(b: &RankBuilder, w: &TensorDistAttr, local_rows: usize) -> i64 {
 
 /// The global index of this rank's first element of a dim split over `axes` in blocks of
 /// `local` (the first axis is the major one, as in `local_shape`).
-fn block_start(b: &RankBuilder, axes: &[usize], local: usize) -> i64 {
+fn block_start(b: &RankBuilder, axes: &[MeshAxis], local: usize) -> i64 {
     let index = axes
         .iter()
         .fold(0usize, |acc, &a| acc * b.mesh.axis_size(a) + b.coord(a));
@@ -191,8 +192,10 @@ fn all_reduce_partial(b: &mut RankBuilder, v: VarId) {
     if attr.partial.is_empty() {
         return;
     }
-    let axes: Vec<usize> = attr.partial_axes();
-    let reduce = attr.partial[0].1;
+    let axes: Vec<MeshAxis> = attr.partial_axes();
+    let Some((_, reduce)) = attr.partial.first() else {
+        return;
+    };
     b.collective(
         OpType::AllReduce,
         v,

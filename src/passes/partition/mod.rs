@@ -8,6 +8,7 @@ pub mod rank;
 pub mod reshard;
 pub mod sync;
 
+use crate::dist::MeshAxis;
 use crate::dist::{DistImpl, OperatorDistAttr, ReduceType, TensorDistAttr};
 use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
@@ -67,7 +68,7 @@ pub fn partition(
     dp: &DistProgram,
     forward_of: &HashMap<OpId, OpId>,
     param_grads: &[VarId],
-    loss_avg_axes: &[usize],
+    loss_avg_axes: &[MeshAxis],
     opts: &PartitionOptions,
 ) -> Result<Partitioned, PartitionError> {
     let mut marks = Marks {
@@ -151,7 +152,7 @@ fn partition_rank(
     rank: u32,
     forward_of: &HashMap<OpId, OpId>,
     marks: &Marks,
-    loss_avg_axes: &[usize],
+    loss_avg_axes: &[MeshAxis],
     opts: &PartitionOptions,
     groups: &mut Groups,
 ) -> Result<RankProgram, PartitionError> {
@@ -240,7 +241,7 @@ fn sum_partials(
     let Some(wanted_out) = attr.outputs.first().and_then(|s| s.first()) else {
         return Ok(false);
     };
-    let partial = b.cur[first.index()].partial.clone();
+    let partial = b.cur[first.index()].partial;
     if partial.is_empty()
         || partial.iter().any(|p| p.1 != ReduceType::Sum)
         || marks.param_grad[out.index()]
@@ -259,7 +260,7 @@ fn sum_partials(
         return Ok(false);
     }
     b.local(op.clone());
-    let axes: Vec<usize> = partial.iter().map(|p| p.0).collect();
+    let axes: Vec<MeshAxis> = partial.iter().map(|p| p.0).collect();
     b.collective(
         OpType::AllReduce,
         out,

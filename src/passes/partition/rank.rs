@@ -2,7 +2,7 @@
 //! shapes, plus temporaries), the layout each variable is materialised in so far, and the
 //! job-wide registry of communication groups.
 
-use crate::dist::{local_shape, ProcessMesh, TensorDistAttr};
+use crate::dist::{local_shape, Layout, MeshAxis, ProcessMesh, TensorDistAttr};
 use crate::ir::{Attr, Op, OpRole, OpType, Program, Purpose, TensorType, Var, VarId, VarKind};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -164,7 +164,7 @@ pub struct RankBuilder<'a> {
     /// Role and namescope for ops appended now.
     pub role: OpRole,
     temps: usize,
-    pub reshard_cache: HashMap<(VarId, super::reshard::LayoutKey), VarId>,
+    pub reshard_cache: HashMap<(VarId, Layout), VarId>,
 }
 
 impl<'a> RankBuilder<'a> {
@@ -229,18 +229,15 @@ impl<'a> RankBuilder<'a> {
     }
 
     /// The ranks of this rank's group along `axes`.
-    pub fn group(&self, axes: &[usize]) -> Vec<u32> {
+    pub fn group(&self, axes: &[MeshAxis]) -> Vec<u32> {
         self.mesh
             .group_of(self.rank, axes)
             .unwrap_or_else(|| vec![self.rank])
     }
 
     /// This rank's coordinate on mesh axis `axis`.
-    pub fn coord(&self, axis: usize) -> usize {
-        self.mesh
-            .coords_of(self.rank)
-            .and_then(|c| c.get(axis).copied())
-            .unwrap_or(0)
+    pub fn coord(&self, axis: MeshAxis) -> usize {
+        self.mesh.coord(self.rank, axis)
     }
 
     /// Appends a collective over `axes` with `attrs` (group and ring id are filled in).
@@ -249,7 +246,7 @@ impl<'a> RankBuilder<'a> {
         ty: OpType,
         x: VarId,
         out: VarId,
-        axes: &[usize],
+        axes: &[MeshAxis],
         attrs: Vec<(&str, Attr)>,
         purpose: Purpose,
     ) {

@@ -15,15 +15,8 @@
 //! (`x@RESHARD@k`); a second consumer wanting the same layout reuses it.
 
 use super::rank::{PartitionError, RankBuilder};
-use crate::dist::{ReduceType, TensorDistAttr};
+use crate::dist::{MeshAxis, ReduceType, TensorDistAttr};
 use crate::ir::{Attr, Op, OpType, Purpose, VarId};
-
-/// What a reshard target is keyed on: its dims and partial axes (the mesh is the job's).
-pub type LayoutKey = (Vec<Vec<usize>>, Vec<(usize, ReduceType)>);
-
-fn key(attr: &TensorDistAttr) -> LayoutKey {
-    (attr.dims.clone(), attr.partial.clone())
-}
 
 /// Makes `v`'s contents available on this rank in layout `to`; returns the variable that
 /// holds them (`v` itself when nothing is needed).
@@ -33,30 +26,29 @@ pub fn reshard(
     to: &TensorDistAttr,
 ) -> Result<VarId, PartitionError> {
     let current = &b.cur[v.index()];
-    if current.dims == to.dims && current.partial == to.partial {
+    if current.layout == to.layout {
         return Ok(v);
     }
     let from = current.clone();
-    if let Some(&done) = b.reshard_cache.get(&(v, key(to))) {
+    if let Some(&done) = b.reshard_cache.get(&(v, to.layout.clone())) {
         return Ok(done);
     }
     let mut cur = v;
     let mut attr = from.clone();
     // 1. Partial axes the target does not keep.
-    let dropped: Vec<(usize, ReduceType)> = from
+    let dropped: Vec<(MeshAxis, ReduceType)> = from
         .partial
         .iter()
-        .copied()
         .filter(|p| !to.partial.contains(p))
         .collect();
-    let mut to_all_reduce: Vec<(usize, ReduceType)> = Vec::new();
+    let mut to_all_reduce: Vec<(MeshAxis, ReduceType)> = Vec::new();
     for (axis, reduce) in dropped {
         // partial -> split: reduce_scatter when the target appends this axis to one dim.
         let target_dim = (0..to.rank()).find(|&d| {
             to.dims[d].starts_with(&attr.dims[d])
                 && to.dims[d].get(attr.dims[d].len()) == Some(&axis)
         });
-        attr.partial.retain(|p| p.0 != axis);
+        attr.partial.remove(axis);
         match target_dim {
             Some(d) if reduce == ReduceType::Sum => {
                 let mut next = attr.clone();
@@ -84,7 +76,7 @@ pub fn reshard(
     let mut reduces: Vec<ReduceType> = to_all_reduce.iter().map(|p| p.1).collect();
     reduces.dedup();
     for reduce in reduces {
-        let axes: Vec<usize> = to_all_reduce
+        let axes: Vec<MeshAxis> = to_all_reduce
             .iter()
             .filter(|p| p.1 == reduce)
             .map(|p| p.0)
@@ -178,10 +170,9 @@ pub fn reshard(
         }
     }
     // 5. replicated -> partial: SUM partial values that add up to the replicated one.
-    let added: Vec<(usize, ReduceType)> = to
+    let added: Vec<(MeshAxis, ReduceType)> = to
         .partial
         .iter()
-        .copied()
         .filter(|p| !attr.partial.contains(p))
         .collect();
     if !added.is_empty() {
@@ -204,13 +195,13 @@ pub fn reshard(
         cur = out;
         attr = next;
     }
-    if attr.dims != to.dims || attr.partial != to.partial {
+    if attr.layout != to.layout {
         let name = b.program.var(v).name.clone();
         return Err(PartitionError::Layout(format!(
             "cannot reshard `{name}` from {:?} {:?} to {:?} {:?}",
             from.dims, from.partial, to.dims, to.partial
         )));
     }
-    b.reshard_cache.insert((v, key(to)), cur);
+    b.reshard_cache.insert((v, to.layout.clone()), cur);
     Ok(cur)
 }

@@ -17,6 +17,7 @@
 //! the mesh) and global-norm clipping's squared-norm shards (all-reduce SUM per group).
 
 use super::rank::{PartitionError, RankBuilder};
+use crate::dist::MeshAxis;
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{Attr, Op, OpRole, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
@@ -34,7 +35,7 @@ pub fn sync_gradients(
     b: &mut RankBuilder,
     op: &Op,
     is_param_grad: &[bool],
-    loss_avg_axes: &[usize],
+    loss_avg_axes: &[MeshAxis],
     scale: bool,
 ) {
     if op.role != OpRole::Backward {
@@ -82,7 +83,7 @@ pub fn sync_amp_flag(b: &mut RankBuilder, op: &Op) {
         return;
     }
     if let Some(&found) = op.output("FoundInfinite").first() {
-        let all: Vec<usize> = (0..b.mesh.ndim()).collect();
+        let all: Vec<MeshAxis> = b.mesh.axes().collect();
         b.collective(
             OpType::AllReduce,
             found,
@@ -105,7 +106,7 @@ pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionEr
     if &*b.program.var(out).name != "global_norm_sq_0" {
         return Ok(false);
     }
-    let mut by_axes: Vec<(Vec<usize>, Vec<VarId>)> = Vec::new();
+    let mut by_axes: Vec<(Vec<MeshAxis>, Vec<VarId>)> = Vec::new();
     for v in inputs {
         let axes = b.cur[v.index()].partial_axes();
         match by_axes.iter_mut().find(|(a, _)| *a == axes) {
