@@ -72,6 +72,24 @@ fn print_with_mesh_and_shards_gives_a_plan_that_checks() {
     assert!(text(&out.stdout).contains("mesh [2, 4] (dp, mp), 2 annotations"));
 }
 
+/// A parameter whose only way to the loss is through an op without a gradient (one of the
+/// planner's math ops written in a plan) would silently get no gradient; `check` says so at
+/// the op's line.
+#[test]
+fn an_op_without_gradient_on_the_way_to_the_loss_is_an_error() {
+    let path = temp_file(
+        "nograd.plan",
+        "mesh [2] (dp)\nvar x: f32[4, 8] input\nvar w: f32[8, 8] parameter\nvar h: f32[4, 8] activation\nvar m: f32[4, 8] activation\nvar loss: f32[] activation\nop matmul_v2(X=x, Y=w) -> (Out=h)\nop elementwise_max(X=h, Y=x) -> (Out=m)\nop mean(X=m) -> (Out=loss) role=loss\n",
+    );
+    let p = path.to_str().unwrap();
+    let out = shardlab(&["check", p]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!("{p}:8:4: planning fails: backward: op1 (elementwise_max) has no gradient, but a parameter reaches the loss through it; its gradient would be silently lost\n{p}: 1 error(s)\n")
+    );
+}
+
 #[test]
 fn check_reports_every_error_with_file_line_and_column() {
     let path = temp_file("broken.plan", "mesh [2, 4] (dp, mp)\nvar x: f32[16, 64] input\nvar w: f32[64, 256] parameter\nvar y: f32[16, 128] activation\nop matmul_v2(X=x, Y=w) -> (Out=y)\nop relu(X=q) -> (Out=y)\nshard x [dp, tp]\n");

@@ -341,3 +341,35 @@ fn vocab_parallel_cross_entropy_equals_serial() {
     assert_eq!(threads.params, coop.params);
     assert!(checks(&p, 2, false).iter().all(|c| c.pass));
 }
+
+/// The plan of every other forward op (relu, silu, cast, assign, dropout, softmax, split,
+/// concat, reduce_sum, elementwise mul/div, scale with a bias, fill_constant) runs on two
+/// ranks equal to the serial run, with Adam, AMP and clipping.
+#[test]
+fn every_other_op_distributed_equals_serial() {
+    use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/every_op.plan"
+    ))
+    .unwrap();
+    let (plan, _) = shardlab::plan::parse_plan(&text).unwrap();
+    let opts = PipelineOptions {
+        optimizer: OptimizerOptions {
+            optimizer: Optimizer::from_name("adam").unwrap(),
+            amp: true,
+            clip_norm: Some(1.0),
+        },
+        ..Default::default()
+    };
+    let p = run_pipeline(&plan, &opts).unwrap();
+    let checks = checks(&p, 2, true);
+    assert_eq!(checks.len(), 2 + 2 * p.backward.param_grads.len());
+    assert_eq!(p.backward.param_grads.len(), 2);
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -607,8 +607,16 @@ fn check(file: &str) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The position of the first variable a message names in backticks (1:1 if none).
+/// The position of the op a message names as `opN` (an op of the plan's program), else of
+/// the first variable it names in backticks (1:1 if none).
 fn locate_message(plan: &Plan, map: &SourceMap, message: &str) -> (usize, usize) {
+    let op = message
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|w| w.strip_prefix("op")?.parse::<u32>().ok())
+        .find(|&i| (i as usize) < plan.program.ops().len());
+    if let Some(i) = op {
+        return map.locate(plan, &crate::plan::PlanSubject::Op(crate::ir::OpId(i)));
+    }
     message
         .split('`')
         .skip(1)

@@ -241,6 +241,27 @@ pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
     Ok(log)
 }
 
+/// Every variable's error bound (`bound.rs`) after one serial step, by name, in variable
+/// order: what verification would allow for each tensor. For tests that pin the bounds.
+pub fn serial_bounds(p: &Pipeline, opts: &RunOptions) -> Result<Vec<(String, f64)>, ExecError> {
+    let program = &p.full.program;
+    let env = initial_values(p, opts)?;
+    let mut rank = Rank::new(0, program, env, None);
+    rank.bounds = Some(super::interp::Bounds::new(program.vars().len()));
+    if rank.step(&CoopComm::default())? != Status::Done {
+        return Err(ExecError::Setup(
+            "the serial program waited on a collective".into(),
+        ));
+    }
+    let max = rank.bounds.map(|b| b.max).unwrap_or_default();
+    Ok(program
+        .vars()
+        .iter()
+        .zip(max)
+        .map(|(v, b)| (v.name.to_string(), b))
+        .collect())
+}
+
 /// The environment of every rank: each source variable's shard.
 fn rank_envs(
     p: &Pipeline,

@@ -23,6 +23,8 @@ pub enum BackwardError {
     LossNotScalar(String, TensorType),
     #[error("no parameter reaches the loss, so there is nothing to train")]
     NothingToTrain,
+    #[error("op{op} ({ty}) has no gradient, but a parameter reaches the loss through it; its gradient would be silently lost")]
+    NotDifferentiable { op: usize, ty: &'static str },
     #[error("{0}")]
     Program(#[from] ProgramError),
 }
@@ -109,9 +111,48 @@ struct Grads {
     total: HashMap<VarId, VarId>,
 }
 
+/// An op without a gradient between a parameter and the loss (the planner's math ops, such
+/// as `elementwise_max`, written in a plan): the parameter's gradient would stop there.
+fn check_differentiable(program: &Program, loss: VarId) -> Result<(), BackwardError> {
+    let n = program.vars().len();
+    let mut from_param: Vec<bool> = program
+        .vars()
+        .iter()
+        .map(|v| v.kind == VarKind::Parameter)
+        .collect();
+    for op in program.ops() {
+        if op.all_inputs().any(|v| from_param[v.index()]) {
+            for v in op.all_outputs() {
+                from_param[v.index()] = true;
+            }
+        }
+    }
+    let mut to_loss = vec![false; n];
+    to_loss[loss.index()] = true;
+    let mut blocking = None;
+    for (i, op) in program.ops().iter().enumerate().rev() {
+        if op.all_outputs().any(|v| to_loss[v.index()]) {
+            for v in op.all_inputs() {
+                to_loss[v.index()] = true;
+            }
+            let float_input = op
+                .all_inputs()
+                .any(|v| from_param[v.index()] && program.var(v).ty.dtype.is_float());
+            if op.ty.grad().is_none() && float_input {
+                blocking = Some((i, op.ty.name()));
+            }
+        }
+    }
+    match blocking {
+        Some((op, ty)) => Err(BackwardError::NotDifferentiable { op, ty }),
+        None => Ok(()),
+    }
+}
+
 /// Appends the backward ops of `program` (which must have a loss op).
 pub fn append_backward(forward: &Program) -> Result<Backward, BackwardError> {
     let loss = find_loss(forward)?;
+    check_differentiable(forward, loss)?;
     let need = needs_grad(forward, loss);
     let mut program = forward.clone();
     let first_backward_op = program.ops().len();

@@ -393,16 +393,21 @@ impl State<'_> {
                     .collect(),
             });
         let to_attr = |s: &Layout| TensorDistAttr::new(self.mesh.clone(), s.clone());
+        // A slot the rule says nothing about (a source op's outputs) is replicated over its
+        // variable's rank.
+        let replicated = |v: &VarId| {
+            TensorDistAttr::replicated(self.mesh.clone(), self.program.var(*v).ty.rank())
+        };
         let mut attr = OperatorDistAttr::new(self.mesh.clone());
         attr.inputs = o
             .inputs
             .iter()
-            .map(|s| vec![TensorDistAttr::replicated(self.mesh.clone(), 0); s.len()])
+            .map(|s| s.iter().map(replicated).collect())
             .collect();
         attr.outputs = o
             .outputs
             .iter()
-            .map(|s| vec![TensorDistAttr::replicated(self.mesh.clone(), 0); s.len()])
+            .map(|s| s.iter().map(replicated).collect())
             .collect();
         for (k, &(slot, idx)) in b.input_pos.iter().enumerate() {
             if let Some(s) = inferred.inputs.get(k) {

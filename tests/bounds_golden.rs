@@ -1,0 +1,148 @@
+//! The verifier's tolerances, pinned: every variable's first-order error bound after one
+//! serial step (`exec::bound`), for programs that together use every op type the executor
+//! bounds (the presets, a program of every other forward op, Adam/AdamW/momentum/SGD, AMP
+//! and global-norm clipping). A change to a bound formula shows here and must be accepted
+//! deliberately (`UPDATE_EXPECT=1`); `verify_random.rs` then checks the new bounds give no
+//! false FAILs and `mutation.rs` that they still catch every deleted collective.
+//!
+//! Programs are f64, whose kernels round alike on every x86-64 machine; bounds are printed
+//! to 9 significant digits.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use expect_test::{expect_file, ExpectFile};
+use shardlab::exec::run::{serial_bounds, RunOptions};
+use shardlab::models::{Model, ModelConfig};
+use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
+use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+use shardlab::plan::{parse_plan, Plan};
+
+fn f64_model(model: Model, shards: &[&str]) -> Plan {
+    let cfg = ModelConfig {
+        layers: 1,
+        dtype: shardlab::ir::DType::F64,
+        ..model.default_config()
+    };
+    common::plan_with(model.build(&cfg).unwrap(), "2:dp", shards)
+}
+
+fn options(optimizer: &str, amp: bool, clip: Option<f64>) -> PipelineOptions {
+    PipelineOptions {
+        optimizer: OptimizerOptions {
+            optimizer: Optimizer::from_name(optimizer).unwrap(),
+            amp,
+            clip_norm: clip,
+        },
+        ..Default::default()
+    }
+}
+
+fn check(plan: &Plan, opts: &PipelineOptions, golden: ExpectFile) {
+    let p = run_pipeline(plan, opts).unwrap();
+    let bounds = serial_bounds(&p, &RunOptions::default()).unwrap();
+    assert!(bounds.iter().all(|(_, b)| b.is_finite() && *b >= 0.0));
+    assert!(
+        bounds.iter().filter(|(_, b)| *b > 0.0).count() > bounds.len() / 2,
+        "most variables are computed, so most bounds are positive"
+    );
+    let width = bounds.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let text: String = bounds
+        .iter()
+        .map(|(name, b)| format!("{name:<width$}  {b:.8e}\n"))
+        .collect();
+    golden.assert_eq(&text);
+}
+
+#[test]
+fn every_other_op_with_adam_amp_and_clipping() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/every_op.plan"
+    ))
+    .unwrap();
+    let (plan, _) = parse_plan(&text).unwrap();
+    check(
+        &plan,
+        &options("adam", true, Some(1.0)),
+        expect_file!["golden/bounds_every_op.txt"],
+    );
+}
+
+#[test]
+fn gpt_with_adamw_amp_and_clipping() {
+    check(
+        &f64_model(Model::Gpt, &["x=dp,-,-"]),
+        &options("adamw", true, Some(0.5)),
+        expect_file!["golden/bounds_gpt.txt"],
+    );
+}
+
+#[test]
+fn embedding_lm_with_momentum() {
+    check(
+        &f64_model(Model::EmbeddingLm, &["ids=dp,-"]),
+        &options("momentum", false, None),
+        expect_file!["golden/bounds_embedding_lm.txt"],
+    );
+}
+
+#[test]
+fn mlps_with_sgd() {
+    check(
+        &f64_model(Model::Mlp, &["x=dp,-"]),
+        &options("sgd", false, None),
+        expect_file!["golden/bounds_mlp.txt"],
+    );
+    check(
+        &f64_model(Model::MlpMse, &["batch.x=dp,-"]),
+        &options("sgd", false, None),
+        expect_file!["golden/bounds_mlp_mse.txt"],
+    );
+}
+
+/// Every op type the executor bounds appears in one of the programs above (so a change to
+/// any formula can show).
+#[test]
+fn the_programs_cover_every_op_type_with_a_bound() {
+    use shardlab::ir::{OpClass, OpType};
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/plans/every_op.plan"
+    ))
+    .unwrap();
+    let plans = [
+        (
+            parse_plan(&text).unwrap().0,
+            options("adam", true, Some(1.0)),
+        ),
+        (
+            f64_model(Model::Gpt, &["x=dp,-,-"]),
+            options("adamw", true, Some(0.5)),
+        ),
+        (
+            f64_model(Model::EmbeddingLm, &["ids=dp,-"]),
+            options("momentum", false, None),
+        ),
+        (
+            f64_model(Model::Mlp, &["x=dp,-"]),
+            options("sgd", false, None),
+        ),
+        (
+            f64_model(Model::MlpMse, &["batch.x=dp,-"]),
+            options("sgd", false, None),
+        ),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for (plan, opts) in &plans {
+        let p = run_pipeline(plan, opts).unwrap();
+        seen.extend(p.full.program.ops().iter().map(|o| o.ty));
+    }
+    // Serial programs hold no communication or rank-local ops.
+    let missing: Vec<OpType> = OpType::ALL
+        .into_iter()
+        .filter(|t| !matches!(t.class(), OpClass::Collective | OpClass::RankLocal))
+        .filter(|t| !seen.contains(t))
+        .collect();
+    assert!(missing.is_empty(), "no program uses {missing:?}");
+}
