@@ -16,4 +16,4 @@ for d in ${MUTANTS_DIRS:-src/dist src/spmd src/passes src/exec}; do FILES+=(-f "
 cargo mutants "${FILES[@]}" --timeout 300 --jobs 1 "$@" \
   -- --test dist_mesh --test spmd_oracle --test complete --test complete_oracle \
      --test partition --test exec --test grad_check --test optimizer_closed_form \
-     --test jax_oracle --test presets --test mutation
+     --test jax_oracle --test presets --test bounds_golden --test mutation
