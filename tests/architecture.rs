@@ -126,3 +126,19 @@ fn the_core_has_no_io_and_no_browser() {
         }
     }
 }
+
+/// Namescopes are spelled only in `ir::Purpose` (everything else writes and reads them
+/// through `Purpose::namescope` and `Op::purpose`).
+#[test]
+fn namescopes_are_spelled_only_in_purpose() {
+    for f in rust_files(&src()) {
+        if f.ends_with("ir/purpose.rs") {
+            continue;
+        }
+        assert!(
+            !code(&f).contains("/auto_parallel/"),
+            "{} spells a namescope; use ir::Purpose",
+            f.display()
+        );
+    }
+}
