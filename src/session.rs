@@ -2,7 +2,7 @@
 //! Yew components render a [`Session`] and dispatch [`Action`]s; everything the page shows
 //! is derived here, and the whole state round-trips through the URL hash.
 
-use crate::dist::{DimAxes, MeshAxis, Notation, ProcessMesh, TensorDistAttr};
+use crate::dist::{DimAxes, MeshAxis, MeshId, Notation, ProcessMesh, TensorDistAttr};
 use crate::exec::run::{run_distributed, run_serial, RunOptions};
 use crate::exec::verify::{verify, Check};
 use crate::models::scenarios::{scenarios, Scenario};
@@ -183,7 +183,7 @@ impl Session {
 
     /// The mesh (every plan in a session has one).
     pub fn mesh(&self) -> Option<&Arc<ProcessMesh>> {
-        self.plan.mesh.as_ref()
+        self.plan.mesh()
     }
 
     /// Number of completion events.
@@ -381,18 +381,18 @@ impl Session {
         let mut kept = Vec::new();
         for ann in &self.plan.annotations {
             let mut attr = ann.attr.clone();
-            attr.mesh = mesh.clone();
+            attr.mesh = MeshId::JOB;
             attr.dims
                 .iter_mut()
                 .for_each(|d| d.retain(|a| a.index() < mesh.ndim()));
             attr.partial.retain(|a, _| a.index() < mesh.ndim());
             let var = self.plan.program.var(ann.var);
-            match attr.validate(&var.name, &var.ty.shape) {
+            match attr.validate(&var.name, &var.ty.shape, &mesh) {
                 Ok(()) => kept.push(Annotation { var: ann.var, attr }),
                 Err(e) => dropped.push(e.to_string()),
             }
         }
-        self.plan.mesh = Some(mesh);
+        self.plan.set_mesh(mesh);
         self.plan.annotations = kept;
         if !dropped.is_empty() {
             self.message = Some(format!(
@@ -417,7 +417,7 @@ impl Session {
             .plan
             .annotation(v)
             .cloned()
-            .unwrap_or_else(|| TensorDistAttr::replicated(mesh.clone(), ty.rank()));
+            .unwrap_or_else(|| TensorDistAttr::replicated(MeshId::JOB, ty.rank()));
         match choice {
             DimChoice::Free => {
                 attr.dims[dim].clear();
@@ -443,7 +443,7 @@ impl Session {
                 attr.annotated[dim] = true;
             }
         }
-        if let Err(e) = attr.validate(var, &ty.shape) {
+        if let Err(e) = attr.validate(var, &ty.shape, &mesh) {
             self.message = Some(e.to_string());
             return;
         }
@@ -466,7 +466,7 @@ impl Session {
             }
             Ok((plan, map)) => {
                 let issues = crate::plan::verify_plan(&plan);
-                if !issues.is_empty() || plan.mesh.is_none() {
+                if !issues.is_empty() || plan.mesh().is_none() {
                     self.text_errors = issues
                         .iter()
                         .map(|i| {
@@ -474,7 +474,7 @@ impl Session {
                             (line, col, i.message.clone())
                         })
                         .collect();
-                    if plan.mesh.is_none() {
+                    if plan.mesh().is_none() {
                         self.text_errors.push((
                             1,
                             1,
@@ -585,7 +585,7 @@ impl Session {
                     e.first().map(|e| e.to_string()).unwrap_or_default()
                 )
             })?;
-            if plan.mesh.is_none() {
+            if plan.mesh().is_none() {
                 return Err("the link's plan has no mesh".into());
             }
             if !crate::plan::verify_plan(&plan).is_empty() {
@@ -611,7 +611,7 @@ impl Session {
                 // dims, and drop the rest (a link's own `shard` field replaces them below).
                 let specs = s.plan.shard_specs();
                 let m = Arc::new(m);
-                s.plan.mesh = Some(m.clone());
+                s.plan.set_mesh(m.clone());
                 s.plan.annotations = specs
                     .iter()
                     .filter_map(|spec| parse_shard_spec(spec, &s.plan.program, &m).ok())
@@ -715,13 +715,13 @@ impl Session {
     /// timeline's picture); `t` past the end gives the completed attrs.
     pub fn tensors_at(&self, t: usize) -> Option<Vec<TensorDistAttr>> {
         let p = self.pipeline.as_ref()?;
-        let mesh = self.mesh()?.clone();
+        self.mesh()?;
         let mut ts: Vec<TensorDistAttr> = self
             .plan
             .program
             .vars()
             .iter()
-            .map(|v| TensorDistAttr::replicated(mesh.clone(), v.ty.rank()))
+            .map(|v| TensorDistAttr::replicated(MeshId::JOB, v.ty.rank()))
             .collect();
         for a in &self.plan.annotations {
             if let Some(slot) = ts.get_mut(a.var.index()) {

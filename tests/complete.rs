@@ -206,13 +206,13 @@ proptest! {
             }
         }
         for (v, t) in plan.program.vars().iter().zip(&c.tensors) {
-            prop_assert!(t.validate(&v.name, &v.ty.shape).is_ok(), "{} {:?}", v.name, t.dims);
+            prop_assert!(t.validate(&v.name, &v.ty.shape, &c.mesh).is_ok(), "{} {:?}", v.name, t.dims);
         }
         for (op, attr) in plan.program.ops().iter().zip(&c.ops) {
             for (vars, attrs) in op.inputs.iter().zip(&attr.inputs) {
                 for (v, a) in vars.iter().zip(attrs) {
                     let var = plan.program.var(*v);
-                    prop_assert!(local_shape(&var.name, &var.ty.shape, a).is_ok());
+                    prop_assert!(local_shape(&var.name, &var.ty.shape, a, &c.mesh).is_ok());
                 }
             }
         }

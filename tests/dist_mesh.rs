@@ -3,7 +3,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use shardlab::dist::{
-    local_shape, render, MeshError, Notation, ProcessMesh, ReduceType, TensorDistAttr,
+    local_shape, render, MeshError, MeshId, Notation, ProcessMesh, ReduceType, TensorDistAttr,
 };
 use std::sync::Arc;
 
@@ -100,23 +100,23 @@ fn invalid_meshes_are_errors() {
 #[test]
 fn local_shapes_divide_by_the_splitting_axes() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
-    assert_eq!(local_shape("x", &[16, 64], &a), Ok(vec![8, 64]));
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]).unwrap();
-    assert_eq!(local_shape("w", &[64, 256], &a), Ok(vec![64, 64]));
-    let mut co = TensorDistAttr::replicated(m.clone(), 2);
+    let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[0, -1]).unwrap();
+    assert_eq!(local_shape("x", &[16, 64], &a, &m), Ok(vec![8, 64]));
+    let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[-1, 1]).unwrap();
+    assert_eq!(local_shape("w", &[64, 256], &a, &m), Ok(vec![64, 64]));
+    let mut co = TensorDistAttr::replicated(MeshId::JOB, 2);
     co.dims[0] = shardlab::dist::DimAxes::from_axes(ax(&[0, 1])).unwrap();
-    assert_eq!(local_shape("x", &[16, 64], &co), Ok(vec![2, 64]));
-    assert_eq!(co.shards_of_dim(0), 8);
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]).unwrap();
+    assert_eq!(local_shape("x", &[16, 64], &co, &m), Ok(vec![2, 64]));
+    assert_eq!(co.shards_of_dim(0, &m), 8);
+    let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[-1, 1]).unwrap();
     assert_eq!(
-        local_shape("linear_1.w_0", &[256, 10], &a)
+        local_shape("linear_1.w_0", &[256, 10], &a, &m)
             .unwrap_err()
             .to_string(),
         "`linear_1.w_0` dim 1 has size 10, which mesh axis `mp` (size 4) does not divide evenly"
     );
     assert_eq!(
-        local_shape("s", &[], &TensorDistAttr::replicated(m, 0)),
+        local_shape("s", &[], &TensorDistAttr::replicated(MeshId::JOB, 0), &m),
         Ok(vec![])
     );
 }
@@ -125,8 +125,8 @@ fn local_shapes_divide_by_the_splitting_axes() {
 fn dist_attr_validation_names_variable_and_dim() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
     let check = |mapping: &[i64], shape: &[usize]| {
-        TensorDistAttr::from_dims_mapping(m.clone(), mapping)
-            .and_then(|a| a.validate("t", shape))
+        TensorDistAttr::from_dims_mapping(MeshId::JOB, mapping)
+            .and_then(|a| a.validate("t", shape, &m))
             .map_err(|e| e.to_string())
     };
     assert_eq!(check(&[0, 1], &[4, 8]), Ok(()));
@@ -146,10 +146,10 @@ fn dist_attr_validation_names_variable_and_dim() {
         check(&[1, -1], &[6, 8]),
         Err("`t` dim 0 has size 6, which mesh axis `mp` (size 4) does not divide evenly".into())
     );
-    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
+    let mut p = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[0, -1]).unwrap();
     p.set_partial(ax(&[0])[0], ReduceType::Sum);
     assert_eq!(
-        p.validate("t", &[4, 8]).unwrap_err().to_string(),
+        p.validate("t", &[4, 8], &m).unwrap_err().to_string(),
         "`t`: mesh axis `dp` is both partial and splitting dim 0"
     );
 }
@@ -157,8 +157,8 @@ fn dist_attr_validation_names_variable_and_dim() {
 #[test]
 fn four_notations() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
-    let all = |a: &TensorDistAttr| Notation::ALL.map(|n| render(a, n));
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
+    let all = |a: &TensorDistAttr| Notation::ALL.map(|n| render(a, &m, n));
+    let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[0, -1]).unwrap();
     assert_eq!(
         all(&a),
         [
@@ -168,7 +168,7 @@ fn four_notations() {
             "(S(0), B)"
         ]
     );
-    let a = TensorDistAttr::from_dims_mapping(m.clone(), &[-1, 1]).unwrap();
+    let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[-1, 1]).unwrap();
     assert_eq!(
         all(&a),
         [
@@ -178,7 +178,7 @@ fn four_notations() {
             "(B, S(1))"
         ]
     );
-    let mut p = TensorDistAttr::from_dims_mapping(m.clone(), &[0, -1]).unwrap();
+    let mut p = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[0, -1]).unwrap();
     p.set_partial(ax(&[1])[0], ReduceType::Sum);
     assert_eq!(
         all(&p),
@@ -189,7 +189,7 @@ fn four_notations() {
             "(S(0), P)"
         ]
     );
-    let mut co = TensorDistAttr::replicated(m.clone(), 2);
+    let mut co = TensorDistAttr::replicated(MeshId::JOB, 2);
     co.dims[1] = shardlab::dist::DimAxes::from_axes(ax(&[0, 1])).unwrap();
     assert_eq!(
         all(&co),
@@ -200,7 +200,7 @@ fn four_notations() {
             "(S(1), S(1))"
         ]
     );
-    let mut mx = TensorDistAttr::replicated(m, 1);
+    let mut mx = TensorDistAttr::replicated(MeshId::JOB, 1);
     mx.set_partial(ax(&[0])[0], ReduceType::Max);
     assert_eq!(
         all(&mx),
@@ -218,21 +218,15 @@ fn four_notations() {
 #[test]
 fn layouts_compare_every_field() {
     use shardlab::dist::{ReduceType, TensorDistAttr};
-    let m = mesh(&[2, 2], &["a", "b"]);
-    let base = TensorDistAttr::replicated(m.clone(), 2);
-    assert_eq!(base, TensorDistAttr::replicated(m.clone(), 2));
-    assert_eq!(
-        base,
-        TensorDistAttr::replicated(mesh(&[2, 2], &["a", "b"]), 2),
-        "equal meshes behind different pointers"
-    );
+    let base = TensorDistAttr::replicated(MeshId::JOB, 2);
+    assert_eq!(base, TensorDistAttr::replicated(MeshId::JOB, 2));
     let mut dims = base.clone();
     dims.dims[0] = shardlab::dist::DimAxes::from_axes(ax(&[0])).unwrap();
     let mut partial = base.clone();
     partial.set_partial(ax(&[1])[0], ReduceType::Sum);
     let mut annotated = base.clone();
     annotated.annotated[1] = true;
-    let other_mesh = TensorDistAttr::replicated(mesh(&[4], &["a"]), 2);
+    let other_mesh = TensorDistAttr::replicated(MeshId(1), 2);
     for (what, other) in [
         ("dims", dims),
         ("partial", partial),

@@ -184,7 +184,7 @@ proptest::proptest! {
         let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
         let failed: Vec<String> = checks(&p, 1, false).into_iter().filter(|c| !c.pass).map(|c| format!("{c:?}")).collect();
         let annotations: Vec<String> = plan.annotations.iter().map(|a| format!("{} {:?}", plan.program.var(a.var).name, a.attr.dims)).collect();
-        proptest::prop_assert!(failed.is_empty(), "mesh {:?} {:?}:\n{}", plan.mesh.as_ref().map(|m| m.to_string()), annotations, failed.join("\n"));
+        proptest::prop_assert!(failed.is_empty(), "mesh {:?} {:?}:\n{}", plan.mesh().map(|m| m.to_string()), annotations, failed.join("\n"));
     }
 }
 
@@ -252,10 +252,7 @@ fn fixed_cases_custom_ids_coshards_all_to_all_f64_and_steps() {
             let mesh = Arc::new(
                 ProcessMesh::new(vec![2, 4], ids.clone(), vec!["dp".into(), "mp".into()]).unwrap(),
             );
-            plan.mesh = Some(mesh.clone());
-            for a in &mut plan.annotations {
-                a.attr.mesh = mesh.clone();
-            }
+            plan.set_mesh(mesh.clone());
             assert_verifies(&format!("{} {name}", model.name()), &plan, 2, must);
         }
     }
@@ -313,10 +310,7 @@ fn vocab_parallel_cross_entropy_equals_serial() {
         )
         .unwrap(),
     );
-    reversed.mesh = Some(mesh.clone());
-    for a in &mut reversed.annotations {
-        a.attr.mesh = mesh.clone();
-    }
+    reversed.set_mesh(mesh.clone());
     assert_verifies("vocab split, reversed ids", &reversed, 2, must);
     assert_verifies(
         "mlp classes split",

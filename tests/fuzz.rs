@@ -236,7 +236,7 @@ fn exercise_plan(text: &str) {
     let Ok((plan, _)) = parse_plan(text) else {
         return;
     };
-    if !verify_plan(&plan).is_empty() || plan.mesh.is_none() {
+    if !verify_plan(&plan).is_empty() || plan.mesh().is_none() {
         return;
     }
     if plan.estimated_planning_bytes(shardlab::plan::RanksPlanned::All) > 64.0 * 1024.0 * 1024.0 {

@@ -114,7 +114,7 @@ fn plan() -> impl Strategy<Value = Plan> {
                 }
                 seen.push(var);
                 let rank = program.var(var).ty.rank();
-                let mut attr = TensorDistAttr::replicated(m.clone(), rank);
+                let mut attr = TensorDistAttr::replicated(shardlab::dist::MeshId::JOB, rank);
                 for (d, (kind, axis)) in attr
                     .layout
                     .dims
@@ -148,7 +148,9 @@ fn plan() -> impl Strategy<Value = Plan> {
             }
         }
         Plan {
-            mesh,
+            meshes: mesh
+                .map(shardlab::dist::MeshTable::single)
+                .unwrap_or_default(),
             program,
             annotations,
         }

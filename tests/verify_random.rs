@@ -45,7 +45,7 @@ proptest! {
         prop_assert!(
             failed.is_empty(),
             "mesh {:?} {:?} {optimizer} amp={amp} clip={clip:?} steps={steps}:\n{}",
-            plan.mesh.as_ref().map(|m| m.to_string()), annotations, failed.join("\n")
+            plan.mesh().map(|m| m.to_string()), annotations, failed.join("\n")
         );
     }
 }

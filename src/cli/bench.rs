@@ -34,7 +34,7 @@ pub fn gpt_dp_mp_plan(layers: usize) -> Result<Plan, String> {
         .map(|s| parse_shard_spec(s, &program, &mesh))
         .collect::<Result<_, _>>()?;
     Ok(Plan {
-        mesh: Some(mesh),
+        meshes: crate::dist::MeshTable::single(mesh),
         program,
         annotations,
     })
@@ -130,7 +130,7 @@ pub fn bench_step(repeat: usize) -> Result<String, String> {
         .map(|s| parse_shard_spec(s, &program, &mesh))
         .collect::<Result<_, _>>()?;
     let plan = Plan {
-        mesh: Some(mesh),
+        meshes: crate::dist::MeshTable::single(mesh),
         program,
         annotations,
     };

@@ -339,13 +339,13 @@ fn add_mesh_and_shards(
     shards: &[String],
 ) -> Result<Plan, String> {
     if let Some(spec) = mesh {
-        if plan.mesh.is_some() {
+        if plan.mesh().is_some() {
             return Err("the plan file already declares a mesh; drop --mesh".into());
         }
-        plan.mesh = Some(Arc::new(parse_mesh_spec(spec)?));
+        plan.set_mesh(Arc::new(parse_mesh_spec(spec)?));
     }
     for spec in shards {
-        let mesh = plan.mesh.clone().ok_or("--shard needs --mesh")?;
+        let mesh = plan.mesh().cloned().ok_or("--shard needs --mesh")?;
         let ann = parse_shard_spec(spec, &plan.program, &mesh)?;
         if plan.annotation(ann.var).is_some() {
             return Err(format!("shard `{spec}`: variable is annotated twice"));
@@ -471,7 +471,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     };
     check_clip_norm(args.clip_norm)?;
     let budget = budget::budget(&args.max_memory)?;
-    if let (Some(r), Some(mesh)) = (args.rank, &plan.mesh) {
+    if let (Some(r), Some(mesh)) = (args.rank, plan.mesh()) {
         if !mesh.process_ids().contains(&r) {
             return Err(format!(
                 "--rank {r}: the mesh has ranks {:?}",
@@ -479,7 +479,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             ));
         }
     }
-    if args.rank.is_some() && plan.mesh.is_none() {
+    if args.rank.is_some() && plan.mesh().is_none() {
         return Err("--rank needs a mesh".into());
     }
     let stage = args.stage.clone().unwrap_or_else(|| {
@@ -585,7 +585,7 @@ fn check(file: &str) -> Result<ExitCode, String> {
     if report_issues(file, &plan, &map) {
         return Ok(ExitCode::from(1));
     }
-    let Some(_) = &plan.mesh else {
+    let Some(_) = plan.mesh() else {
         emit(&format!(
             "{file}: ok: {} (a program: `plan` needs a mesh, in the file or --mesh)\n",
             summary(&plan)
@@ -650,8 +650,7 @@ pub fn summary(plan: &Plan) -> String {
         .filter(|v| v.kind == crate::ir::VarKind::Parameter)
         .count();
     let mesh = plan
-        .mesh
-        .as_ref()
+        .mesh()
         .map_or("no mesh".to_string(), |m| format!("mesh {m}"));
     format!(
         "{} variables ({params} parameters), {} ops, {mesh}, {} annotations",

@@ -10,7 +10,7 @@ fn dist_text(title: &str, dp: &DistProgram) -> String {
     format!(
         "== {title}\nmesh {}\n\n{}",
         dp.mesh,
-        attrs_text(&dp.program, &dp.tensors, &dp.ops)
+        attrs_text(&dp.program, &dp.mesh, &dp.tensors, &dp.ops)
     )
 }
 

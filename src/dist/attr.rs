@@ -3,10 +3,10 @@
 
 use super::layout::{Layout, MeshAxis, MAX_MESH_NDIM};
 use super::mesh::ProcessMesh;
+use super::mesh_table::MeshId;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
 
 /// How partial values combine into the true tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -56,8 +56,10 @@ impl fmt::Display for ReduceType {
 /// Why a dist attr does not fit its tensor or mesh.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DistAttrError {
-    #[error("dims mapping entry {entry} (dim {dim}) is neither -1 nor a mesh axis (the mesh has {ndim})")]
-    BadMapping { dim: usize, entry: i64, ndim: usize },
+    #[error("`{tensor}` is annotated on a mesh the plan does not have")]
+    NoSuchMesh { tensor: String },
+    #[error("dims mapping entry {entry} (dim {dim}) is neither -1 nor a mesh axis")]
+    BadMapping { dim: usize, entry: i64 },
     #[error("`{tensor}` has rank {rank} but its dims mapping has {mapping} entries")]
     RankMismatch {
         tensor: String,
@@ -102,11 +104,11 @@ pub enum DistAttrError {
     },
 }
 
-/// A tensor's layout on a mesh, and which dims the user pinned. It dereferences to its
-/// [`Layout`], so `attr.dims` and `attr.partial` read the layout.
-#[derive(Clone, Debug, Eq, Serialize, Deserialize)]
+/// A tensor's layout on a mesh of the plan's mesh table, and which dims the user pinned. It
+/// dereferences to its [`Layout`], so `attr.dims` and `attr.partial` read the layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorDistAttr {
-    pub mesh: Arc<ProcessMesh>,
+    pub mesh: MeshId,
     pub layout: Layout,
     /// Dims the user annotated; completion never changes them.
     pub annotated: Vec<bool>,
@@ -125,19 +127,9 @@ impl DerefMut for TensorDistAttr {
     }
 }
 
-/// Layouts are compared constantly while planning; meshes are shared, so compare the
-/// layout first and the mesh by pointer before falling back to its contents.
-impl PartialEq for TensorDistAttr {
-    fn eq(&self, other: &TensorDistAttr) -> bool {
-        self.layout == other.layout
-            && self.annotated == other.annotated
-            && (Arc::ptr_eq(&self.mesh, &other.mesh) || self.mesh == other.mesh)
-    }
-}
-
 impl TensorDistAttr {
     /// `layout` on `mesh`, nothing annotated.
-    pub fn new(mesh: Arc<ProcessMesh>, layout: Layout) -> TensorDistAttr {
+    pub fn new(mesh: MeshId, layout: Layout) -> TensorDistAttr {
         let rank = layout.rank();
         TensorDistAttr {
             mesh,
@@ -147,7 +139,7 @@ impl TensorDistAttr {
     }
 
     /// Fully replicated on `mesh`, nothing annotated.
-    pub fn replicated(mesh: Arc<ProcessMesh>, rank: usize) -> TensorDistAttr {
+    pub fn replicated(mesh: MeshId, rank: usize) -> TensorDistAttr {
         TensorDistAttr::new(mesh, Layout::replicated(rank))
     }
 
@@ -155,7 +147,7 @@ impl TensorDistAttr {
     /// axis a mesh can have is an error; an axis this mesh lacks is rejected by
     /// [`TensorDistAttr::validate`].
     pub fn from_dims_mapping(
-        mesh: Arc<ProcessMesh>,
+        mesh: MeshId,
         mapping: &[i64],
     ) -> Result<TensorDistAttr, DistAttrError> {
         match Layout::from_dims_mapping(mapping) {
@@ -166,11 +158,7 @@ impl TensorDistAttr {
                     .enumerate()
                     .find(|(_, &m)| Layout::from_dims_mapping(&[m]).is_none())
                     .unwrap_or((0, &-2));
-                Err(DistAttrError::BadMapping {
-                    dim,
-                    entry: m,
-                    ndim: mesh.ndim(),
-                })
+                Err(DistAttrError::BadMapping { dim, entry: m })
             }
         }
     }
@@ -185,16 +173,22 @@ impl TensorDistAttr {
         self.layout.partial.axes().collect()
     }
 
-    /// Product of the sizes of the mesh axes splitting `dim`.
-    pub fn shards_of_dim(&self, dim: usize) -> usize {
-        self.dims.get(dim).map_or(1, |axes| {
-            axes.iter().map(|&a| self.mesh.axis_size(a)).product()
-        })
+    /// Product of the sizes of the mesh axes splitting `dim` (on this attr's `mesh`).
+    pub fn shards_of_dim(&self, dim: usize, mesh: &ProcessMesh) -> usize {
+        self.dims
+            .get(dim)
+            .map_or(1, |axes| axes.iter().map(|&a| mesh.axis_size(a)).product())
     }
 
-    /// Checks this attr against a tensor called `tensor` of `shape`: rank, axes in range,
-    /// each mesh axis used at most once and never both partial and splitting, even splits.
-    pub fn validate(&self, tensor: &str, shape: &[usize]) -> Result<(), DistAttrError> {
+    /// Checks this attr against a tensor called `tensor` of `shape` on `mesh` (the mesh its
+    /// id names): rank, axes in range, each mesh axis used at most once and never both
+    /// partial and splitting, even splits.
+    pub fn validate(
+        &self,
+        tensor: &str,
+        shape: &[usize],
+        mesh: &ProcessMesh,
+    ) -> Result<(), DistAttrError> {
         let t = || tensor.to_string();
         if self.dims.len() != shape.len() {
             return Err(DistAttrError::RankMismatch {
@@ -203,7 +197,7 @@ impl TensorDistAttr {
                 mapping: self.dims.len(),
             });
         }
-        let ndim = self.mesh.ndim();
+        let ndim = mesh.ndim();
         let mut owner: Vec<Option<usize>> = vec![None; MAX_MESH_NDIM];
         for (dim, axes) in self.dims.iter().enumerate() {
             for &axis in axes.iter() {
@@ -216,7 +210,7 @@ impl TensorDistAttr {
                     });
                 }
                 if let Some(first) = owner[axis.index()] {
-                    let axis = self.mesh.axis_name(axis).to_string();
+                    let axis = mesh.axis_name(axis).to_string();
                     return Err(DistAttrError::AxisReused {
                         tensor: t(),
                         axis,
@@ -239,7 +233,7 @@ impl TensorDistAttr {
             if let Some(dim) = owner[axis.index()] {
                 return Err(DistAttrError::PartialAndSplit {
                     tensor: t(),
-                    axis: self.mesh.axis_name(axis).to_string(),
+                    axis: mesh.axis_name(axis).to_string(),
                     dim,
                 });
             }
@@ -252,13 +246,13 @@ impl TensorDistAttr {
         ) {
             return Err(DistAttrError::MixedReduceTypes {
                 tensor: t(),
-                axis_a: self.mesh.axis_name(a).to_string(),
+                axis_a: mesh.axis_name(a).to_string(),
                 first: ra.name(),
-                axis_b: self.mesh.axis_name(b).to_string(),
+                axis_b: mesh.axis_name(b).to_string(),
                 second: rb.name(),
             });
         }
-        local_shape(tensor, shape, self).map(|_| ())
+        local_shape(tensor, shape, self, mesh).map(|_| ())
     }
 }
 
@@ -268,7 +262,8 @@ impl TensorDistAttr {
 pub fn local_shape(
     tensor: &str,
     shape: &[usize],
-    attr: &TensorDistAttr,
+    attr: &Layout,
+    mesh: &ProcessMesh,
 ) -> Result<Vec<usize>, DistAttrError> {
     if attr.dims.len() != shape.len() {
         return Err(DistAttrError::RankMismatch {
@@ -284,13 +279,13 @@ pub fn local_shape(
         .map(|(dim, (&size, axes))| {
             let mut local = size;
             for &axis in axes.iter() {
-                let axis_size = attr.mesh.axis_size(axis);
+                let axis_size = mesh.axis_size(axis);
                 if local % axis_size != 0 {
                     return Err(DistAttrError::Uneven {
                         tensor: tensor.to_string(),
                         dim,
                         size,
-                        axis: attr.mesh.axis_name(axis).to_string(),
+                        axis: mesh.axis_name(axis).to_string(),
                         axis_size,
                     });
                 }
@@ -305,7 +300,7 @@ pub fn local_shape(
 /// distributed implementation chosen for it, plus its pipeline chunk.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorDistAttr {
-    pub mesh: Arc<ProcessMesh>,
+    pub mesh: MeshId,
     pub inputs: Vec<Vec<TensorDistAttr>>,
     pub outputs: Vec<Vec<TensorDistAttr>>,
     pub imp: super::DistImpl,
@@ -314,7 +309,7 @@ pub struct OperatorDistAttr {
 
 impl OperatorDistAttr {
     /// An op attr on `mesh` with no slot attrs yet and the default implementation.
-    pub fn new(mesh: Arc<ProcessMesh>) -> OperatorDistAttr {
+    pub fn new(mesh: MeshId) -> OperatorDistAttr {
         OperatorDistAttr {
             mesh,
             inputs: Vec::new(),

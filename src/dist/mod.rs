@@ -7,10 +7,12 @@ pub mod attr;
 pub mod dist_impl;
 pub mod layout;
 pub mod mesh;
+pub mod mesh_table;
 pub mod notation;
 
 pub use attr::{local_shape, DistAttrError, OperatorDistAttr, ReduceType, TensorDistAttr};
 pub use dist_impl::DistImpl;
 pub use layout::{DimAxes, Dims, Layout, MeshAxis, Partial, MAX_MESH_NDIM};
 pub use mesh::{MeshError, ProcessMesh, MAX_MESH_SIZE};
+pub use mesh_table::{MeshId, MeshTable};
 pub use notation::{render, Notation};

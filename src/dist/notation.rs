@@ -3,6 +3,7 @@
 
 use super::attr::{ReduceType, TensorDistAttr};
 use super::layout::MeshAxis;
+use super::mesh::ProcessMesh;
 use serde::{Deserialize, Serialize};
 
 /// A way of writing a sharding.
@@ -53,13 +54,13 @@ impl Notation {
     }
 }
 
-/// Writes `attr` in `notation`.
-pub fn render(attr: &TensorDistAttr, notation: Notation) -> String {
+/// Writes `attr` (on `mesh`, the mesh its id names) in `notation`.
+pub fn render(attr: &TensorDistAttr, mesh: &ProcessMesh, notation: Notation) -> String {
     match notation {
         Notation::Paddle => paddle(attr),
-        Notation::Jax => jax(attr),
-        Notation::DTensor => per_axis(attr, "[", "]", dtensor_placement),
-        Notation::Sbp => per_axis(attr, "(", ")", sbp_placement),
+        Notation::Jax => jax(attr, mesh),
+        Notation::DTensor => per_axis(attr, mesh, "[", "]", dtensor_placement),
+        Notation::Sbp => per_axis(attr, mesh, "(", ")", sbp_placement),
     }
 }
 
@@ -81,8 +82,8 @@ fn paddle(attr: &TensorDistAttr) -> String {
     s
 }
 
-fn jax(attr: &TensorDistAttr) -> String {
-    let name = |a: MeshAxis| format!("'{}'", attr.mesh.axis_name(a));
+fn jax(attr: &TensorDistAttr, mesh: &ProcessMesh) -> String {
+    let name = |a: MeshAxis| format!("'{}'", mesh.axis_name(a));
     let mut parts: Vec<String> = attr
         .dims
         .iter()
@@ -112,11 +113,12 @@ fn axis_role(attr: &TensorDistAttr, axis: MeshAxis) -> Result<Option<usize>, Red
 
 fn per_axis(
     attr: &TensorDistAttr,
+    mesh: &ProcessMesh,
     open: &str,
     close: &str,
     placement: fn(Result<Option<usize>, ReduceType>) -> String,
 ) -> String {
-    let items = attr.mesh.axes().map(|a| placement(axis_role(attr, a)));
+    let items = mesh.axes().map(|a| placement(axis_role(attr, a)));
     format!("{open}{}{close}", join(items))
 }
 

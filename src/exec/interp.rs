@@ -41,7 +41,9 @@ pub enum ExecError {
 pub struct Placement {
     pub attrs: Vec<TensorDistAttr>,
     pub global: Vec<Vec<usize>>,
+    /// This rank's coordinates on the mesh, and the mesh's shape.
     pub coords: Vec<usize>,
+    pub mesh_shape: Vec<usize>,
 }
 
 impl Placement {
@@ -58,7 +60,8 @@ impl Placement {
             let idx = (i / ls[d]) % local_shape[d].max(1);
             let axes = attr.dims.get(d).cloned().unwrap_or_default();
             let block = axes.iter().fold(0, |acc, &a| {
-                acc * attr.mesh.axis_size(a) + self.coords.get(a.index()).copied().unwrap_or(0)
+                let size = self.mesh_shape.get(a.index()).copied().unwrap_or(1);
+                acc * size + self.coords.get(a.index()).copied().unwrap_or(0)
             });
             out += (block * local_shape[d] + idx) * gs.get(d).copied().unwrap_or(0);
         }

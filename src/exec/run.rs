@@ -296,6 +296,7 @@ fn placements(p: &Pipeline) -> Vec<Placement> {
                 .map(|&o| p.full.program.var(o).ty.shape.clone())
                 .collect(),
             coords: p.full.mesh.coords_of(r.rank).unwrap_or_default(),
+            mesh_shape: p.full.mesh.shape().to_vec(),
         })
         .collect()
 }

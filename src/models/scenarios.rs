@@ -113,11 +113,8 @@ impl Scenario {
     pub fn plan_with(&self, config: &ModelConfig) -> Result<Plan, ModelError> {
         let program = self.model.build(config)?;
         let mesh = Arc::new(parse_mesh_spec(self.mesh).map_err(ModelError::BadSize)?);
-        let mut plan = Plan {
-            mesh: Some(mesh.clone()),
-            program,
-            annotations: Vec::new(),
-        };
+        let mut plan = Plan::from_program(program);
+        plan.set_mesh(mesh.clone());
         for spec in &self.shards {
             plan.annotations
                 .push(parse_shard_spec(spec, &plan.program, &mesh).map_err(ModelError::BadSize)?);

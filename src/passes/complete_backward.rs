@@ -18,6 +18,7 @@ use super::backward::Backward;
 use super::complete::Completed;
 use super::dist_program::DistProgram;
 use crate::dist::MeshAxis;
+use crate::dist::MeshId;
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{OpId, OpType, Program, VarId};
 use crate::spmd::elementwise::operand_letters;
@@ -110,7 +111,7 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
     // New variables start replicated; grad ops below lay them out.
     for v in &program.vars()[fwd.tensors.len()..] {
         dp.tensors
-            .push(TensorDistAttr::replicated(fwd.mesh.clone(), v.ty.rank()));
+            .push(TensorDistAttr::replicated(MeshId::JOB, v.ty.rank()));
     }
     for (i, op) in program.ops().iter().enumerate().skip(fwd.ops.len()) {
         let id = OpId(i as u32);

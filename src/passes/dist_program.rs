@@ -1,6 +1,7 @@
 //! A serial program with a dist attr for every variable and every op: what each stage of
 //! the pipeline (forward, backward, optimizer) hands to the next.
 
+use crate::dist::MeshId;
 use crate::dist::{OperatorDistAttr, ProcessMesh, TensorDistAttr};
 use crate::ir::{Op, Program};
 use std::sync::Arc;
@@ -20,12 +21,10 @@ impl DistProgram {
     pub fn replicated_op_attr(&self, op: &Op) -> OperatorDistAttr {
         let slot = |vars: &Vec<crate::ir::VarId>| {
             vars.iter()
-                .map(|&v| {
-                    TensorDistAttr::replicated(self.mesh.clone(), self.program.var(v).ty.rank())
-                })
+                .map(|&v| TensorDistAttr::replicated(MeshId::JOB, self.program.var(v).ty.rank()))
                 .collect()
         };
-        let mut attr = OperatorDistAttr::new(self.mesh.clone());
+        let mut attr = OperatorDistAttr::new(MeshId::JOB);
         attr.inputs = op.inputs.iter().map(slot).collect();
         attr.outputs = op.outputs.iter().map(slot).collect();
         attr

@@ -5,6 +5,7 @@
 
 use super::dist_program::DistProgram;
 use crate::dist::MeshAxis;
+use crate::dist::MeshId;
 use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
 use crate::ir::{Attr, DType, Op, OpRole, OpType, ProgramError, TensorType, VarId, VarKind};
 use serde::{Deserialize, Serialize};
@@ -93,7 +94,7 @@ impl Builder<'_> {
         )?;
         self.dp
             .tensors
-            .push(TensorDistAttr::replicated(self.dp.mesh.clone(), 0));
+            .push(TensorDistAttr::replicated(MeshId::JOB, 0));
         Ok(id)
     }
 
@@ -115,7 +116,7 @@ impl Builder<'_> {
     /// Appends `op`; its slot attrs are the variables' current attrs (outputs of in-place
     /// updates keep their layout), or `overrides` for outputs computed here.
     fn push(&mut self, op: Op) {
-        let mut attr = OperatorDistAttr::new(self.dp.mesh.clone());
+        let mut attr = OperatorDistAttr::new(MeshId::JOB);
         // Inputs complete (non-partial: gradients are synchronised by now); outputs as the
         // variables are laid out.
         let settled = |v: &VarId| DistProgram::settled(&self.dp.tensors[v.index()]);
@@ -239,7 +240,7 @@ pub fn append_optimizer(
         // The update follows its parameter: the gradient must arrive laid out like it.
         let pa = DistProgram::settled(&b.dp.tensors[p.index()]);
         let o = op(ty, inputs, outputs, &attrs, "");
-        let mut attr = OperatorDistAttr::new(b.dp.mesh.clone());
+        let mut attr = OperatorDistAttr::new(MeshId::JOB);
         attr.inputs = o
             .inputs
             .iter()
@@ -320,7 +321,7 @@ fn clip_by_global_norm(
         let sq =
             b.dp.program
                 .declare(&name, TensorType::new(dtype, vec![]), VarKind::Activation)?;
-        let mut attr = TensorDistAttr::replicated(b.dp.mesh.clone(), 0);
+        let mut attr = TensorDistAttr::replicated(MeshId::JOB, 0);
         let mut axes: Vec<MeshAxis> = b.dp.tensors[g.index()]
             .dims
             .iter()
@@ -347,16 +348,16 @@ fn clip_by_global_norm(
         VarKind::Activation,
     )?;
     b.dp.tensors
-        .push(TensorDistAttr::replicated(b.dp.mesh.clone(), 0));
+        .push(TensorDistAttr::replicated(MeshId::JOB, 0));
     let sum = op(OpType::Sum, vec![norms.clone()], vec![vec![total]], &[], "");
     // The sum wants every squared norm complete (non-partial): sharded grads' norms are
     // all-reduced first (global-norm synchronisation, in the partitioner).
-    let mut attr = OperatorDistAttr::new(b.dp.mesh.clone());
+    let mut attr = OperatorDistAttr::new(MeshId::JOB);
     attr.inputs = vec![norms
         .iter()
-        .map(|_| TensorDistAttr::replicated(b.dp.mesh.clone(), 0))
+        .map(|_| TensorDistAttr::replicated(MeshId::JOB, 0))
         .collect()];
-    attr.outputs = vec![vec![TensorDistAttr::replicated(b.dp.mesh.clone(), 0)]];
+    attr.outputs = vec![vec![TensorDistAttr::replicated(MeshId::JOB, 0)]];
     b.dp.program.push_op(sum);
     b.dp.ops.push(attr);
     let norm = b.scalar_activation("global_norm_0", dtype)?;
@@ -416,7 +417,7 @@ impl Builder<'_> {
                 .declare(name, TensorType::new(dtype, vec![]), VarKind::Activation)?;
         self.dp
             .tensors
-            .push(TensorDistAttr::replicated(self.dp.mesh.clone(), 0));
+            .push(TensorDistAttr::replicated(MeshId::JOB, 0));
         Ok(id)
     }
 }

@@ -179,7 +179,7 @@ impl Pipeline {
 fn check_layouts(dp: &DistProgram) -> Result<(), PipelineError> {
     for (v, attr) in dp.program.vars().iter().zip(&dp.tensors) {
         let attr: &TensorDistAttr = attr;
-        attr.validate(&v.name, &v.ty.shape)
+        attr.validate(&v.name, &v.ty.shape, &dp.mesh)
             .map_err(|e| PartitionError::Layout(e.to_string()))?;
     }
     Ok(())

@@ -25,16 +25,17 @@ pub use parse::{parse_plan, SourceMap};
 pub use print::write_shard;
 pub use spec::{mesh_spec, parse_mesh_spec, parse_shard_spec, shard_spec};
 
-use crate::dist::{ProcessMesh, TensorDistAttr};
+use crate::dist::{MeshId, MeshTable, ProcessMesh, TensorDistAttr};
 use crate::ir::{verify_program, OpId, Program, Subject, VarId};
 use serde::Serialize;
 use std::fmt;
 use std::sync::Arc;
 
-/// A mesh, a program and the user's annotations.
+/// A mesh table, a program and the user's annotations. Annotations name their mesh by id;
+/// today a plan has at most one mesh, [`MeshId::JOB`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    pub mesh: Option<Arc<ProcessMesh>>,
+    pub meshes: MeshTable,
     pub program: Program,
     /// User annotations, in file order, at most one per variable.
     pub annotations: Vec<Annotation>,
@@ -78,11 +79,24 @@ pub enum RanksPlanned {
 }
 
 impl Plan {
+    /// The job's mesh, if the plan has one.
+    pub fn mesh(&self) -> Option<&Arc<ProcessMesh>> {
+        self.meshes.get(MeshId::JOB)
+    }
+
+    /// Makes `mesh` the plan's (only) mesh.
+    pub fn set_mesh(&mut self, mesh: Arc<ProcessMesh>) {
+        self.meshes = MeshTable::single(mesh);
+    }
+
     /// Every annotation as its one-line spec (`x=dp,-`), in order.
     pub fn shard_specs(&self) -> Vec<String> {
         self.annotations
             .iter()
-            .map(|a| spec::shard_spec(&self.program, a))
+            .filter_map(|a| {
+                let mesh = self.meshes.get(a.attr.mesh)?;
+                Some(spec::shard_spec(&self.program, mesh, a))
+            })
             .collect()
     }
 
@@ -93,7 +107,7 @@ impl Plan {
     pub fn estimated_planning_bytes(&self, partitioned: RanksPlanned) -> f64 {
         const BYTES_PER_ITEM: f64 = 3.0 * 1024.0;
         let items = (self.program.ops().len() + self.program.vars().len()) as f64;
-        let ranks = match (&self.mesh, partitioned) {
+        let ranks = match (self.mesh(), partitioned) {
             (Some(m), RanksPlanned::All) => m.size() as f64,
             (Some(_), RanksPlanned::One) => 1.0,
             _ => 0.0,
@@ -104,7 +118,7 @@ impl Plan {
     /// A plan holding just a program.
     pub fn from_program(program: Program) -> Plan {
         Plan {
-            mesh: None,
+            meshes: crate::dist::MeshTable::default(),
             program,
             annotations: Vec::new(),
         }
@@ -135,7 +149,13 @@ pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
     let mut seen = std::collections::HashSet::new();
     for (i, ann) in plan.annotations.iter().enumerate() {
         let var = plan.program.var(ann.var);
-        if let Err(e) = ann.attr.validate(&var.name, &var.ty.shape) {
+        let checked = match plan.meshes.get(ann.attr.mesh) {
+            Some(mesh) => ann.attr.validate(&var.name, &var.ty.shape, mesh),
+            None => Err(crate::dist::DistAttrError::NoSuchMesh {
+                tensor: var.name.to_string(),
+            }),
+        };
+        if let Err(e) = checked {
             issues.push(PlanIssue {
                 subject: PlanSubject::Annotation(i),
                 message: format!("shard: {e}"),

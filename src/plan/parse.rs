@@ -3,7 +3,8 @@
 
 use super::{Annotation, Plan};
 use crate::dist::{
-    DimAxes, Layout, MeshAxis, ProcessMesh, ReduceType, TensorDistAttr, MAX_MESH_NDIM,
+    DimAxes, Layout, MeshAxis, MeshId, MeshTable, ProcessMesh, ReduceType, TensorDistAttr,
+    MAX_MESH_NDIM,
 };
 use crate::ir::text::lexer::Tok;
 use crate::ir::text::parse::{for_each_statement, parse_op, parse_var};
@@ -97,7 +98,7 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
     if errors.is_empty() {
         Ok((
             Plan {
-                mesh,
+                meshes: mesh.map(MeshTable::single).unwrap_or_default(),
                 program,
                 annotations,
             },
@@ -188,7 +189,7 @@ fn parse_shard(
         Ok(axes)
     })?;
     let mut attr = TensorDistAttr {
-        mesh: mesh.clone(),
+        mesh: MeshId::JOB,
         layout: Layout::from_dims(dims),
         annotated,
     };

@@ -1,12 +1,12 @@
 //! The canonical text of a plan: mesh line, program, shard lines.
 
 use super::Plan;
-use crate::dist::{MeshAxis, TensorDistAttr};
+use crate::dist::{MeshAxis, ProcessMesh, TensorDistAttr};
 use std::fmt::{self, Write};
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(mesh) = &self.mesh {
+        if let Some(mesh) = self.mesh() {
             writeln!(f, "mesh {mesh}")?;
             if !self.program.vars().is_empty() || !self.annotations.is_empty() {
                 f.write_char('\n')?;
@@ -18,7 +18,10 @@ impl fmt::Display for Plan {
         }
         for ann in &self.annotations {
             write!(f, "shard {} ", self.program.var(ann.var).name)?;
-            write_shard(f, &ann.attr)?;
+            match self.meshes.get(ann.attr.mesh) {
+                Some(mesh) => write_shard(f, &ann.attr, mesh)?,
+                None => f.write_str("[?]")?,
+            }
             f.write_char('\n')?;
         }
         Ok(())
@@ -26,8 +29,8 @@ impl fmt::Display for Plan {
 }
 
 /// Writes the `[dp, -, ?] partial(mp=SUM)` part of a shard line.
-pub fn write_shard(f: &mut impl Write, attr: &TensorDistAttr) -> fmt::Result {
-    let name = |a: MeshAxis| attr.mesh.axis_name(a).to_string();
+pub fn write_shard(f: &mut impl Write, attr: &TensorDistAttr, mesh: &ProcessMesh) -> fmt::Result {
+    let name = |a: MeshAxis| mesh.axis_name(a).to_string();
     f.write_char('[')?;
     for (i, axes) in attr.dims.iter().enumerate() {
         if i > 0 {

@@ -2,7 +2,7 @@
 //! in a URL: `2x4:dp,mp` and `x=dp,-`.
 
 use super::Annotation;
-use crate::dist::{DimAxes, ProcessMesh, TensorDistAttr, MAX_MESH_NDIM};
+use crate::dist::{DimAxes, MeshId, ProcessMesh, TensorDistAttr, MAX_MESH_NDIM};
 use crate::ir::Program;
 use std::sync::Arc;
 
@@ -42,7 +42,7 @@ pub fn parse_shard_spec(
     let var = program
         .var_id(name.trim())
         .ok_or_else(|| format!("shard `{spec}`: unknown variable `{}`", name.trim()))?;
-    let mut attr = TensorDistAttr::replicated(mesh.clone(), 0);
+    let mut attr = TensorDistAttr::replicated(MeshId::JOB, 0);
     for item in dims.split(',').map(str::trim) {
         let (axes, pinned) = match item {
             "-" => (DimAxes::WHOLE, true),
@@ -69,7 +69,7 @@ pub fn parse_shard_spec(
         attr.annotated.push(pinned);
     }
     let v = program.var(var);
-    attr.validate(&v.name, &v.ty.shape)
+    attr.validate(&v.name, &v.ty.shape, mesh)
         .map_err(|e| format!("shard `{spec}`: {e}"))?;
     Ok(Annotation { var, attr })
 }
@@ -81,8 +81,7 @@ pub fn mesh_spec(mesh: &ProcessMesh) -> String {
 }
 
 /// The one-line spec of an annotation: `x=dp,-,?` (`dp+mp` for co-sharding).
-pub fn shard_spec(program: &Program, ann: &Annotation) -> String {
-    let mesh = &ann.attr.mesh;
+pub fn shard_spec(program: &Program, mesh: &ProcessMesh, ann: &Annotation) -> String {
     let dims: Vec<String> = ann
         .attr
         .dims

@@ -48,12 +48,12 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
         (None, None) => return Err(err("give `preset` or `text`".into())),
     };
     if let Some(m) = &req.mesh {
-        plan.mesh = Some(Arc::new(parse_mesh_spec(m).map_err(err)?));
+        plan.set_mesh(Arc::new(parse_mesh_spec(m).map_err(err)?));
         plan.annotations.clear();
     }
     let mesh = plan
-        .mesh
-        .clone()
+        .mesh()
+        .cloned()
         .ok_or_else(|| err("the plan has no mesh".into()))?;
     for spec in &req.shards {
         let ann = parse_shard_spec(spec, &plan.program, &mesh).map_err(err)?;

@@ -3,7 +3,7 @@
 //! `visualize_array_sharding`), and why each dim is split.
 
 use super::app::AppCtx;
-use crate::dist::{render, Notation, TensorDistAttr};
+use crate::dist::{render, Notation, ProcessMesh, TensorDistAttr};
 use crate::passes::complete::explain_text;
 use crate::session::{Action, DimChoice};
 use web_sys::HtmlSelectElement;
@@ -11,9 +11,8 @@ use yew::prelude::*;
 
 /// Devices holding each block of a tensor: `blocks[row][col]` for dims 0 and 1 (a rank-1
 /// tensor has one row; a scalar one block).
-pub fn block_owners(attr: &TensorDistAttr) -> Vec<Vec<Vec<u32>>> {
-    let mesh = &attr.mesh;
-    let shards = |d: usize| attr.shards_of_dim(d);
+pub fn block_owners(attr: &TensorDistAttr, mesh: &ProcessMesh) -> Vec<Vec<Vec<u32>>> {
+    let shards = |d: usize| attr.shards_of_dim(d, mesh);
     let (rows, cols) = match attr.rank() {
         0 => (1, 1),
         1 => (1, shards(0)),
@@ -114,7 +113,7 @@ pub fn Inspector() -> Html {
             }
         }).collect::<Html>()
     });
-    let blocks = block_owners(&attr);
+    let blocks = block_owners(&attr, &mesh);
     let grid = html! {
         <table class="blocks" aria-label="which devices hold which block">
             { for blocks.iter().map(|row| html! {
@@ -135,7 +134,7 @@ pub fn Inspector() -> Html {
         <section class="panel inspector">
             <h2>{ name.clone() }<small>{ format!(" {} {}", var.ty, var.kind.name()) }</small></h2>
             <dl class="notations">
-                { for Notation::ALL.into_iter().map(|n| html! { <><dt>{ n.label() }</dt><dd class={classes!((n == s.notation).then_some("current"))}>{ render(&attr, n) }</dd></> }) }
+                { for Notation::ALL.into_iter().map(|n| html! { <><dt>{ n.label() }</dt><dd class={classes!((n == s.notation).then_some("current"))}>{ render(&attr, &mesh, n) }</dd></> }) }
             </dl>
             if let Some(sel) = selectors { <div class="dims">{ sel }</div> }
             if annotation.is_some() { <button class="small" onclick={clear}>{ "clear annotation" }</button> }

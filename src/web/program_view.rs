@@ -34,6 +34,7 @@ fn block_of(program: &Program, op: &Op) -> Option<usize> {
 struct ChipCtx<'a> {
     program: &'a Program,
     attrs: Option<&'a [TensorDistAttr]>,
+    mesh: Option<&'a crate::dist::ProcessMesh>,
     notation: crate::dist::Notation,
     selected: Option<&'a str>,
     changed: Option<(VarId, Option<u16>)>,
@@ -46,7 +47,8 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
     let shard = c
         .attrs
         .and_then(|a| a.get(v.index()))
-        .map(|a| render(a, c.notation))
+        .zip(c.mesh)
+        .map(|(a, mesh)| render(a, mesh, c.notation))
         .unwrap_or_default();
     let onclick = {
         let (cb, name) = (on_select.clone(), name.clone());
@@ -138,6 +140,7 @@ pub fn ProgramView() -> Html {
     let chip_ctx = ChipCtx {
         program,
         attrs,
+        mesh: s.mesh().map(|m| &**m),
         notation: s.notation,
         selected: s.selected_var.as_deref(),
         changed: event

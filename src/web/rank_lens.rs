@@ -56,7 +56,7 @@ pub fn RankLens() -> Html {
         .zip(p.full.program.vars().iter().zip(&p.full.tensors))
         .filter(|(v, _)| v.kind == crate::ir::VarKind::Parameter)
         .map(|(v, (global, attr))| {
-            let blocks = block_owners(attr);
+            let blocks = block_owners(attr, &p.full.mesh);
             let cols = blocks.first().map_or(1, Vec::len).max(1);
             let cells = blocks.iter().flatten().map(|devs| {
                 let mine = devs.contains(&r.rank);

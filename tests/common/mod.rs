@@ -28,7 +28,7 @@ pub fn paddle_config_plan(config: &Value) -> Plan {
         let (Some(list), Some(var)) = (dims.as_array(), program.var_id(name)) else {
             continue;
         };
-        let mut attr = TensorDistAttr::replicated(mesh.clone(), list.len());
+        let mut attr = TensorDistAttr::replicated(shardlab::dist::MeshId::JOB, list.len());
         for (d, axis) in list.iter().enumerate() {
             attr.annotated[d] = true;
             if let Some(a) = axis.as_str() {
@@ -38,7 +38,7 @@ pub fn paddle_config_plan(config: &Value) -> Plan {
         annotations.push(Annotation { var, attr });
     }
     Plan {
-        mesh: Some(mesh),
+        meshes: shardlab::dist::MeshTable::single(mesh),
         program,
         annotations,
     }
@@ -61,7 +61,7 @@ pub fn plan_with<S: AsRef<str>>(program: shardlab::ir::Program, mesh: &str, shar
         .map(|s| parse_shard_spec(s.as_ref(), &program, &mesh).unwrap())
         .collect();
     Plan {
-        mesh: Some(mesh),
+        meshes: shardlab::dist::MeshTable::single(mesh),
         program,
         annotations,
     }
@@ -133,7 +133,8 @@ pub fn random_plan_of(
                 continue;
             }
             let var_ref = program.var(v);
-            let mut attr = TensorDistAttr::replicated(mesh.clone(), var_ref.ty.rank());
+            let mut attr =
+                TensorDistAttr::replicated(shardlab::dist::MeshId::JOB, var_ref.ty.rank());
             for (d, &choice) in choices.iter().enumerate().take(var_ref.ty.rank()) {
                 // 0: free; 1: pinned replicated; 2..: a mesh axis, if free and dividing.
                 match choice {
@@ -144,7 +145,10 @@ pub fn random_plan_of(
                         let mut trial = attr.clone();
                         trial.dims[d] = shardlab::dist::DimAxes::one(axis);
                         trial.annotated[d] = true;
-                        if trial.validate(&var_ref.name, &var_ref.ty.shape).is_ok() {
+                        if trial
+                            .validate(&var_ref.name, &var_ref.ty.shape, &mesh)
+                            .is_ok()
+                        {
                             attr = trial;
                         }
                     }
@@ -153,7 +157,7 @@ pub fn random_plan_of(
             annotations.push(Annotation { var: v, attr });
         }
         Plan {
-            mesh: Some(mesh),
+            meshes: shardlab::dist::MeshTable::single(mesh),
             program,
             annotations,
         }

@@ -16,6 +16,7 @@ pub mod trace;
 pub use print::{attrs_text, completed_json, completed_text, explain_text};
 pub use trace::{Conflict, Direction, Event, EventKind, Step, Trace};
 
+use crate::dist::MeshId;
 use crate::dist::{
     local_shape, DimAxes, DistImpl, OperatorDistAttr, Partial, ProcessMesh, TensorDistAttr,
 };
@@ -89,7 +90,7 @@ pub fn complete_from(
     plan: &Plan,
     start: Option<&[TensorDistAttr]>,
 ) -> Result<Completed, CompleteError> {
-    let mesh = plan.mesh.clone().ok_or(CompleteError::NoMesh)?;
+    let mesh = plan.mesh().cloned().ok_or(CompleteError::NoMesh)?;
     let issues = verify_plan(plan);
     if !issues.is_empty() {
         return Err(CompleteError::Invalid(issues));
@@ -113,7 +114,7 @@ pub fn complete_from(
         tensors: program
             .vars()
             .iter()
-            .map(|v| TensorDistAttr::replicated(mesh.clone(), v.ty.rank()))
+            .map(|v| TensorDistAttr::replicated(MeshId::JOB, v.ty.rank()))
             .collect(),
         trace: Trace::default(),
         sweep: 0,
@@ -310,7 +311,7 @@ impl State<'_> {
             let mut trial = attr.clone();
             trial.dims[d] = proposal;
             let var_ty = &self.program.var(var).ty;
-            local_shape("", &var_ty.shape, &trial)
+            local_shape("", &var_ty.shape, &trial, &self.mesh)
                 .err()
                 .map(|_| Conflict::Uneven)
         };
@@ -392,13 +393,12 @@ impl State<'_> {
                     .map(|&v| Layout::replicated(self.program.var(v).ty.rank()))
                     .collect(),
             });
-        let to_attr = |s: &Layout| TensorDistAttr::new(self.mesh.clone(), s.clone());
+        let to_attr = |s: &Layout| TensorDistAttr::new(MeshId::JOB, s.clone());
         // A slot the rule says nothing about (a source op's outputs) is replicated over its
         // variable's rank.
-        let replicated = |v: &VarId| {
-            TensorDistAttr::replicated(self.mesh.clone(), self.program.var(*v).ty.rank())
-        };
-        let mut attr = OperatorDistAttr::new(self.mesh.clone());
+        let replicated =
+            |v: &VarId| TensorDistAttr::replicated(MeshId::JOB, self.program.var(*v).ty.rank());
+        let mut attr = OperatorDistAttr::new(MeshId::JOB);
         attr.inputs = o
             .inputs
             .iter()

@@ -2,13 +2,13 @@
 
 use super::trace::{EventKind, Step};
 use super::Completed;
-use crate::dist::{MeshAxis, OperatorDistAttr, TensorDistAttr};
+use crate::dist::{MeshAxis, OperatorDistAttr, ProcessMesh, TensorDistAttr};
 use crate::ir::{OpId, Program, VarId};
 use serde_json::{json, Value};
 
 /// `[dp, -]`, co-shards as `(dp, mp)`, plus ` partial(mp=SUM)`.
-pub fn shard_text(attr: &TensorDistAttr) -> String {
-    let name = |a: MeshAxis| attr.mesh.axis_name(a).to_string();
+pub fn shard_text(attr: &TensorDistAttr, mesh: &ProcessMesh) -> String {
+    let name = |a: MeshAxis| mesh.axis_name(a).to_string();
     let dims: Vec<String> = attr
         .dims
         .iter()
@@ -37,6 +37,7 @@ pub fn shard_text(attr: &TensorDistAttr) -> String {
 /// `*` marks an input that must be resharded).
 pub fn attrs_text(
     program: &Program,
+    mesh: &ProcessMesh,
     tensors: &[TensorDistAttr],
     ops: &[OperatorDistAttr],
 ) -> String {
@@ -59,7 +60,7 @@ pub fn attrs_text(
             "  {:width$}  {:<16}  {}{pinned}\n",
             v.name,
             v.ty.to_string(),
-            shard_text(attr)
+            shard_text(attr, mesh)
         ));
     }
     out.push_str("\nops:\n");
@@ -85,7 +86,7 @@ pub fn attrs_text(
                         "{}={}{}{}",
                         spec.name,
                         program.var(*v).name,
-                        shard_text(a),
+                        shard_text(a, mesh),
                         if reshard { "*" } else { "" }
                     ));
                 }
@@ -118,7 +119,7 @@ pub fn completed_text(program: &Program, c: &Completed) -> String {
         conflicts,
         c.trace.rule_errors.len()
     ));
-    out.push_str(&attrs_text(program, &c.tensors, &c.ops));
+    out.push_str(&attrs_text(program, &c.mesh, &c.tensors, &c.ops));
     for (op, message) in &c.trace.rule_errors {
         out.push_str(&format!(
             "# rule error at {op} ({}): {message}; its inputs fall back to replicated\n",
@@ -128,13 +129,13 @@ pub fn completed_text(program: &Program, c: &Completed) -> String {
     out
 }
 
-fn attr_json(attr: &TensorDistAttr) -> Value {
+fn attr_json(attr: &TensorDistAttr, mesh: &ProcessMesh) -> Value {
     json!({
         "dims_mapping": attr.dims_mapping(),
         "multi_dims_mapping": attr.dims,
         "partial": attr.partial.iter().map(|(a, r)| (a.to_string(), Value::from(r.name()))).collect::<serde_json::Map<_, _>>(),
         "annotated": attr.annotated,
-        "text": shard_text(attr),
+        "text": shard_text(attr, mesh),
     })
 }
 
@@ -145,7 +146,7 @@ pub fn completed_json(program: &Program, c: &Completed) -> Value {
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let mut a = attr_json(&c.tensors[i]);
+            let mut a = attr_json(&c.tensors[i], &c.mesh);
             a["name"] = json!(v.name);
             a["shape"] = json!(v.ty.shape);
             a["dtype"] = json!(v.ty.dtype.name());
@@ -171,7 +172,7 @@ pub fn completed_json(program: &Program, c: &Completed) -> Value {
                         .iter()
                         .zip(ats)
                         .map(|(v, a)| {
-                            let mut j = attr_json(a);
+                            let mut j = attr_json(a, &c.mesh);
                             j["var"] = json!(program.var(*v).name);
                             j
                         })
@@ -229,7 +230,7 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
                 .join("+")
         }
     };
-    let mut out = format!("{} {}: {}\n", v.name, v.ty, shard_text(attr));
+    let mut out = format!("{} {}: {}\n", v.name, v.ty, shard_text(attr, &c.mesh));
     for d in 0..attr.rank() {
         out.push_str(&format!("dim {d} = {}", names(&attr.dims[d])));
         let steps = c.trace.explain(var, d as u16, |op| op_vars(program, op));

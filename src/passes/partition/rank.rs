@@ -178,7 +178,7 @@ impl<'a> RankBuilder<'a> {
     ) -> Result<Self, PartitionError> {
         let mut program = Program::new();
         for (v, attr) in serial.vars().iter().zip(attrs) {
-            let shape = local_shape(&v.name, &v.ty.shape, attr)
+            let shape = local_shape(&v.name, &v.ty.shape, attr, mesh)
                 .map_err(|e| PartitionError::Layout(e.to_string()))?;
             program.add_var_unchecked(Var {
                 name: v.name.clone(),
@@ -211,7 +211,7 @@ impl<'a> RankBuilder<'a> {
         let base = self.origin[of.index()];
         let serial_name = self.program.var(base).name.clone();
         let serial_shape = self.global[of.index()].clone();
-        let shape = local_shape(&serial_name, &serial_shape, attr)
+        let shape = local_shape(&serial_name, &serial_shape, attr, self.mesh)
             .map_err(|e| PartitionError::Layout(e.to_string()))?;
         self.temps += 1;
         let ty = TensorType::new(self.program.var(of).ty.dtype, shape);

@@ -18,6 +18,7 @@
 
 use super::rank::{PartitionError, RankBuilder};
 use crate::dist::MeshAxis;
+use crate::dist::MeshId;
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{Attr, Op, OpRole, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
@@ -120,7 +121,7 @@ pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionEr
             totals.extend(vars);
             continue;
         }
-        let mut partial_attr = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
+        let mut partial_attr = TensorDistAttr::replicated(MeshId::JOB, 0);
         for &a in &axes {
             partial_attr.set_partial(a, ReduceType::Sum);
         }
@@ -144,7 +145,7 @@ pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionEr
     sum.inputs = vec![totals];
     sum.outputs = vec![vec![out]];
     b.local(sum);
-    b.cur[out.index()] = TensorDistAttr::replicated(b.cur[out.index()].mesh.clone(), 0);
+    b.cur[out.index()] = TensorDistAttr::replicated(MeshId::JOB, 0);
     Ok(true)
 }
 
