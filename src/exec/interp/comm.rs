@@ -1,0 +1,133 @@
+//! Ops that exchange values with other ranks: the collectives, and the vocab-parallel
+//! cross-entropy with its three all-reduces. Each exchange may leave the op waiting
+//! (`Progress::Blocked`); the rank retries the op and resumes after the exchanges it
+//! completed.
+
+use super::{Progress, Rank};
+use crate::dist::ReduceType;
+use crate::exec::comm::Communicator;
+use crate::exec::kernels::layout::{concat, slice_axis};
+use crate::exec::kernels::vocab_ce;
+use crate::exec::tensor::Tensor;
+use crate::ir::infer::axis;
+use crate::ir::Op;
+
+/// Which collective an op is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Collective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+}
+
+impl Rank<'_> {
+    pub(super) fn collective(
+        &mut self,
+        op: &Op,
+        comm: &dyn Communicator,
+        kind: Collective,
+    ) -> Result<Progress, String> {
+        let t = self.slot(op, "X")?.clone();
+        let Some((all, me)) = self.exchange(op, t, comm)? else {
+            return Ok(Progress::Blocked);
+        };
+        let out = collective_result(op, kind, all, me)?;
+        self.set(op, "Out", out);
+        Ok(Progress::Next)
+    }
+
+    /// `c_softmax_with_cross_entropy`: all_reduce MAX of the row max, SUM of the target
+    /// logit, SUM of the exp-sums (`kernels::vocab_ce`).
+    pub(super) fn vocab_ce(
+        &mut self,
+        op: &Op,
+        comm: &dyn Communicator,
+    ) -> Result<Progress, String> {
+        let logits = self.slot(op, "Logits")?.clone();
+        let label = self.slot(op, "Label")?.clone();
+        let start = op.attr_int("start_index", 0);
+        let nranks = op.attr_ints("group").map_or(1, <[i64]>::len);
+        let classes = logits
+            .shape
+            .last()
+            .copied()
+            .unwrap_or(1)
+            .saturating_mul(nranks);
+        let Some((all, _)) = self.exchange(op, vocab_ce::row_max(&logits), comm)? else {
+            return Ok(Progress::Blocked);
+        };
+        let max = reduce_all(&all, ReduceType::Max);
+        let target = vocab_ce::target_logit(&logits, &label, &max, start, classes)?;
+        let Some((all, _)) = self.exchange(op, target, comm)? else {
+            return Ok(Progress::Blocked);
+        };
+        let target = reduce_all(&all, ReduceType::Sum);
+        let (exps, sums) = vocab_ce::exp_sums(&logits, &max);
+        let Some((all, _)) = self.exchange(op, sums, comm)? else {
+            return Ok(Progress::Blocked);
+        };
+        let sum = reduce_all(&all, ReduceType::Sum);
+        let (sm, loss) = vocab_ce::finish(&logits, &exps, &sum, &target);
+        self.set(op, "Softmax", sm);
+        self.set(op, "Loss", loss);
+        Ok(Progress::Next)
+    }
+}
+
+/// Combines `all` contributions elementwise with `reduce`.
+pub fn reduce_all(all: &[Tensor], reduce: ReduceType) -> Tensor {
+    let mut acc = all[0].to_f64();
+    for t in &all[1..] {
+        for (a, b) in acc.iter_mut().zip(t.to_f64()) {
+            *a = match reduce {
+                ReduceType::Sum | ReduceType::Avg => *a + b,
+                ReduceType::Max => a.max(b),
+                ReduceType::Min => a.min(b),
+                ReduceType::Prod => *a * b,
+            };
+        }
+    }
+    if reduce == ReduceType::Avg {
+        let n = all.len() as f64;
+        acc.iter_mut().for_each(|a| *a /= n);
+    }
+    Tensor::float(all[0].dtype(), all[0].shape.clone(), acc)
+}
+
+/// A collective's result on member `me` from every member's contribution.
+fn collective_result(
+    op: &Op,
+    kind: Collective,
+    all: Vec<Tensor>,
+    me: usize,
+) -> Result<Tensor, String> {
+    let reduce = || {
+        ReduceType::from_name(op.attr_str("reduce_type").unwrap_or("SUM")).ok_or("bad reduce_type")
+    };
+    let n = all.len();
+    let rank_of = all[me].shape.len();
+    Ok(match kind {
+        Collective::AllReduce => reduce_all(&all, reduce()?),
+        Collective::AllGather => {
+            let a = axis(op.attr_int("axis", 0), rank_of, "axis")?;
+            concat(&all.iter().collect::<Vec<_>>(), a)?
+        }
+        Collective::ReduceScatter => {
+            let a = axis(op.attr_int("axis", 0), rank_of, "axis")?;
+            let whole = reduce_all(&all, reduce()?);
+            let piece = whole.shape[a] / n;
+            slice_axis(&whole, a, me * piece, (me + 1) * piece)
+        }
+        Collective::AllToAll => {
+            let s = axis(op.attr_int("split_axis", 0), rank_of, "split_axis")?;
+            let c = axis(op.attr_int("concat_axis", 0), rank_of, "concat_axis")?;
+            let piece = all[me].shape[s] / n;
+            let mine: Vec<Tensor> = all
+                .iter()
+                .map(|t| slice_axis(t, s, me * piece, (me + 1) * piece))
+                .collect();
+            concat(&mine.iter().collect::<Vec<_>>(), c)?
+        }
+    })
+}

@@ -1,0 +1,401 @@
+//! The interpreter: runs one program (serial, or one rank's) op by op. A rank is a small
+//! state machine (program counter, variables, per-group exchange counters), so the same
+//! code runs ranks on threads (blocking exchanges) or cooperatively (a pending exchange
+//! returns `Blocked` and the op is retried on the next step).
+
+mod comm;
+mod forward;
+mod grads;
+mod optim;
+
+pub use comm::reduce_all;
+
+use super::comm::{Communicator, Exchange, ExchangeKey};
+use super::kernels::pointwise::{Binary, Unary};
+use super::tensor::{strides, Tensor};
+use crate::dist::TensorDistAttr;
+use crate::ir::infer::axis;
+use crate::ir::{Op, OpType, Program, VarId};
+use comm::Collective;
+use optim::Update;
+use std::collections::HashMap;
+
+/// Why execution failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    #[error("rank {rank}, op{op} ({ty}): {message}")]
+    Op {
+        rank: u32,
+        op: usize,
+        ty: OpType,
+        message: String,
+    },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Where a rank's variables sit in their global tensors (for dropout masks that must match
+/// the serial program's).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub attrs: Vec<TensorDistAttr>,
+    pub global: Vec<Vec<usize>>,
+    /// This rank's coordinates on the mesh, and the mesh's shape.
+    pub coords: Vec<usize>,
+    pub mesh_shape: Vec<usize>,
+}
+
+impl Placement {
+    /// The global flat index of element `i` of local variable `v` of `local_shape`.
+    pub fn global_index(&self, v: VarId, local_shape: &[usize], i: usize) -> usize {
+        let (Some(attr), Some(global)) = (self.attrs.get(v.index()), self.global.get(v.index()))
+        else {
+            return i;
+        };
+        let ls = strides(local_shape);
+        let gs = strides(global);
+        let mut out = 0;
+        for d in 0..local_shape.len() {
+            let idx = (i / ls[d]) % local_shape[d].max(1);
+            let axes = attr.dims.get(d).cloned().unwrap_or_default();
+            let block = axes.iter().fold(0, |acc, &a| {
+                let size = self.mesh_shape.get(a.index()).copied().unwrap_or(1);
+                acc * size + self.coords.get(a.index()).copied().unwrap_or(0)
+            });
+            out += (block * local_shape[d] + idx) * gs.get(d).copied().unwrap_or(0);
+        }
+        out
+    }
+}
+
+/// One program being run.
+pub struct Rank<'a> {
+    pub rank: u32,
+    pub program: &'a Program,
+    pub env: Vec<Option<Tensor>>,
+    pub pc: usize,
+    seq: HashMap<Vec<u32>, u64>,
+    pending: Option<ExchangeKey>,
+    /// Exchanges the current op has completed, in order, so an op with several exchanges
+    /// (the vocab-parallel cross-entropy) resumes after the last one when it is retried.
+    completed: Vec<(Vec<Tensor>, usize)>,
+    /// How many of `completed` the current attempt at the op has consumed.
+    replayed: usize,
+    placement: Option<&'a Placement>,
+    /// Error bounds per variable (`bound.rs`), carried when the serial run is the
+    /// reference of a verification.
+    pub bounds: Option<Bounds>,
+}
+
+/// Error bounds of every variable: the max-norm bound, and per-element bounds where known.
+#[derive(Clone, Debug, Default)]
+pub struct Bounds {
+    pub max: Vec<f64>,
+    pub elems: Vec<Option<Vec<f64>>>,
+}
+
+impl Bounds {
+    /// Zero bounds (exact sources) for `n` variables.
+    pub fn new(n: usize) -> Bounds {
+        Bounds {
+            max: vec![0.0; n],
+            elems: vec![None; n],
+        }
+    }
+}
+
+/// Whether a step ran to the end or waits for other ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Done,
+    Blocked,
+}
+
+enum Progress {
+    Next,
+    Blocked,
+}
+
+impl<'a> Rank<'a> {
+    /// A rank about to run `program` with `env` (one slot per variable).
+    pub fn new(
+        rank: u32,
+        program: &'a Program,
+        env: Vec<Option<Tensor>>,
+        placement: Option<&'a Placement>,
+    ) -> Rank<'a> {
+        Rank {
+            rank,
+            program,
+            env,
+            pc: 0,
+            seq: HashMap::new(),
+            pending: None,
+            completed: Vec::new(),
+            replayed: 0,
+            placement,
+            bounds: None,
+        }
+    }
+
+    /// Runs ops until the end or until an exchange is pending.
+    pub fn step(&mut self, comm: &dyn Communicator) -> Result<Status, ExecError> {
+        while self.pc < self.program.ops().len() {
+            let op = &self.program.ops()[self.pc];
+            // Values an op overwrites in place, for its error bound.
+            let before: Vec<(VarId, Tensor)> = match self.bounds {
+                Some(_) => op
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .filter(|v| op.outputs.iter().flatten().any(|o| o == *v))
+                    .filter_map(|&v| self.get(v).ok().map(|t| (v, t.clone())))
+                    .collect(),
+                None => Vec::new(),
+            };
+            self.replayed = 0;
+            let progress = self.exec(op, comm).map_err(|message| ExecError::Op {
+                rank: self.rank,
+                op: self.pc,
+                ty: op.ty,
+                message,
+            })?;
+            match progress {
+                Progress::Next => {
+                    self.completed.clear();
+                    if let Some(bounds) = &self.bounds {
+                        let view = super::bound::View {
+                            env: &self.env,
+                            before: &before,
+                            err: &bounds.max,
+                            elems: &bounds.elems,
+                        };
+                        let mut per_element = None;
+                        let updates = super::bound::propagate(op, &view, &mut per_element);
+                        if let Some(bounds) = &mut self.bounds {
+                            for (v, b) in updates {
+                                if let Some(slot) = bounds.max.get_mut(v.index()) {
+                                    *slot = b;
+                                }
+                                if let Some(slot) = bounds.elems.get_mut(v.index()) {
+                                    *slot = None;
+                                }
+                            }
+                            if let Some((v, e)) = per_element {
+                                if let Some(slot) = bounds.elems.get_mut(v.index()) {
+                                    *slot = Some(e);
+                                }
+                            }
+                        }
+                    }
+                    self.pc += 1
+                }
+                Progress::Blocked => return Ok(Status::Blocked),
+            }
+        }
+        Ok(Status::Done)
+    }
+
+    /// Restarts at the first op (for the next training step).
+    pub fn rewind(&mut self) {
+        self.pc = 0;
+    }
+
+    /// How far the rank has come: its program counter and the exchanges the current op
+    /// has completed (an op with several exchanges moves without moving the counter).
+    pub fn progress(&self) -> (usize, usize) {
+        (self.pc, self.completed.len())
+    }
+
+    /// The key of the exchange an op is waiting on (for deadlock reports).
+    pub fn pending_key(&self) -> Option<&ExchangeKey> {
+        self.pending.as_ref()
+    }
+
+    fn get(&self, v: VarId) -> Result<&Tensor, String> {
+        self.env
+            .get(v.index())
+            .and_then(|t| t.as_ref())
+            .ok_or_else(|| {
+                format!(
+                    "`{}` has no value (not fed and not computed)",
+                    self.program.var(v).name
+                )
+            })
+    }
+
+    fn slot(&self, op: &Op, name: &str) -> Result<&Tensor, String> {
+        let v = *op
+            .input(name)
+            .first()
+            .ok_or_else(|| format!("missing input {name}"))?;
+        self.get(v)
+    }
+
+    fn opt_slot(&self, op: &Op, name: &str) -> Option<&Tensor> {
+        op.input(name).first().and_then(|&v| self.get(v).ok())
+    }
+
+    fn set(&mut self, op: &Op, slot: &str, t: Tensor) {
+        if let Some(&v) = op.output(slot).first() {
+            self.set_var(v, t);
+        }
+    }
+
+    fn set_var(&mut self, v: VarId, t: Tensor) {
+        if let Some(s) = self.env.get_mut(v.index()) {
+            *s = Some(t);
+        }
+    }
+
+    /// Exchanges `t` over the op's group.
+    fn exchange(
+        &mut self,
+        op: &Op,
+        t: Tensor,
+        comm: &dyn Communicator,
+    ) -> Result<Option<(Vec<Tensor>, usize)>, String> {
+        if let Some(done) = self.completed.get(self.replayed) {
+            self.replayed += 1;
+            return Ok(Some(done.clone()));
+        }
+        let group: Vec<u32> = op
+            .attr_ints("group")
+            .ok_or("missing group")?
+            .iter()
+            .map(|&r| r as u32)
+            .collect();
+        let me = group
+            .iter()
+            .position(|&r| r == self.rank)
+            .ok_or_else(|| format!("rank {} is not in its group {group:?}", self.rank))?;
+        let key = match self.pending.take() {
+            Some(k) => k,
+            None => {
+                let n = self.seq.entry(group.clone()).or_insert(0);
+                *n += 1;
+                (group.clone(), *n)
+            }
+        };
+        match comm
+            .exchange(self.rank, &key, t)
+            .map_err(|e| format!("group {group:?}: {e}"))?
+        {
+            Exchange::Ready(all) => {
+                if let Some(other) = all
+                    .iter()
+                    .position(|a| a.shape != all[me].shape && op.ty != OpType::AllGather)
+                {
+                    return Err(format!(
+                        "group {group:?}: rank {} sent shape {:?} but rank {} sent {:?}",
+                        group[me], all[me].shape, group[other], all[other].shape
+                    ));
+                }
+                self.completed.push((all.clone(), me));
+                self.replayed += 1;
+                Ok(Some((all, me)))
+            }
+            Exchange::Pending => {
+                self.pending = Some(key);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The values of every variable of input slot `name`.
+    fn inputs(&self, op: &Op, name: &str) -> Result<Vec<&Tensor>, String> {
+        op.input(name).iter().map(|&v| self.get(v)).collect()
+    }
+
+    /// Runs one op: one arm per op type (no catch-all), each a method of the op's family
+    /// (`forward.rs`, `grads.rs`, `optim.rs`, `comm.rs`).
+    fn exec(&mut self, op: &Op, comm: &dyn Communicator) -> Result<Progress, String> {
+        use Binary as B;
+        match op.ty {
+            OpType::MatmulV2 => self.matmul(op)?,
+            OpType::ElementwiseAdd => self.binary(op, B::Add)?,
+            OpType::ElementwiseSub => self.binary(op, B::Sub)?,
+            OpType::ElementwiseMul => self.binary(op, B::Mul)?,
+            OpType::ElementwiseDiv => self.binary(op, B::Div)?,
+            OpType::ElementwiseMax => self.binary(op, B::Max)?,
+            OpType::Relu => self.unary(op, Unary::Relu)?,
+            OpType::Gelu => self.unary(op, forward::gelu(op))?,
+            OpType::Silu => self.unary(op, Unary::Silu)?,
+            OpType::Square => self.unary(op, Unary::Square)?,
+            OpType::Sqrt => self.unary(op, Unary::Sqrt)?,
+            OpType::Scale => self.unary(op, forward::scale(op))?,
+            OpType::Cast => self.cast(op)?,
+            OpType::Assign => self.assign(op)?,
+            OpType::Dropout => self.dropout(op)?,
+            OpType::Softmax => self.softmax(op, false)?,
+            OpType::FusedSoftmaxMaskUpperTriangle => self.softmax(op, true)?,
+            OpType::LayerNorm => self.layer_norm(op)?,
+            OpType::LookupTableV2 => self.lookup(op, false)?,
+            OpType::CEmbedding => self.lookup(op, true)?,
+            OpType::Reshape2 => self.reshape(op)?,
+            OpType::Transpose2 => self.transpose(op)?,
+            OpType::Split => self.split(op)?,
+            OpType::Concat => self.concat(op)?,
+            OpType::Sum => self.sum(op)?,
+            OpType::ReduceSum => self.reduce(op, false, false)?,
+            OpType::ReduceMean => self.reduce(op, true, false)?,
+            OpType::Mean => self.reduce(op, true, true)?,
+            OpType::SquaredL2Norm => self.squared_l2_norm(op)?,
+            OpType::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
+            OpType::FillConstant => self.fill_constant(op)?,
+            OpType::Slice => self.slice(op)?,
+            OpType::MatmulV2Grad => self.matmul_grad(op)?,
+            OpType::ElementwiseAddGrad => self.binary_grad(op, B::Add)?,
+            OpType::ElementwiseSubGrad => self.binary_grad(op, B::Sub)?,
+            OpType::ElementwiseMulGrad => self.binary_grad(op, B::Mul)?,
+            OpType::ElementwiseDivGrad => self.binary_grad(op, B::Div)?,
+            OpType::ReluGrad => self.unary_grad(op, Unary::Relu)?,
+            OpType::GeluGrad => self.unary_grad(op, forward::gelu(op))?,
+            OpType::SiluGrad => self.unary_grad(op, Unary::Silu)?,
+            OpType::SquareGrad => self.unary_grad(op, Unary::Square)?,
+            OpType::ScaleGrad => self.unary_grad(op, forward::scale(op))?,
+            OpType::CastGrad => self.cast_grad(op)?,
+            OpType::AssignGrad | OpType::Reshape2Grad => self.reshaped_grad(op)?,
+            OpType::DropoutGrad => self.dropout_grad(op)?,
+            OpType::SoftmaxGrad => self.softmax_grad(op, false)?,
+            OpType::FusedSoftmaxMaskUpperTriangleGrad => self.softmax_grad(op, true)?,
+            OpType::LayerNormGrad => self.layer_norm_grad(op)?,
+            OpType::LookupTableV2Grad => self.lookup_grad(op, false)?,
+            OpType::CEmbeddingGrad => self.lookup_grad(op, true)?,
+            OpType::Transpose2Grad => self.transpose_grad(op)?,
+            OpType::SplitGrad => self.split_grad(op)?,
+            OpType::ConcatGrad => self.concat_grad(op)?,
+            OpType::ReduceSumGrad => self.reduce_grad(op, false, false)?,
+            OpType::ReduceMeanGrad => self.reduce_grad(op, true, false)?,
+            OpType::MeanGrad => self.reduce_grad(op, true, true)?,
+            OpType::SoftmaxWithCrossEntropyGrad => self.softmax_ce_grad(op)?,
+            OpType::CSoftmaxWithCrossEntropyGrad => self.vocab_ce_grad(op)?,
+            OpType::Sgd => self.update(op, Update::Sgd)?,
+            OpType::Momentum => self.update(op, Update::Momentum)?,
+            OpType::Adam => self.update(op, Update::Adam)?,
+            OpType::AdamW => self.update(op, Update::AdamW)?,
+            OpType::CheckFiniteAndUnscale => self.check_finite_and_unscale(op)?,
+            OpType::UpdateLossScaling => self.update_loss_scaling(op)?,
+            OpType::AllReduce => return self.collective(op, comm, Collective::AllReduce),
+            OpType::AllGather => return self.collective(op, comm, Collective::AllGather),
+            OpType::ReduceScatter => return self.collective(op, comm, Collective::ReduceScatter),
+            OpType::AllToAll => return self.collective(op, comm, Collective::AllToAll),
+            OpType::CSoftmaxWithCrossEntropy => return self.vocab_ce(op, comm),
+            OpType::Send | OpType::Recv => {
+                return Err(
+                    "send/recv need a pipeline schedule, which this planner does not produce yet"
+                        .into(),
+                );
+            }
+        }
+        Ok(Progress::Next)
+    }
+}
+
+fn perm(op: &Op, rank: usize) -> Result<Vec<usize>, String> {
+    op.attr_ints("axis")
+        .unwrap_or(&[])
+        .iter()
+        .map(|&p| axis(p, rank, "axis"))
+        .collect()
+}
