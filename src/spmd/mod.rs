@@ -190,12 +190,7 @@ impl Rule {
             Rule::Reduce { axes, keep_dim, .. } => {
                 reduction::backward(inputs, outputs, axes, *keep_dim)
             }
-            Rule::MeanAll => reduction::backward(
-                inputs,
-                outputs,
-                &(0..rank0(inputs)).collect::<Vec<_>>(),
-                false,
-            ),
+            Rule::MeanAll => reduction::mean_all_backward(inputs, outputs),
             Rule::Softmax { axes } => softmax::backward(inputs, outputs, axes),
             Rule::LayerNorm {
                 begin_norm_axis,
@@ -244,10 +239,6 @@ fn replicate(dims: &Dims, axes: &[usize]) -> Dims {
         .collect()
 }
 
-fn rank0(inputs: &[DistTensor]) -> usize {
-    inputs.first().map_or(0, |t| t.shape.len())
-}
-
 /// The i-th tensor or an error naming the rule's expectation.
 fn arg<'a>(tensors: &'a [DistTensor], i: usize, rule: &str) -> Result<&'a DistTensor> {
     tensors.get(i).ok_or_else(|| {
@@ -269,5 +260,27 @@ fn check_rank(t: &DistTensor, what: &str) -> Result<()> {
             t.shape.len(),
             t.layout.dims.len()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(shape: &[usize], dims: &[i64]) -> DistTensor {
+        DistTensor {
+            shape: shape.to_vec(),
+            layout: Layout::from_dims_mapping(dims).unwrap(),
+        }
+    }
+
+    /// mean_all's reverse inference: the scalar output says nothing about the input, so
+    /// every input dim is proposed whole (over the input's own rank).
+    #[test]
+    fn mean_all_backward_proposes_a_whole_input_of_its_rank() {
+        let x = tensor(&[8, 16, 4], &[0, -1, 1]);
+        let out = tensor(&[], &[]);
+        let inferred = Rule::MeanAll.infer_backward(&[2, 4], &[x], &[out]).unwrap();
+        assert_eq!(inferred.inputs, vec![Layout::replicated(3)]);
     }
 }

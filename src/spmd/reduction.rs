@@ -66,6 +66,17 @@ pub fn mean_all_forward(inputs: &[DistTensor]) -> Result<Inferred> {
 }
 
 /// Backward of a reduction: the output's letters decide the input; reduced dims replicated.
+/// mean_all backward: the scalar says nothing about the input, which is proposed whole.
+pub fn mean_all_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<Inferred> {
+    let x = arg(inputs, 0, "mean_all")?;
+    let out = arg(outputs, 0, "mean_all")?;
+    check_rank(out, "mean_all Out")?;
+    Ok(Inferred {
+        inputs: vec![Layout::replicated(x.shape.len())],
+        outputs: vec![Layout::from_dims(out.dims().clone())],
+    })
+}
+
 pub fn backward(
     inputs: &[DistTensor],
     outputs: &[DistTensor],
