@@ -1,0 +1,183 @@
+//! The URL hash: the whole state as a link, and back; the percent codec.
+
+use super::*;
+
+impl Session {
+    /// The state as a URL hash (without `#`).
+    pub fn to_hash(&self) -> String {
+        let mut parts = Vec::new();
+        match Scenario::by_name(&self.scenario).filter(|_| self.scenario != "custom") {
+            Some(_) => {
+                parts.push(format!("s={}", self.scenario));
+                if let Some(m) = self.mesh() {
+                    parts.push(format!("mesh={}", encode(&mesh_spec(m))));
+                }
+                let shards = self.plan.shard_specs().join(";");
+                parts.push(format!("shard={}", encode(&shards)));
+            }
+            None => parts.push(format!("text={}", encode(&self.text))),
+        }
+        parts.push(format!("stage={}", self.stage.id()));
+        if self.timeline < self.events() {
+            parts.push(format!("t={}", self.timeline));
+        }
+        if let Some(v) = &self.selected_var {
+            parts.push(format!("var={}", encode(v)));
+        }
+        parts.push(format!("rank={}", self.selected_rank));
+        parts.push(format!("n={}", self.notation.id()));
+        if self.megatron_sums {
+            parts.push("ms=1".into());
+        }
+        parts.join("&")
+    }
+
+    /// Restores a state from a URL hash; a hostile or corrupt hash is an error message.
+    pub fn from_hash(hash: &str) -> Result<Session, String> {
+        let hash = hash.trim_start_matches('#');
+        if hash.len() > 200_000 {
+            return Err("the link is too long".into());
+        }
+        let mut fields = std::collections::HashMap::new();
+        for part in hash.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("the link has a malformed field `{}`", clip(part)))?;
+            fields.insert(
+                k.to_string(),
+                decode(v).ok_or_else(|| {
+                    format!("the link's field `{k}` is not valid percent-encoding")
+                })?,
+            );
+        }
+        let mut s = if let Some(text) = fields.get("text") {
+            let (plan, _) = parse_plan(text).map_err(|e| {
+                format!(
+                    "the link's plan does not parse: {}",
+                    e.first().map(|e| e.to_string()).unwrap_or_default()
+                )
+            })?;
+            if plan.mesh().is_none() {
+                return Err("the link's plan has no mesh".into());
+            }
+            if !crate::plan::verify_plan(&plan).is_empty() {
+                return Err("the link's plan does not verify".into());
+            }
+            let mut s = Session::from_plan("custom", plan);
+            s.text = text.clone();
+            s
+        } else {
+            let name = fields
+                .get("s")
+                .map(String::as_str)
+                .unwrap_or("megatron_mlp");
+            let mut s = Session::from_scenario(name)?;
+            if let Some(mesh) = fields.get("mesh") {
+                let m = crate::plan::parse_mesh_spec(mesh)
+                    .map_err(|e| format!("the link's mesh: {e}"))?;
+                if m.size() > 512 {
+                    return Err("the link's mesh is too large for the playground".into());
+                }
+                // The scenario's annotations were written for its own mesh: carry each one
+                // over by axis name where the new mesh has those axes and they divide the
+                // dims, and drop the rest (a link's own `shard` field replaces them below).
+                let specs = s.plan.shard_specs();
+                let m = Arc::new(m);
+                s.plan.set_mesh(m.clone());
+                s.plan.annotations = specs
+                    .iter()
+                    .filter_map(|spec| parse_shard_spec(spec, &s.plan.program, &m).ok())
+                    .collect();
+            }
+            if let Some(shards) = fields.get("shard") {
+                let mesh = s.mesh().cloned().ok_or("no mesh")?;
+                s.plan.annotations.clear();
+                for spec in shards.split(';').filter(|x| !x.is_empty()) {
+                    let ann = parse_shard_spec(spec, &s.plan.program, &mesh)
+                        .map_err(|e| format!("the link's annotation: {e}"))?;
+                    s.plan.annotations.push(ann);
+                }
+            }
+            s.plan_changed();
+            s
+        };
+        match fields.get("ms").map(String::as_str) {
+            None | Some("0") => {}
+            Some("1") => s = s.reduce(Action::SetMegatronSums(true)),
+            Some(other) => {
+                return Err(format!(
+                    "the link's `ms` must be 0 or 1, not `{}`",
+                    clip(other)
+                ))
+            }
+        }
+        if let Some(stage) = fields.get("stage") {
+            s.stage = Stage::from_id(stage)
+                .ok_or_else(|| format!("the link's stage `{}` is unknown", clip(stage)))?;
+        }
+        if let Some(t) = fields.get("t") {
+            s.timeline = t
+                .parse::<usize>()
+                .map_err(|_| "the link's timeline position is not a number".to_string())?
+                .min(s.events());
+        }
+        if let Some(v) = fields.get("var") {
+            s = s.reduce(Action::SelectVar(Some(v.clone())));
+        }
+        if let Some(r) = fields.get("rank") {
+            let r = r
+                .parse::<u32>()
+                .map_err(|_| "the link's rank is not a number".to_string())?;
+            s = s.reduce(Action::SelectRank(r));
+        }
+        if let Some(n) = fields.get("n") {
+            s.notation = Notation::from_id(n)
+                .ok_or_else(|| format!("the link's notation `{}` is unknown", clip(n)))?;
+        }
+        Ok(s)
+    }
+}
+
+/// The names of the presets the playground offers.
+pub fn preset_names() -> Vec<(&'static str, &'static str)> {
+    scenarios().iter().map(|s| (s.name, s.title)).collect()
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
+/// What a link's values escape: everything but unreserved characters and a few readable
+/// ones (`,` `:` `@`), so `+`, `&`, `#`, `=`, `;` and spaces are always escaped.
+const LINK_ESCAPES: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b',')
+    .remove(b':')
+    .remove(b'@');
+
+/// Percent-encodes a link value (the `percent-encoding` crate).
+pub fn encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, LINK_ESCAPES).to_string()
+}
+
+/// Decodes a percent-encoded link value (`+` is a plus, as in a URL fragment); `None` for a
+/// `%` not followed by two hex digits, or bytes that are not UTF-8.
+pub fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let malformed = bytes.iter().enumerate().any(|(i, &b)| {
+        b == b'%'
+            && !bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return None;
+    }
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
+}

@@ -1,0 +1,342 @@
+//! The playground's state and its reducer, outside any UI framework (tested natively). The
+//! Yew components render a [`Session`] and dispatch [`Action`]s; everything the page shows
+//! is derived here, and the whole state round-trips through the URL hash.
+
+use crate::dist::{DimAxes, MeshAxis, MeshId, Notation, ProcessMesh, TensorDistAttr};
+use crate::exec::run::{run_distributed, run_serial, RunOptions};
+use crate::exec::verify::{verify, Check};
+use crate::models::scenarios::{scenarios, Scenario};
+use crate::passes::partition::PartitionOptions;
+use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
+use std::sync::Arc;
+
+mod edit;
+mod link;
+mod replay;
+mod run;
+
+pub use link::{decode, encode, preset_names};
+
+/// Which program the page shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The forward program as completion leaves it (the timeline plays here).
+    Forward,
+    /// Forward + backward + optimizer, serial, with dist attrs.
+    Backward,
+    /// One rank's program with its communication.
+    Partition,
+}
+
+impl Stage {
+    /// URL / menu identifier.
+    pub fn id(self) -> &'static str {
+        match self {
+            Stage::Forward => "forward",
+            Stage::Backward => "backward",
+            Stage::Partition => "partition",
+        }
+    }
+
+    /// Parses an identifier.
+    pub fn from_id(id: &str) -> Option<Stage> {
+        [Stage::Forward, Stage::Backward, Stage::Partition]
+            .into_iter()
+            .find(|s| s.id() == id)
+    }
+}
+
+/// A user's choice for one dim of an annotation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DimChoice {
+    /// Not annotated: completion decides.
+    Free,
+    /// Pinned replicated.
+    Replicated,
+    /// Pinned to these mesh axes.
+    Axes(Vec<usize>),
+}
+
+/// Everything the user can do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    LoadScenario(String),
+    /// A new mesh shape (axis names kept where they exist, others named `d<i>`).
+    SetMeshShape(Vec<usize>),
+    RenameAxis(usize, String),
+    SetDim {
+        var: String,
+        dim: usize,
+        choice: DimChoice,
+    },
+    ClearAnnotation(String),
+    SelectVar(Option<String>),
+    SelectRank(u32),
+    SetNotation(Notation),
+    SetStage(Stage),
+    /// Move the timeline by this many events.
+    Step(i64),
+    /// Put the timeline at this event count.
+    Seek(usize),
+    TogglePlay,
+    /// A timer tick while playing.
+    Tick,
+    /// The plan text in the editor (applied only when it parses and verifies).
+    EditText(String),
+    Run,
+    /// Megatron's backward sums on or off (see `PartitionOptions::defer_partial_sums`).
+    SetMegatronSums(bool),
+    Dismiss,
+}
+
+/// A finished browser run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunSummary {
+    pub serial_losses: Vec<f64>,
+    pub dist_losses: Vec<f64>,
+    pub checks: Vec<Check>,
+}
+
+/// The playground's state.
+#[derive(Clone)]
+pub struct Session {
+    /// The scenario the plan came from (`custom` after a text edit).
+    pub scenario: String,
+    pub plan: Plan,
+    /// The editor's text (may not parse).
+    pub text: String,
+    /// Problems of the editor's text: (line, column, message).
+    pub text_errors: Vec<(usize, usize, String)>,
+    pub pipeline: Option<Arc<Pipeline>>,
+    pub plan_error: Option<String>,
+    pub stage: Stage,
+    /// Completion events shown (0 = annotations only; the end = completed).
+    pub timeline: usize,
+    pub playing: bool,
+    pub selected_var: Option<String>,
+    pub selected_rank: u32,
+    pub notation: Notation,
+    /// A message for the user (an invalid choice, a bad link).
+    pub message: Option<String>,
+    pub run: Option<RunSummary>,
+    pub embed: bool,
+    /// Partition with Megatron's backward sums instead of Paddle's per-matmul all-reduces.
+    pub megatron_sums: bool,
+}
+
+impl PartialEq for Session {
+    fn eq(&self, other: &Session) -> bool {
+        self.scenario == other.scenario
+            && self.text == other.text
+            && self.stage == other.stage
+            && self.timeline == other.timeline
+            && self.playing == other.playing
+            && self.selected_var == other.selected_var
+            && self.selected_rank == other.selected_rank
+            && self.notation == other.notation
+            && self.message == other.message
+            && self.run == other.run
+            && self.embed == other.embed
+            && self.plan_error == other.plan_error
+            && self.megatron_sums == other.megatron_sums
+    }
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Session::from_scenario("megatron_mlp").unwrap_or_else(|_| {
+            Session::from_plan("custom", Plan::from_program(crate::ir::Program::new()))
+        })
+    }
+}
+
+/// Largest model the browser plans or runs (layers), to keep the page responsive.
+pub const MAX_BROWSER_OPS: usize = 4000;
+
+impl Session {
+    /// A session on a named scenario.
+    pub fn from_scenario(name: &str) -> Result<Session, String> {
+        let s = Scenario::by_name(name).ok_or_else(|| format!("unknown preset `{name}`"))?;
+        Ok(Session::from_plan(
+            s.name,
+            s.plan().map_err(|e| e.to_string())?,
+        ))
+    }
+
+    /// A session on a plan.
+    pub fn from_plan(scenario: &str, plan: Plan) -> Session {
+        let mut s = Session {
+            scenario: scenario.to_string(),
+            text: plan.to_string(),
+            plan,
+            text_errors: Vec::new(),
+            pipeline: None,
+            plan_error: None,
+            stage: Stage::Forward,
+            timeline: usize::MAX,
+            playing: false,
+            selected_var: None,
+            selected_rank: 0,
+            notation: Notation::Paddle,
+            message: None,
+            run: None,
+            embed: false,
+            megatron_sums: false,
+        };
+        s.replan();
+        s
+    }
+
+    /// The mesh (every plan in a session has one).
+    pub fn mesh(&self) -> Option<&Arc<ProcessMesh>> {
+        self.plan.mesh()
+    }
+
+    /// Number of completion events.
+    pub fn events(&self) -> usize {
+        self.pipeline
+            .as_ref()
+            .map_or(0, |p| p.completed.trace.events.len())
+    }
+
+    /// Re-runs the pipeline after the plan changed.
+    fn replan(&mut self) {
+        self.run = None;
+        if self.plan.program.ops().len() > MAX_BROWSER_OPS {
+            self.pipeline = None;
+            self.plan_error = Some(format!(
+                "the program has {} ops; the playground plans up to {MAX_BROWSER_OPS}",
+                self.plan.program.ops().len()
+            ));
+            return;
+        }
+        if let Some(m) = self.mesh() {
+            if !m.process_ids().contains(&self.selected_rank) {
+                self.selected_rank = m.process_ids().first().copied().unwrap_or(0);
+            }
+        }
+        // Only the rank on screen is partitioned (the others on demand): re-planning cost
+        // stays flat as the mesh grows.
+        let opts = PipelineOptions {
+            partition: self.partition_options(Some(vec![self.selected_rank])),
+            ..PipelineOptions::default()
+        };
+        match run_pipeline(&self.plan, &opts) {
+            Ok(p) => {
+                self.pipeline = Some(Arc::new(p));
+                self.plan_error = None;
+            }
+            Err(e) => {
+                self.pipeline = None;
+                self.plan_error = Some(e.to_string());
+            }
+        }
+        self.timeline = self.timeline.min(self.events());
+    }
+
+    /// How this session partitions `ranks` (`None`: every rank).
+    fn partition_options(&self, ranks: Option<Vec<u32>>) -> PartitionOptions {
+        PartitionOptions {
+            ranks,
+            defer_partial_sums: self.megatron_sums,
+            ..PartitionOptions::default()
+        }
+    }
+
+    /// Makes sure the pipeline holds the programs of `ranks` (`None`: every rank).
+    fn ensure_partitioned(&mut self, ranks: Option<Vec<u32>>) {
+        let missing = self.pipeline.as_ref().is_some_and(|p| match &ranks {
+            Some(rs) => rs.iter().any(|&r| !p.has_rank(r)),
+            None => !p.is_fully_partitioned(),
+        });
+        if !missing {
+            return;
+        }
+        let opts = self.partition_options(ranks);
+        let Some(p) = self.pipeline.as_mut() else {
+            return;
+        };
+        if let Err(e) = Arc::make_mut(p).repartition(&opts) {
+            self.pipeline = None;
+            self.plan_error = Some(e.to_string());
+        }
+    }
+
+    /// The plan changed: refresh the editor text and re-plan.
+    fn plan_changed(&mut self) {
+        self.text = self.plan.to_string();
+        self.text_errors.clear();
+        self.timeline = usize::MAX;
+        self.replan();
+    }
+
+    /// Applies one action.
+    pub fn reduce(mut self, action: Action) -> Session {
+        self.message = None;
+        match action {
+            Action::LoadScenario(name) => match Session::from_scenario(&name) {
+                Ok(mut s) => {
+                    s.notation = self.notation;
+                    if self.megatron_sums {
+                        s = s.reduce(Action::SetMegatronSums(true));
+                    }
+                    s.embed = self.embed;
+                    return s;
+                }
+                Err(e) => self.message = Some(e),
+            },
+            Action::SetMeshShape(shape) => self.set_mesh(shape),
+            Action::RenameAxis(axis, name) => self.rename_axis(axis, &name),
+            Action::SetDim { var, dim, choice } => self.set_dim(&var, dim, choice),
+            Action::ClearAnnotation(var) => {
+                if let Some(v) = self.plan.program.var_id(&var) {
+                    self.plan.annotations.retain(|a| a.var != v);
+                    self.plan_changed();
+                }
+            }
+            Action::SelectVar(v) => {
+                self.selected_var = v.filter(|n| self.plan.program.var_id(n).is_some())
+            }
+            Action::SelectRank(r) => {
+                if self.mesh().is_some_and(|m| m.process_ids().contains(&r)) {
+                    self.selected_rank = r;
+                    self.ensure_partitioned(Some(vec![r]));
+                }
+            }
+            Action::SetNotation(n) => self.notation = n,
+            Action::SetStage(s) => self.stage = s,
+            Action::Step(d) => {
+                let t = self.timeline.min(self.events()) as i64 + d;
+                self.timeline = t.clamp(0, self.events() as i64) as usize;
+                self.playing = false;
+            }
+            Action::Seek(t) => {
+                self.timeline = t.min(self.events());
+                self.playing = false;
+            }
+            Action::TogglePlay => {
+                self.playing = !self.playing;
+                if self.playing && self.timeline >= self.events() {
+                    self.timeline = 0;
+                }
+            }
+            Action::Tick => {
+                if self.playing {
+                    self.timeline = (self.timeline + 1).min(self.events());
+                    self.playing = self.timeline < self.events();
+                }
+            }
+            Action::EditText(text) => self.edit_text(text),
+            Action::Run => self.run(),
+            Action::SetMegatronSums(on) => {
+                if self.megatron_sums != on {
+                    self.megatron_sums = on;
+                    self.replan();
+                }
+            }
+            Action::Dismiss => {}
+        }
+        self
+    }
+}

@@ -1,0 +1,43 @@
+//! Running the plan in the browser: every rank stepped cooperatively, checked against the
+//! serial run.
+
+use super::*;
+
+impl Session {
+    pub(super) fn run(&mut self) {
+        self.ensure_partitioned(None);
+        let Some(p) = self.pipeline.clone() else {
+            self.message = Some("nothing to run: the plan has an error".into());
+            return;
+        };
+        let params: usize = p
+            .full
+            .program
+            .vars()
+            .iter()
+            .filter(|v| v.kind.is_source())
+            .map(|v| v.ty.numel())
+            .sum();
+        if params > 2_000_000 {
+            self.message =
+                Some("this model is too large to run in the browser; use `shardlab run`".into());
+            return;
+        }
+        let opts = RunOptions {
+            steps: 2,
+            ..Default::default()
+        };
+        let result =
+            run_serial(&p, &opts).and_then(|s| run_distributed(&p, &opts, false).map(|d| (s, d)));
+        match result {
+            Ok((s, d)) => {
+                self.run = Some(RunSummary {
+                    serial_losses: s.losses.clone(),
+                    dist_losses: d.losses.clone(),
+                    checks: verify(&s, &d),
+                })
+            }
+            Err(e) => self.message = Some(format!("run failed: {e}")),
+        }
+    }
+}
