@@ -13,6 +13,10 @@
 //! - [`models`]: preset programs.
 //! - `cli` (native) and `web` (wasm32): thin shells over the above.
 
+// No catch-all arm in a match over an enum (`OpType` above all): a new variant must be
+// handled everywhere, not folded silently into a default.
+#![deny(clippy::wildcard_enum_match_arm)]
+
 pub mod dist;
 pub mod exec;
 pub mod ir;

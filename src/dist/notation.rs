@@ -96,7 +96,9 @@ fn jax(attr: &TensorDistAttr, mesh: &ProcessMesh) -> String {
     if attr.is_partial() {
         let axes = join(attr.partial.iter().map(|(a, r)| match r {
             ReduceType::Sum => name(a),
-            other => format!("{}:{}", name(a), other.name().to_lowercase()),
+            ReduceType::Avg | ReduceType::Max | ReduceType::Min | ReduceType::Prod => {
+                format!("{}:{}", name(a), r.name().to_lowercase())
+            }
         }));
         parts.push(format!("unreduced={{{axes}}}"));
     }

@@ -112,6 +112,14 @@ pub fn propagate(
     let one = |slot: &str, bound: f64| out(slot).map(|v| vec![(v, bound)]).unwrap_or_default();
     // Every stored output is rounded once more.
     let stored = |slot: &str, bound: f64| one(slot, bound + u * m_out(slot));
+    let smooth_grad = |slope: f64, curvature: f64| {
+        stored(
+            "X@GRAD",
+            slope * e("Out@GRAD")
+                + curvature * m("Out@GRAD") * e("X")
+                + 8.0 * u * slope.max(1.0) * m("Out@GRAD"),
+        )
+    };
     let lr = || max_abs(val("LearningRate"));
     match op.ty {
         OpType::MatmulV2 => {
@@ -385,19 +393,10 @@ pub fn propagate(
                 e("Out@GRAD") + if flips { m("Out@GRAD") } else { 0.0 },
             )
         }
-        OpType::GeluGrad | OpType::SiluGrad | OpType::SquareGrad => {
-            let (slope, curvature) = match op.ty {
-                OpType::GeluGrad => (GELU_SLOPE, GELU_CURVATURE),
-                OpType::SiluGrad => (SILU_SLOPE, SILU_CURVATURE),
-                _ => (2.0 * m("X"), 2.0),
-            };
-            stored(
-                "X@GRAD",
-                slope * e("Out@GRAD")
-                    + curvature * m("Out@GRAD") * e("X")
-                    + 8.0 * u * slope.max(1.0) * m("Out@GRAD"),
-            )
-        }
+        // f'(x)·dy: the slope of f' and its curvature bound how errors in x and dy move it.
+        OpType::GeluGrad => smooth_grad(GELU_SLOPE, GELU_CURVATURE),
+        OpType::SiluGrad => smooth_grad(SILU_SLOPE, SILU_CURVATURE),
+        OpType::SquareGrad => smooth_grad(2.0 * m("X"), 2.0),
         OpType::Sgd => stored(
             "ParamOut",
             e("Param") + lr() * e("Grad") + u * (m("Param") + lr() * m("Grad")),

@@ -12,6 +12,9 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
         return Err("Fortran-ordered arrays are not supported; save with order='C'".into());
     }
     let dtype = npy.dtype();
+    // npyz's dtype is a foreign enum: any kind but a plain one (records, arrays of arrays)
+    // is unsupported, whatever new kinds npyz adds.
+    #[allow(clippy::wildcard_enum_match_arm)]
     let data = match &dtype {
         NpyDType::Plain(ts) => match (ts.type_char(), ts.size_field()) {
             (TypeChar::Float, 4) => Data::F32(npy.into_vec::<f32>().map_err(|e| e.to_string())?),

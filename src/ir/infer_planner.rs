@@ -74,13 +74,14 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
                 return Err(format!("Grad ({grad}) must match Param ({param})"));
             }
             // Outputs mirror Param and the state inputs, in slot order.
-            let states: &[usize] = match op.ty {
-                OpType::Momentum => &[2],
-                OpType::Adam | OpType::AdamW => &[3, 4, 5, 6],
-                _ => &[],
-            };
+            // Every input after Param and Grad but the learning rate is state (a moment, a
+            // velocity, a beta power), and comes back out in slot order.
+            let (slots, _) = op.ty.slots();
+            let states: Vec<usize> = (2..slots.len())
+                .filter(|&i| slots[i].name != "LearningRate")
+                .collect();
             let mut outs = vec![vec![param.clone()]];
-            for &s in states {
+            for &s in &states {
                 outs.push(vec![one(inputs, s, "state")?.clone()]);
             }
             Ok(outs)
@@ -225,6 +226,57 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             }
             single(sm.clone())
         }
-        other => Err(format!("{other} is not a planner op")),
+        // Forward ops and their grads are inferred in `infer.rs`.
+        OpType::MatmulV2
+        | OpType::ElementwiseAdd
+        | OpType::ElementwiseSub
+        | OpType::ElementwiseMul
+        | OpType::ElementwiseDiv
+        | OpType::Relu
+        | OpType::Gelu
+        | OpType::Silu
+        | OpType::Square
+        | OpType::Scale
+        | OpType::Cast
+        | OpType::Assign
+        | OpType::Dropout
+        | OpType::Softmax
+        | OpType::FusedSoftmaxMaskUpperTriangle
+        | OpType::LayerNorm
+        | OpType::LookupTableV2
+        | OpType::Reshape2
+        | OpType::Transpose2
+        | OpType::Split
+        | OpType::Concat
+        | OpType::ReduceSum
+        | OpType::ReduceMean
+        | OpType::Mean
+        | OpType::SoftmaxWithCrossEntropy
+        | OpType::FillConstant
+        | OpType::MatmulV2Grad
+        | OpType::ElementwiseAddGrad
+        | OpType::ElementwiseSubGrad
+        | OpType::ElementwiseMulGrad
+        | OpType::ElementwiseDivGrad
+        | OpType::ReluGrad
+        | OpType::GeluGrad
+        | OpType::SiluGrad
+        | OpType::SquareGrad
+        | OpType::ScaleGrad
+        | OpType::CastGrad
+        | OpType::AssignGrad
+        | OpType::DropoutGrad
+        | OpType::SoftmaxGrad
+        | OpType::FusedSoftmaxMaskUpperTriangleGrad
+        | OpType::LayerNormGrad
+        | OpType::LookupTableV2Grad
+        | OpType::Reshape2Grad
+        | OpType::Transpose2Grad
+        | OpType::SplitGrad
+        | OpType::ConcatGrad
+        | OpType::ReduceSumGrad
+        | OpType::ReduceMeanGrad
+        | OpType::MeanGrad
+        | OpType::SoftmaxWithCrossEntropyGrad => Err(format!("{} is not a planner op", op.ty)),
     }
 }

@@ -87,9 +87,10 @@ mod tests {
     #[test]
     fn namescopes_decode_to_their_purpose() {
         for p in Purpose::ALL {
-            let ty = match p {
-                Purpose::Pipeline => OpType::Send,
-                _ => OpType::AllReduce,
+            let ty = if p == Purpose::Pipeline {
+                OpType::Send
+            } else {
+                OpType::AllReduce
             };
             assert_eq!(Op::new(ty).with_purpose(p).purpose(), Some(p));
         }

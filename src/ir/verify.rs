@@ -127,7 +127,10 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
                     "writes parameter `{}`; only optimizer ops update parameters, in place",
                     var.name
                 )),
-                _ => {}
+                VarKind::Parameter
+                | VarKind::Activation
+                | VarKind::Gradient
+                | VarKind::OptimizerState => {}
             }
             if let Some(first) = writer[v.index()].filter(|_| !in_place) {
                 err(format!("writes `{}`, already written by {first}", var.name));

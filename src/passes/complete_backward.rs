@@ -94,7 +94,71 @@ fn grad_partials(
                 out.insert((0, 0), axes);
             }
         }
-        _ => {}
+        OpType::Relu
+        | OpType::Gelu
+        | OpType::Silu
+        | OpType::Square
+        | OpType::Scale
+        | OpType::Cast
+        | OpType::Assign
+        | OpType::Dropout
+        | OpType::Softmax
+        | OpType::FusedSoftmaxMaskUpperTriangle
+        | OpType::Reshape2
+        | OpType::Transpose2
+        | OpType::Split
+        | OpType::Concat
+        | OpType::ReduceSum
+        | OpType::ReduceMean
+        | OpType::Mean
+        | OpType::SoftmaxWithCrossEntropy
+        | OpType::FillConstant
+        | OpType::MatmulV2Grad
+        | OpType::ElementwiseAddGrad
+        | OpType::ElementwiseSubGrad
+        | OpType::ElementwiseMulGrad
+        | OpType::ElementwiseDivGrad
+        | OpType::ReluGrad
+        | OpType::GeluGrad
+        | OpType::SiluGrad
+        | OpType::SquareGrad
+        | OpType::ScaleGrad
+        | OpType::CastGrad
+        | OpType::AssignGrad
+        | OpType::DropoutGrad
+        | OpType::SoftmaxGrad
+        | OpType::FusedSoftmaxMaskUpperTriangleGrad
+        | OpType::LayerNormGrad
+        | OpType::LookupTableV2Grad
+        | OpType::Reshape2Grad
+        | OpType::Transpose2Grad
+        | OpType::SplitGrad
+        | OpType::ConcatGrad
+        | OpType::ReduceSumGrad
+        | OpType::ReduceMeanGrad
+        | OpType::MeanGrad
+        | OpType::SoftmaxWithCrossEntropyGrad
+        | OpType::Sum
+        | OpType::Sqrt
+        | OpType::ElementwiseMax
+        | OpType::SquaredL2Norm
+        | OpType::Sgd
+        | OpType::Momentum
+        | OpType::Adam
+        | OpType::AdamW
+        | OpType::CheckFiniteAndUnscale
+        | OpType::UpdateLossScaling
+        | OpType::AllReduce
+        | OpType::AllGather
+        | OpType::ReduceScatter
+        | OpType::AllToAll
+        | OpType::Send
+        | OpType::Recv
+        | OpType::Slice
+        | OpType::CEmbedding
+        | OpType::CEmbeddingGrad
+        | OpType::CSoftmaxWithCrossEntropy
+        | OpType::CSoftmaxWithCrossEntropyGrad => {}
     }
     out
 }

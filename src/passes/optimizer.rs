@@ -214,12 +214,11 @@ pub fn append_optimizer(
                     ("beta2", Attr::Float(beta2)),
                     ("epsilon", Attr::Float(epsilon)),
                 ];
-                let ty = match opts.optimizer {
-                    Optimizer::AdamW { coeff, .. } => {
-                        attrs.push(("coeff", Attr::Float(coeff)));
-                        OpType::AdamW
-                    }
-                    _ => OpType::Adam,
+                let ty = if let Optimizer::AdamW { coeff, .. } = opts.optimizer {
+                    attrs.push(("coeff", Attr::Float(coeff)));
+                    OpType::AdamW
+                } else {
+                    OpType::Adam
                 };
                 (
                     ty,

@@ -171,7 +171,7 @@ pub fn merge(
             OnMeshConflict::KeepFirst | OnMeshConflict::KeepByPriority(_) => {
                 let rank = |l: char| match on_mesh {
                     OnMeshConflict::KeepByPriority(order) => order.find(l).unwrap_or(usize::MAX),
-                    _ => 0,
+                    OnMeshConflict::KeepFirst | OnMeshConflict::Error => 0,
                 };
                 // min_by_key returns the first of equal keys: encounter order breaks ties.
                 let keeper = letters.iter().copied().min_by_key(|&l| rank(l));

@@ -256,7 +256,11 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
                     let e = c.trace.events[i];
                     let how = match e.kind {
                         EventKind::Set { from_outputs: true } => "from its outputs",
-                        _ => "from its inputs",
+                        EventKind::Set {
+                            from_outputs: false,
+                        }
+                        | EventKind::Partial
+                        | EventKind::Rejected(_) => "from its inputs",
                     };
                     format!(
                         "sweep {} {:?}: {} ({}) set {} dim {} = {} {how}",
@@ -289,7 +293,7 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
                 names(&e.after),
                 conflict.describe()
             )),
-            _ => None,
+            EventKind::Set { .. } | EventKind::Partial => None,
         })
         .collect();
     if !rejected.is_empty() {

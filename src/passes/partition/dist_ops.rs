@@ -34,10 +34,19 @@ pub fn is_input_compatible(imp: DistImpl, op: &Op, attr: &OperatorDistAttr) -> b
             } else {
                 (n - 2, n - 1)
             };
+            let (k_split, col_split) = (!y.dims[k].is_empty(), !y.dims[col].is_empty());
             match imp {
-                DistImpl::MatmulColumn => y.dims[k].is_empty() && !y.dims[col].is_empty(),
-                DistImpl::MatmulRow => !y.dims[k].is_empty(),
-                _ => y.dims[k].is_empty() && y.dims[col].is_empty(),
+                DistImpl::MatmulColumn => !k_split && col_split,
+                DistImpl::MatmulRow => k_split,
+                // The arm is entered for the three matmul impls only.
+                DistImpl::MatmulReplicate
+                | DistImpl::EmbeddingVocab
+                | DistImpl::CrossEntropyVocab
+                | DistImpl::Reshape
+                | DistImpl::Softmax
+                | DistImpl::Transpose
+                | DistImpl::Elementwise
+                | DistImpl::Default => !k_split && !col_split,
             }
         }
         DistImpl::EmbeddingVocab => {
@@ -73,7 +82,15 @@ pub fn is_output_compatible(imp: DistImpl, attr: &OperatorDistAttr) -> bool {
                 .flatten()
                 .all(|o| first.is_none_or(|d| *d == o.dims))
         }
-        _ => true,
+        DistImpl::MatmulColumn
+        | DistImpl::MatmulRow
+        | DistImpl::MatmulReplicate
+        | DistImpl::EmbeddingVocab
+        | DistImpl::CrossEntropyVocab
+        | DistImpl::Reshape
+        | DistImpl::Softmax
+        | DistImpl::Transpose
+        | DistImpl::Default => true,
     }
 }
 
@@ -95,7 +112,72 @@ pub fn container_of(ty: OpType) -> &'static [DistImpl] {
         OpType::Reshape2 => &[DistImpl::Reshape],
         OpType::Softmax => &[DistImpl::Softmax],
         OpType::Transpose2 => &[DistImpl::Transpose],
-        _ => &[],
+        OpType::ElementwiseAdd
+        | OpType::ElementwiseSub
+        | OpType::ElementwiseMul
+        | OpType::ElementwiseDiv
+        | OpType::Relu
+        | OpType::Gelu
+        | OpType::Silu
+        | OpType::Square
+        | OpType::Scale
+        | OpType::Cast
+        | OpType::Assign
+        | OpType::Dropout
+        | OpType::FusedSoftmaxMaskUpperTriangle
+        | OpType::LayerNorm
+        | OpType::Split
+        | OpType::Concat
+        | OpType::ReduceSum
+        | OpType::ReduceMean
+        | OpType::Mean
+        | OpType::FillConstant
+        | OpType::MatmulV2Grad
+        | OpType::ElementwiseAddGrad
+        | OpType::ElementwiseSubGrad
+        | OpType::ElementwiseMulGrad
+        | OpType::ElementwiseDivGrad
+        | OpType::ReluGrad
+        | OpType::GeluGrad
+        | OpType::SiluGrad
+        | OpType::SquareGrad
+        | OpType::ScaleGrad
+        | OpType::CastGrad
+        | OpType::AssignGrad
+        | OpType::DropoutGrad
+        | OpType::SoftmaxGrad
+        | OpType::FusedSoftmaxMaskUpperTriangleGrad
+        | OpType::LayerNormGrad
+        | OpType::LookupTableV2Grad
+        | OpType::Reshape2Grad
+        | OpType::Transpose2Grad
+        | OpType::SplitGrad
+        | OpType::ConcatGrad
+        | OpType::ReduceSumGrad
+        | OpType::ReduceMeanGrad
+        | OpType::MeanGrad
+        | OpType::SoftmaxWithCrossEntropyGrad
+        | OpType::Sum
+        | OpType::Sqrt
+        | OpType::ElementwiseMax
+        | OpType::SquaredL2Norm
+        | OpType::Sgd
+        | OpType::Momentum
+        | OpType::Adam
+        | OpType::AdamW
+        | OpType::CheckFiniteAndUnscale
+        | OpType::UpdateLossScaling
+        | OpType::AllReduce
+        | OpType::AllGather
+        | OpType::ReduceScatter
+        | OpType::AllToAll
+        | OpType::Send
+        | OpType::Recv
+        | OpType::Slice
+        | OpType::CEmbedding
+        | OpType::CEmbeddingGrad
+        | OpType::CSoftmaxWithCrossEntropy
+        | OpType::CSoftmaxWithCrossEntropyGrad => &[],
     }
 }
 
