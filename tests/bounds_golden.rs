@@ -1,5 +1,5 @@
-//! The verifier's tolerances, pinned: every variable's first-order error bound after one
-//! serial step (`exec::bound`), for programs that together use every op type the executor
+//! The verifier's tolerances, pinned: every variable's first-order error bound after two
+//! serial steps (`exec::bound`), for programs that together use every op type the executor
 //! bounds (the presets, a program of every other forward op, Adam/AdamW/momentum/SGD, AMP
 //! and global-norm clipping). A change to a bound formula shows here and must be accepted
 //! deliberately (`UPDATE_EXPECT=1`); `verify_random.rs` then checks the new bounds give no
@@ -40,16 +40,25 @@ fn options(optimizer: &str, amp: bool, clip: Option<f64>) -> PipelineOptions {
 
 fn check(plan: &Plan, opts: &PipelineOptions, golden: ExpectFile) {
     let p = run_pipeline(plan, opts).unwrap();
-    let bounds = serial_bounds(&p, &RunOptions::default()).unwrap();
-    assert!(bounds.iter().all(|(_, b)| b.is_finite() && *b >= 0.0));
+    // Two steps, so the second starts from parameters that carry the first step's error
+    // (and weight decay and moments act on it).
+    let opts = RunOptions {
+        steps: 2,
+        ..Default::default()
+    };
+    let bounds = serial_bounds(&p, &opts).unwrap();
+    assert!(bounds.iter().all(|(_, b, _)| b.is_finite() && *b >= 0.0));
     assert!(
-        bounds.iter().filter(|(_, b)| *b > 0.0).count() > bounds.len() / 2,
+        bounds.iter().filter(|(_, b, _)| *b > 0.0).count() > bounds.len() / 2,
         "most variables are computed, so most bounds are positive"
     );
-    let width = bounds.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let width = bounds.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
     let text: String = bounds
         .iter()
-        .map(|(name, b)| format!("{name:<width$}  {b:.8e}\n"))
+        .map(|(name, b, elems)| match elems {
+            Some(sum) => format!("{name:<width$}  {b:.8e}  elements sum {sum:.8e}\n"),
+            None => format!("{name:<width$}  {b:.8e}\n"),
+        })
         .collect();
     golden.assert_eq(&text);
 }

@@ -241,24 +241,36 @@ pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
     Ok(log)
 }
 
-/// Every variable's error bound (`bound.rs`) after one serial step, by name, in variable
-/// order: what verification would allow for each tensor. For tests that pin the bounds.
-pub fn serial_bounds(p: &Pipeline, opts: &RunOptions) -> Result<Vec<(String, f64)>, ExecError> {
+/// Every variable's error bound (`bound.rs`) after `opts.steps` serial steps, by name, in
+/// variable order: the max-norm bound, and the sum of the per-element bounds where the
+/// variable has them (Adam's parameters). What verification would allow for each tensor;
+/// for tests that pin the bounds.
+pub fn serial_bounds(
+    p: &Pipeline,
+    opts: &RunOptions,
+) -> Result<Vec<(String, f64, Option<f64>)>, ExecError> {
     let program = &p.full.program;
     let env = initial_values(p, opts)?;
     let mut rank = Rank::new(0, program, env, None);
     rank.bounds = Some(super::interp::Bounds::new(program.vars().len()));
-    if rank.step(&CoopComm::default())? != Status::Done {
-        return Err(ExecError::Setup(
-            "the serial program waited on a collective".into(),
-        ));
+    for _ in 0..opts.steps.max(1) {
+        rank.rewind();
+        if rank.step(&CoopComm::default())? != Status::Done {
+            return Err(ExecError::Setup(
+                "the serial program waited on a collective".into(),
+            ));
+        }
     }
-    let max = rank.bounds.map(|b| b.max).unwrap_or_default();
+    let bounds = rank.bounds.unwrap_or_default();
     Ok(program
         .vars()
         .iter()
-        .zip(max)
-        .map(|(v, b)| (v.name.to_string(), b))
+        .enumerate()
+        .map(|(i, v)| {
+            let max = bounds.max.get(i).copied().unwrap_or(0.0);
+            let elems = bounds.elems.get(i).cloned().flatten();
+            (v.name.to_string(), max, elems.map(|e| e.iter().sum()))
+        })
         .collect())
 }
 
