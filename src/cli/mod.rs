@@ -3,8 +3,11 @@
 
 mod bench;
 mod budget;
+mod options;
 mod run;
 mod stages;
+
+use options::{BenchWhat, Format, OptimizerName, Stage};
 
 use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
@@ -47,8 +50,8 @@ enum Command {
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
-        #[arg(long, default_value = "complete", value_parser = ["complete", "pipeline", "gemm", "step"])]
-        what: String,
+        #[arg(long, value_enum, default_value_t = BenchWhat::Complete)]
+        what: BenchWhat,
         /// Layer counts of the gpt preset.
         #[arg(long, value_delimiter = ',', default_value = "2,8,24,48,96")]
         layers: Vec<usize>,
@@ -105,8 +108,8 @@ struct PlanArgs {
     /// The pipeline stage to print: complete (forward dist attrs), backward (with grad ops),
     /// optimizer (with update ops), partition (per-rank programs), all.
     /// (Default: complete, or nothing but the ledger with --ledger.)
-    #[arg(long, value_parser = ["complete", "backward", "optimizer", "partition", "all"])]
-    stage: Option<String>,
+    #[arg(long, value_enum)]
+    stage: Option<Stage>,
     /// With --stage partition: print only this rank's program.
     #[arg(long)]
     rank: Option<u32>,
@@ -114,8 +117,8 @@ struct PlanArgs {
     #[arg(long)]
     ledger: bool,
     /// The optimizer: sgd, momentum, adam or adamw.
-    #[arg(long, default_value = "sgd", value_parser = ["sgd", "momentum", "adam", "adamw"])]
-    optimizer: String,
+    #[arg(long, value_enum, default_value_t = OptimizerName::Sgd)]
+    optimizer: OptimizerName,
     /// Add AMP dynamic loss scaling.
     #[arg(long)]
     amp: bool,
@@ -137,8 +140,8 @@ struct PlanArgs {
     #[arg(long, value_name = "VAR")]
     explain: Option<String>,
     /// Output format.
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    format: String,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 #[derive(Args, Debug)]
@@ -169,8 +172,8 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value_t = 0.1)]
     lr: f64,
     /// The optimizer: sgd, momentum, adam or adamw.
-    #[arg(long, default_value = "sgd", value_parser = ["sgd", "momentum", "adam", "adamw"])]
-    optimizer: String,
+    #[arg(long, value_enum, default_value_t = OptimizerName::Sgd)]
+    optimizer: OptimizerName,
     /// Add AMP dynamic loss scaling.
     #[arg(long)]
     amp: bool,
@@ -189,8 +192,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DIR")]
     dump: Option<String>,
     /// Output format.
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    format: String,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 /// Model sizes; each preset has its own defaults (see `shardlab print --help`).
@@ -297,14 +300,11 @@ pub fn main() -> ExitCode {
             what,
             layers,
             repeat,
-        } => if what == "gemm" {
-            bench::bench_gemm(repeat)
-        } else if what == "step" {
-            bench::bench_step(repeat)
-        } else if what == "pipeline" {
-            bench::bench_pipeline(&layers, repeat)
-        } else {
-            bench::bench_complete(&layers, repeat)
+        } => match what {
+            BenchWhat::Gemm => bench::bench_gemm(repeat),
+            BenchWhat::Step => bench::bench_step(repeat),
+            BenchWhat::Pipeline => bench::bench_pipeline(&layers, repeat),
+            BenchWhat::Complete => bench::bench_complete(&layers, repeat),
         }
         .map(|t| {
             emit(&t);
@@ -482,14 +482,13 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     if args.rank.is_some() && plan.mesh().is_none() {
         return Err("--rank needs a mesh".into());
     }
-    let stage = args.stage.clone().unwrap_or_else(|| {
-        if args.ledger {
-            "none".into()
-        } else {
-            "complete".into()
-        }
-    });
-    let partitioned = stage != "complete" || args.ledger;
+    // No stage with --ledger prints the ledger alone; else completion by default.
+    let stage = match (args.stage, args.ledger) {
+        (Some(s), _) => Some(s),
+        (None, true) => None,
+        (None, false) => Some(Stage::Complete),
+    };
+    let partitioned = stage != Some(Stage::Complete) || args.ledger;
     if let Err(e) = budget::check(
         "planning",
         plan.estimated_planning_bytes(match (partitioned, args.rank) {
@@ -507,8 +506,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     }
     let opts = crate::passes::pipeline::PipelineOptions {
         optimizer: crate::passes::optimizer::OptimizerOptions {
-            optimizer: crate::passes::optimizer::Optimizer::from_name(&args.optimizer)
-                .unwrap_or(crate::passes::optimizer::Optimizer::Sgd),
+            optimizer: args.optimizer.optimizer(),
             amp: args.amp,
             clip_norm: args.clip_norm,
         },
@@ -535,14 +533,14 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             ));
         }
     }
-    let text = if args.format == "json" {
+    let text = if args.format == Format::Json {
         let json = crate::report::pipeline_json(&pipeline, args.rank);
         format!(
             "{}\n",
             serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
         )
     } else {
-        stages::pipeline_text(&pipeline, &stage, args.rank, args.ledger)
+        stages::pipeline_text(&pipeline, stage, args.rank, args.ledger)
     };
     emit(&text);
     Ok(ExitCode::SUCCESS)
@@ -557,21 +555,21 @@ fn print_completion(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
         }
     };
     let program = &plan.program;
-    let text = match (&args.explain, args.format.as_str()) {
+    let text = match (&args.explain, args.format) {
         (Some(name), _) => {
             let var = program
                 .var_id(name)
                 .ok_or_else(|| format!("--explain: unknown variable `{name}`"))?;
             crate::passes::complete::explain_text(program, &completed, var)
         }
-        (None, "json") => {
+        (None, Format::Json) => {
             let json = crate::passes::complete::completed_json(program, &completed);
             format!(
                 "{}\n",
                 serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
             )
         }
-        (None, _) => crate::passes::complete::completed_text(program, &completed),
+        (None, Format::Text) => crate::passes::complete::completed_text(program, &completed),
     };
     emit(&text);
     Ok(ExitCode::SUCCESS)

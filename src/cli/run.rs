@@ -6,7 +6,7 @@ use crate::exec::npy::{read_npy, write_npy};
 use crate::exec::run::{run_distributed, run_serial, Log, RunOptions};
 use crate::exec::tensor::Tensor;
 use crate::exec::verify::{verify, Check};
-use crate::passes::optimizer::{Optimizer, OptimizerOptions};
+use crate::passes::optimizer::OptimizerOptions;
 use crate::passes::pipeline::{run_pipeline, PipelineOptions};
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -108,7 +108,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     }
     let opts = PipelineOptions {
         optimizer: OptimizerOptions {
-            optimizer: Optimizer::from_name(&args.optimizer).unwrap_or(Optimizer::Sgd),
+            optimizer: args.optimizer.optimizer(),
             amp: args.amp,
             clip_norm: args.clip_norm,
         },
@@ -169,7 +169,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         dump(&std::path::Path::new(dir).join("distributed"), &dist)?;
     }
     let all_pass = checks.iter().all(|c| c.pass);
-    if args.format == "json" {
+    if args.format == super::options::Format::Json {
         let json = serde_json::json!({
             "ranks": pipeline.partitioned.ranks.len(),
             "serial_losses": serial.losses,

@@ -1,6 +1,7 @@
 //! Printing the pipeline's stages: serial programs with dist attrs, per-rank programs, the
 //! ledger; as text or JSON.
 
+use super::options::Stage;
 use crate::passes::complete::{attrs_text, completed_text};
 use crate::passes::dist_program::DistProgram;
 use crate::passes::ledger::summary;
@@ -32,22 +33,28 @@ fn ranks_text(p: &Pipeline, rank: Option<u32>) -> String {
 }
 
 /// The stage(s) asked for, as text.
-pub fn pipeline_text(p: &Pipeline, stage: &str, rank: Option<u32>, ledger: bool) -> String {
+pub fn pipeline_text(
+    p: &Pipeline,
+    stage: Option<Stage>,
+    rank: Option<u32>,
+    ledger: bool,
+) -> String {
+    let shows = |part: Stage| stage.is_some_and(|s| s.shows(part));
     let mut out = String::new();
-    if matches!(stage, "complete" | "all") {
+    if shows(Stage::Complete) {
         out.push_str("== complete\n");
         out.push_str(&completed_text(&p.plan.program, &p.completed));
         out.push('\n');
     }
-    if matches!(stage, "backward" | "all") {
+    if shows(Stage::Backward) {
         out.push_str(&dist_text("backward", &p.backward_dist()));
         out.push('\n');
     }
-    if matches!(stage, "optimizer" | "all") {
+    if shows(Stage::Optimizer) {
         out.push_str(&dist_text("optimizer", &p.full));
         out.push('\n');
     }
-    if matches!(stage, "partition" | "all") {
+    if shows(Stage::Partition) {
         out.push_str(&ranks_text(p, rank));
     }
     if ledger {

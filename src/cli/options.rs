@@ -1,0 +1,72 @@
+//! The command line's enumerated options as types (clap `ValueEnum`): clap lists and checks
+//! their values, and the code matches on variants instead of comparing strings.
+
+use clap::ValueEnum;
+
+/// How a command prints its result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The pipeline stage `plan` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Stage {
+    /// Forward dist attrs.
+    Complete,
+    /// With grad ops.
+    Backward,
+    /// With update ops.
+    Optimizer,
+    /// Per-rank programs.
+    Partition,
+    /// Every stage.
+    All,
+}
+
+impl Stage {
+    /// Whether printing this stage prints `part` (`All` prints every part).
+    pub fn shows(self, part: Stage) -> bool {
+        self == part || self == Stage::All
+    }
+}
+
+/// The optimizer of `plan` and `run`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerName {
+    #[default]
+    Sgd,
+    Momentum,
+    Adam,
+    Adamw,
+}
+
+impl OptimizerName {
+    /// The optimizer with Paddle's default hyper-parameters.
+    pub fn optimizer(self) -> crate::passes::optimizer::Optimizer {
+        use crate::passes::optimizer::Optimizer;
+        let name = match self {
+            OptimizerName::Sgd => "sgd",
+            OptimizerName::Momentum => "momentum",
+            OptimizerName::Adam => "adam",
+            OptimizerName::Adamw => "adamw",
+        };
+        Optimizer::from_name(name).unwrap_or(Optimizer::Sgd)
+    }
+}
+
+/// What `bench` times.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum BenchWhat {
+    /// Forward completion.
+    #[default]
+    Complete,
+    /// The whole pipeline, all ranks.
+    Pipeline,
+    /// The executor's GEMM.
+    Gemm,
+    /// One training step of every rank.
+    Step,
+}
