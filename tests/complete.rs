@@ -260,3 +260,47 @@ fn x_times_w_transposed_is_column_parallel() {
         .collect();
     assert!(reshards.is_empty(), "no reshard is needed: {reshards:?}");
 }
+
+/// A grad op's outputs split into input-grad and weight-grad parts (for the zero-bubble
+/// schedule): the second linear layer of the MLP gives its activation's gradient as the
+/// input part and the weight's and bias's as the weight part.
+#[test]
+fn grad_outputs_split_into_input_and_weight_parts() {
+    use shardlab::passes::backward::append_backward;
+    use shardlab::passes::grad_parts::{grad_parts, GradPart};
+    let program = Model::Mlp.build(&Model::Mlp.default_config()).unwrap();
+    let b = append_backward(&program).unwrap();
+    let parts_of = |ty: &str, output_var: &str| {
+        let (i, _) = b
+            .program
+            .ops()
+            .iter()
+            .enumerate()
+            .find(|(_, o)| {
+                o.ty.to_string() == ty
+                    && o.all_inputs()
+                        .any(|v| &*b.program.var(v).name == output_var)
+            })
+            .unwrap();
+        grad_parts(&b, shardlab::ir::OpId(i as u32))
+            .into_iter()
+            .map(|(v, p)| (b.program.var(v).name.to_string(), p))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        parts_of("matmul_v2_grad", "linear_1.tmp_0@GRAD"),
+        [
+            ("gelu_0.tmp_0@GRAD".to_string(), GradPart::Input),
+            ("linear_1.w_0@GRAD".to_string(), GradPart::Weight)
+        ]
+    );
+    assert_eq!(
+        parts_of("elementwise_add_grad", "linear_1.tmp_1@GRAD"),
+        [
+            ("linear_1.tmp_0@GRAD".to_string(), GradPart::Input),
+            ("linear_1.b_0@GRAD".to_string(), GradPart::Weight)
+        ]
+    );
+    // A forward op has no parts.
+    assert!(grad_parts(&b, shardlab::ir::OpId(0)).is_empty());
+}

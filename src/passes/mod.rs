@@ -10,6 +10,7 @@ pub mod backward;
 pub mod complete;
 pub mod complete_backward;
 pub mod dist_program;
+pub mod grad_parts;
 pub mod ledger;
 pub mod optimizer;
 pub mod partition;
