@@ -247,7 +247,7 @@ fn comments_blank_lines_and_free_dims_parse() {
     let (plan, map) = parse_plan(text).unwrap();
     let ann = &plan.annotations[0];
     assert_eq!(ann.attr.axis_lists(), vec![vec![0, 1], vec![]]);
-    assert_eq!(ann.attr.annotated, vec![true, false]);
+    assert_eq!(ann.attr.annotated.as_slice(), [true, false]);
     assert_eq!(map.annotation_lines, vec![5]);
     assert_eq!(
         plan.to_string(),

@@ -678,3 +678,9 @@ fn spmd_cases(file: &str) -> Result<ExitCode, String> {
     emit(&format!("{json}\n"));
     Ok(ExitCode::SUCCESS)
 }
+
+/// The benchmarks' plan (gpt with `layers` blocks on [2, 4], dp and Megatron mp), for
+/// profiling harnesses.
+pub fn bench_plan(layers: usize) -> Result<Plan, String> {
+    bench::gpt_dp_mp_plan(layers)
+}

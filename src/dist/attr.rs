@@ -5,6 +5,7 @@ use super::layout::{Layout, MeshAxis, MAX_MESH_NDIM};
 use super::mesh::ProcessMesh;
 use super::mesh_table::MeshId;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
@@ -110,8 +111,9 @@ pub enum DistAttrError {
 pub struct TensorDistAttr {
     pub mesh: MeshId,
     pub layout: Layout,
-    /// Dims the user annotated; completion never changes them.
-    pub annotated: Vec<bool>,
+    /// Dims the user annotated; completion never changes them (inline up to rank 8: rank
+    /// programs copy every attr).
+    pub annotated: SmallVec<[bool; 8]>,
 }
 
 impl Deref for TensorDistAttr {
@@ -134,7 +136,7 @@ impl TensorDistAttr {
         TensorDistAttr {
             mesh,
             layout,
-            annotated: vec![false; rank],
+            annotated: smallvec::smallvec![false; rank],
         }
     }
 

@@ -191,7 +191,7 @@ fn parse_shard(
     let mut attr = TensorDistAttr {
         mesh: MeshId::JOB,
         layout: Layout::from_dims(dims),
-        annotated,
+        annotated: annotated.into_iter().collect(),
     };
     if cur.eat_keyword("partial") {
         let parts = cur.list('(', ')', |c| {
