@@ -304,3 +304,21 @@ fn grad_outputs_split_into_input_and_weight_parts() {
     // A forward op has no parts.
     assert!(grad_parts(&b, shardlab::ir::OpId(0)).is_empty());
 }
+
+/// Backward differentiates only ops between a parameter and the loss: an op on the data
+/// alone (here a scale of the input) gets no grad op.
+#[test]
+fn ops_on_data_alone_get_no_grad_op() {
+    use shardlab::passes::backward::append_backward;
+    let program = shardlab::ir::parse_program(
+        "var x: f32[4, 8] input\nvar xs: f32[4, 8] activation\nvar w: f32[8, 8] parameter\nvar h: f32[4, 8] activation\nvar loss: f32[] activation\n\
+         op scale(X=x) -> (Out=xs) {scale=2.0}\nop matmul_v2(X=xs, Y=w) -> (Out=h)\nop mean(X=h) -> (Out=loss) role=loss\n",
+    )
+    .unwrap();
+    let b = append_backward(&program).unwrap();
+    let grads: Vec<String> = b.program.ops()[b.first_backward_op..]
+        .iter()
+        .map(|o| o.ty.to_string())
+        .collect();
+    assert_eq!(grads, ["fill_constant", "mean_grad", "matmul_v2_grad"]);
+}

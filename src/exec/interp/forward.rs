@@ -117,11 +117,9 @@ impl Rank<'_> {
         let (w, ids) = (self.slot(op, "W")?, self.slot(op, "Ids")?);
         if !vocab_shard {
             let rows = w.shape.first().copied().unwrap_or(0) as i64;
-            if let Some(bad) = ids
-                .to_i64()
-                .into_iter()
-                .find(|&i| (i < 0 || i >= rows) && i != pad)
-            {
+            // A padding id is a row of the table too; -1 means "no padding" (Paddle's
+            // kNoPadding), not a valid id.
+            if let Some(bad) = ids.to_i64().into_iter().find(|&i| i < 0 || i >= rows) {
                 return Err(format!(
                     "token id {bad} is outside the {rows} rows of the embedding table"
                 ));
