@@ -33,6 +33,11 @@ fn dist_json(dp: &DistProgram) -> Value {
 }
 
 /// Everything as JSON.
+/// The version of the JSON documents `plan --format json` and the JavaScript API write. A
+/// change to a field (renamed, removed, or changed in meaning) bumps it; the README lists
+/// the changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
 pub fn pipeline_json(p: &Pipeline, rank: Option<u32>) -> Value {
     let ranks: Vec<Value> = p
         .partitioned
@@ -55,6 +60,7 @@ pub fn pipeline_json(p: &Pipeline, rank: Option<u32>) -> Value {
         })
         .collect();
     json!({
+        "schema_version": SCHEMA_VERSION,
         "complete": completed_json(&p.plan.program, &p.completed),
         "backward": dist_json(&p.backward_dist()),
         "optimizer": dist_json(&p.full),

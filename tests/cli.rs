@@ -248,6 +248,12 @@ fn plan_completes_explains_and_emits_json() {
     json.extend(["--format", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&shardlab(&json).stdout).unwrap();
     assert_eq!(v["ops"][3]["impl_idx"], 1);
+    assert_eq!(v["schema_version"], 1);
+    let mut all = json.clone();
+    all.extend(["--stage", "all"]);
+    let whole: serde_json::Value = serde_json::from_slice(&shardlab(&all).stdout).unwrap();
+    assert_eq!(whole["schema_version"], 1);
+    assert!(!whole["ranks"].as_array().unwrap().is_empty());
     assert_eq!(v["vars"][9]["name"], "linear_1.tmp_0");
     assert_eq!(v["vars"][9]["partial"], serde_json::json!({"0": "SUM"}));
     assert!(!v["trace"]["events"].as_array().unwrap().is_empty());

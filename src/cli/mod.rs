@@ -563,7 +563,8 @@ fn print_completion(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
             crate::passes::complete::explain_text(program, &completed, var)
         }
         (None, Format::Json) => {
-            let json = crate::passes::complete::completed_json(program, &completed);
+            let mut json = crate::passes::complete::completed_json(program, &completed);
+            json["schema_version"] = serde_json::json!(crate::report::SCHEMA_VERSION);
             format!(
                 "{}\n",
                 serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
