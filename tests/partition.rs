@@ -641,3 +641,71 @@ fn vocab_split_lm_head_runs_vocab_parallel_cross_entropy() {
     let op_attr = &p.full.ops[ce];
     assert_eq!(op_attr.imp.paddle_id(), ("softmax_with_cross_entropy", 1));
 }
+
+/// Every ledger entry's bytes follow the ring model, recomputed here from the op's tensors:
+/// all-reduce 2(n-1)/n of its input, all-gather (n-1)/n of its output, reduce-scatter and
+/// all-to-all (n-1)/n of the input, the vocab-parallel cross-entropy three all-reduces of its
+/// loss. Plans with each kind of collective.
+#[test]
+fn ledger_bytes_follow_the_ring_model() {
+    let model_plans = [
+        preset_plan(
+            Model::Mlp,
+            0,
+            "2x4:dp,mp",
+            &["x=dp+mp,-".to_string(), "linear_0.tmp_0=-,dp+mp".to_string()],
+        ),
+        preset_plan(
+            Model::Mlp,
+            0,
+            "4:dp",
+            &["x=dp,-".to_string(), "linear_0.tmp_1=-,dp".to_string()],
+        ),
+        common::plan_with(
+            Model::EmbeddingLm
+                .build(&Model::EmbeddingLm.default_config())
+                .unwrap(),
+            "2x4:dp,mp",
+            &["ids=dp,-", "lm_head.w=-,mp"],
+        ),
+        Scenario::by_name("reshard_conflict").unwrap().plan().unwrap(),
+    ];
+    let mut kinds = std::collections::BTreeSet::new();
+    for plan in &model_plans {
+        let p = run(plan);
+        for e in &p.ledger {
+            let prog = &p
+                .partitioned
+                .ranks
+                .iter()
+                .find(|r| r.rank == e.rank)
+                .unwrap()
+                .program;
+            let op = &prog.ops()[e.op_index];
+            let bytes = |slot: &str, output: bool| {
+                let v = if output { op.output(slot) } else { op.input(slot) }[0];
+                let t = &prog.var(v).ty;
+                (t.shape.iter().product::<usize>() * t.dtype.size_bytes()) as f64
+            };
+            let n = e.group.len() as f64;
+            let want = match e.kind {
+                "all_reduce" => 2.0 * (n - 1.0) / n * bytes("X", false),
+                "all_gather" => (n - 1.0) / n * bytes("Out", true),
+                "reduce_scatter" | "all_to_all" => (n - 1.0) / n * bytes("X", false),
+                "c_softmax_with_cross_entropy" => 3.0 * 2.0 * (n - 1.0) / n * bytes("Loss", true),
+                other => panic!("unexpected collective {other}"),
+            };
+            assert_eq!(e.bytes_per_rank, want, "{e:?}");
+            kinds.insert(e.kind);
+        }
+    }
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        [
+            "all_gather",
+            "all_reduce",
+            "all_to_all",
+            "c_softmax_with_cross_entropy"
+        ]
+    );
+}
