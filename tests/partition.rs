@@ -653,7 +653,10 @@ fn ledger_bytes_follow_the_ring_model() {
             Model::Mlp,
             0,
             "2x4:dp,mp",
-            &["x=dp+mp,-".to_string(), "linear_0.tmp_0=-,dp+mp".to_string()],
+            &[
+                "x=dp+mp,-".to_string(),
+                "linear_0.tmp_0=-,dp+mp".to_string(),
+            ],
         ),
         preset_plan(
             Model::Mlp,
@@ -668,7 +671,10 @@ fn ledger_bytes_follow_the_ring_model() {
             "2x4:dp,mp",
             &["ids=dp,-", "lm_head.w=-,mp"],
         ),
-        Scenario::by_name("reshard_conflict").unwrap().plan().unwrap(),
+        Scenario::by_name("reshard_conflict")
+            .unwrap()
+            .plan()
+            .unwrap(),
     ];
     let mut kinds = std::collections::BTreeSet::new();
     for plan in &model_plans {
@@ -683,7 +689,11 @@ fn ledger_bytes_follow_the_ring_model() {
                 .program;
             let op = &prog.ops()[e.op_index];
             let bytes = |slot: &str, output: bool| {
-                let v = if output { op.output(slot) } else { op.input(slot) }[0];
+                let v = if output {
+                    op.output(slot)
+                } else {
+                    op.input(slot)
+                }[0];
                 let t = &prog.var(v).ty;
                 (t.shape.iter().product::<usize>() * t.dtype.size_bytes()) as f64
             };
@@ -708,4 +718,30 @@ fn ledger_bytes_follow_the_ring_model() {
             "c_softmax_with_cross_entropy"
         ]
     );
+}
+
+/// Completion records the vocab-parallel embedding's implementation on the op when the
+/// table's rows are split (and the plain one otherwise), as Paddle's container and index.
+#[test]
+fn completion_records_the_vocab_parallel_embedding() {
+    use shardlab::dist::DistImpl;
+    let imp = |shards: &[&str]| {
+        let plan = common::plan_with(
+            Model::EmbeddingLm
+                .build(&Model::EmbeddingLm.default_config())
+                .unwrap(),
+            "2x4:dp,mp",
+            shards,
+        );
+        let c = shardlab::passes::complete(&plan).unwrap();
+        let i = plan
+            .program
+            .ops()
+            .iter()
+            .position(|o| o.ty.to_string() == "lookup_table_v2")
+            .unwrap();
+        c.ops[i].imp
+    };
+    assert_eq!(imp(&["wte=mp,-"]), DistImpl::EmbeddingVocab);
+    assert_eq!(imp(&["wte=-,mp"]), DistImpl::Default);
 }
