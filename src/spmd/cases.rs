@@ -370,19 +370,18 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
                 axes: axes.into_iter().filter(|&d| x_shape[d] == 1).collect(),
             }
         }
+        // Paddle 3.3.1's rule reads each axis as a position of the output (a negative one
+        // counted from the input's rank + 1), not as an insertion into a growing tensor.
         "unsqueeze" => {
+            let list = a.ints("axis");
+            let out_rank = rank + list.len();
             let mut positions: Vec<usize> = Vec::new();
-            for (cur, p) in (rank as i64..).zip(a.ints("axis")) {
-                let pos = if p < 0 { p + cur + 1 } else { p };
-                if pos < 0 || pos > cur {
-                    return Err(format!("unsqueeze: axis {p} is out of range"));
+            for &p in &list {
+                let pos = if p < 0 { p + rank as i64 + 1 } else { p };
+                match usize::try_from(pos) {
+                    Ok(q) if q < out_rank && !positions.contains(&q) => positions.push(q),
+                    _ => return Err(format!("unsqueeze: axis {p} is out of range or repeated")),
                 }
-                positions.iter_mut().for_each(|q| {
-                    if *q >= pos as usize {
-                        *q += 1
-                    }
-                });
-                positions.push(pos as usize);
             }
             positions.sort_unstable();
             Rule::Unsqueeze { positions }
