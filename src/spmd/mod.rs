@@ -283,4 +283,24 @@ mod tests {
         let inferred = Rule::MeanAll.infer_backward(&[2, 4], &[x], &[out]).unwrap();
         assert_eq!(inferred.inputs, vec![Layout::replicated(3)]);
     }
+
+    /// A reshape between shapes of different element counts is an error naming both (the
+    /// group walk stops at the shorter shape instead of reading past it).
+    #[test]
+    fn reshape_of_a_different_element_count_is_an_error() {
+        for (from, to) in [
+            (vec![4], vec![4, 3]),
+            (vec![4, 3], vec![4]),
+            (vec![6], vec![4]),
+        ] {
+            let x = tensor(&from, &vec![-1; from.len()]);
+            let e = Rule::Reshape { target: to.clone() }
+                .infer_forward(&[2], &[x])
+                .unwrap_err();
+            assert!(
+                e.0.contains("hold different numbers of elements"),
+                "{from:?} -> {to:?}: {e}"
+            );
+        }
+    }
 }
