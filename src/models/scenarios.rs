@@ -112,12 +112,14 @@ impl Scenario {
     /// and annotations are the scenario's.
     pub fn plan_with(&self, config: &ModelConfig) -> Result<Plan, ModelError> {
         let program = self.model.build(config)?;
-        let mesh = Arc::new(parse_mesh_spec(self.mesh).map_err(ModelError::BadSize)?);
+        let mesh = Arc::new(parse_mesh_spec(self.mesh).map_err(|e| ModelError::BadSize(e.into()))?);
         let mut plan = Plan::from_program(program);
         plan.set_mesh(mesh.clone());
         for spec in &self.shards {
-            plan.annotations
-                .push(parse_shard_spec(spec, &plan.program, &mesh).map_err(ModelError::BadSize)?);
+            plan.annotations.push(
+                parse_shard_spec(spec, &plan.program, &mesh)
+                    .map_err(|e| ModelError::BadSize(e.into()))?,
+            );
         }
         Ok(plan)
     }

@@ -23,7 +23,7 @@ mod spec;
 
 pub use parse::{parse_plan, SourceMap};
 pub use print::write_shard;
-pub use spec::{mesh_spec, parse_mesh_spec, parse_shard_spec, shard_spec};
+pub use spec::{mesh_spec, parse_mesh_spec, parse_shard_spec, shard_spec, SpecError};
 
 use crate::dist::{MeshId, MeshTable, ProcessMesh, TensorDistAttr};
 use crate::ir::{verify_program, OpId, Program, Subject, VarId};

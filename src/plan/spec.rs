@@ -2,12 +2,46 @@
 //! in a URL: `2x4:dp,mp` and `x=dp,-`.
 
 use super::Annotation;
-use crate::dist::{DimAxes, MeshId, ProcessMesh, TensorDistAttr, MAX_MESH_NDIM};
+use crate::dist::MAX_MESH_NDIM;
+use crate::dist::{DimAxes, DistAttrError, MeshError, MeshId, ProcessMesh, TensorDistAttr};
 use crate::ir::Program;
 use std::sync::Arc;
 
+/// Why a mesh or shard spec does not parse; each names the spec and what is wrong in it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("mesh `{spec}`: `{part}` is not an axis size (write e.g. 2x4:dp,mp)")]
+    NotASize { spec: String, part: String },
+    #[error("mesh `{spec}`: {source}")]
+    Mesh { spec: String, source: MeshError },
+    #[error("shard `{spec}`: expected VAR=AXIS,AXIS,... (e.g. x=dp,-)")]
+    NoEquals { spec: String },
+    #[error("shard `{spec}`: unknown variable `{name}`")]
+    UnknownVar { spec: String, name: String },
+    #[error("shard `{spec}`: unknown mesh axis `{axis}`; the mesh has ({axes})")]
+    UnknownAxis {
+        spec: String,
+        axis: String,
+        axes: String,
+    },
+    #[error("shard `{spec}`: a dim is split by at most {MAX_MESH_NDIM} mesh axes")]
+    TooManyAxes { spec: String },
+    #[error("shard `{spec}`: {source}")]
+    Layout {
+        spec: String,
+        source: Box<DistAttrError>,
+    },
+}
+
+/// The command line and the playground report a spec error as its message.
+impl From<SpecError> for String {
+    fn from(e: SpecError) -> String {
+        e.to_string()
+    }
+}
+
 /// Parses `2x4:dp,mp` (or `2x4`, naming axes `d0, d1`) into a mesh with ids 0..N-1.
-pub fn parse_mesh_spec(spec: &str) -> Result<ProcessMesh, String> {
+pub fn parse_mesh_spec(spec: &str) -> Result<ProcessMesh, SpecError> {
     let (shape_part, names_part) = match spec.split_once(':') {
         Some((s, n)) => (s, Some(n)),
         None => (spec, None),
@@ -15,8 +49,9 @@ pub fn parse_mesh_spec(spec: &str) -> Result<ProcessMesh, String> {
     let shape = shape_part
         .split('x')
         .map(|s| {
-            s.trim().parse::<usize>().map_err(|_| {
-                format!("mesh `{spec}`: `{s}` is not an axis size (write e.g. 2x4:dp,mp)")
+            s.trim().parse::<usize>().map_err(|_| SpecError::NotASize {
+                spec: spec.into(),
+                part: s.into(),
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -27,7 +62,10 @@ pub fn parse_mesh_spec(spec: &str) -> Result<ProcessMesh, String> {
         }
         None => ProcessMesh::from_shape(&shape),
     };
-    mesh.map_err(|e| format!("mesh `{spec}`: {e}"))
+    mesh.map_err(|source| SpecError::Mesh {
+        spec: spec.into(),
+        source,
+    })
 }
 
 /// Parses `VAR=dp,-,?` (or `VAR=dp+mp,-` for co-sharding) against a program and mesh.
@@ -35,13 +73,16 @@ pub fn parse_shard_spec(
     spec: &str,
     program: &Program,
     mesh: &Arc<ProcessMesh>,
-) -> Result<Annotation, String> {
+) -> Result<Annotation, SpecError> {
     let (name, dims) = spec
         .split_once('=')
-        .ok_or_else(|| format!("shard `{spec}`: expected VAR=AXIS,AXIS,... (e.g. x=dp,-)"))?;
+        .ok_or_else(|| SpecError::NoEquals { spec: spec.into() })?;
     let var = program
         .var_id(name.trim())
-        .ok_or_else(|| format!("shard `{spec}`: unknown variable `{}`", name.trim()))?;
+        .ok_or_else(|| SpecError::UnknownVar {
+            spec: spec.into(),
+            name: name.trim().into(),
+        })?;
     let mut attr = TensorDistAttr::replicated(MeshId::JOB, 0);
     for item in dims.split(',').map(str::trim) {
         let (axes, pinned) = match item {
@@ -51,17 +92,16 @@ pub fn parse_shard_spec(
                 let axes = names
                     .split('+')
                     .map(|a| {
-                        mesh.axis_by_name(a.trim()).ok_or_else(|| {
-                            format!(
-                                "shard `{spec}`: unknown mesh axis `{a}`; the mesh has ({})",
-                                mesh.dim_names().join(", ")
-                            )
-                        })
+                        mesh.axis_by_name(a.trim())
+                            .ok_or_else(|| SpecError::UnknownAxis {
+                                spec: spec.into(),
+                                axis: a.into(),
+                                axes: mesh.dim_names().join(", "),
+                            })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                let axes = DimAxes::from_axes(axes).ok_or_else(|| {
-                    format!("shard `{spec}`: a dim is split by at most {MAX_MESH_NDIM} mesh axes")
-                })?;
+                let axes = DimAxes::from_axes(axes)
+                    .ok_or_else(|| SpecError::TooManyAxes { spec: spec.into() })?;
                 (axes, true)
             }
         };
@@ -70,7 +110,10 @@ pub fn parse_shard_spec(
     }
     let v = program.var(var);
     attr.validate(&v.name, &v.ty.shape, mesh)
-        .map_err(|e| format!("shard `{spec}`: {e}"))?;
+        .map_err(|source| SpecError::Layout {
+            spec: spec.into(),
+            source: Box::new(source),
+        })?;
     Ok(Annotation { var, attr })
 }
 

@@ -48,7 +48,7 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
         (None, None) => return Err(err("give `preset` or `text`".into())),
     };
     if let Some(m) = &req.mesh {
-        plan.set_mesh(Arc::new(parse_mesh_spec(m).map_err(err)?));
+        plan.set_mesh(Arc::new(parse_mesh_spec(m).map_err(|e| err(e.into()))?));
         plan.annotations.clear();
     }
     let mesh = plan
@@ -56,7 +56,7 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
         .cloned()
         .ok_or_else(|| err("the plan has no mesh".into()))?;
     for spec in &req.shards {
-        let ann = parse_shard_spec(spec, &plan.program, &mesh).map_err(err)?;
+        let ann = parse_shard_spec(spec, &plan.program, &mesh).map_err(|e| err(e.into()))?;
         plan.annotations.retain(|a| a.var != ann.var);
         plan.annotations.push(ann);
     }
