@@ -80,3 +80,19 @@ fn lookup_takes_ids_zero_to_rows_minus_one() {
         .unwrap_err()
         .contains("token id -1 is outside the 4 rows"));
 }
+
+/// scale: `scale · x + bias`, or `scale · (x + bias)` with the bias before the scale.
+#[test]
+fn scale_applies_its_bias_before_or_after() {
+    let run_scale = |after: bool| {
+        let text = format!(
+            "var x: f32[3] input\nvar y: f32[3] activation\nop scale(X=x) -> (Out=y) {{scale=2.0, bias=1.0, bias_after_scale={after}}}\n"
+        );
+        let program = parse_program(&text).unwrap();
+        let x = Tensor::float(DType::F32, vec![3], vec![1.0, -2.0, 0.5]);
+        let env = run(&program, vec![Some(x), None]).unwrap();
+        env[1].as_ref().unwrap().to_f64()
+    };
+    assert_eq!(run_scale(true), [3.0, -3.0, 2.0]);
+    assert_eq!(run_scale(false), [4.0, -2.0, 3.0]);
+}
