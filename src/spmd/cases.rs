@@ -396,3 +396,28 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
         other => return Err(format!("no SPMD rule for op `{other}`")),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unsqueeze(axes: &str) -> CaseResult {
+        let text = format!(
+            r#"{{"id": 1, "op": "unsqueeze", "direction": "forward", "mesh_shape": [2],
+                "attrs": {{"axis": {axes}}}, "attr_order": ["axis"],
+                "inputs": [{{"shape": [8, 16], "dims_mapping": [0, -1], "partial_dims": []}}]}}"#
+        );
+        run_case(&serde_json::from_str(&text).unwrap())
+    }
+
+    /// unsqueeze's axes are positions of the output: one past the output's rank, or a
+    /// position named twice, is an error, not a silently wrong layout.
+    #[test]
+    fn unsqueeze_positions_must_fit_the_output_once() {
+        assert_eq!(unsqueeze("[0, 3]").error, None);
+        for bad in ["[4]", "[0, 0]", "[-4]"] {
+            let e = unsqueeze(bad).error.unwrap_or_default();
+            assert!(e.contains("out of range or repeated"), "{bad}: {e}");
+        }
+    }
+}
