@@ -135,7 +135,7 @@ fn with_op_deleted(scenario: &str, pick: impl Fn(&shardlab::ir::Op) -> bool) -> 
     let mut p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
     let mut deleted = 0;
     for r in &mut p.partitioned.ranks {
-        if let Some(i) = r.program.ops().iter().position(&pick) {
+        if let Some(i) = r.program.ops().iter().position(|o| pick(o)) {
             r.program.remove_op(i);
             deleted += 1;
         }

@@ -53,7 +53,7 @@ fn values(program: &Program, feeds: &HashMap<&str, Vec<f64>>) -> Vec<Option<Tens
         .vars()
         .iter()
         .map(|v| match feeds.get(&*v.name) {
-            Some(vals) => Some(Tensor::float(v.ty.dtype, v.ty.shape.clone(), vals.clone())),
+            Some(vals) => Some(Tensor::float(v.ty.dtype, v.ty.shape.to_vec(), vals.clone())),
             None => initial_value(
                 program,
                 v,

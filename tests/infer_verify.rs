@@ -30,7 +30,7 @@ fn infer(ty: OpType, inputs: &[&[&str]], attrs: &[(&str, Attr)]) -> String {
 
 fn tensor_type(spec: &str) -> TensorType {
     let (dtype, dims) = spec.split_once('[').unwrap();
-    let shape = dims
+    let shape: Vec<usize> = dims
         .trim_end_matches(']')
         .split(',')
         .filter(|s| !s.is_empty())

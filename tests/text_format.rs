@@ -92,7 +92,7 @@ fn plan() -> impl Strategy<Value = Plan> {
             }
             op.attrs = attrs.into_iter().collect();
             op.role = role;
-            op.namescope = scope;
+            op.namescope = scope.into();
             program.push_op(op);
         }
         let mesh = mesh.map(|(shape, reversed_ids)| {

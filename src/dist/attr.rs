@@ -266,7 +266,7 @@ pub fn local_shape(
     shape: &[usize],
     attr: &Layout,
     mesh: &ProcessMesh,
-) -> Result<Vec<usize>, DistAttrError> {
+) -> Result<smallvec::SmallVec<[usize; 4]>, DistAttrError> {
     if attr.dims.len() != shape.len() {
         return Err(DistAttrError::RankMismatch {
             tensor: tensor.to_string(),

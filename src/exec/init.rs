@@ -60,7 +60,7 @@ fn int_range(program: &Program, var: &Var) -> i64 {
 pub fn initial_value(program: &Program, var: &Var, opts: &InitOptions) -> Option<Tensor> {
     let seed = name_seed(opts.seed, &var.name);
     let n = var.ty.numel();
-    let shape = var.ty.shape.clone();
+    let shape = var.ty.shape.to_vec();
     let u = |i: usize| uniform(seed, i as u64);
     let fan_in = if var.ty.rank() >= 2 {
         var.ty.shape[var.ty.rank() - 2]

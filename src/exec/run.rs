@@ -138,7 +138,8 @@ pub fn initial_values(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Option<Tens
         .iter()
         .map(|v| match opts.feeds.get(&*v.name) {
             Some(t) => {
-                if t.shape != v.ty.shape || (t.dtype() == DType::I64) != (v.ty.dtype == DType::I64)
+                if t.shape[..] != v.ty.shape[..]
+                    || (t.dtype() == DType::I64) != (v.ty.dtype == DType::I64)
                 {
                     return Err(ExecError::Setup(format!(
                         "the value given for `{}` is {:?} {:?}, but the variable is {}",
@@ -305,7 +306,7 @@ fn placements(p: &Pipeline) -> Vec<Placement> {
             global: r
                 .origin
                 .iter()
-                .map(|&o| p.full.program.var(o).ty.shape.clone())
+                .map(|&o| p.full.program.var(o).ty.shape.to_vec())
                 .collect(),
             coords: p.full.mesh.coords_of(r.rank).unwrap_or_default(),
             mesh_shape: p.full.mesh.shape().to_vec(),

@@ -3,7 +3,7 @@
 
 use super::op_type::OpType;
 use super::program::Op;
-use super::types::{DType, TensorType};
+use super::types::{DType, Shape, TensorType};
 
 type Res<T> = Result<T, String>;
 
@@ -242,8 +242,8 @@ fn elementwise(op: &Op, x: &TensorType, y: &TensorType) -> Res<TensorType> {
             .ok()
             .filter(|&s| s + y.rank() <= x.rank())
             .ok_or_else(|| format!("axis {a} cannot align Y ({y}) inside X ({x})"))?;
-        let mut s = vec![1; start];
-        s.extend(&y.shape);
+        let mut s: Shape = smallvec::smallvec![1; start];
+        s.extend_from_slice(&y.shape);
         s.resize(x.rank(), 1);
         s
     };
@@ -266,7 +266,7 @@ fn layer_norm(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>>
     for (slot, name) in [(1, "Scale"), (2, "Bias")] {
         match inputs.get(slot).map(|v| v.as_slice()) {
             None | Some([]) => {}
-            Some([p]) if p.shape == [normalized] && p.dtype == x.dtype => {}
+            Some([p]) if p.shape[..] == [normalized] && p.dtype == x.dtype => {}
             Some([p]) => {
                 return Err(format!(
                     "{name} must be {}[{normalized}] (the normalised size of X {x}), got {p}",
@@ -460,7 +460,7 @@ pub fn reduce_axes(op: &Op, rank: usize) -> Res<Vec<usize>> {
 fn reduce(op: &Op, x: &TensorType) -> Res<TensorType> {
     let axes = reduce_axes(op, x.rank())?;
     let keep = op.attr_bool("keep_dim", false);
-    let shape = (0..x.rank())
+    let shape: Shape = (0..x.rank())
         .filter_map(|d| match (axes.contains(&d), keep) {
             (false, _) => Some(x.shape[d]),
             (true, true) => Some(1),

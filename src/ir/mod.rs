@@ -22,5 +22,5 @@ pub use program::{Op, Program, ProgramError, ROOT_SCOPE};
 pub use purpose::Purpose;
 pub use schema::{Arity, AttrSpec, SlotSpec};
 pub use text::{parse_program, ParseError};
-pub use types::{DType, OpId, TensorType, Var, VarId, VarKind, MAX_ELEMENTS};
+pub use types::{DType, OpId, Shape, TensorType, Var, VarId, VarKind, MAX_ELEMENTS};
 pub use verify::{verify_program, Subject, VerifyError};

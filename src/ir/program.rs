@@ -4,8 +4,9 @@ use super::attr::{Attr, Attrs};
 use super::op_type::{OpRole, OpType};
 use super::types::{OpId, TensorType, Var, VarId, VarKind};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The namescope an op gets when nobody sets one.
 pub const ROOT_SCOPE: &str = "/";
@@ -19,7 +20,8 @@ pub struct Op {
     pub outputs: Vec<Vec<VarId>>,
     pub attrs: Attrs,
     pub role: OpRole,
-    pub namescope: String,
+    /// Borrowed for the root and the planner's purposes, owned only for parsed scopes.
+    pub namescope: Cow<'static, str>,
 }
 
 impl Op {
@@ -31,7 +33,7 @@ impl Op {
             outputs: vec![Vec::new(); ty.output_slots().len()],
             attrs: Attrs::new(),
             role: OpRole::Forward,
-            namescope: ROOT_SCOPE.to_string(),
+            namescope: Cow::Borrowed(ROOT_SCOPE),
         }
     }
 
@@ -137,7 +139,9 @@ pub struct Program {
     /// rarely looked up by name.
     #[serde(skip)]
     by_name: OnceLock<HashMap<std::sync::Arc<str>, VarId>>,
-    ops: Vec<Op>,
+    /// Shared: a rank's program keeps every serial op it runs unchanged as the same
+    /// allocation, so partitioning copies (and later frees) only the ops it rewrites.
+    ops: Vec<Arc<Op>>,
 }
 
 impl PartialEq for Program {
@@ -205,6 +209,11 @@ impl Program {
 
     /// Appends an op (not checked: run the verifier).
     pub fn push_op(&mut self, op: Op) -> OpId {
+        self.push_shared(Arc::new(op))
+    }
+
+    /// Appends an op shared with another program (not checked: run the verifier).
+    pub fn push_shared(&mut self, op: Arc<Op>) -> OpId {
         let id = OpId(self.ops.len() as u32);
         self.ops.push(op);
         id
@@ -216,13 +225,13 @@ impl Program {
     }
 
     /// All ops in execution order, indexed by `OpId`.
-    pub fn ops(&self) -> &[Op] {
+    pub fn ops(&self) -> &[Arc<Op>] {
         &self.ops
     }
 
     /// Removes and returns op `i` (for fault injection: the checker's own tests delete a
     /// planned collective and expect verification to fail).
-    pub fn remove_op(&mut self, i: usize) -> Option<Op> {
+    pub fn remove_op(&mut self, i: usize) -> Option<Arc<Op>> {
         (i < self.ops.len()).then(|| self.ops.remove(i))
     }
 
@@ -236,9 +245,18 @@ impl Program {
         }
     }
 
-    /// Mutable access to the ops, for passes that rewrite attributes in place.
-    pub fn ops_mut(&mut self) -> &mut [Op] {
-        &mut self.ops
+    /// Mutable access to op `i` (copied first if another program shares it), for passes
+    /// that rewrite attributes in place.
+    pub fn op_mut(&mut self, i: usize) -> Option<&mut Op> {
+        self.ops.get_mut(i).map(Arc::make_mut)
+    }
+
+    /// Mutable access to every op matching `keep` (each copied first if shared).
+    pub fn ops_mut_where(&mut self, keep: impl Fn(&Op) -> bool) -> impl Iterator<Item = &mut Op> {
+        self.ops
+            .iter_mut()
+            .filter(move |o| keep(o))
+            .map(Arc::make_mut)
     }
 
     /// The variable with this id. Ids come from this program, so they are in range.

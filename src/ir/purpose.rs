@@ -75,7 +75,7 @@ impl Op {
 
     /// Sets the namescope of `purpose`.
     pub fn with_purpose(mut self, purpose: Purpose) -> Op {
-        self.namescope = purpose.namescope().to_string();
+        self.namescope = purpose.namescope().into();
         self
     }
 }

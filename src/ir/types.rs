@@ -152,13 +152,20 @@ impl fmt::Display for OpId {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TensorType {
     pub dtype: DType,
-    pub shape: Vec<usize>,
+    pub shape: Shape,
 }
+
+/// A tensor's dims, inline up to rank 4: every rank's program declares thousands of
+/// variables, and a shape should not cost an allocation each.
+pub type Shape = smallvec::SmallVec<[usize; 4]>;
 
 impl TensorType {
     /// A tensor type from its parts.
-    pub fn new(dtype: DType, shape: Vec<usize>) -> TensorType {
-        TensorType { dtype, shape }
+    pub fn new(dtype: DType, shape: impl Into<Shape>) -> TensorType {
+        TensorType {
+            dtype,
+            shape: shape.into(),
+        }
     }
 
     /// Number of elements (1 for a scalar), or `None` when the product of the dims exceeds

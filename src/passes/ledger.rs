@@ -123,7 +123,7 @@ fn phase(role: OpRole) -> &'static str {
     }
 }
 
-fn reason(program: &Program, ops: &[Op], i: usize, purpose: Purpose) -> String {
+fn reason(program: &Program, ops: &[std::sync::Arc<Op>], i: usize, purpose: Purpose) -> String {
     let op = &ops[i];
     if op.ty == OpType::CSoftmaxWithCrossEntropy {
         let logits = op

@@ -152,7 +152,7 @@ fn op(
         .collect();
     o.role = OpRole::Optimize;
     if !scope.is_empty() {
-        o.namescope = scope.to_string();
+        o.namescope = scope.to_string().into();
     }
     o
 }

@@ -83,12 +83,7 @@ fn scale_loss(plan: &mut Plan) -> Result<(), PipelineError> {
         loss_var.ty.clone(),
         VarKind::Activation,
     )?;
-    for op in plan
-        .program
-        .ops_mut()
-        .iter_mut()
-        .filter(|o| o.role == OpRole::Loss)
-    {
+    for op in plan.program.ops_mut_where(|o| o.role == OpRole::Loss) {
         op.role = OpRole::Forward;
     }
     let mut mul = Op::new(OpType::ElementwiseMul);

@@ -149,7 +149,7 @@ fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
         ));
     }
     Ok(DistTensor {
-        shape: t.shape.clone(),
+        shape: t.shape.as_slice().into(),
         layout: Layout {
             dims,
             partial: t

@@ -30,7 +30,7 @@ pub fn binary_forward(inputs: &[DistTensor], keep_x_partial: bool) -> Result<Inf
     );
     check_rank(x, "elementwise X")?;
     check_rank(y, "elementwise Y")?;
-    let out_shape = broadcast(&x.shape, &y.shape).unwrap_or_else(|| x.shape.clone());
+    let out_shape = broadcast(&x.shape, &y.shape).unwrap_or_else(|| x.shape.to_vec());
     let ol = letters(out_shape.len());
     let xl = operand_letters(&ol, &out_shape, &x.shape);
     let yl = operand_letters(&ol, &out_shape, &y.shape);

@@ -30,7 +30,7 @@ pub use crate::dist::{DimAxes, Dims, Layout, MeshAxis, Partial};
 /// A tensor as a rule sees it: its global shape and its current sharding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DistTensor {
-    pub shape: Vec<usize>,
+    pub shape: crate::ir::Shape,
     pub layout: Layout,
 }
 
@@ -269,7 +269,7 @@ mod tests {
 
     fn tensor(shape: &[usize], dims: &[i64]) -> DistTensor {
         DistTensor {
-            shape: shape.to_vec(),
+            shape: shape.into(),
             layout: Layout::from_dims_mapping(dims).unwrap(),
         }
     }

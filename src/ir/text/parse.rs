@@ -135,7 +135,7 @@ pub fn parse_op(cur: &mut Cursor, program: &mut Program) -> Result<(), ParseErro
     if cur.eat_keyword("scope") {
         cur.expect_char('=')?;
         match cur.bump() {
-            Some(Tok::Str(s)) => op.namescope = s,
+            Some(Tok::Str(s)) => op.namescope = s.into(),
             _ => return Err(cur.error_at(cur.col(), "expected a quoted namescope after `scope=`")),
         }
     }

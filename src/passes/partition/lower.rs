@@ -9,6 +9,7 @@ use crate::dist::MeshAxis;
 use crate::dist::{DistImpl, OperatorDistAttr, TensorDistAttr};
 use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
+use std::sync::Arc;
 
 /// The vocab id of this rank's first table row when `w` splits rows over mesh axes.
 fn start_index(b: &RankBuilder, w: &TensorDistAttr, local_rows: usize) -> i64 {
@@ -86,41 +87,38 @@ fn shape_attr(shape: &[usize]) -> Attr {
 /// temporary and a reshard.
 pub fn lower(
     b: &mut RankBuilder,
-    mut local: Op,
+    mut local: Arc<Op>,
     attr: &OperatorDistAttr,
     imp: DistImpl,
     declared: &[TensorDistAttr],
 ) -> Result<(), PartitionError> {
     let mut fixups: Vec<(VarId, VarId)> = Vec::new();
-    let inputs: Vec<VarId> = local.all_inputs().collect();
-    for (k, slot) in local.outputs.iter_mut().enumerate() {
-        for (j, v) in slot.iter_mut().enumerate() {
-            let Some(produced) = attr.outputs.get(k).and_then(|s| s.get(j)) else {
+    for (k, slot) in attr.outputs.iter().enumerate() {
+        for (j, produced) in slot.iter().enumerate() {
+            let Some(&v) = local.outputs.get(k).and_then(|s| s.get(j)) else {
                 continue;
             };
-            if inputs.contains(v) {
+            if local.all_inputs().any(|x| x == v) {
                 continue; // in-place update keeps the variable's layout
             }
             if produced.dims != declared[v.index()].dims {
-                let t = b.temp(*v, produced, "OUT")?;
-                fixups.push((t, *v));
-                *v = t;
+                let t = b.temp(v, produced, "OUT")?;
+                fixups.push((t, v));
+                Arc::make_mut(&mut local).outputs[k][j] = t;
             } else {
                 b.cur[v.index()] = produced.clone();
             }
         }
     }
     match (local.ty, imp) {
-        (OpType::Reshape2, _) => {
+        (OpType::Reshape2, _) | (OpType::FillConstant, _) => {
             if let Some(&out) = local.outputs.first().and_then(|s| s.first()) {
-                let shape = b.program.var(out).ty.shape.clone();
-                local.attrs.insert("shape".into(), shape_attr(&shape));
-            }
-        }
-        (OpType::FillConstant, _) => {
-            if let Some(&out) = local.outputs.first().and_then(|s| s.first()) {
-                let shape = b.program.var(out).ty.shape.clone();
-                local.attrs.insert("shape".into(), shape_attr(&shape));
+                let shape = shape_attr(&b.program.var(out).ty.shape);
+                if local.attrs.get("shape") != Some(&shape) {
+                    Arc::make_mut(&mut local)
+                        .attrs
+                        .insert("shape".into(), shape);
+                }
             }
         }
         // Paddle's grad of `scale` is a `scale` of the output gradient (bias 0); so is ours
@@ -135,7 +133,7 @@ pub fn lower(
                 .insert("scale".into(), Attr::Float(local.attr_float("scale", 1.0)));
             s.attrs.insert("bias".into(), Attr::Float(0.0));
             s.attrs.insert("bias_after_scale".into(), Attr::Bool(true));
-            local = s;
+            local = Arc::new(s);
         }
         (OpType::LookupTableV2, DistImpl::EmbeddingVocab)
         | (OpType::LookupTableV2Grad, DistImpl::EmbeddingVocab) => {
@@ -150,7 +148,7 @@ pub fn lower(
                     c.outputs = local.outputs.clone();
                     c.namescope = local.namescope.clone();
                     c.attrs.insert("start_index".into(), Attr::Int(start));
-                    local = c;
+                    local = Arc::new(c);
                 } else {
                     let mut c = Op::new(OpType::CEmbeddingGrad);
                     c.inputs = vec![
@@ -162,13 +160,13 @@ pub fn lower(
                     c.role = local.role;
                     c.namescope = local.namescope.clone();
                     c.attrs.insert("start_index".into(), Attr::Int(start));
-                    local = c;
+                    local = Arc::new(c);
                 }
             }
         }
         (OpType::SoftmaxWithCrossEntropy, DistImpl::CrossEntropyVocab)
         | (OpType::SoftmaxWithCrossEntropyGrad, DistImpl::CrossEntropyVocab) => {
-            local = vocab_cross_entropy(b, &local)?;
+            local = Arc::new(vocab_cross_entropy(b, &local)?);
         }
         _ => {}
     }

@@ -17,6 +17,7 @@ use lower::{after, lower};
 use rank::{Groups, PartitionError, RankBuilder};
 use reshard::reshard;
 use std::collections::HashMap;
+use std::sync::Arc;
 use sync::{global_norm_sum, sync_amp_flag, sync_gradients};
 
 /// One rank's program and where its variables came from.
@@ -170,11 +171,14 @@ fn partition_rank(
         {
             continue;
         }
-        let mut local = op.clone();
+        let mut local = Arc::clone(op);
         for (k, vars) in op.inputs.iter().enumerate() {
             for (j, &v) in vars.iter().enumerate() {
                 if let Some(wanted) = attr.inputs.get(k).and_then(|s| s.get(j)) {
-                    local.inputs[k][j] = reshard(&mut b, v, wanted)?;
+                    let r = reshard(&mut b, v, wanted)?;
+                    if r != v {
+                        Arc::make_mut(&mut local).inputs[k][j] = r;
+                    }
                 }
             }
         }
@@ -230,7 +234,7 @@ struct Marks {
 /// emits nothing) when that does not hold; the caller then settles each input first.
 fn sum_partials(
     b: &mut RankBuilder,
-    op: &Op,
+    op: &Arc<Op>,
     attr: &OperatorDistAttr,
     marks: &Marks,
 ) -> Result<bool, PartitionError> {
@@ -259,7 +263,7 @@ fn sum_partials(
     if !all_alike {
         return Ok(false);
     }
-    b.local(op.clone());
+    b.local(Arc::clone(op));
     let axes: Vec<MeshAxis> = partial.iter().map(|p| p.0).collect();
     b.collective(
         OpType::AllReduce,

@@ -3,7 +3,9 @@
 //! job-wide registry of communication groups.
 
 use crate::dist::{local_shape, Layout, MeshAxis, ProcessMesh, TensorDistAttr};
-use crate::ir::{Attr, Op, OpRole, OpType, Program, Purpose, TensorType, Var, VarId, VarKind};
+use crate::ir::{
+    Attr, Attrs, Op, OpRole, OpType, Program, Purpose, TensorType, Var, VarId, VarKind,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -158,13 +160,15 @@ pub struct RankBuilder<'a> {
     pub cur: Vec<TensorDistAttr>,
     /// The serial variable each local variable holds (a piece of).
     pub origin: Vec<VarId>,
-    /// The global shape of each local variable's contents.
-    pub global: Vec<Vec<usize>>,
+    /// The serial program: a local variable holds a piece of `serial.var(origin[v])`.
+    serial: &'a Program,
     pub groups: &'a mut Groups,
     /// Role and namescope for ops appended now.
     pub role: OpRole,
     temps: usize,
     pub reshard_cache: HashMap<(VarId, Layout), VarId>,
+    /// Collective attributes built so far: (mesh-axis mask, extra attributes, all of them).
+    attr_cache: Vec<(u32, Vec<(&'static str, Attr)>, Attrs)>,
 }
 
 impl<'a> RankBuilder<'a> {
@@ -172,7 +176,7 @@ impl<'a> RankBuilder<'a> {
     pub fn new(
         rank: u32,
         mesh: &'a ProcessMesh,
-        serial: &Program,
+        serial: &'a Program,
         attrs: &[TensorDistAttr],
         groups: &'a mut Groups,
     ) -> Result<Self, PartitionError> {
@@ -193,11 +197,12 @@ impl<'a> RankBuilder<'a> {
             program,
             cur: attrs.to_vec(),
             origin: (0..serial.vars().len() as u32).map(VarId).collect(),
-            global: serial.vars().iter().map(|v| v.ty.shape.clone()).collect(),
+            serial,
             groups,
             role: OpRole::Forward,
             temps: 0,
             reshard_cache: HashMap::new(),
+            attr_cache: Vec::new(),
         })
     }
 
@@ -210,8 +215,8 @@ impl<'a> RankBuilder<'a> {
     ) -> Result<VarId, PartitionError> {
         let base = self.origin[of.index()];
         let serial_name = self.program.var(base).name.clone();
-        let serial_shape = self.global[of.index()].clone();
-        let shape = local_shape(&serial_name, &serial_shape, attr, self.mesh)
+        let serial_shape = &self.serial.var(base).ty.shape;
+        let shape = local_shape(&serial_name, serial_shape, attr, self.mesh)
             .map_err(|e| PartitionError::Layout(e.to_string()))?;
         self.temps += 1;
         let ty = TensorType::new(self.program.var(of).ty.dtype, shape);
@@ -224,7 +229,6 @@ impl<'a> RankBuilder<'a> {
         });
         self.cur.push(attr.clone());
         self.origin.push(base);
-        self.global.push(serial_shape);
         Ok(id)
     }
 
@@ -247,28 +251,51 @@ impl<'a> RankBuilder<'a> {
         x: VarId,
         out: VarId,
         axes: &[MeshAxis],
-        attrs: Vec<(&str, Attr)>,
+        attrs: Vec<(&'static str, Attr)>,
         purpose: Purpose,
     ) {
-        let group = self.group(axes);
-        let ring = self.groups.ring_of(&group);
         let mut op = Op::new(ty);
         op.inputs = vec![vec![x]];
         op.outputs = vec![vec![out]];
-        op.attrs = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        op.attrs.insert(
-            "group".into(),
-            Attr::Ints(group.iter().map(|&r| r as i64).collect()),
-        );
-        op.attrs.insert("ring_id".into(), Attr::Int(ring as i64));
+        op.attrs = self.collective_attrs(axes, attrs);
         op.role = self.role;
-        op.namescope = purpose.namescope().to_string();
+        op.namescope = purpose.namescope().into();
         self.program.push_op(op);
     }
 
-    /// Appends a local op.
-    pub fn local(&mut self, mut op: Op) {
-        op.role = self.role;
-        self.program.push_op(op);
+    /// The attributes of a collective over `axes`: `extra` plus the group and its ring id.
+    /// A rank stamps the same few sets onto thousands of ops, so each is built once and
+    /// shared.
+    fn collective_attrs(&mut self, axes: &[MeshAxis], extra: Vec<(&'static str, Attr)>) -> Attrs {
+        let mask = axes.iter().fold(0u32, |m, a| m | 1 << a.index());
+        if let Some((_, _, attrs)) = self
+            .attr_cache
+            .iter()
+            .find(|(m, e, _)| *m == mask && *e == extra)
+        {
+            return attrs.clone();
+        }
+        let group = self.group(axes);
+        let ring = self.groups.ring_of(&group);
+        let mut attrs: Attrs = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        attrs.insert(
+            "group".into(),
+            Attr::Ints(group.iter().map(|&r| i64::from(r)).collect()),
+        );
+        attrs.insert("ring_id".into(), Attr::Int(ring as i64));
+        self.attr_cache.push((mask, extra, attrs.clone()));
+        attrs
+    }
+
+    /// Appends a local op (shared with the serial program when it runs unchanged).
+    pub fn local(&mut self, op: impl Into<Arc<Op>>) {
+        let mut op = op.into();
+        if op.role != self.role {
+            Arc::make_mut(&mut op).role = self.role;
+        }
+        self.program.push_shared(op);
     }
 }
