@@ -151,6 +151,9 @@ pub enum PartitionError {
     Program(#[from] crate::ir::ProgramError),
 }
 
+/// The attributes a caller gives a collective besides its group.
+pub type ExtraAttrs = Vec<(&'static str, Attr)>;
+
 /// One rank's program under construction.
 pub struct RankBuilder<'a> {
     pub rank: u32,
@@ -168,7 +171,7 @@ pub struct RankBuilder<'a> {
     temps: usize,
     pub reshard_cache: HashMap<(VarId, Layout), VarId>,
     /// Collective attributes built so far: (mesh-axis mask, extra attributes, all of them).
-    attr_cache: Vec<(u32, Vec<(&'static str, Attr)>, Attrs)>,
+    attr_cache: Vec<(u32, ExtraAttrs, Attrs)>,
 }
 
 impl<'a> RankBuilder<'a> {
@@ -251,7 +254,7 @@ impl<'a> RankBuilder<'a> {
         x: VarId,
         out: VarId,
         axes: &[MeshAxis],
-        attrs: Vec<(&'static str, Attr)>,
+        attrs: ExtraAttrs,
         purpose: Purpose,
     ) {
         let mut op = Op::new(ty);
@@ -266,7 +269,7 @@ impl<'a> RankBuilder<'a> {
     /// The attributes of a collective over `axes`: `extra` plus the group and its ring id.
     /// A rank stamps the same few sets onto thousands of ops, so each is built once and
     /// shared.
-    fn collective_attrs(&mut self, axes: &[MeshAxis], extra: Vec<(&'static str, Attr)>) -> Attrs {
+    fn collective_attrs(&mut self, axes: &[MeshAxis], extra: ExtraAttrs) -> Attrs {
         let mask = axes.iter().fold(0u32, |m, a| m | 1 << a.index());
         if let Some((_, _, attrs)) = self
             .attr_cache
