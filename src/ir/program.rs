@@ -170,6 +170,16 @@ impl Program {
         Ok(id)
     }
 
+    /// A program with these variables and no ops; the caller guarantees the names are
+    /// unique (the partitioner's per-rank copies of a verified program's variables).
+    pub fn with_vars(vars: Vec<Var>) -> Program {
+        Program {
+            vars,
+            by_name: OnceLock::new(),
+            ops: Vec::new(),
+        }
+    }
+
     /// Declares a variable whose name the caller guarantees is new (the partitioner's
     /// per-rank copies of a verified program); skips the name check.
     pub fn add_var_unchecked(&mut self, var: Var) -> VarId {

@@ -75,6 +75,7 @@ pub fn partition(
     let mut marks = Marks {
         param_grad: vec![false; dp.program.vars().len()],
         summed: vec![false; dp.program.vars().len()],
+        locals: rank::local_vars(&dp.mesh, &dp.program, &dp.tensors)?,
     };
     for g in param_grads {
         marks.param_grad[g.index()] = true;
@@ -157,7 +158,14 @@ fn partition_rank(
     opts: &PartitionOptions,
     groups: &mut Groups,
 ) -> Result<RankProgram, PartitionError> {
-    let mut b = RankBuilder::new(rank, &dp.mesh, &dp.program, &dp.tensors, groups)?;
+    let mut b = RankBuilder::new(
+        rank,
+        &dp.mesh,
+        &dp.program,
+        &dp.tensors,
+        &marks.locals,
+        groups,
+    );
     for (i, op) in dp.program.ops().iter().enumerate() {
         let attr = &dp.ops[i];
         b.role = op.role;
@@ -223,10 +231,12 @@ fn partition_rank(
 }
 
 /// Per serial variable: is it a parameter gradient (synchronised), is it summed in the
-/// backward (a partial contribution may wait for the sum).
+/// backward (a partial contribution may wait for the sum), its local declaration.
 struct Marks {
     param_grad: Vec<bool>,
     summed: Vec<bool>,
+    /// The serial variables with their local shapes (the same on every rank).
+    locals: Vec<crate::ir::Var>,
 }
 
 /// A backward sum whose inputs are all partial over the same mesh axes (SUM) and already in

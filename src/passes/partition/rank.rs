@@ -154,6 +154,30 @@ pub enum PartitionError {
 /// The attributes a caller gives a collective besides its group.
 pub type ExtraAttrs = Vec<(&'static str, Attr)>;
 
+/// Every serial variable with its local shape under `attrs`. Layouts split evenly, so the
+/// local shapes are the same on every rank: computed once, copied into each rank.
+pub fn local_vars(
+    mesh: &ProcessMesh,
+    serial: &Program,
+    attrs: &[TensorDistAttr],
+) -> Result<Vec<Var>, PartitionError> {
+    serial
+        .vars()
+        .iter()
+        .zip(attrs)
+        .map(|(v, attr)| {
+            let shape = local_shape(&v.name, &v.ty.shape, attr, mesh)
+                .map_err(|e| PartitionError::Layout(e.to_string()))?;
+            Ok(Var {
+                name: v.name.clone(),
+                ty: TensorType::new(v.ty.dtype, shape),
+                kind: v.kind,
+                persistable: v.persistable,
+            })
+        })
+        .collect()
+}
+
 /// One rank's program under construction.
 pub struct RankBuilder<'a> {
     pub rank: u32,
@@ -172,32 +196,26 @@ pub struct RankBuilder<'a> {
     pub reshard_cache: HashMap<(VarId, Layout), VarId>,
     /// Collective attributes built so far: (mesh-axis mask, extra attributes, all of them).
     attr_cache: Vec<(u32, ExtraAttrs, Attrs)>,
+    /// The attributes of the data-parallel gradient scale (the same 1/N for every gradient
+    /// of the rank), built at its first use.
+    pub gradient_scale: Option<Attrs>,
 }
 
 impl<'a> RankBuilder<'a> {
-    /// Declares every serial variable with its local shape under `attrs`.
+    /// Starts rank `rank`'s program with `locals`, every serial variable with its local
+    /// shape under `attrs` (see [`local_vars`]).
     pub fn new(
         rank: u32,
         mesh: &'a ProcessMesh,
         serial: &'a Program,
         attrs: &[TensorDistAttr],
+        locals: &[Var],
         groups: &'a mut Groups,
-    ) -> Result<Self, PartitionError> {
-        let mut program = Program::new();
-        for (v, attr) in serial.vars().iter().zip(attrs) {
-            let shape = local_shape(&v.name, &v.ty.shape, attr, mesh)
-                .map_err(|e| PartitionError::Layout(e.to_string()))?;
-            program.add_var_unchecked(Var {
-                name: v.name.clone(),
-                ty: TensorType::new(v.ty.dtype, shape),
-                kind: v.kind,
-                persistable: v.persistable,
-            });
-        }
-        Ok(RankBuilder {
+    ) -> Self {
+        RankBuilder {
             rank,
             mesh,
-            program,
+            program: Program::with_vars(locals.to_vec()),
             cur: attrs.to_vec(),
             origin: (0..serial.vars().len() as u32).map(VarId).collect(),
             serial,
@@ -206,7 +224,8 @@ impl<'a> RankBuilder<'a> {
             temps: 0,
             reshard_cache: HashMap::new(),
             attr_cache: Vec::new(),
-        })
+            gradient_scale: None,
+        }
     }
 
     /// A temporary holding `of`'s contents in layout `attr`.

@@ -39,7 +39,8 @@ pub fn sync_gradients(
     loss_avg_axes: &[MeshAxis],
     scale: bool,
 ) {
-    if op.role != OpRole::Backward {
+    let is_grad = |g: &VarId| is_param_grad.get(g.index()).copied().unwrap_or(false);
+    if op.role != OpRole::Backward || !op.all_outputs().any(|g| is_grad(&g)) {
         return;
     }
     // Paddle visits an op's outputs by slot name (its OpDesc keeps them in a sorted map), so
@@ -50,7 +51,7 @@ pub fn sync_gradients(
     let grads: Vec<_> = slots
         .into_iter()
         .flat_map(|i| op.outputs[i].iter().copied())
-        .filter(|g| is_param_grad.get(g.index()).copied().unwrap_or(false))
+        .filter(is_grad)
         .collect();
     for g in grads {
         let cur = b.cur[g.index()].clone();
@@ -69,7 +70,14 @@ pub fn sync_gradients(
             let mut s = Op::new(OpType::Scale);
             s.inputs = vec![vec![g]];
             s.outputs = vec![vec![g]];
-            s.attrs.insert("scale".into(), Attr::Float(1.0 / n as f64));
+            s.attrs = b
+                .gradient_scale
+                .get_or_insert_with(|| {
+                    [("scale".to_string(), Attr::Float(1.0 / n as f64))]
+                        .into_iter()
+                        .collect()
+                })
+                .clone();
             s.namescope = Purpose::DataParallel.namescope().into();
             b.local(s);
         }
