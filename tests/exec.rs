@@ -62,6 +62,7 @@ fn megatron_sums_distributed_equals_serial() {
     let opts = PipelineOptions {
         partition: shardlab::passes::partition::PartitionOptions {
             defer_partial_sums: true,
+            build_every_rank: false,
             ..Default::default()
         },
         ..PipelineOptions::default()

@@ -337,6 +337,7 @@ fn megatron_sums_give_two_backward_all_reduces_per_layer() {
     let opts = PipelineOptions {
         partition: PartitionOptions {
             defer_partial_sums: true,
+            build_every_rank: false,
             ..PartitionOptions::default()
         },
         ..PipelineOptions::default()

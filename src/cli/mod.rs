@@ -516,6 +516,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             // one rank, not the mesh.
             ranks: args.rank.map(|r| vec![r]),
             defer_partial_sums: args.megatron_sums,
+            build_every_rank: false,
         },
     };
     let pipeline = match crate::passes::pipeline::run_pipeline(&plan, &opts) {

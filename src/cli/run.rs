@@ -114,6 +114,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         },
         partition: crate::passes::partition::PartitionOptions {
             defer_partial_sums: args.megatron_sums,
+            build_every_rank: false,
             ..Default::default()
         },
     };

@@ -240,6 +240,7 @@ impl Session {
         PartitionOptions {
             ranks,
             defer_partial_sums: self.megatron_sums,
+            build_every_rank: false,
             ..PartitionOptions::default()
         }
     }

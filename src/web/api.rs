@@ -63,6 +63,7 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
     let opts = PipelineOptions {
         partition: crate::passes::partition::PartitionOptions {
             defer_partial_sums: req.megatron_sums,
+            build_every_rank: false,
             ..Default::default()
         },
         ..PipelineOptions::default()

@@ -5,30 +5,18 @@
 
 use super::rank::{PartitionError, RankBuilder};
 use super::reshard::reshard;
+use super::stamp::RankAttrs;
 use crate::dist::MeshAxis;
 use crate::dist::{DistImpl, OperatorDistAttr, TensorDistAttr};
 use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
 use std::sync::Arc;
 
-/// The vocab id of this rank's first table row when `w` splits rows over mesh axes.
-fn start_index(b: &RankBuilder, w: &TensorDistAttr, local_rows: usize) -> i64 {
-    block_start(b, &w.dims.first().cloned().unwrap_or_default(), local_rows)
-}
-
-/// The global index of this rank's first element of a dim split over `axes` in blocks of
-/// `local` (the first axis is the major one, as in `local_shape`).
-fn block_start(b: &RankBuilder, axes: &[MeshAxis], local: usize) -> i64 {
-    let index = axes
-        .iter()
-        .fold(0usize, |acc, &a| acc * b.mesh.axis_size(a) + b.coord(a));
-    (index * local) as i64
-}
-
 /// `local` (a softmax_with_cross_entropy or its grad, inputs resharded) as Paddle's
-/// `c_softmax_with_cross_entropy` or its grad: the class axis (the last) is split, so the op
-/// reduces over the ranks that hold the other columns of the same rows.
-fn vocab_cross_entropy(b: &mut RankBuilder, local: &Op) -> Result<Op, PartitionError> {
+/// `c_softmax_with_cross_entropy` or its grad, and the recipe of its rank-dependent
+/// attributes: the class axis (the last) is split, so the op reduces over the ranks that
+/// hold the other columns of the same rows.
+fn vocab_cross_entropy(b: &RankBuilder, local: &Op) -> Result<(Op, RankAttrs), PartitionError> {
     let forward = local.ty == OpType::SoftmaxWithCrossEntropy;
     let x = if forward { "Logits" } else { "Softmax" };
     let v = *local
@@ -37,8 +25,6 @@ fn vocab_cross_entropy(b: &mut RankBuilder, local: &Op) -> Result<Op, PartitionE
         .ok_or_else(|| PartitionError::Layout(format!("{} has no {x}", local.ty)))?;
     let axes = b.cur[v.index()].dims.last().cloned().unwrap_or_default();
     let cols = b.program.var(v).ty.shape.last().copied().unwrap_or(0);
-    let group = b.group(&axes);
-    let me = group.iter().position(|&r| r == b.rank).unwrap_or(0);
     let mut c = if forward {
         let mut c = Op::new(OpType::CSoftmaxWithCrossEntropy);
         c.inputs = vec![
@@ -62,20 +48,7 @@ fn vocab_cross_entropy(b: &mut RankBuilder, local: &Op) -> Result<Op, PartitionE
     };
     c.role = local.role;
     c.namescope = local.namescope.clone();
-    let attrs = [
-        ("start_index", Attr::Int(block_start(b, &axes, cols))),
-        ("ring_id", Attr::Int(b.groups.ring_of(&group) as i64)),
-        ("rank", Attr::Int(me as i64)),
-        ("nranks", Attr::Int(group.len() as i64)),
-        (
-            "group",
-            Attr::Ints(group.iter().map(|&r| i64::from(r)).collect()),
-        ),
-    ];
-    for (k, a) in attrs {
-        c.attrs.insert(k.into(), a);
-    }
-    Ok(c)
+    Ok((c, RankAttrs::VocabCrossEntropy { axes, cols }))
 }
 
 fn shape_attr(shape: &[usize]) -> Attr {
@@ -110,6 +83,7 @@ pub fn lower(
             }
         }
     }
+    let mut recipe = None;
     match (local.ty, imp) {
         (OpType::Reshape2, _) | (OpType::FillConstant, _) => {
             if let Some(&out) = local.outputs.first().and_then(|s| s.first()) {
@@ -141,13 +115,13 @@ pub fn lower(
             let w_attr = attr.inputs.first().and_then(|s| s.first());
             if let (Some(w), Some(w_attr)) = (w, w_attr) {
                 let rows = b.program.var(w).ty.shape.first().copied().unwrap_or(0);
-                let start = start_index(b, w_attr, rows);
+                let axes = w_attr.dims.first().cloned().unwrap_or_default();
+                recipe = Some(RankAttrs::TableStart { axes, rows });
                 if local.ty == OpType::LookupTableV2 {
                     let mut c = Op::new(OpType::CEmbedding);
                     c.inputs = local.inputs.clone();
                     c.outputs = local.outputs.clone();
                     c.namescope = local.namescope.clone();
-                    c.attrs.insert("start_index".into(), Attr::Int(start));
                     local = Arc::new(c);
                 } else {
                     let mut c = Op::new(OpType::CEmbeddingGrad);
@@ -159,18 +133,22 @@ pub fn lower(
                     c.outputs = vec![local.output("W@GRAD").to_vec()];
                     c.role = local.role;
                     c.namescope = local.namescope.clone();
-                    c.attrs.insert("start_index".into(), Attr::Int(start));
                     local = Arc::new(c);
                 }
             }
         }
         (OpType::SoftmaxWithCrossEntropy, DistImpl::CrossEntropyVocab)
         | (OpType::SoftmaxWithCrossEntropyGrad, DistImpl::CrossEntropyVocab) => {
-            local = Arc::new(vocab_cross_entropy(b, &local)?);
+            let (c, r) = vocab_cross_entropy(b, &local)?;
+            local = Arc::new(c);
+            recipe = Some(r);
         }
         _ => {}
     }
-    b.local(local);
+    match recipe {
+        Some(r) => b.rank_dependent(Arc::unwrap_or_clone(local), r),
+        None => b.local(local),
+    }
     for (t, v) in fixups {
         let target = DistProgram::settled(&declared[v.index()]);
         let r = reshard(b, t, &target)?;

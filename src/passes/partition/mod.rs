@@ -6,6 +6,7 @@ pub mod dist_ops;
 pub mod lower;
 pub mod rank;
 pub mod reshard;
+pub mod stamp;
 pub mod sync;
 
 use crate::dist::MeshAxis;
@@ -50,6 +51,10 @@ pub struct PartitionOptions {
     /// all-reduces per transformer layer backward instead of Paddle's 4). Off by default to
     /// match Paddle's planner op for op.
     pub defer_partial_sums: bool,
+    /// Build and verify every rank's program on its own instead of stamping the others from
+    /// the first (see `stamp.rs`): slower, and the reference the stamped programs are
+    /// tested against.
+    pub build_every_rank: bool,
 }
 
 impl Default for PartitionOptions {
@@ -58,6 +63,7 @@ impl Default for PartitionOptions {
             scale_gradients: true,
             ranks: None,
             defer_partial_sums: false,
+            build_every_rank: false,
         }
     }
 }
@@ -98,29 +104,68 @@ pub fn partition(
             .collect(),
         None => dp.mesh.process_ids().to_vec(),
     };
-    let mut ranks = Vec::with_capacity(wanted.len());
     let rank_program = |rank: u32, registry: &mut Groups| {
         partition_rank(dp, rank, forward_of, &marks, loss_avg_axes, opts, registry)
     };
+    let ranks = if opts.build_every_rank {
+        build_each(&wanted, &mut groups, &|r, g| {
+            rank_program(r, g).map(|p| p.0)
+        })?
+    } else {
+        let Some((&first, rest)) = wanted.split_first() else {
+            return Ok(Partitioned {
+                ranks: Vec::new(),
+                groups,
+            });
+        };
+        let mut local = groups.fresh();
+        let registry = if groups.is_complete() {
+            &mut local
+        } else {
+            &mut groups
+        };
+        let (template, recipes) = rank_program(first, registry)?;
+        groups.merge(&local);
+        let stamped = build_each(rest, &mut groups, &|rank, registry| {
+            Ok(stamp::stamp(
+                &template,
+                &recipes,
+                &mut stamp::RankCtx::new(rank, &dp.mesh, registry),
+            ))
+        })?;
+        std::iter::once(template).chain(stamped).collect()
+    };
+    Ok(Partitioned { ranks, groups })
+}
+
+/// Builds every rank's program with `build`. With canonical ring ids the ranks are
+/// independent: each gets its own registry, merged in rank order, and they run on all
+/// cores; otherwise groups without a canonical id are numbered in rank order in `groups`.
+fn build_each(
+    wanted: &[u32],
+    groups: &mut Groups,
+    build: &(dyn Fn(u32, &mut Groups) -> Result<RankProgram, PartitionError> + Sync),
+) -> Result<Vec<RankProgram>, PartitionError> {
+    let mut ranks = Vec::with_capacity(wanted.len());
     if groups.is_complete() {
         // Ranks are independent: each gets its own registry sharing the canonical ids, merged
         // in rank order.
+        let shared: &Groups = groups;
         let one = |rank: u32| {
-            let mut local = groups.fresh();
-            rank_program(rank, &mut local).map(|r| (r, local))
+            let mut local = shared.fresh();
+            build(rank, &mut local).map(|r| (r, local))
         };
-        for result in run_ranks(&wanted, &one) {
+        for result in run_ranks(wanted, &one) {
             let (r, local) = result?;
             groups.merge(&local);
             ranks.push(r);
         }
     } else {
-        // Some groups have no canonical id: number them in rank order in one registry.
-        for &rank in &wanted {
-            ranks.push(rank_program(rank, &mut groups)?);
+        for &rank in wanted {
+            ranks.push(build(rank, groups)?);
         }
     }
-    Ok(Partitioned { ranks, groups })
+    Ok(ranks)
 }
 
 /// Runs `f` for every rank, on all cores natively, in order in the browser.
@@ -157,7 +202,7 @@ fn partition_rank(
     loss_avg_axes: &[MeshAxis],
     opts: &PartitionOptions,
     groups: &mut Groups,
-) -> Result<RankProgram, PartitionError> {
+) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
     let mut b = RankBuilder::new(
         rank,
         &dp.mesh,
@@ -222,12 +267,15 @@ fn partition_rank(
             issues.len()
         )));
     }
-    Ok(RankProgram {
-        rank,
-        program: b.program,
-        attrs: b.cur,
-        origin: b.origin,
-    })
+    Ok((
+        RankProgram {
+            rank,
+            program: b.program,
+            attrs: b.cur,
+            origin: b.origin,
+        },
+        b.recipes,
+    ))
 }
 
 /// Per serial variable: is it a parameter gradient (synchronised), is it summed in the

@@ -2,6 +2,7 @@
 //! shapes, plus temporaries), the layout each variable is materialised in so far, and the
 //! job-wide registry of communication groups.
 
+use super::stamp::{with_rank_attrs, RankAttrs, RankCtx, Recipes};
 use crate::dist::{local_shape, Layout, MeshAxis, ProcessMesh, TensorDistAttr};
 use crate::ir::{
     Attr, Attrs, Op, OpRole, OpType, Program, Purpose, TensorType, Var, VarId, VarKind,
@@ -178,9 +179,11 @@ pub fn local_vars(
         .collect()
 }
 
-/// One rank's program under construction.
+/// One rank's program under construction. The builder does not expose which rank it
+/// builds: only [`RankAttrs`] recipes see it (through [`RankCtx`]), which is what lets every
+/// other rank's program be stamped from this one (see `stamp.rs`).
 pub struct RankBuilder<'a> {
-    pub rank: u32,
+    ctx: RankCtx<'a>,
     pub mesh: &'a ProcessMesh,
     pub program: Program,
     /// The layout each local variable's contents are in right now.
@@ -189,13 +192,12 @@ pub struct RankBuilder<'a> {
     pub origin: Vec<VarId>,
     /// The serial program: a local variable holds a piece of `serial.var(origin[v])`.
     serial: &'a Program,
-    pub groups: &'a mut Groups,
     /// Role and namescope for ops appended now.
     pub role: OpRole,
     temps: usize,
     pub reshard_cache: HashMap<(VarId, Layout), VarId>,
-    /// Collective attributes built so far: (mesh-axis mask, extra attributes, all of them).
-    attr_cache: Vec<(u32, ExtraAttrs, Attrs)>,
+    /// The ops whose attributes depend on the rank, and how to compute them.
+    pub recipes: Recipes,
     /// The attributes of the data-parallel gradient scale (the same 1/N for every gradient
     /// of the rank), built at its first use.
     pub gradient_scale: Option<Attrs>,
@@ -213,19 +215,24 @@ impl<'a> RankBuilder<'a> {
         groups: &'a mut Groups,
     ) -> Self {
         RankBuilder {
-            rank,
+            ctx: RankCtx::new(rank, mesh, groups),
             mesh,
             program: Program::with_vars(locals.to_vec()),
             cur: attrs.to_vec(),
             origin: (0..serial.vars().len() as u32).map(VarId).collect(),
             serial,
-            groups,
             role: OpRole::Forward,
             temps: 0,
             reshard_cache: HashMap::new(),
-            attr_cache: Vec::new(),
+            recipes: Vec::new(),
             gradient_scale: None,
         }
+    }
+
+    /// The rank being built (for error messages and the finished program; the program's
+    /// structure must not depend on it).
+    pub fn rank(&self) -> u32 {
+        self.ctx.rank()
     }
 
     /// A temporary holding `of`'s contents in layout `attr`.
@@ -254,18 +261,6 @@ impl<'a> RankBuilder<'a> {
         Ok(id)
     }
 
-    /// The ranks of this rank's group along `axes`.
-    pub fn group(&self, axes: &[MeshAxis]) -> Vec<u32> {
-        self.mesh
-            .group_of(self.rank, axes)
-            .unwrap_or_else(|| vec![self.rank])
-    }
-
-    /// This rank's coordinate on mesh axis `axis`.
-    pub fn coord(&self, axis: MeshAxis) -> usize {
-        self.mesh.coord(self.rank, axis)
-    }
-
     /// Appends a collective over `axes` with `attrs` (group and ring id are filled in).
     pub fn collective(
         &mut self,
@@ -279,37 +274,20 @@ impl<'a> RankBuilder<'a> {
         let mut op = Op::new(ty);
         op.inputs = vec![vec![x]];
         op.outputs = vec![vec![out]];
-        op.attrs = self.collective_attrs(axes, attrs);
-        op.role = self.role;
         op.namescope = purpose.namescope().into();
-        self.program.push_op(op);
+        let recipe = RankAttrs::Collective {
+            axes: axes.iter().copied().collect(),
+            extra: attrs,
+        };
+        self.rank_dependent(op, recipe);
     }
 
-    /// The attributes of a collective over `axes`: `extra` plus the group and its ring id.
-    /// A rank stamps the same few sets onto thousands of ops, so each is built once and
-    /// shared.
-    fn collective_attrs(&mut self, axes: &[MeshAxis], extra: ExtraAttrs) -> Attrs {
-        let mask = axes.iter().fold(0u32, |m, a| m | 1 << a.index());
-        if let Some((_, _, attrs)) = self
-            .attr_cache
-            .iter()
-            .find(|(m, e, _)| *m == mask && *e == extra)
-        {
-            return attrs.clone();
-        }
-        let group = self.group(axes);
-        let ring = self.groups.ring_of(&group);
-        let mut attrs: Attrs = extra
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        attrs.insert(
-            "group".into(),
-            Attr::Ints(group.iter().map(|&r| i64::from(r)).collect()),
-        );
-        attrs.insert("ring_id".into(), Attr::Int(ring as i64));
-        self.attr_cache.push((mask, extra, attrs.clone()));
-        attrs
+    /// Appends `op` with the attributes `recipe` computes for this rank, and records the
+    /// recipe so other ranks' programs can be stamped from this one.
+    pub fn rank_dependent(&mut self, op: Op, recipe: RankAttrs) {
+        let op = with_rank_attrs(op, &recipe, &mut self.ctx);
+        self.recipes.push((self.program.ops().len(), recipe));
+        self.local(op);
     }
 
     /// Appends a local op (shared with the serial program when it runs unchanged).

@@ -15,6 +15,7 @@
 //! (`x@RESHARD@k`); a second consumer wanting the same layout reuses it.
 
 use super::rank::{PartitionError, RankBuilder};
+use super::stamp::RankAttrs;
 use crate::dist::{MeshAxis, ReduceType, TensorDistAttr};
 use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 
@@ -151,7 +152,6 @@ pub fn reshard(
             let local = b.program.var(cur).ty.shape[d];
             let n = b.mesh.axis_size(axis);
             let piece = local / n.max(1);
-            let start = b.coord(axis) * piece;
             let mut next = attr.clone();
             next.dims[d].push(axis);
             let out = b.temp(cur, &next, "RESHARD")?;
@@ -159,12 +159,8 @@ pub fn reshard(
             op.inputs = vec![vec![cur]];
             op.outputs = vec![vec![out]];
             op.attrs.insert("axes".into(), Attr::Ints(vec![d as i64]));
-            op.attrs
-                .insert("starts".into(), Attr::Ints(vec![start as i64]));
-            op.attrs
-                .insert("ends".into(), Attr::Ints(vec![(start + piece) as i64]));
             op.namescope = Purpose::Reshard.namescope().into();
-            b.local(op);
+            b.rank_dependent(op, RankAttrs::Slice { axis, piece });
             cur = out;
             attr = next;
         }
