@@ -192,8 +192,8 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
             .dims
             .clone();
         return Ok(Inferred {
-            inputs: vec![Layout::from_dims(out_grad.clone()); args.len()],
-            outputs: vec![Layout::from_dims(out_grad)],
+            inputs: smallvec::smallvec![Layout::from_dims(out_grad.clone()); args.len()],
+            outputs: smallvec::smallvec![Layout::from_dims(out_grad)],
         });
     }
     // mean_all's backward entry in Paddle 3.3.1 is its grad rule too, MeanAllGradInferSpmd(x,
@@ -210,8 +210,8 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
         };
         let x = Layout::replicated(x.shape.len());
         return Ok(Inferred {
-            inputs: vec![x.clone(), Layout::from_dims(out_grad.layout.dims.clone())],
-            outputs: vec![x],
+            inputs: smallvec::smallvec![x.clone(), Layout::from_dims(out_grad.layout.dims.clone())],
+            outputs: smallvec::smallvec![x],
         });
     }
     let result = match case.direction.as_str() {

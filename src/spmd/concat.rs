@@ -109,7 +109,7 @@ pub fn concat_forward(mesh: &[usize], inputs: &[DistTensor], axis: usize) -> Res
     let out = dims.first().cloned().unwrap_or_default();
     Ok(Inferred {
         inputs: dims.into_iter().map(Layout::from_dims).collect(),
-        outputs: vec![Layout::from_dims(out)],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -132,7 +132,7 @@ pub fn concat_backward(
             .iter()
             .map(|_| Layout::from_dims(dims.clone()))
             .collect(),
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }
 
@@ -149,7 +149,7 @@ pub fn stack_forward(mesh: &[usize], inputs: &[DistTensor], axis: usize) -> Resu
     out.insert(axis, DimAxes::WHOLE);
     Ok(Inferred {
         inputs: dims.into_iter().map(Layout::from_dims).collect(),
-        outputs: vec![Layout::from_dims(out)],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -172,6 +172,6 @@ pub fn stack_backward(
             .iter()
             .map(|_| Layout::from_dims(dims.clone()))
             .collect(),
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }

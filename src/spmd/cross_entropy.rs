@@ -50,11 +50,11 @@ fn result(
         .map(|(d, l)| if d == axis { '1' } else { l })
         .collect();
     Ok(Inferred {
-        inputs: vec![
+        inputs: smallvec::smallvec![
             Layout::from_dims(logits.clone()),
             Layout::from_dims(map.dims(label)),
         ],
-        outputs: vec![
+        outputs: smallvec::smallvec![
             Layout::from_dims(logits),
             Layout::from_dims(map.dims(&loss)),
         ],

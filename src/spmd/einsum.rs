@@ -15,7 +15,8 @@ use super::{DimAxes, Dims, MeshAxis, Result, SpmdError};
 /// Letter -> mesh axes, in the order letters were first seen.
 #[derive(Clone, Debug, Default)]
 pub struct AxisMap {
-    entries: Vec<(char, DimAxes)>,
+    /// Inline: a rule sees a handful of letters, and rules run for every op of every sweep.
+    entries: smallvec::SmallVec<[(char, DimAxes); 8]>,
 }
 
 impl AxisMap {
@@ -143,7 +144,8 @@ pub fn merge(
 ) -> Result<AxisMap> {
     let mut map = AxisMap::default();
     // For each mesh axis, the letters that took it, in the order they took it.
-    let mut takers: Vec<(MeshAxis, Vec<char>)> = Vec::new();
+    let mut takers: smallvec::SmallVec<[(MeshAxis, smallvec::SmallVec<[char; 4]>); 4]> =
+        smallvec::SmallVec::new();
     for (letters, dims) in tensors {
         for (letter, axes) in letters.chars().zip(dims.iter()) {
             if letter == '1' {
@@ -157,7 +159,7 @@ pub fn merge(
                 match takers.iter_mut().find(|(m, _)| *m == a) {
                     Some((_, ls)) if !ls.contains(&letter) => ls.push(letter),
                     Some(_) => {}
-                    None => takers.push((a, vec![letter])),
+                    None => takers.push((a, smallvec::smallvec![letter])),
                 }
             }
             map.set(letter, merged);

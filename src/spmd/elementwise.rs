@@ -52,14 +52,14 @@ pub fn binary_forward(inputs: &[DistTensor], keep_x_partial: bool) -> Result<Inf
         Partial::NONE
     };
     Ok(Inferred {
-        inputs: vec![
+        inputs: smallvec::smallvec![
             Layout {
                 dims: map.dims(&xl),
                 partial,
             },
             Layout::from_dims(map.dims(&yl)),
         ],
-        outputs: vec![Layout {
+        outputs: smallvec::smallvec![Layout {
             dims: out_dims,
             partial,
         }],
@@ -84,11 +84,11 @@ pub fn binary_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<
     let xl = operand_letters(&ol, &out.shape, &x.shape);
     let yl = operand_letters(&ol, &out.shape, &y.shape);
     Ok(Inferred {
-        inputs: vec![
+        inputs: smallvec::smallvec![
             Layout::from_dims(map.dims(&xl)),
             Layout::from_dims(map.dims(&yl)),
         ],
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }
 
@@ -98,8 +98,8 @@ pub fn unary_forward(inputs: &[DistTensor], n_outputs: usize) -> Result<Inferred
     check_rank(x, "unary X")?;
     let dims = normalize_through_placements(x.dims());
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims.clone())],
-        outputs: vec![Layout::from_dims(dims); n_outputs.max(1)],
+        inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(dims); n_outputs.max(1)],
     })
 }
 
@@ -119,7 +119,7 @@ pub fn unary_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<I
     )?;
     let dims = map.dims(&ol);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims.clone())],
-        outputs: vec![Layout::from_dims(dims); outputs.len()],
+        inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(dims); outputs.len()],
     })
 }

@@ -33,11 +33,11 @@ pub fn forward(inputs: &[DistTensor], padding_idx: i64) -> Result<Inferred> {
     }
     let partial = vocab.iter().map(|&a| (a, ReduceType::Sum)).collect();
     Ok(Inferred {
-        inputs: vec![
+        inputs: smallvec::smallvec![
             Layout::from_dims(map.dims(&il)),
             Layout::from_dims(map.dims("jk")),
         ],
-        outputs: vec![Layout {
+        outputs: smallvec::smallvec![Layout {
             dims: map.dims(&ol),
             partial,
         }],
@@ -58,10 +58,10 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<Inferre
         None,
     )?;
     Ok(Inferred {
-        inputs: vec![
+        inputs: smallvec::smallvec![
             Layout::from_dims(map.dims(&il)),
             Layout::from_dims(map.dims("jk")),
         ],
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }

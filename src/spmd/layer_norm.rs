@@ -16,12 +16,12 @@ fn result(x_dims: &Dims, begin: usize, has_scale: bool, has_bias: bool) -> Infer
         .map(|(d, a)| if d >= begin { DimAxes::WHOLE } else { *a })
         .collect();
     let stats: Dims = dims.iter().take(begin).cloned().collect();
-    let mut inputs = vec![Layout::from_dims(dims.clone())];
+    let mut inputs: super::Layouts = smallvec::smallvec![Layout::from_dims(dims.clone())];
     inputs
         .extend((0..usize::from(has_scale) + usize::from(has_bias)).map(|_| Layout::replicated(1)));
     Inferred {
         inputs,
-        outputs: vec![
+        outputs: smallvec::smallvec![
             Layout::from_dims(dims),
             Layout::from_dims(stats.clone()),
             Layout::from_dims(stats),

@@ -19,8 +19,32 @@ use crate::dist::ReduceType;
 /// on mesh axis 0 and replicates k; `x[0,-1] @ y[-1,0]` keeps m.
 const KEEP_ORDER: &str = "abcdefghijlopqrstuvwxyzmnk";
 
+/// Operand ranks whose notation is built once and kept (see [`notation_of`]).
+const KEPT_RANKS: usize = 8;
+
+/// Letters of x, y and out, built once per pair of ranks up to [`KEPT_RANKS`]: rules run
+/// for every matmul of every completion sweep.
+fn notation_of(x_rank: usize, y_rank: usize) -> Result<std::borrow::Cow<'static, Notation>> {
+    static KEPT: std::sync::OnceLock<Vec<Result<Notation>>> = std::sync::OnceLock::new();
+    if x_rank >= KEPT_RANKS || y_rank >= KEPT_RANKS {
+        return notation(x_rank, y_rank).map(std::borrow::Cow::Owned);
+    }
+    let kept = KEPT.get_or_init(|| {
+        (0..KEPT_RANKS * KEPT_RANKS)
+            .map(|i| notation(i / KEPT_RANKS, i % KEPT_RANKS))
+            .collect()
+    });
+    match &kept[x_rank * KEPT_RANKS + y_rank] {
+        Ok(n) => Ok(std::borrow::Cow::Borrowed(n)),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// The letters of x, y and out.
+type Notation = (String, String, String);
+
 /// Letters of x, y and out (Paddle's `FillMatmulOperandNotation`).
-pub fn notation(x_rank: usize, y_rank: usize) -> Result<(String, String, String)> {
+pub fn notation(x_rank: usize, y_rank: usize) -> Result<Notation> {
     let batch = |rank: usize, max: usize| -> String {
         let all = letters(max.saturating_sub(2));
         all.chars()
@@ -84,7 +108,8 @@ pub fn forward(
     let (x, y) = (arg(inputs, 0, "matmul")?, arg(inputs, 1, "matmul")?);
     check_rank(x, "matmul X")?;
     check_rank(y, "matmul Y")?;
-    let (xl, yl, ol) = notation(x.shape.len(), y.shape.len())?;
+    let n = notation_of(x.shape.len(), y.shape.len())?;
+    let (xl, yl, ol) = (&n.0, &n.1, &n.2);
     let (mut xd, mut yd) = (x.dims().clone(), y.dims().clone());
     let (mut xs, mut ys) = (x.shape.clone(), y.shape.clone());
     swap_last_two(&mut xd, trans_x);
@@ -92,29 +117,29 @@ pub fn forward(
     swap_last_two(&mut xs, trans_x);
     swap_last_two(&mut ys, trans_y);
     let sizes = Sizes {
-        letters: letter_sizes(&[(&xl, &xs), (&yl, &ys)]),
+        letters: letter_sizes(&[(xl, &xs), (yl, &ys)]),
         mesh,
     };
     let map = merge(
-        &[(&xl, &xd), (&yl, &yd)],
+        &[(xl, &xd), (yl, &yd)],
         OnAxisConflict::CoShard,
         OnMeshConflict::KeepByPriority(KEEP_ORDER),
         Some(&sizes),
     )?;
     let out = Layout {
-        dims: map.dims(&ol),
+        dims: map.dims(ol),
         partial: map
-            .contracted_axes(&ol)
+            .contracted_axes(ol)
             .into_iter()
             .map(|a| (a, ReduceType::Sum))
             .collect(),
     };
     Ok(Inferred {
-        inputs: vec![
-            Layout::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
-            Layout::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
+        inputs: smallvec::smallvec![
+            Layout::from_dims(operand_dims(&map, xl, &xs, trans_x)),
+            Layout::from_dims(operand_dims(&map, yl, &ys, trans_y)),
         ],
-        outputs: vec![out],
+        outputs: smallvec::smallvec![out],
     })
 }
 
@@ -128,7 +153,8 @@ pub fn backward(
     let (x, y) = (arg(inputs, 0, "matmul")?, arg(inputs, 1, "matmul")?);
     let out = arg(outputs, 0, "matmul")?;
     check_rank(out, "matmul Out")?;
-    let (xl, yl, ol) = notation(x.shape.len(), y.shape.len())?;
+    let n = notation_of(x.shape.len(), y.shape.len())?;
+    let (xl, yl, ol) = (&n.0, &n.1, &n.2);
     if ol.len() != out.shape.len() {
         return Err(SpmdError(format!(
             "matmul: the max rank of the inputs [{}] should equal the output rank [{}]",
@@ -137,7 +163,7 @@ pub fn backward(
         )));
     }
     let map = merge(
-        &[(&ol, out.dims())],
+        &[(ol, out.dims())],
         OnAxisConflict::Error,
         OnMeshConflict::KeepFirst,
         None,
@@ -146,10 +172,10 @@ pub fn backward(
     swap_last_two(&mut xs, trans_x);
     swap_last_two(&mut ys, trans_y);
     Ok(Inferred {
-        inputs: vec![
-            Layout::from_dims(operand_dims(&map, &xl, &xs, trans_x)),
-            Layout::from_dims(operand_dims(&map, &yl, &ys, trans_y)),
+        inputs: smallvec::smallvec![
+            Layout::from_dims(operand_dims(&map, xl, &xs, trans_x)),
+            Layout::from_dims(operand_dims(&map, yl, &ys, trans_y)),
         ],
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }

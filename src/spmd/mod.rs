@@ -41,11 +41,14 @@ impl DistTensor {
     }
 }
 
+/// One layout per slot variable, inline: rules run for every op of every completion sweep.
+pub type Layouts = smallvec::SmallVec<[Layout; 3]>;
+
 /// What a rule infers: the sharding each input should have and each output gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Inferred {
-    pub inputs: Vec<Layout>,
-    pub outputs: Vec<Layout>,
+    pub inputs: Layouts,
+    pub outputs: Layouts,
 }
 
 /// A rule failure (Paddle raises in the same situations).
@@ -215,7 +218,7 @@ impl Rule {
                 cross_entropy::backward(inputs, outputs, *axis, *soft_label)
             }
             Rule::Source => Ok(Inferred {
-                inputs: Vec::new(),
+                inputs: Layouts::new(),
                 outputs: outputs
                     .iter()
                     .map(|o| Layout::from_dims(o.dims().clone()))
@@ -281,7 +284,7 @@ mod tests {
         let x = tensor(&[8, 16, 4], &[0, -1, 1]);
         let out = tensor(&[], &[]);
         let inferred = Rule::MeanAll.infer_backward(&[2, 4], &[x], &[out]).unwrap();
-        assert_eq!(inferred.inputs, vec![Layout::replicated(3)]);
+        assert_eq!(inferred.inputs.to_vec(), vec![Layout::replicated(3)]);
     }
 
     /// A reshape between shapes of different element counts is an error naming both (the

@@ -46,8 +46,8 @@ pub fn forward(
         .map(|a| (a, reduce))
         .collect();
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(map.dims(&xl))],
-        outputs: vec![Layout {
+        inputs: smallvec::smallvec![Layout::from_dims(map.dims(&xl))],
+        outputs: smallvec::smallvec![Layout {
             dims: map.dims(&ol),
             partial,
         }],
@@ -72,8 +72,8 @@ pub fn mean_all_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Resul
     let out = arg(outputs, 0, "mean_all")?;
     check_rank(out, "mean_all Out")?;
     Ok(Inferred {
-        inputs: vec![Layout::replicated(x.shape.len())],
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        inputs: smallvec::smallvec![Layout::replicated(x.shape.len())],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }
 
@@ -95,7 +95,7 @@ pub fn backward(
         None,
     )?;
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(map.dims(&xl))],
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        inputs: smallvec::smallvec![Layout::from_dims(map.dims(&xl))],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }

@@ -108,8 +108,8 @@ pub fn forward(mesh: &[usize], inputs: &[DistTensor], target: &[usize]) -> Resul
     check_rank(x, "reshape X")?;
     let (wanted, out) = transform(mesh, &x.shape, x.dims(), target)?;
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(wanted)],
-        outputs: vec![Layout::from_dims(out)],
+        inputs: smallvec::smallvec![Layout::from_dims(wanted)],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -120,7 +120,7 @@ pub fn backward(mesh: &[usize], inputs: &[DistTensor], outputs: &[DistTensor]) -
     check_rank(out, "reshape Out")?;
     let (out_wanted, x_dims) = transform(mesh, &out.shape, out.dims(), &x.shape)?;
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(x_dims)],
-        outputs: vec![Layout::from_dims(out_wanted)],
+        inputs: smallvec::smallvec![Layout::from_dims(x_dims)],
+        outputs: smallvec::smallvec![Layout::from_dims(out_wanted)],
     })
 }

@@ -45,8 +45,8 @@ pub fn slice_forward(
     let dims = replicate(x.dims(), axes);
     let out = drop_dims(&dims, decrease);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims)],
-        outputs: vec![Layout::from_dims(out)],
+        inputs: smallvec::smallvec![Layout::from_dims(dims)],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -63,8 +63,8 @@ pub fn slice_backward(
     let dims = replicate(&dims, axes);
     let out_dims = drop_dims(&dims, decrease);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims)],
-        outputs: vec![Layout::from_dims(out_dims)],
+        inputs: smallvec::smallvec![Layout::from_dims(dims)],
+        outputs: smallvec::smallvec![Layout::from_dims(out_dims)],
     })
 }
 
@@ -75,8 +75,8 @@ pub fn squeeze_forward(inputs: &[DistTensor], axes: &[usize]) -> Result<Inferred
     let out = drop_dims(x.dims(), axes);
     let wanted = replicate(x.dims(), axes);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(wanted)],
-        outputs: vec![Layout::from_dims(out)],
+        inputs: smallvec::smallvec![Layout::from_dims(wanted)],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -90,8 +90,8 @@ pub fn squeeze_backward(
     let out = arg(outputs, 0, "squeeze")?;
     let dims = insert_replicated(x.shape.len(), axes, out.dims());
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims)],
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        inputs: smallvec::smallvec![Layout::from_dims(dims)],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }
 
@@ -101,8 +101,8 @@ pub fn unsqueeze_forward(inputs: &[DistTensor], positions: &[usize]) -> Result<I
     check_rank(x, "unsqueeze X")?;
     let out = insert_replicated(x.shape.len() + positions.len(), positions, x.dims());
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(x.dims().clone())],
-        outputs: vec![Layout::from_dims(out)],
+        inputs: smallvec::smallvec![Layout::from_dims(x.dims().clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -117,8 +117,8 @@ pub fn unsqueeze_backward(
     let dims = drop_dims(out.dims(), positions);
     let out_dims = replicate(out.dims(), positions);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims)],
-        outputs: vec![Layout::from_dims(out_dims)],
+        inputs: smallvec::smallvec![Layout::from_dims(dims)],
+        outputs: smallvec::smallvec![Layout::from_dims(out_dims)],
     })
 }
 
@@ -152,8 +152,8 @@ pub fn tile_forward(inputs: &[DistTensor], repeat: &[usize]) -> Result<Inferred>
     let mut out: Dims = smallvec::smallvec![DimAxes::WHOLE; lead];
     out.extend(wanted.iter().cloned());
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(wanted)],
-        outputs: vec![Layout::from_dims(out)],
+        inputs: smallvec::smallvec![Layout::from_dims(wanted)],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -187,7 +187,7 @@ pub fn tile_backward(
     let mut out_dims: Dims = smallvec::smallvec![DimAxes::WHOLE; lead];
     out_dims.extend(dims.iter().cloned());
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims)],
-        outputs: vec![Layout::from_dims(out_dims)],
+        inputs: smallvec::smallvec![Layout::from_dims(dims)],
+        outputs: smallvec::smallvec![Layout::from_dims(out_dims)],
     })
 }

@@ -13,8 +13,8 @@ pub fn forward(inputs: &[DistTensor], axes: &[usize]) -> Result<Inferred> {
     check_rank(x, "softmax X")?;
     let dims = replicate(x.dims(), axes);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims.clone())],
-        outputs: vec![Layout::from_dims(dims)],
+        inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(dims)],
     })
 }
 
@@ -25,7 +25,7 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], axes: &[usize]) -
     check_rank(out, "softmax Out")?;
     let dims = replicate(out.dims(), axes);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims.clone())],
-        outputs: vec![Layout::from_dims(dims)],
+        inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(dims)],
     })
 }

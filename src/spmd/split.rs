@@ -20,8 +20,8 @@ pub fn forward(inputs: &[DistTensor], axis: usize, outputs: usize) -> Result<Inf
     check_rank(x, "split X")?;
     let dims = without_axis(x.dims(), axis);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims.clone())],
-        outputs: vec![Layout::from_dims(dims); outputs],
+        inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(dims); outputs],
     })
 }
 
@@ -38,7 +38,7 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], axis: usize) -> R
     )?;
     let dims = without_axis(&map.dims(&xl), axis);
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims.clone())],
-        outputs: vec![Layout::from_dims(dims); outputs.len()],
+        inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(dims); outputs.len()],
     })
 }

@@ -36,8 +36,8 @@ pub fn forward(inputs: &[DistTensor], perm: &[usize]) -> Result<Inferred> {
     let normal = super::einsum::normalize_through_placements(x.dims());
     let out: Dims = perm.iter().map(|&p| normal[p]).collect();
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(x.dims().clone())],
-        outputs: vec![Layout::from_dims(out)],
+        inputs: smallvec::smallvec![Layout::from_dims(x.dims().clone())],
+        outputs: smallvec::smallvec![Layout::from_dims(out)],
     })
 }
 
@@ -52,7 +52,7 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], perm: &[usize]) -
         dims[p] = out.dims()[i];
     }
     Ok(Inferred {
-        inputs: vec![Layout::from_dims(dims)],
-        outputs: vec![Layout::from_dims(out.dims().clone())],
+        inputs: smallvec::smallvec![Layout::from_dims(dims)],
+        outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }

@@ -77,6 +77,10 @@ struct State<'a> {
     dirty: Vec<bool>,
     /// Variables changed during the current visit.
     touched: Vec<VarId>,
+    /// Each op's forward result at its last visit (`None` if the rule raised). At the
+    /// fixpoint every op is clean, so this is the result on the completed tensors, which
+    /// the op's final dist attr records.
+    last_forward: Vec<Option<Inferred>>,
 }
 
 /// Completes the dist attrs of `plan`.
@@ -123,6 +127,7 @@ pub fn complete_from(
         users: vec![Vec::new(); program.vars().len()],
         dirty: vec![true; program.ops().len()],
         touched: Vec::new(),
+        last_forward: vec![None; program.ops().len()],
     };
     for (i, op) in program.ops().iter().enumerate() {
         for v in op.all_inputs().chain(op.all_outputs()) {
@@ -206,16 +211,18 @@ impl State<'_> {
     }
 
     fn run_rule(&mut self, op: OpId, b: &Binding) -> bool {
-        let ins: Vec<DistTensor> = b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
-        let outs: Vec<DistTensor> = b.outputs.iter().map(|&v| self.dist_tensor(v)).collect();
-        let shape = self.mesh.shape().to_vec();
-        let fwd = b.rule.infer_forward(&shape, &ins);
-        let bwd = b.rule.infer_backward(&shape, &ins, &outs);
+        let ins: smallvec::SmallVec<[DistTensor; 4]> =
+            b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
+        let outs: smallvec::SmallVec<[DistTensor; 2]> =
+            b.outputs.iter().map(|&v| self.dist_tensor(v)).collect();
+        let fwd = b.rule.infer_forward(self.mesh.shape(), &ins);
+        let bwd = b.rule.infer_backward(self.mesh.shape(), &ins, &outs);
         if let Err(e) = &fwd {
             if !self.trace.rule_errors.iter().any(|(o, _)| *o == op) {
                 self.trace.rule_errors.push((op, e.0.clone()));
             }
         }
+        self.last_forward[op.index()] = fwd.as_ref().ok().cloned();
         let (fwd, bwd) = (fwd.unwrap_or_default(), bwd.unwrap_or_default());
         let mut changed = false;
         for (k, &v) in b.inputs.iter().enumerate() {
@@ -376,16 +383,15 @@ impl State<'_> {
 
     /// The op's final dist attr: the rule's forward result on the completed tensors (or
     /// replicated if the rule raised), by slot, and the implementation it implies.
-    fn op_attr(&self, op: OpId, b: &Binding) -> OperatorDistAttr {
+    fn op_attr(&mut self, op: OpId, b: &Binding) -> OperatorDistAttr {
         let o = self.program.op(op);
-        let ins: Vec<DistTensor> = b.inputs.iter().map(|&v| self.dist_tensor(v)).collect();
-        let inferred = b
-            .rule
-            .infer_forward(self.mesh.shape(), &ins)
-            .unwrap_or_else(|_| Inferred {
-                inputs: ins
+        let inferred = self.last_forward[op.index()]
+            .take()
+            .unwrap_or_else(|| Inferred {
+                inputs: b
+                    .inputs
                     .iter()
-                    .map(|t| Layout::replicated(t.shape.len()))
+                    .map(|&v| Layout::replicated(self.program.var(v).ty.rank()))
                     .collect(),
                 outputs: b
                     .outputs
