@@ -3,7 +3,10 @@
 
 use crate::passes::complete::completed_json;
 use crate::passes::dist_program::DistProgram;
+use crate::passes::partition::RankProgram;
 use crate::passes::pipeline::Pipeline;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 fn dist_json(dp: &DistProgram) -> Value {
@@ -32,40 +35,105 @@ fn dist_json(dp: &DistProgram) -> Value {
     })
 }
 
-/// Everything as JSON.
 /// The version of the JSON documents `plan --format json` and the JavaScript API write. A
 /// change to a field (renamed, removed, or changed in meaning) bumps it; the README lists
 /// the changes.
 pub const SCHEMA_VERSION: u32 = 1;
 
-pub fn pipeline_json(p: &Pipeline, rank: Option<u32>) -> Value {
-    let ranks: Vec<Value> = p
-        .partitioned
-        .ranks
-        .iter()
-        .filter(|r| rank.is_none_or(|x| x == r.rank))
-        .map(|r| {
-            json!({
-                "rank": r.rank,
-                "vars": r.program.vars().iter().map(|v| json!({"name": v.name, "shape": v.ty.shape, "dtype": v.ty.dtype.name(), "kind": v.kind.name()})).collect::<Vec<_>>(),
-                "ops": r.program.ops().iter().map(|o| json!({
-                    "type": o.ty.name(),
-                    "role": o.role.name(),
-                    "namescope": o.namescope,
-                    "inputs": o.ty.input_slots().iter().zip(&o.inputs).filter(|(_, v)| !v.is_empty()).map(|(s, v)| (s.name.to_string(), json!(v.iter().map(|x| r.program.var(*x).name.clone()).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
-                    "outputs": o.ty.output_slots().iter().zip(&o.outputs).filter(|(_, v)| !v.is_empty()).map(|(s, v)| (s.name.to_string(), json!(v.iter().map(|x| r.program.var(*x).name.clone()).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
-                    "attrs": o.attrs.iter().map(|(k, v)| (k.clone(), json!(v.to_string()))).collect::<serde_json::Map<_, _>>(),
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
+/// One rank's program as JSON.
+fn rank_json(r: &RankProgram) -> Value {
+    let names = |vars: &[crate::ir::VarId]| {
+        json!(vars
+            .iter()
+            .map(|x| r.program.var(*x).name.clone())
+            .collect::<Vec<_>>())
+    };
+    let slots = |specs: &[crate::ir::SlotSpec], vars: &[Vec<crate::ir::VarId>]| {
+        specs
+            .iter()
+            .zip(vars)
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(s, v)| (s.name.to_string(), names(v)))
+            .collect::<serde_json::Map<_, _>>()
+    };
     json!({
-        "schema_version": SCHEMA_VERSION,
-        "complete": completed_json(&p.plan.program, &p.completed),
-        "backward": dist_json(&p.backward_dist()),
-        "optimizer": dist_json(&p.full),
-        "ranks": ranks,
-        "groups": p.partitioned.groups.rings,
-        "ledger": p.ledger,
+        "rank": r.rank,
+        "vars": r.program.vars().iter().map(|v| json!({"name": v.name, "shape": v.ty.shape, "dtype": v.ty.dtype.name(), "kind": v.kind.name()})).collect::<Vec<_>>(),
+        "ops": r.program.ops().iter().map(|o| json!({
+            "type": o.ty.name(),
+            "role": o.role.name(),
+            "namescope": o.namescope,
+            "inputs": slots(o.ty.input_slots(), &o.inputs),
+            "outputs": slots(o.ty.output_slots(), &o.outputs),
+            "attrs": o.attrs.iter().map(|(k, v)| (k.clone(), json!(v.to_string()))).collect::<serde_json::Map<_, _>>(),
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// The ranks asked for, serialized one at a time: only one rank's JSON exists at once, so
+/// the document for a mesh of any size is written without holding every rank's JSON.
+struct Ranks<'a> {
+    pipeline: &'a Pipeline,
+    rank: Option<u32>,
+}
+
+impl Serialize for Ranks<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        for r in self
+            .pipeline
+            .partitioned
+            .ranks
+            .iter()
+            .filter(|r| self.rank.is_none_or(|x| x == r.rank))
+        {
+            seq.serialize_element(&rank_json(r))?;
+        }
+        seq.end()
+    }
+}
+
+/// The whole pipeline as one JSON document (see [`write_pipeline_json`]).
+pub struct PipelineDoc<'a> {
+    pub pipeline: &'a Pipeline,
+    /// Only this rank's program (all ranks when `None`).
+    pub rank: Option<u32>,
+}
+
+impl Serialize for PipelineDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let p = self.pipeline;
+        // Fields in name order, as a JSON object value prints them.
+        let mut map = s.serialize_map(Some(7))?;
+        map.serialize_entry("backward", &dist_json(&p.backward_dist()))?;
+        map.serialize_entry("complete", &completed_json(&p.plan.program, &p.completed))?;
+        map.serialize_entry("groups", &p.partitioned.groups.rings)?;
+        map.serialize_entry("ledger", &p.ledger)?;
+        map.serialize_entry("optimizer", &dist_json(&p.full))?;
+        map.serialize_entry(
+            "ranks",
+            &Ranks {
+                pipeline: p,
+                rank: self.rank,
+            },
+        )?;
+        map.serialize_entry("schema_version", &SCHEMA_VERSION)?;
+        map.end()
+    }
+}
+
+/// Writes the pipeline as one pretty-printed JSON document (and a newline) to `w`,
+/// incrementally: one rank's JSON at a time.
+pub fn write_pipeline_json(
+    w: &mut impl std::io::Write,
+    p: &Pipeline,
+    rank: Option<u32>,
+) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *w, &PipelineDoc { pipeline: p, rank })?;
+    w.write_all(b"\n")
+}
+
+/// Everything as one JSON value (the JavaScript API's result).
+pub fn pipeline_json(p: &Pipeline, rank: Option<u32>) -> Result<Value, serde_json::Error> {
+    serde_json::to_value(PipelineDoc { pipeline: p, rank })
 }

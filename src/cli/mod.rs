@@ -534,16 +534,18 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             ));
         }
     }
-    let text = if args.format == Format::Json {
-        let json = crate::report::pipeline_json(&pipeline, args.rank);
-        format!(
-            "{}\n",
-            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
-        )
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = if args.format == Format::Json {
+        crate::report::write_pipeline_json(&mut out, &pipeline, args.rank)
     } else {
-        stages::pipeline_text(&pipeline, stage, args.rank, args.ledger)
+        stages::write_pipeline_text(&mut out, &pipeline, stage, args.rank, args.ledger)
     };
-    emit(&text);
+    // A closed pipe (`| head`) ends the output early; that is not an error of the plan.
+    if let Err(e) = written.and_then(|()| std::io::Write::flush(&mut out)) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(format!("cannot write the output: {e}"));
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

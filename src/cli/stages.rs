@@ -6,6 +6,7 @@ use crate::passes::complete::{attrs_text, completed_text};
 use crate::passes::dist_program::DistProgram;
 use crate::passes::ledger::summary;
 use crate::passes::pipeline::Pipeline;
+use std::io::{self, Write};
 
 fn dist_text(title: &str, dp: &DistProgram) -> String {
     format!(
@@ -15,47 +16,48 @@ fn dist_text(title: &str, dp: &DistProgram) -> String {
     )
 }
 
-fn ranks_text(p: &Pipeline, rank: Option<u32>) -> String {
-    let mut out = String::new();
+/// Writes each rank's program as it goes (a mesh of any size is printed without holding
+/// every rank's text), then the groups.
+fn write_ranks(w: &mut impl Write, p: &Pipeline, rank: Option<u32>) -> io::Result<()> {
     for r in p
         .partitioned
         .ranks
         .iter()
         .filter(|r| rank.is_none_or(|x| x == r.rank))
     {
-        out.push_str(&format!("== rank {}\n{}\n", r.rank, r.program));
+        writeln!(w, "== rank {}\n{}", r.rank, r.program)?;
     }
-    out.push_str("== communication groups (ring id: ranks)\n");
+    writeln!(w, "== communication groups (ring id: ranks)")?;
     for (i, g) in &p.partitioned.groups.rings {
-        out.push_str(&format!("  ring {i}: {g:?}\n"));
+        writeln!(w, "  ring {i}: {g:?}")?;
     }
-    out
+    Ok(())
 }
 
-/// The stage(s) asked for, as text.
-pub fn pipeline_text(
+/// Writes the stage(s) asked for, as text.
+pub fn write_pipeline_text(
+    w: &mut impl Write,
     p: &Pipeline,
     stage: Option<Stage>,
     rank: Option<u32>,
     ledger: bool,
-) -> String {
+) -> io::Result<()> {
     let shows = |part: Stage| stage.is_some_and(|s| s.shows(part));
-    let mut out = String::new();
     if shows(Stage::Complete) {
-        out.push_str("== complete\n");
-        out.push_str(&completed_text(&p.plan.program, &p.completed));
-        out.push('\n');
+        writeln!(
+            w,
+            "== complete\n{}",
+            completed_text(&p.plan.program, &p.completed)
+        )?;
     }
     if shows(Stage::Backward) {
-        out.push_str(&dist_text("backward", &p.backward_dist()));
-        out.push('\n');
+        writeln!(w, "{}", dist_text("backward", &p.backward_dist()))?;
     }
     if shows(Stage::Optimizer) {
-        out.push_str(&dist_text("optimizer", &p.full));
-        out.push('\n');
+        writeln!(w, "{}", dist_text("optimizer", &p.full))?;
     }
     if shows(Stage::Partition) {
-        out.push_str(&ranks_text(p, rank));
+        write_ranks(w, p, rank)?;
     }
     if ledger {
         for r in p
@@ -64,12 +66,13 @@ pub fn pipeline_text(
             .iter()
             .filter(|r| rank.is_none_or(|x| x == r.rank))
         {
-            out.push_str(&summary(&p.ledger, r.rank));
+            w.write_all(summary(&p.ledger, r.rank).as_bytes())?;
         }
-        out.push_str("collectives:\n");
+        writeln!(w, "collectives:")?;
         for e in p.ledger.iter().filter(|e| rank.is_none_or(|x| x == e.rank)) {
-            out.push_str(&format!(
-                "  rank {} op{} {} {} group {:?} {}: {:.0} bytes ({}; {})\n",
+            writeln!(
+                w,
+                "  rank {} op{} {} {} group {:?} {}: {:.0} bytes ({}; {})",
                 e.rank,
                 e.op_index,
                 e.phase,
@@ -79,8 +82,8 @@ pub fn pipeline_text(
                 e.bytes_per_rank,
                 e.purpose.name(),
                 e.reason
-            ));
+            )?;
         }
     }
-    out
+    Ok(())
 }

@@ -69,7 +69,7 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
         ..PipelineOptions::default()
     };
     let p = run_pipeline(&plan, &opts).map_err(|e| err(e.to_string()))?;
-    let json = crate::report::pipeline_json(&p, None);
+    let json = crate::report::pipeline_json(&p, None).map_err(|e| err(e.to_string()))?;
     serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible())
         .map_err(|e| err(e.to_string()))
 }
