@@ -302,7 +302,7 @@ fn placements(p: &Pipeline) -> Vec<Placement> {
         .ranks
         .iter()
         .map(|r| Placement {
-            attrs: r.attrs.clone(),
+            attrs: r.attrs.to_vec(),
             global: r
                 .origin
                 .iter()

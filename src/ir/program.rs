@@ -134,7 +134,8 @@ pub enum ProgramError {
 /// The variables and the ordered operators of one training step.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Program {
-    vars: Vec<Var>,
+    /// Shared copy-on-write: every rank stamped from a template declares the same variables.
+    vars: Arc<Vec<Var>>,
     /// Name -> id, built on first use: per-rank programs are built by the thousand and
     /// rarely looked up by name.
     #[serde(skip)]
@@ -166,7 +167,7 @@ impl Program {
             }
             map.insert(var.name.clone(), id);
         }
-        self.vars.push(var);
+        Arc::make_mut(&mut self.vars).push(var);
         Ok(id)
     }
 
@@ -174,7 +175,7 @@ impl Program {
     /// unique (the partitioner's per-rank copies of a verified program's variables).
     pub fn with_vars(vars: Vec<Var>) -> Program {
         Program {
-            vars,
+            vars: Arc::new(vars),
             by_name: OnceLock::new(),
             ops: Vec::new(),
         }
@@ -187,7 +188,7 @@ impl Program {
         if let Some(map) = self.by_name.get_mut() {
             map.insert(var.name.clone(), id);
         }
-        self.vars.push(var);
+        Arc::make_mut(&mut self.vars).push(var);
         id
     }
 
@@ -249,7 +250,7 @@ impl Program {
     /// later passes appended to it.
     pub fn prefix(&self, vars: usize, ops: usize) -> Program {
         Program {
-            vars: self.vars[..vars.min(self.vars.len())].to_vec(),
+            vars: Arc::new(self.vars[..vars.min(self.vars.len())].to_vec()),
             by_name: OnceLock::new(),
             ops: self.ops[..ops.min(self.ops.len())].to_vec(),
         }

@@ -9,6 +9,8 @@ use super::partition::Partitioned;
 pub use crate::ir::Purpose;
 use crate::ir::{Op, OpClass, OpRole, OpType, Program};
 use serde::Serialize;
+use std::fmt;
+use std::sync::Arc;
 
 /// One collective on one rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -19,10 +21,10 @@ pub struct Entry {
     pub purpose: Purpose,
     pub group: Vec<u32>,
     pub reduce_type: Option<String>,
-    pub tensor: String,
+    pub tensor: Arc<str>,
     pub bytes_per_rank: f64,
     pub phase: &'static str,
-    pub reason: String,
+    pub reason: Reason,
 }
 
 /// Bytes one rank sends for `op` in the ring model.
@@ -123,46 +125,80 @@ fn phase(role: OpRole) -> &'static str {
     }
 }
 
-fn reason(program: &Program, ops: &[std::sync::Arc<Op>], i: usize, purpose: Purpose) -> String {
-    let op = &ops[i];
-    if op.ty == OpType::CSoftmaxWithCrossEntropy {
-        let logits = op
-            .input("Logits")
-            .first()
-            .map(|&v| program.var(v).name.clone());
-        return format!(
-            "vocab-parallel cross-entropy over the class shards of {}: all_reduce the row max, \
-             the target logit and the exp-sum",
-            logits.unwrap_or_default()
-        );
-    }
-    let tensor = op
-        .input("X")
-        .first()
-        .map(|&v| program.var(v).name.clone())
-        .unwrap_or_default();
-    let consumer = ops[i + 1..]
-        .iter()
-        .find(|o| o.ty.class() != OpClass::Collective && o.purpose() != Some(Purpose::Reshard));
-    match purpose {
-        Purpose::DataParallel => format!("sum the data-parallel shards of the gradient {tensor}"),
-        Purpose::TensorParallel => {
-            let producer = ops[..i].iter().rev().find(|o| {
-                o.all_outputs()
-                    .any(|v| Some(v) == op.input("X").first().copied())
-            });
-            format!(
-                "complete the partial sums of {tensor} after {}",
-                producer.map_or("its producer", |p| p.ty.name())
-            )
+/// Why a collective is there, in words: kept as its parts and written out on demand (a
+/// ledger has thousands of entries and most are never printed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reason {
+    purpose: Purpose,
+    tensor: Arc<str>,
+    /// The op the reason names: the producer of a partial value, the consumer of a
+    /// reshard.
+    op: Option<&'static str>,
+    vocab_cross_entropy: bool,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.tensor;
+        if self.vocab_cross_entropy {
+            return write!(
+                f,
+                "vocab-parallel cross-entropy over the class shards of {t}: all_reduce the row \
+                 max, the target logit and the exp-sum"
+            );
         }
-        Purpose::Reshard => format!(
-            "{tensor} is laid out differently from what {} wants",
-            consumer.map_or("its consumer".to_string(), |c| c.ty.name().to_string())
-        ),
-        Purpose::AmpFlag => "agree on found_inf across the mesh".into(),
-        Purpose::GlobalNorm => "sum the squared-norm shards of the gradients".into(),
-        Purpose::Pipeline => format!("move {tensor} to the next pipeline stage"),
+        match self.purpose {
+            Purpose::DataParallel => write!(f, "sum the data-parallel shards of the gradient {t}"),
+            Purpose::TensorParallel => write!(
+                f,
+                "complete the partial sums of {t} after {}",
+                self.op.unwrap_or("its producer")
+            ),
+            Purpose::Reshard => write!(
+                f,
+                "{t} is laid out differently from what {} wants",
+                self.op.unwrap_or("its consumer")
+            ),
+            Purpose::AmpFlag => f.write_str("agree on found_inf across the mesh"),
+            Purpose::GlobalNorm => f.write_str("sum the squared-norm shards of the gradients"),
+            Purpose::Pipeline => write!(f, "move {t} to the next pipeline stage"),
+        }
+    }
+}
+
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+fn reason(program: &Program, ops: &[Arc<Op>], i: usize, purpose: Purpose) -> Reason {
+    let op = &ops[i];
+    let vocab_cross_entropy = op.ty == OpType::CSoftmaxWithCrossEntropy;
+    let x = if vocab_cross_entropy { "Logits" } else { "X" };
+    let input = op.input(x).first().copied();
+    let tensor = input.map_or_else(|| Arc::from(""), |v| program.var(v).name.clone());
+    let named = match purpose {
+        Purpose::TensorParallel if !vocab_cross_entropy => ops[..i]
+            .iter()
+            .rev()
+            .find(|o| o.all_outputs().any(|v| Some(v) == input))
+            .map(|p| p.ty.name()),
+        Purpose::Reshard => ops[i + 1..]
+            .iter()
+            .find(|o| o.ty.class() != OpClass::Collective && o.purpose() != Some(Purpose::Reshard))
+            .map(|c| c.ty.name()),
+        Purpose::TensorParallel
+        | Purpose::DataParallel
+        | Purpose::AmpFlag
+        | Purpose::GlobalNorm
+        | Purpose::Pipeline => None,
+    };
+    Reason {
+        purpose,
+        tensor,
+        op: named,
+        vocab_cross_entropy,
     }
 }
 
@@ -205,8 +241,7 @@ pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
                 tensor: op
                     .input(x)
                     .first()
-                    .map(|&v| r.program.var(v).name.to_string())
-                    .unwrap_or_default(),
+                    .map_or_else(|| Arc::from(""), |&v| r.program.var(v).name.clone()),
                 bytes_per_rank: bytes_per_rank(&r.program, op),
                 phase: phase(op.role),
                 reason: reason(&r.program, ops, i, purpose),

@@ -26,10 +26,11 @@ use sync::{global_norm_sum, sync_amp_flag, sync_gradients};
 pub struct RankProgram {
     pub rank: u32,
     pub program: Program,
-    /// The layout of each local variable's contents at the end of the step.
-    pub attrs: Vec<TensorDistAttr>,
-    /// The serial variable each local variable holds a piece of.
-    pub origin: Vec<VarId>,
+    /// The layout of each local variable's contents at the end of the step (shared by the
+    /// ranks stamped from one template).
+    pub attrs: Arc<Vec<TensorDistAttr>>,
+    /// The serial variable each local variable holds a piece of (shared likewise).
+    pub origin: Arc<Vec<VarId>>,
 }
 
 /// Every rank's program and the job's communication groups.
@@ -271,8 +272,8 @@ fn partition_rank(
         RankProgram {
             rank,
             program: b.program,
-            attrs: b.cur,
-            origin: b.origin,
+            attrs: Arc::new(b.cur),
+            origin: Arc::new(b.origin),
         },
         b.recipes,
     ))
