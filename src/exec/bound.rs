@@ -443,12 +443,7 @@ pub fn propagate(
         }
         // Collectives and send/recv never run in the serial program; if they do (a
         // one-member group), they add the rounding of a sum of their input.
-        OpType::AllReduce
-        | OpType::AllGather
-        | OpType::ReduceScatter
-        | OpType::AllToAll
-        | OpType::Send
-        | OpType::Recv => stored("Out", e("X")),
+        OpType::Collective(_) => stored("Out", e("X")),
     }
 }
 

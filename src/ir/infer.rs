@@ -22,54 +22,12 @@ pub fn infer_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>
     };
     let single = |t: TensorType| Ok(vec![vec![t]]);
     match op.ty {
-        OpType::MatmulV2Grad
-        | OpType::ElementwiseAddGrad
-        | OpType::ElementwiseSubGrad
-        | OpType::ElementwiseMulGrad
-        | OpType::ElementwiseDivGrad
-        | OpType::ReluGrad
-        | OpType::GeluGrad
-        | OpType::SiluGrad
-        | OpType::SquareGrad
-        | OpType::ScaleGrad
-        | OpType::CastGrad
-        | OpType::AssignGrad
-        | OpType::DropoutGrad
-        | OpType::SoftmaxGrad
-        | OpType::FusedSoftmaxMaskUpperTriangleGrad
-        | OpType::LayerNormGrad
-        | OpType::LookupTableV2Grad
-        | OpType::Reshape2Grad
-        | OpType::Transpose2Grad
-        | OpType::SplitGrad
-        | OpType::ConcatGrad
-        | OpType::ReduceSumGrad
-        | OpType::ReduceMeanGrad
-        | OpType::MeanGrad
-        | OpType::SoftmaxWithCrossEntropyGrad => super::infer_planner::infer_grad(op, inputs),
-        OpType::Sum
-        | OpType::Sqrt
-        | OpType::ElementwiseMax
-        | OpType::SquaredL2Norm
-        | OpType::Sgd
-        | OpType::Momentum
-        | OpType::Adam
-        | OpType::AdamW
-        | OpType::CheckFiniteAndUnscale
-        | OpType::UpdateLossScaling
-        | OpType::AllReduce
-        | OpType::AllGather
-        | OpType::ReduceScatter
-        | OpType::AllToAll
-        | OpType::Send
-        | OpType::Recv
-        | OpType::Slice
-        | OpType::CEmbedding
-        | OpType::CEmbeddingGrad
-        | OpType::CSoftmaxWithCrossEntropy
-        | OpType::CSoftmaxWithCrossEntropyGrad => {
-            super::infer_planner::infer_planner_op(op, inputs)
-        }
+        OpType::Grad(_) => super::infer_planner::infer_grad(op, inputs),
+        OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => super::infer_planner::infer_planner_op(op, inputs),
         OpType::MatmulV2 => single(matmul(op, one(0)?, one(1)?)?),
         OpType::ElementwiseAdd
         | OpType::ElementwiseSub

@@ -68,7 +68,7 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
                 .ok_or_else(|| format!("X ({x}) and Y ({y}) do not broadcast"))?;
             single(TensorType::new(x.dtype, shape))
         }
-        OpType::Sgd | OpType::Momentum | OpType::Adam | OpType::AdamW => {
+        OpType::Optimizer(_) => {
             let (param, grad) = (one(inputs, 0, "Param")?, one(inputs, 1, "Grad")?);
             if param != grad {
                 return Err(format!("Grad ({grad}) must match Param ({param})"));
@@ -227,56 +227,8 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             single(sm.clone())
         }
         // Forward ops and their grads are inferred in `infer.rs`.
-        OpType::MatmulV2
-        | OpType::ElementwiseAdd
-        | OpType::ElementwiseSub
-        | OpType::ElementwiseMul
-        | OpType::ElementwiseDiv
-        | OpType::Relu
-        | OpType::Gelu
-        | OpType::Silu
-        | OpType::Square
-        | OpType::Scale
-        | OpType::Cast
-        | OpType::Assign
-        | OpType::Dropout
-        | OpType::Softmax
-        | OpType::FusedSoftmaxMaskUpperTriangle
-        | OpType::LayerNorm
-        | OpType::LookupTableV2
-        | OpType::Reshape2
-        | OpType::Transpose2
-        | OpType::Split
-        | OpType::Concat
-        | OpType::ReduceSum
-        | OpType::ReduceMean
-        | OpType::Mean
-        | OpType::SoftmaxWithCrossEntropy
-        | OpType::FillConstant
-        | OpType::MatmulV2Grad
-        | OpType::ElementwiseAddGrad
-        | OpType::ElementwiseSubGrad
-        | OpType::ElementwiseMulGrad
-        | OpType::ElementwiseDivGrad
-        | OpType::ReluGrad
-        | OpType::GeluGrad
-        | OpType::SiluGrad
-        | OpType::SquareGrad
-        | OpType::ScaleGrad
-        | OpType::CastGrad
-        | OpType::AssignGrad
-        | OpType::DropoutGrad
-        | OpType::SoftmaxGrad
-        | OpType::FusedSoftmaxMaskUpperTriangleGrad
-        | OpType::LayerNormGrad
-        | OpType::LookupTableV2Grad
-        | OpType::Reshape2Grad
-        | OpType::Transpose2Grad
-        | OpType::SplitGrad
-        | OpType::ConcatGrad
-        | OpType::ReduceSumGrad
-        | OpType::ReduceMeanGrad
-        | OpType::MeanGrad
-        | OpType::SoftmaxWithCrossEntropyGrad => Err(format!("{} is not a planner op", op.ty)),
+        OpType::Forward(_) | OpType::FillConstant | OpType::Grad(_) => {
+            Err(format!("{} is not a planner op", op.ty))
+        }
     }
 }

@@ -1,15 +1,38 @@
-//! The closed set of operator types: the forward ops a plan is written with, the grad op
-//! the backward pass emits for each of them, and the ops the planner adds (gradient
-//! accumulation, optimizers, AMP, clipping, collectives, rank-local ops). Every `match` over
-//! [`OpType`] in the crate is exhaustive, so a new op type does not compile until it has a
-//! schema, shape inference and everything downstream.
+//! The closed set of operator types, in two levels: a family, then the op within it.
+//!
+//! - `Forward(f)`: the differentiable ops a plan is written with; `Grad(f)` is the op the
+//!   backward pass emits for `f` (`<name>_grad`), so every forward op has exactly one grad op
+//!   and a match can take every grad op at once (`OpType::Grad(_)`).
+//! - `FillConstant`: the one forward op without a grad (a constant source).
+//! - `Math`, `Optimizer`, `Amp`, `Collective`, `RankLocal`: the ops the planner adds.
+//!
+//! Every `match` over [`OpType`] and its families is exhaustive (no `_` arm; the crate
+//! denies `clippy::wildcard_enum_match_arm`), so a new op type does not compile until it
+//! has a schema, shape inference and everything downstream. The flat names
+//! (`OpType::MatmulV2Grad`) are constants for comparisons; a `match` names the families.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// An operator type, named as in Paddle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OpType {
+    /// A differentiable op a plan is written with.
+    Forward(ForwardOp),
+    /// A constant source (no inputs, no grad).
+    FillConstant,
+    /// The grad op of a forward op.
+    Grad(ForwardOp),
+    Math(MathOp),
+    Optimizer(OptimizerOp),
+    Amp(AmpOp),
+    Collective(CollectiveOp),
+    RankLocal(RankLocalOp),
+}
+
+/// The differentiable forward ops (each has one grad op, `OpType::Grad`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ForwardOp {
     MatmulV2,
     ElementwiseAdd,
     ElementwiseSub,
@@ -35,48 +58,47 @@ pub enum OpType {
     ReduceMean,
     Mean,
     SoftmaxWithCrossEntropy,
-    FillConstant,
-    MatmulV2Grad,
-    ElementwiseAddGrad,
-    ElementwiseSubGrad,
-    ElementwiseMulGrad,
-    ElementwiseDivGrad,
-    ReluGrad,
-    GeluGrad,
-    SiluGrad,
-    SquareGrad,
-    ScaleGrad,
-    CastGrad,
-    AssignGrad,
-    DropoutGrad,
-    SoftmaxGrad,
-    FusedSoftmaxMaskUpperTriangleGrad,
-    LayerNormGrad,
-    LookupTableV2Grad,
-    Reshape2Grad,
-    Transpose2Grad,
-    SplitGrad,
-    ConcatGrad,
-    ReduceSumGrad,
-    ReduceMeanGrad,
-    MeanGrad,
-    SoftmaxWithCrossEntropyGrad,
+}
+
+/// Helpers the planner emits: gradient accumulation and clipping arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MathOp {
     Sum,
     Sqrt,
     ElementwiseMax,
     SquaredL2Norm,
+}
+
+/// Parameter updates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OptimizerOp {
     Sgd,
     Momentum,
     Adam,
     AdamW,
+}
+
+/// Dynamic loss scaling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AmpOp {
     CheckFiniteAndUnscale,
     UpdateLossScaling,
+}
+
+/// Communication between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CollectiveOp {
     AllReduce,
     AllGather,
     ReduceScatter,
     AllToAll,
     Send,
     Recv,
+}
+
+/// Ops of per-rank programs only: a reshard's local slice, the vocab-parallel embedding and cross-entropy (Paddle's `c_*` ops) and their grads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RankLocalOp {
     Slice,
     CEmbedding,
     CEmbeddingGrad,
@@ -84,158 +106,378 @@ pub enum OpType {
     CSoftmaxWithCrossEntropyGrad,
 }
 
-impl OpType {
-    /// Every op type, in declaration order.
-    pub const ALL: [OpType; 72] = [
-        OpType::MatmulV2,
-        OpType::ElementwiseAdd,
-        OpType::ElementwiseSub,
-        OpType::ElementwiseMul,
-        OpType::ElementwiseDiv,
-        OpType::Relu,
-        OpType::Gelu,
-        OpType::Silu,
-        OpType::Square,
-        OpType::Scale,
-        OpType::Cast,
-        OpType::Assign,
-        OpType::Dropout,
-        OpType::Softmax,
-        OpType::FusedSoftmaxMaskUpperTriangle,
-        OpType::LayerNorm,
-        OpType::LookupTableV2,
-        OpType::Reshape2,
-        OpType::Transpose2,
-        OpType::Split,
-        OpType::Concat,
-        OpType::ReduceSum,
-        OpType::ReduceMean,
-        OpType::Mean,
-        OpType::SoftmaxWithCrossEntropy,
-        OpType::FillConstant,
-        OpType::MatmulV2Grad,
-        OpType::ElementwiseAddGrad,
-        OpType::ElementwiseSubGrad,
-        OpType::ElementwiseMulGrad,
-        OpType::ElementwiseDivGrad,
-        OpType::ReluGrad,
-        OpType::GeluGrad,
-        OpType::SiluGrad,
-        OpType::SquareGrad,
-        OpType::ScaleGrad,
-        OpType::CastGrad,
-        OpType::AssignGrad,
-        OpType::DropoutGrad,
-        OpType::SoftmaxGrad,
-        OpType::FusedSoftmaxMaskUpperTriangleGrad,
-        OpType::LayerNormGrad,
-        OpType::LookupTableV2Grad,
-        OpType::Reshape2Grad,
-        OpType::Transpose2Grad,
-        OpType::SplitGrad,
-        OpType::ConcatGrad,
-        OpType::ReduceSumGrad,
-        OpType::ReduceMeanGrad,
-        OpType::MeanGrad,
-        OpType::SoftmaxWithCrossEntropyGrad,
-        OpType::Sum,
-        OpType::Sqrt,
-        OpType::ElementwiseMax,
-        OpType::SquaredL2Norm,
-        OpType::Sgd,
-        OpType::Momentum,
-        OpType::Adam,
-        OpType::AdamW,
-        OpType::CheckFiniteAndUnscale,
-        OpType::UpdateLossScaling,
-        OpType::AllReduce,
-        OpType::AllGather,
-        OpType::ReduceScatter,
-        OpType::AllToAll,
-        OpType::Send,
-        OpType::Recv,
-        OpType::Slice,
-        OpType::CEmbedding,
-        OpType::CEmbeddingGrad,
-        OpType::CSoftmaxWithCrossEntropy,
-        OpType::CSoftmaxWithCrossEntropyGrad,
+impl ForwardOp {
+    /// Every forward op, in declaration order.
+    pub const ALL: [ForwardOp; 25] = [
+        ForwardOp::MatmulV2,
+        ForwardOp::ElementwiseAdd,
+        ForwardOp::ElementwiseSub,
+        ForwardOp::ElementwiseMul,
+        ForwardOp::ElementwiseDiv,
+        ForwardOp::Relu,
+        ForwardOp::Gelu,
+        ForwardOp::Silu,
+        ForwardOp::Square,
+        ForwardOp::Scale,
+        ForwardOp::Cast,
+        ForwardOp::Assign,
+        ForwardOp::Dropout,
+        ForwardOp::Softmax,
+        ForwardOp::FusedSoftmaxMaskUpperTriangle,
+        ForwardOp::LayerNorm,
+        ForwardOp::LookupTableV2,
+        ForwardOp::Reshape2,
+        ForwardOp::Transpose2,
+        ForwardOp::Split,
+        ForwardOp::Concat,
+        ForwardOp::ReduceSum,
+        ForwardOp::ReduceMean,
+        ForwardOp::Mean,
+        ForwardOp::SoftmaxWithCrossEntropy,
+    ];
+
+    /// Paddle's names of the op and of its grad op.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            ForwardOp::MatmulV2 => ("matmul_v2", "matmul_v2_grad"),
+            ForwardOp::ElementwiseAdd => ("elementwise_add", "elementwise_add_grad"),
+            ForwardOp::ElementwiseSub => ("elementwise_sub", "elementwise_sub_grad"),
+            ForwardOp::ElementwiseMul => ("elementwise_mul", "elementwise_mul_grad"),
+            ForwardOp::ElementwiseDiv => ("elementwise_div", "elementwise_div_grad"),
+            ForwardOp::Relu => ("relu", "relu_grad"),
+            ForwardOp::Gelu => ("gelu", "gelu_grad"),
+            ForwardOp::Silu => ("silu", "silu_grad"),
+            ForwardOp::Square => ("square", "square_grad"),
+            ForwardOp::Scale => ("scale", "scale_grad"),
+            ForwardOp::Cast => ("cast", "cast_grad"),
+            ForwardOp::Assign => ("assign", "assign_grad"),
+            ForwardOp::Dropout => ("dropout", "dropout_grad"),
+            ForwardOp::Softmax => ("softmax", "softmax_grad"),
+            ForwardOp::FusedSoftmaxMaskUpperTriangle => (
+                "fused_softmax_mask_upper_triangle",
+                "fused_softmax_mask_upper_triangle_grad",
+            ),
+            ForwardOp::LayerNorm => ("layer_norm", "layer_norm_grad"),
+            ForwardOp::LookupTableV2 => ("lookup_table_v2", "lookup_table_v2_grad"),
+            ForwardOp::Reshape2 => ("reshape2", "reshape2_grad"),
+            ForwardOp::Transpose2 => ("transpose2", "transpose2_grad"),
+            ForwardOp::Split => ("split", "split_grad"),
+            ForwardOp::Concat => ("concat", "concat_grad"),
+            ForwardOp::ReduceSum => ("reduce_sum", "reduce_sum_grad"),
+            ForwardOp::ReduceMean => ("reduce_mean", "reduce_mean_grad"),
+            ForwardOp::Mean => ("mean", "mean_grad"),
+            ForwardOp::SoftmaxWithCrossEntropy => (
+                "softmax_with_cross_entropy",
+                "softmax_with_cross_entropy_grad",
+            ),
+        }
+    }
+
+    /// Unary ops applied element by element (the output has the input's shape and any
+    /// layout of it).
+    pub fn is_elementwise_unary(self) -> bool {
+        match self {
+            ForwardOp::Relu
+            | ForwardOp::Gelu
+            | ForwardOp::Silu
+            | ForwardOp::Square
+            | ForwardOp::Scale
+            | ForwardOp::Cast
+            | ForwardOp::Assign
+            | ForwardOp::Dropout => true,
+            ForwardOp::MatmulV2
+            | ForwardOp::ElementwiseAdd
+            | ForwardOp::ElementwiseSub
+            | ForwardOp::ElementwiseMul
+            | ForwardOp::ElementwiseDiv
+            | ForwardOp::Softmax
+            | ForwardOp::FusedSoftmaxMaskUpperTriangle
+            | ForwardOp::LayerNorm
+            | ForwardOp::LookupTableV2
+            | ForwardOp::Reshape2
+            | ForwardOp::Transpose2
+            | ForwardOp::Split
+            | ForwardOp::Concat
+            | ForwardOp::ReduceSum
+            | ForwardOp::ReduceMean
+            | ForwardOp::Mean
+            | ForwardOp::SoftmaxWithCrossEntropy => false,
+        }
+    }
+
+    /// Binary ops applied element by element with broadcasting (`elementwise_*`).
+    pub fn is_elementwise_binary(self) -> bool {
+        match self {
+            ForwardOp::ElementwiseAdd
+            | ForwardOp::ElementwiseSub
+            | ForwardOp::ElementwiseMul
+            | ForwardOp::ElementwiseDiv => true,
+            ForwardOp::MatmulV2
+            | ForwardOp::Relu
+            | ForwardOp::Gelu
+            | ForwardOp::Silu
+            | ForwardOp::Square
+            | ForwardOp::Scale
+            | ForwardOp::Cast
+            | ForwardOp::Assign
+            | ForwardOp::Dropout
+            | ForwardOp::Softmax
+            | ForwardOp::FusedSoftmaxMaskUpperTriangle
+            | ForwardOp::LayerNorm
+            | ForwardOp::LookupTableV2
+            | ForwardOp::Reshape2
+            | ForwardOp::Transpose2
+            | ForwardOp::Split
+            | ForwardOp::Concat
+            | ForwardOp::ReduceSum
+            | ForwardOp::ReduceMean
+            | ForwardOp::Mean
+            | ForwardOp::SoftmaxWithCrossEntropy => false,
+        }
+    }
+
+    /// Element by element, unary or binary.
+    pub fn is_elementwise(self) -> bool {
+        self.is_elementwise_unary() || self.is_elementwise_binary()
+    }
+}
+
+impl MathOp {
+    /// Every op of the family, in declaration order.
+    pub const ALL: [MathOp; 4] = [
+        MathOp::Sum,
+        MathOp::Sqrt,
+        MathOp::ElementwiseMax,
+        MathOp::SquaredL2Norm,
     ];
 
     /// Paddle's op type name.
     pub fn name(self) -> &'static str {
         match self {
-            OpType::MatmulV2 => "matmul_v2",
-            OpType::ElementwiseAdd => "elementwise_add",
-            OpType::ElementwiseSub => "elementwise_sub",
-            OpType::ElementwiseMul => "elementwise_mul",
-            OpType::ElementwiseDiv => "elementwise_div",
-            OpType::Relu => "relu",
-            OpType::Gelu => "gelu",
-            OpType::Silu => "silu",
-            OpType::Square => "square",
-            OpType::Scale => "scale",
-            OpType::Cast => "cast",
-            OpType::Assign => "assign",
-            OpType::Dropout => "dropout",
-            OpType::Softmax => "softmax",
-            OpType::FusedSoftmaxMaskUpperTriangle => "fused_softmax_mask_upper_triangle",
-            OpType::LayerNorm => "layer_norm",
-            OpType::LookupTableV2 => "lookup_table_v2",
-            OpType::Reshape2 => "reshape2",
-            OpType::Transpose2 => "transpose2",
-            OpType::Split => "split",
-            OpType::Concat => "concat",
-            OpType::ReduceSum => "reduce_sum",
-            OpType::ReduceMean => "reduce_mean",
-            OpType::Mean => "mean",
-            OpType::SoftmaxWithCrossEntropy => "softmax_with_cross_entropy",
+            MathOp::Sum => "sum",
+            MathOp::Sqrt => "sqrt",
+            MathOp::ElementwiseMax => "elementwise_max",
+            MathOp::SquaredL2Norm => "squared_l2_norm",
+        }
+    }
+}
+
+impl OptimizerOp {
+    /// Every op of the family, in declaration order.
+    pub const ALL: [OptimizerOp; 4] = [
+        OptimizerOp::Sgd,
+        OptimizerOp::Momentum,
+        OptimizerOp::Adam,
+        OptimizerOp::AdamW,
+    ];
+
+    /// Paddle's op type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerOp::Sgd => "sgd",
+            OptimizerOp::Momentum => "momentum",
+            OptimizerOp::Adam => "adam",
+            OptimizerOp::AdamW => "adamw",
+        }
+    }
+}
+
+impl AmpOp {
+    /// Every op of the family, in declaration order.
+    pub const ALL: [AmpOp; 2] = [AmpOp::CheckFiniteAndUnscale, AmpOp::UpdateLossScaling];
+
+    /// Paddle's op type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AmpOp::CheckFiniteAndUnscale => "check_finite_and_unscale",
+            AmpOp::UpdateLossScaling => "update_loss_scaling",
+        }
+    }
+}
+
+impl CollectiveOp {
+    /// Every op of the family, in declaration order.
+    pub const ALL: [CollectiveOp; 6] = [
+        CollectiveOp::AllReduce,
+        CollectiveOp::AllGather,
+        CollectiveOp::ReduceScatter,
+        CollectiveOp::AllToAll,
+        CollectiveOp::Send,
+        CollectiveOp::Recv,
+    ];
+
+    /// Paddle's op type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduce => "all_reduce",
+            CollectiveOp::AllGather => "all_gather",
+            CollectiveOp::ReduceScatter => "reduce_scatter",
+            CollectiveOp::AllToAll => "all_to_all",
+            CollectiveOp::Send => "send",
+            CollectiveOp::Recv => "recv",
+        }
+    }
+}
+
+impl RankLocalOp {
+    /// Every op of the family, in declaration order.
+    pub const ALL: [RankLocalOp; 5] = [
+        RankLocalOp::Slice,
+        RankLocalOp::CEmbedding,
+        RankLocalOp::CEmbeddingGrad,
+        RankLocalOp::CSoftmaxWithCrossEntropy,
+        RankLocalOp::CSoftmaxWithCrossEntropyGrad,
+    ];
+
+    /// Paddle's op type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RankLocalOp::Slice => "slice",
+            RankLocalOp::CEmbedding => "c_embedding",
+            RankLocalOp::CEmbeddingGrad => "c_embedding_grad",
+            RankLocalOp::CSoftmaxWithCrossEntropy => "c_softmax_with_cross_entropy",
+            RankLocalOp::CSoftmaxWithCrossEntropyGrad => "c_softmax_with_cross_entropy_grad",
+        }
+    }
+}
+
+/// The flat names, for comparisons (`op.ty == OpType::MatmulV2Grad`); a `match` names the
+/// families so it stays exhaustive.
+#[allow(non_upper_case_globals)]
+impl OpType {
+    pub const MatmulV2: OpType = OpType::Forward(ForwardOp::MatmulV2);
+    pub const ElementwiseAdd: OpType = OpType::Forward(ForwardOp::ElementwiseAdd);
+    pub const ElementwiseSub: OpType = OpType::Forward(ForwardOp::ElementwiseSub);
+    pub const ElementwiseMul: OpType = OpType::Forward(ForwardOp::ElementwiseMul);
+    pub const ElementwiseDiv: OpType = OpType::Forward(ForwardOp::ElementwiseDiv);
+    pub const Relu: OpType = OpType::Forward(ForwardOp::Relu);
+    pub const Gelu: OpType = OpType::Forward(ForwardOp::Gelu);
+    pub const Silu: OpType = OpType::Forward(ForwardOp::Silu);
+    pub const Square: OpType = OpType::Forward(ForwardOp::Square);
+    pub const Scale: OpType = OpType::Forward(ForwardOp::Scale);
+    pub const Cast: OpType = OpType::Forward(ForwardOp::Cast);
+    pub const Assign: OpType = OpType::Forward(ForwardOp::Assign);
+    pub const Dropout: OpType = OpType::Forward(ForwardOp::Dropout);
+    pub const Softmax: OpType = OpType::Forward(ForwardOp::Softmax);
+    pub const FusedSoftmaxMaskUpperTriangle: OpType =
+        OpType::Forward(ForwardOp::FusedSoftmaxMaskUpperTriangle);
+    pub const LayerNorm: OpType = OpType::Forward(ForwardOp::LayerNorm);
+    pub const LookupTableV2: OpType = OpType::Forward(ForwardOp::LookupTableV2);
+    pub const Reshape2: OpType = OpType::Forward(ForwardOp::Reshape2);
+    pub const Transpose2: OpType = OpType::Forward(ForwardOp::Transpose2);
+    pub const Split: OpType = OpType::Forward(ForwardOp::Split);
+    pub const Concat: OpType = OpType::Forward(ForwardOp::Concat);
+    pub const ReduceSum: OpType = OpType::Forward(ForwardOp::ReduceSum);
+    pub const ReduceMean: OpType = OpType::Forward(ForwardOp::ReduceMean);
+    pub const Mean: OpType = OpType::Forward(ForwardOp::Mean);
+    pub const SoftmaxWithCrossEntropy: OpType = OpType::Forward(ForwardOp::SoftmaxWithCrossEntropy);
+    pub const MatmulV2Grad: OpType = OpType::Grad(ForwardOp::MatmulV2);
+    pub const ElementwiseAddGrad: OpType = OpType::Grad(ForwardOp::ElementwiseAdd);
+    pub const ElementwiseSubGrad: OpType = OpType::Grad(ForwardOp::ElementwiseSub);
+    pub const ElementwiseMulGrad: OpType = OpType::Grad(ForwardOp::ElementwiseMul);
+    pub const ElementwiseDivGrad: OpType = OpType::Grad(ForwardOp::ElementwiseDiv);
+    pub const ReluGrad: OpType = OpType::Grad(ForwardOp::Relu);
+    pub const GeluGrad: OpType = OpType::Grad(ForwardOp::Gelu);
+    pub const SiluGrad: OpType = OpType::Grad(ForwardOp::Silu);
+    pub const SquareGrad: OpType = OpType::Grad(ForwardOp::Square);
+    pub const ScaleGrad: OpType = OpType::Grad(ForwardOp::Scale);
+    pub const CastGrad: OpType = OpType::Grad(ForwardOp::Cast);
+    pub const AssignGrad: OpType = OpType::Grad(ForwardOp::Assign);
+    pub const DropoutGrad: OpType = OpType::Grad(ForwardOp::Dropout);
+    pub const SoftmaxGrad: OpType = OpType::Grad(ForwardOp::Softmax);
+    pub const FusedSoftmaxMaskUpperTriangleGrad: OpType =
+        OpType::Grad(ForwardOp::FusedSoftmaxMaskUpperTriangle);
+    pub const LayerNormGrad: OpType = OpType::Grad(ForwardOp::LayerNorm);
+    pub const LookupTableV2Grad: OpType = OpType::Grad(ForwardOp::LookupTableV2);
+    pub const Reshape2Grad: OpType = OpType::Grad(ForwardOp::Reshape2);
+    pub const Transpose2Grad: OpType = OpType::Grad(ForwardOp::Transpose2);
+    pub const SplitGrad: OpType = OpType::Grad(ForwardOp::Split);
+    pub const ConcatGrad: OpType = OpType::Grad(ForwardOp::Concat);
+    pub const ReduceSumGrad: OpType = OpType::Grad(ForwardOp::ReduceSum);
+    pub const ReduceMeanGrad: OpType = OpType::Grad(ForwardOp::ReduceMean);
+    pub const MeanGrad: OpType = OpType::Grad(ForwardOp::Mean);
+    pub const SoftmaxWithCrossEntropyGrad: OpType =
+        OpType::Grad(ForwardOp::SoftmaxWithCrossEntropy);
+    pub const Sum: OpType = OpType::Math(MathOp::Sum);
+    pub const Sqrt: OpType = OpType::Math(MathOp::Sqrt);
+    pub const ElementwiseMax: OpType = OpType::Math(MathOp::ElementwiseMax);
+    pub const SquaredL2Norm: OpType = OpType::Math(MathOp::SquaredL2Norm);
+    pub const Sgd: OpType = OpType::Optimizer(OptimizerOp::Sgd);
+    pub const Momentum: OpType = OpType::Optimizer(OptimizerOp::Momentum);
+    pub const Adam: OpType = OpType::Optimizer(OptimizerOp::Adam);
+    pub const AdamW: OpType = OpType::Optimizer(OptimizerOp::AdamW);
+    pub const CheckFiniteAndUnscale: OpType = OpType::Amp(AmpOp::CheckFiniteAndUnscale);
+    pub const UpdateLossScaling: OpType = OpType::Amp(AmpOp::UpdateLossScaling);
+    pub const AllReduce: OpType = OpType::Collective(CollectiveOp::AllReduce);
+    pub const AllGather: OpType = OpType::Collective(CollectiveOp::AllGather);
+    pub const ReduceScatter: OpType = OpType::Collective(CollectiveOp::ReduceScatter);
+    pub const AllToAll: OpType = OpType::Collective(CollectiveOp::AllToAll);
+    pub const Send: OpType = OpType::Collective(CollectiveOp::Send);
+    pub const Recv: OpType = OpType::Collective(CollectiveOp::Recv);
+    pub const Slice: OpType = OpType::RankLocal(RankLocalOp::Slice);
+    pub const CEmbedding: OpType = OpType::RankLocal(RankLocalOp::CEmbedding);
+    pub const CEmbeddingGrad: OpType = OpType::RankLocal(RankLocalOp::CEmbeddingGrad);
+    pub const CSoftmaxWithCrossEntropy: OpType =
+        OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy);
+    pub const CSoftmaxWithCrossEntropyGrad: OpType =
+        OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropyGrad);
+}
+
+impl OpType {
+    /// Every op type: forward ops, `fill_constant`, grad ops, then the planner's families.
+    pub const ALL: [OpType; 72] = {
+        let mut all = [OpType::FillConstant; 72];
+        let mut i = 0;
+        while i < ForwardOp::ALL.len() {
+            all[i] = OpType::Forward(ForwardOp::ALL[i]);
+            all[ForwardOp::ALL.len() + 1 + i] = OpType::Grad(ForwardOp::ALL[i]);
+            i += 1;
+        }
+        let mut k = 2 * ForwardOp::ALL.len() + 1;
+        let mut j = 0;
+        while j < MathOp::ALL.len() {
+            all[k] = OpType::Math(MathOp::ALL[j]);
+            k += 1;
+            j += 1;
+        }
+        let mut j = 0;
+        while j < OptimizerOp::ALL.len() {
+            all[k] = OpType::Optimizer(OptimizerOp::ALL[j]);
+            k += 1;
+            j += 1;
+        }
+        let mut j = 0;
+        while j < AmpOp::ALL.len() {
+            all[k] = OpType::Amp(AmpOp::ALL[j]);
+            k += 1;
+            j += 1;
+        }
+        let mut j = 0;
+        while j < CollectiveOp::ALL.len() {
+            all[k] = OpType::Collective(CollectiveOp::ALL[j]);
+            k += 1;
+            j += 1;
+        }
+        let mut j = 0;
+        while j < RankLocalOp::ALL.len() {
+            all[k] = OpType::RankLocal(RankLocalOp::ALL[j]);
+            k += 1;
+            j += 1;
+        }
+        all
+    };
+
+    /// Paddle's op type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpType::Forward(f) => f.names().0,
+            OpType::Grad(f) => f.names().1,
             OpType::FillConstant => "fill_constant",
-            OpType::MatmulV2Grad => "matmul_v2_grad",
-            OpType::ElementwiseAddGrad => "elementwise_add_grad",
-            OpType::ElementwiseSubGrad => "elementwise_sub_grad",
-            OpType::ElementwiseMulGrad => "elementwise_mul_grad",
-            OpType::ElementwiseDivGrad => "elementwise_div_grad",
-            OpType::ReluGrad => "relu_grad",
-            OpType::GeluGrad => "gelu_grad",
-            OpType::SiluGrad => "silu_grad",
-            OpType::SquareGrad => "square_grad",
-            OpType::ScaleGrad => "scale_grad",
-            OpType::CastGrad => "cast_grad",
-            OpType::AssignGrad => "assign_grad",
-            OpType::DropoutGrad => "dropout_grad",
-            OpType::SoftmaxGrad => "softmax_grad",
-            OpType::FusedSoftmaxMaskUpperTriangleGrad => "fused_softmax_mask_upper_triangle_grad",
-            OpType::LayerNormGrad => "layer_norm_grad",
-            OpType::LookupTableV2Grad => "lookup_table_v2_grad",
-            OpType::Reshape2Grad => "reshape2_grad",
-            OpType::Transpose2Grad => "transpose2_grad",
-            OpType::SplitGrad => "split_grad",
-            OpType::ConcatGrad => "concat_grad",
-            OpType::ReduceSumGrad => "reduce_sum_grad",
-            OpType::ReduceMeanGrad => "reduce_mean_grad",
-            OpType::MeanGrad => "mean_grad",
-            OpType::SoftmaxWithCrossEntropyGrad => "softmax_with_cross_entropy_grad",
-            OpType::Sum => "sum",
-            OpType::Sqrt => "sqrt",
-            OpType::ElementwiseMax => "elementwise_max",
-            OpType::SquaredL2Norm => "squared_l2_norm",
-            OpType::Sgd => "sgd",
-            OpType::Momentum => "momentum",
-            OpType::Adam => "adam",
-            OpType::AdamW => "adamw",
-            OpType::CheckFiniteAndUnscale => "check_finite_and_unscale",
-            OpType::UpdateLossScaling => "update_loss_scaling",
-            OpType::AllReduce => "all_reduce",
-            OpType::AllGather => "all_gather",
-            OpType::ReduceScatter => "reduce_scatter",
-            OpType::AllToAll => "all_to_all",
-            OpType::Send => "send",
-            OpType::Recv => "recv",
-            OpType::Slice => "slice",
-            OpType::CEmbedding => "c_embedding",
-            OpType::CEmbeddingGrad => "c_embedding_grad",
-            OpType::CSoftmaxWithCrossEntropy => "c_softmax_with_cross_entropy",
-            OpType::CSoftmaxWithCrossEntropyGrad => "c_softmax_with_cross_entropy_grad",
+            OpType::Math(o) => o.name(),
+            OpType::Optimizer(o) => o.name(),
+            OpType::Amp(o) => o.name(),
+            OpType::Collective(o) => o.name(),
+            OpType::RankLocal(o) => o.name(),
         }
     }
 
@@ -248,234 +490,62 @@ impl OpType {
     /// is not a forward op).
     pub fn grad(self) -> Option<OpType> {
         match self {
-            OpType::MatmulV2 => Some(OpType::MatmulV2Grad),
-            OpType::ElementwiseAdd => Some(OpType::ElementwiseAddGrad),
-            OpType::ElementwiseSub => Some(OpType::ElementwiseSubGrad),
-            OpType::ElementwiseMul => Some(OpType::ElementwiseMulGrad),
-            OpType::ElementwiseDiv => Some(OpType::ElementwiseDivGrad),
-            OpType::Relu => Some(OpType::ReluGrad),
-            OpType::Gelu => Some(OpType::GeluGrad),
-            OpType::Silu => Some(OpType::SiluGrad),
-            OpType::Square => Some(OpType::SquareGrad),
-            OpType::Scale => Some(OpType::ScaleGrad),
-            OpType::Cast => Some(OpType::CastGrad),
-            OpType::Assign => Some(OpType::AssignGrad),
-            OpType::Dropout => Some(OpType::DropoutGrad),
-            OpType::Softmax => Some(OpType::SoftmaxGrad),
-            OpType::FusedSoftmaxMaskUpperTriangle => {
-                Some(OpType::FusedSoftmaxMaskUpperTriangleGrad)
-            }
-            OpType::LayerNorm => Some(OpType::LayerNormGrad),
-            OpType::LookupTableV2 => Some(OpType::LookupTableV2Grad),
-            OpType::Reshape2 => Some(OpType::Reshape2Grad),
-            OpType::Transpose2 => Some(OpType::Transpose2Grad),
-            OpType::Split => Some(OpType::SplitGrad),
-            OpType::Concat => Some(OpType::ConcatGrad),
-            OpType::ReduceSum => Some(OpType::ReduceSumGrad),
-            OpType::ReduceMean => Some(OpType::ReduceMeanGrad),
-            OpType::Mean => Some(OpType::MeanGrad),
-            OpType::SoftmaxWithCrossEntropy => Some(OpType::SoftmaxWithCrossEntropyGrad),
-            OpType::FillConstant => None,
-            OpType::MatmulV2Grad
-            | OpType::ElementwiseAddGrad
-            | OpType::ElementwiseSubGrad
-            | OpType::ElementwiseMulGrad
-            | OpType::ElementwiseDivGrad
-            | OpType::ReluGrad
-            | OpType::GeluGrad
-            | OpType::SiluGrad
-            | OpType::SquareGrad
-            | OpType::ScaleGrad
-            | OpType::CastGrad
-            | OpType::AssignGrad
-            | OpType::DropoutGrad
-            | OpType::SoftmaxGrad
-            | OpType::FusedSoftmaxMaskUpperTriangleGrad
-            | OpType::LayerNormGrad
-            | OpType::LookupTableV2Grad
-            | OpType::Reshape2Grad
-            | OpType::Transpose2Grad
-            | OpType::SplitGrad
-            | OpType::ConcatGrad
-            | OpType::ReduceSumGrad
-            | OpType::ReduceMeanGrad
-            | OpType::MeanGrad
-            | OpType::SoftmaxWithCrossEntropyGrad
-            | OpType::Sum
-            | OpType::Sqrt
-            | OpType::ElementwiseMax
-            | OpType::SquaredL2Norm
-            | OpType::Sgd
-            | OpType::Momentum
-            | OpType::Adam
-            | OpType::AdamW
-            | OpType::CheckFiniteAndUnscale
-            | OpType::UpdateLossScaling
-            | OpType::AllReduce
-            | OpType::AllGather
-            | OpType::ReduceScatter
-            | OpType::AllToAll
-            | OpType::Send
-            | OpType::Recv
-            | OpType::Slice
-            | OpType::CEmbedding
-            | OpType::CEmbeddingGrad
-            | OpType::CSoftmaxWithCrossEntropy
-            | OpType::CSoftmaxWithCrossEntropyGrad => None,
+            OpType::Forward(f) => Some(OpType::Grad(f)),
+            OpType::FillConstant
+            | OpType::Grad(_)
+            | OpType::Math(_)
+            | OpType::Optimizer(_)
+            | OpType::Amp(_)
+            | OpType::Collective(_)
+            | OpType::RankLocal(_) => None,
         }
     }
 
     /// The forward op of a grad op (`None` for every other op).
     pub fn forward(self) -> Option<OpType> {
         match self {
-            OpType::MatmulV2Grad => Some(OpType::MatmulV2),
-            OpType::ElementwiseAddGrad => Some(OpType::ElementwiseAdd),
-            OpType::ElementwiseSubGrad => Some(OpType::ElementwiseSub),
-            OpType::ElementwiseMulGrad => Some(OpType::ElementwiseMul),
-            OpType::ElementwiseDivGrad => Some(OpType::ElementwiseDiv),
-            OpType::ReluGrad => Some(OpType::Relu),
-            OpType::GeluGrad => Some(OpType::Gelu),
-            OpType::SiluGrad => Some(OpType::Silu),
-            OpType::SquareGrad => Some(OpType::Square),
-            OpType::ScaleGrad => Some(OpType::Scale),
-            OpType::CastGrad => Some(OpType::Cast),
-            OpType::AssignGrad => Some(OpType::Assign),
-            OpType::DropoutGrad => Some(OpType::Dropout),
-            OpType::SoftmaxGrad => Some(OpType::Softmax),
-            OpType::FusedSoftmaxMaskUpperTriangleGrad => {
-                Some(OpType::FusedSoftmaxMaskUpperTriangle)
-            }
-            OpType::LayerNormGrad => Some(OpType::LayerNorm),
-            OpType::LookupTableV2Grad => Some(OpType::LookupTableV2),
-            OpType::Reshape2Grad => Some(OpType::Reshape2),
-            OpType::Transpose2Grad => Some(OpType::Transpose2),
-            OpType::SplitGrad => Some(OpType::Split),
-            OpType::ConcatGrad => Some(OpType::Concat),
-            OpType::ReduceSumGrad => Some(OpType::ReduceSum),
-            OpType::ReduceMeanGrad => Some(OpType::ReduceMean),
-            OpType::MeanGrad => Some(OpType::Mean),
-            OpType::SoftmaxWithCrossEntropyGrad => Some(OpType::SoftmaxWithCrossEntropy),
-            OpType::MatmulV2
-            | OpType::ElementwiseAdd
-            | OpType::ElementwiseSub
-            | OpType::ElementwiseMul
-            | OpType::ElementwiseDiv
-            | OpType::Relu
-            | OpType::Gelu
-            | OpType::Silu
-            | OpType::Square
-            | OpType::Scale
-            | OpType::Cast
-            | OpType::Assign
-            | OpType::Dropout
-            | OpType::Softmax
-            | OpType::FusedSoftmaxMaskUpperTriangle
-            | OpType::LayerNorm
-            | OpType::LookupTableV2
-            | OpType::Reshape2
-            | OpType::Transpose2
-            | OpType::Split
-            | OpType::Concat
-            | OpType::ReduceSum
-            | OpType::ReduceMean
-            | OpType::Mean
-            | OpType::SoftmaxWithCrossEntropy
+            OpType::Grad(f) => Some(OpType::Forward(f)),
+            OpType::Forward(_)
             | OpType::FillConstant
-            | OpType::Sum
-            | OpType::Sqrt
-            | OpType::ElementwiseMax
-            | OpType::SquaredL2Norm
-            | OpType::Sgd
-            | OpType::Momentum
-            | OpType::Adam
-            | OpType::AdamW
-            | OpType::CheckFiniteAndUnscale
-            | OpType::UpdateLossScaling
-            | OpType::AllReduce
-            | OpType::AllGather
-            | OpType::ReduceScatter
-            | OpType::AllToAll
-            | OpType::Send
-            | OpType::Recv
-            | OpType::Slice
-            | OpType::CEmbedding
-            | OpType::CEmbeddingGrad
-            | OpType::CSoftmaxWithCrossEntropy
-            | OpType::CSoftmaxWithCrossEntropyGrad => None,
+            | OpType::Math(_)
+            | OpType::Optimizer(_)
+            | OpType::Amp(_)
+            | OpType::Collective(_)
+            | OpType::RankLocal(_) => None,
         }
     }
 
     /// What family an op belongs to.
     pub fn class(self) -> OpClass {
         match self {
-            OpType::MatmulV2
-            | OpType::ElementwiseAdd
-            | OpType::ElementwiseSub
-            | OpType::ElementwiseMul
-            | OpType::ElementwiseDiv
-            | OpType::Relu
-            | OpType::Gelu
-            | OpType::Silu
-            | OpType::Square
-            | OpType::Scale
-            | OpType::Cast
-            | OpType::Assign
-            | OpType::Dropout
-            | OpType::Softmax
-            | OpType::FusedSoftmaxMaskUpperTriangle
-            | OpType::LayerNorm
-            | OpType::LookupTableV2
-            | OpType::Reshape2
-            | OpType::Transpose2
-            | OpType::Split
-            | OpType::Concat
-            | OpType::ReduceSum
-            | OpType::ReduceMean
-            | OpType::Mean
-            | OpType::SoftmaxWithCrossEntropy
-            | OpType::FillConstant => OpClass::Forward,
-            OpType::MatmulV2Grad
-            | OpType::ElementwiseAddGrad
-            | OpType::ElementwiseSubGrad
-            | OpType::ElementwiseMulGrad
-            | OpType::ElementwiseDivGrad
-            | OpType::ReluGrad
-            | OpType::GeluGrad
-            | OpType::SiluGrad
-            | OpType::SquareGrad
-            | OpType::ScaleGrad
-            | OpType::CastGrad
-            | OpType::AssignGrad
-            | OpType::DropoutGrad
-            | OpType::SoftmaxGrad
-            | OpType::FusedSoftmaxMaskUpperTriangleGrad
-            | OpType::LayerNormGrad
-            | OpType::LookupTableV2Grad
-            | OpType::Reshape2Grad
-            | OpType::Transpose2Grad
-            | OpType::SplitGrad
-            | OpType::ConcatGrad
-            | OpType::ReduceSumGrad
-            | OpType::ReduceMeanGrad
-            | OpType::MeanGrad
-            | OpType::SoftmaxWithCrossEntropyGrad => OpClass::Grad,
-            OpType::Sum | OpType::Sqrt | OpType::ElementwiseMax | OpType::SquaredL2Norm => {
-                OpClass::Math
-            }
-            OpType::Sgd | OpType::Momentum | OpType::Adam | OpType::AdamW => OpClass::Optimizer,
-            OpType::CheckFiniteAndUnscale | OpType::UpdateLossScaling => OpClass::Amp,
-            OpType::AllReduce
-            | OpType::AllGather
-            | OpType::ReduceScatter
-            | OpType::AllToAll
-            | OpType::Send
-            | OpType::Recv => OpClass::Collective,
-            OpType::Slice
-            | OpType::CEmbedding
-            | OpType::CEmbeddingGrad
-            | OpType::CSoftmaxWithCrossEntropy
-            | OpType::CSoftmaxWithCrossEntropyGrad => OpClass::RankLocal,
+            OpType::Forward(_) | OpType::FillConstant => OpClass::Forward,
+            OpType::Grad(_) => OpClass::Grad,
+            OpType::Math(_) => OpClass::Math,
+            OpType::Optimizer(_) => OpClass::Optimizer,
+            OpType::Amp(_) => OpClass::Amp,
+            OpType::Collective(_) => OpClass::Collective,
+            OpType::RankLocal(_) => OpClass::RankLocal,
         }
+    }
+
+    /// A forward op applied element by element (unary, or binary with broadcasting).
+    pub fn is_elementwise(self) -> bool {
+        matches!(self, OpType::Forward(f) if f.is_elementwise())
+    }
+}
+
+/// Serialized as Paddle's name.
+impl Serialize for OpType {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for OpType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<OpType, D::Error> {
+        let name = String::deserialize(d)?;
+        OpType::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown op type `{name}`")))
     }
 }
 

@@ -276,31 +276,7 @@ impl OpType {
             OpType::UpdateLossScaling => UPDATE_SCALING,
             OpType::Send => SEND,
             OpType::Slice => SLICE,
-            OpType::MatmulV2Grad
-            | OpType::ElementwiseAddGrad
-            | OpType::ElementwiseSubGrad
-            | OpType::ElementwiseMulGrad
-            | OpType::ElementwiseDivGrad
-            | OpType::ReluGrad
-            | OpType::GeluGrad
-            | OpType::SiluGrad
-            | OpType::SquareGrad
-            | OpType::ScaleGrad
-            | OpType::CastGrad
-            | OpType::AssignGrad
-            | OpType::DropoutGrad
-            | OpType::SoftmaxGrad
-            | OpType::FusedSoftmaxMaskUpperTriangleGrad
-            | OpType::LayerNormGrad
-            | OpType::LookupTableV2Grad
-            | OpType::Reshape2Grad
-            | OpType::Transpose2Grad
-            | OpType::SplitGrad
-            | OpType::ConcatGrad
-            | OpType::ReduceSumGrad
-            | OpType::ReduceMeanGrad
-            | OpType::MeanGrad
-            | OpType::SoftmaxWithCrossEntropyGrad => grad_slots(self),
+            OpType::Grad(_) => grad_slots(self),
         }
     }
 
@@ -366,31 +342,7 @@ impl OpType {
             OpType::CSoftmaxWithCrossEntropy | OpType::CSoftmaxWithCrossEntropyGrad => {
                 C_SOFTMAX_CE_ATTRS
             }
-            OpType::MatmulV2Grad
-            | OpType::ElementwiseAddGrad
-            | OpType::ElementwiseSubGrad
-            | OpType::ElementwiseMulGrad
-            | OpType::ElementwiseDivGrad
-            | OpType::ReluGrad
-            | OpType::GeluGrad
-            | OpType::SiluGrad
-            | OpType::SquareGrad
-            | OpType::ScaleGrad
-            | OpType::CastGrad
-            | OpType::AssignGrad
-            | OpType::DropoutGrad
-            | OpType::SoftmaxGrad
-            | OpType::FusedSoftmaxMaskUpperTriangleGrad
-            | OpType::LayerNormGrad
-            | OpType::LookupTableV2Grad
-            | OpType::Reshape2Grad
-            | OpType::Transpose2Grad
-            | OpType::SplitGrad
-            | OpType::ConcatGrad
-            | OpType::ReduceSumGrad
-            | OpType::ReduceMeanGrad
-            | OpType::MeanGrad
-            | OpType::SoftmaxWithCrossEntropyGrad => NONE,
+            OpType::Grad(_) => NONE,
         }
     }
 }

@@ -113,52 +113,12 @@ fn grad_partials(
         | OpType::Mean
         | OpType::SoftmaxWithCrossEntropy
         | OpType::FillConstant
-        | OpType::MatmulV2Grad
-        | OpType::ElementwiseAddGrad
-        | OpType::ElementwiseSubGrad
-        | OpType::ElementwiseMulGrad
-        | OpType::ElementwiseDivGrad
-        | OpType::ReluGrad
-        | OpType::GeluGrad
-        | OpType::SiluGrad
-        | OpType::SquareGrad
-        | OpType::ScaleGrad
-        | OpType::CastGrad
-        | OpType::AssignGrad
-        | OpType::DropoutGrad
-        | OpType::SoftmaxGrad
-        | OpType::FusedSoftmaxMaskUpperTriangleGrad
-        | OpType::LayerNormGrad
-        | OpType::LookupTableV2Grad
-        | OpType::Reshape2Grad
-        | OpType::Transpose2Grad
-        | OpType::SplitGrad
-        | OpType::ConcatGrad
-        | OpType::ReduceSumGrad
-        | OpType::ReduceMeanGrad
-        | OpType::MeanGrad
-        | OpType::SoftmaxWithCrossEntropyGrad
-        | OpType::Sum
-        | OpType::Sqrt
-        | OpType::ElementwiseMax
-        | OpType::SquaredL2Norm
-        | OpType::Sgd
-        | OpType::Momentum
-        | OpType::Adam
-        | OpType::AdamW
-        | OpType::CheckFiniteAndUnscale
-        | OpType::UpdateLossScaling
-        | OpType::AllReduce
-        | OpType::AllGather
-        | OpType::ReduceScatter
-        | OpType::AllToAll
-        | OpType::Send
-        | OpType::Recv
-        | OpType::Slice
-        | OpType::CEmbedding
-        | OpType::CEmbeddingGrad
-        | OpType::CSoftmaxWithCrossEntropy
-        | OpType::CSoftmaxWithCrossEntropyGrad => {}
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => {}
     }
     out
 }

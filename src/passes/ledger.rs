@@ -48,67 +48,12 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
             let loss = size(op.output("Loss").first());
             3.0 * 2.0 * (n - 1.0) / n * loss
         }
-        OpType::MatmulV2
-        | OpType::ElementwiseAdd
-        | OpType::ElementwiseSub
-        | OpType::ElementwiseMul
-        | OpType::ElementwiseDiv
-        | OpType::Relu
-        | OpType::Gelu
-        | OpType::Silu
-        | OpType::Square
-        | OpType::Scale
-        | OpType::Cast
-        | OpType::Assign
-        | OpType::Dropout
-        | OpType::Softmax
-        | OpType::FusedSoftmaxMaskUpperTriangle
-        | OpType::LayerNorm
-        | OpType::LookupTableV2
-        | OpType::Reshape2
-        | OpType::Transpose2
-        | OpType::Split
-        | OpType::Concat
-        | OpType::ReduceSum
-        | OpType::ReduceMean
-        | OpType::Mean
-        | OpType::SoftmaxWithCrossEntropy
+        OpType::Forward(_)
         | OpType::FillConstant
-        | OpType::MatmulV2Grad
-        | OpType::ElementwiseAddGrad
-        | OpType::ElementwiseSubGrad
-        | OpType::ElementwiseMulGrad
-        | OpType::ElementwiseDivGrad
-        | OpType::ReluGrad
-        | OpType::GeluGrad
-        | OpType::SiluGrad
-        | OpType::SquareGrad
-        | OpType::ScaleGrad
-        | OpType::CastGrad
-        | OpType::AssignGrad
-        | OpType::DropoutGrad
-        | OpType::SoftmaxGrad
-        | OpType::FusedSoftmaxMaskUpperTriangleGrad
-        | OpType::LayerNormGrad
-        | OpType::LookupTableV2Grad
-        | OpType::Reshape2Grad
-        | OpType::Transpose2Grad
-        | OpType::SplitGrad
-        | OpType::ConcatGrad
-        | OpType::ReduceSumGrad
-        | OpType::ReduceMeanGrad
-        | OpType::MeanGrad
-        | OpType::SoftmaxWithCrossEntropyGrad
-        | OpType::Sum
-        | OpType::Sqrt
-        | OpType::ElementwiseMax
-        | OpType::SquaredL2Norm
-        | OpType::Sgd
-        | OpType::Momentum
-        | OpType::Adam
-        | OpType::AdamW
-        | OpType::CheckFiniteAndUnscale
-        | OpType::UpdateLossScaling
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
         | OpType::Recv
         | OpType::Slice
         | OpType::CEmbedding

@@ -155,44 +155,11 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
                 decrease: Vec::new(),
             })
         }
-        OpType::MatmulV2Grad
-        | OpType::ElementwiseAddGrad
-        | OpType::ElementwiseSubGrad
-        | OpType::ElementwiseMulGrad
-        | OpType::ElementwiseDivGrad
-        | OpType::ReluGrad
-        | OpType::GeluGrad
-        | OpType::SiluGrad
-        | OpType::SquareGrad
-        | OpType::ScaleGrad
-        | OpType::CastGrad
-        | OpType::AssignGrad
-        | OpType::DropoutGrad
-        | OpType::SoftmaxGrad
-        | OpType::FusedSoftmaxMaskUpperTriangleGrad
-        | OpType::LayerNormGrad
-        | OpType::LookupTableV2Grad
-        | OpType::Reshape2Grad
-        | OpType::Transpose2Grad
-        | OpType::SplitGrad
-        | OpType::ConcatGrad
-        | OpType::ReduceSumGrad
-        | OpType::ReduceMeanGrad
-        | OpType::MeanGrad
-        | OpType::SoftmaxWithCrossEntropyGrad
+        OpType::Grad(_)
         | OpType::Sum
-        | OpType::Sgd
-        | OpType::Momentum
-        | OpType::Adam
-        | OpType::AdamW
-        | OpType::CheckFiniteAndUnscale
-        | OpType::UpdateLossScaling
-        | OpType::AllReduce
-        | OpType::AllGather
-        | OpType::ReduceScatter
-        | OpType::AllToAll
-        | OpType::Send
-        | OpType::Recv
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
         | OpType::CEmbedding
         | OpType::CEmbeddingGrad
         | OpType::CSoftmaxWithCrossEntropy
