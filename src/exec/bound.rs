@@ -22,6 +22,7 @@
 //! [`TOLERANCE_FACTOR`] `× E` (see `verify.rs`).
 
 use super::tensor::Tensor;
+use crate::ir::op_type::{AmpOp, ForwardOp, MathOp, OptimizerOp, RankLocalOp};
 use crate::ir::{DType, Op, OpType, VarId};
 
 /// Unit roundoff of a dtype: half the distance from 1 to the next float.
@@ -98,338 +99,335 @@ pub fn propagate(
     view: &View,
     per_element: &mut Option<(VarId, Vec<f64>)>,
 ) -> Vec<(VarId, f64)> {
-    let first_out = op.outputs.iter().flat_map(|s| s.iter()).next().copied();
-    let dtype = first_out
-        .and_then(|v| view.after(v))
-        .map_or(DType::F32, Tensor::dtype);
-    let u = unit_roundoff(dtype);
-    let inp = |slot: &str| op.input(slot).first().copied();
-    let val = |slot: &str| inp(slot).and_then(|v| view.value(v));
-    let e = |slot: &str| inp(slot).map_or(0.0, |v| view.e(v));
-    let m = |slot: &str| max_abs(val(slot));
-    let out = |slot: &str| op.output(slot).first().copied();
-    let m_out = |slot: &str| max_abs(out(slot).and_then(|v| view.after(v)));
-    let one = |slot: &str, bound: f64| out(slot).map(|v| vec![(v, bound)]).unwrap_or_default();
-    // Every stored output is rounded once more.
-    let stored = |slot: &str, bound: f64| one(slot, bound + u * m_out(slot));
-    let smooth_grad = |slope: f64, curvature: f64| {
-        stored(
-            "X@GRAD",
-            slope * e("Out@GRAD")
-                + curvature * m("Out@GRAD") * e("X")
-                + 8.0 * u * slope.max(1.0) * m("Out@GRAD"),
-        )
-    };
-    let lr = || max_abs(val("LearningRate"));
+    let a = At::new(op, view);
     match op.ty {
-        OpType::MatmulV2 => {
-            let (tx, ty) = (
-                op.attr_bool("trans_x", false),
-                op.attr_bool("trans_y", false),
-            );
-            let (Some(x), Some(y)) = (val("X"), val("Y")) else {
-                return unbounded(op);
-            };
-            let mm = |a: &Tensor, b: &Tensor| {
-                super::kernels::matmul::matmul(a, b, tx, ty)
-                    .map_or(f64::INFINITY, |t| max_abs(Some(&t)))
-            };
-            let k = contraction(x, tx, true);
-            // Errors of the k terms add like independent variables: the gain of X's error is
-            // the largest column norm of Y (√Σ y²), and the other way round.
-            let terms = mm(&abs(x), &abs(y));
-            let bound = e("X") * mm(&ones(x), &square(y)).sqrt()
-                + mm(&square(x), &ones(y)).sqrt() * e("Y")
-                + k.sqrt() * e("X") * e("Y")
-                + (k.sqrt() + 1.0) * u * terms;
-            stored("Out", bound)
+        OpType::Forward(f) => forward(&a, f),
+        OpType::Grad(f) => grad(&a, f),
+        OpType::FillConstant => a.one("Out", 0.0),
+        OpType::Math(m) => math(&a, m),
+        OpType::Optimizer(o) => optimizer(&a, o, per_element),
+        OpType::Amp(o) => amp(&a, o),
+        // Collectives and send/recv never run in the serial program; if they do (a
+        // one-member group), they add the rounding of a sum of their input.
+        OpType::Collective(_) => a.stored("Out", a.e("X")),
+        // The rank-local ops only run in rank programs, which carry no bounds; they bound
+        // like the ops they stand for (a slice moves data exactly).
+        OpType::RankLocal(RankLocalOp::Slice) => a.one("Out", a.e("Input")),
+        OpType::RankLocal(RankLocalOp::CEmbedding) => forward(&a, ForwardOp::LookupTableV2),
+        OpType::RankLocal(RankLocalOp::CEmbeddingGrad) => grad(&a, ForwardOp::LookupTableV2),
+        OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy) => {
+            forward(&a, ForwardOp::SoftmaxWithCrossEntropy)
         }
-        OpType::MatmulV2Grad => {
-            let (tx, ty) = (
-                op.attr_bool("trans_x", false),
-                op.attr_bool("trans_y", false),
-            );
-            let (Some(x), Some(y), Some(d)) = (val("X"), val("Y"), val("Out@GRAD")) else {
-                return unbounded(op);
-            };
-            let g = |a: &Tensor, b: &Tensor, c: &Tensor| {
-                super::kernels::matmul::matmul_grad(a, b, c, tx, ty)
-                    .map_or((f64::INFINITY, f64::INFINITY), |(p, q)| {
-                        (max_abs(Some(&p)), max_abs(Some(&q)))
-                    })
-            };
-            let (rx, ry) = g(&abs(x), &abs(y), &abs(d));
-            let (from_d_x, from_d_y) = g(&square(x), &square(y), &ones(d));
-            let (from_y, from_x) = g(&ones(x), &ones(y), &square(d));
-            let (from_d_x, from_d_y, from_y, from_x) = (
-                from_d_x.sqrt(),
-                from_d_y.sqrt(),
-                from_y.sqrt(),
-                from_x.sqrt(),
-            );
-            // Contraction lengths: dX sums over n (and broadcast batches), dY over m.
-            let n = d.numel().max(1) as f64 / x.numel().max(1) as f64 * contraction(x, tx, true);
-            let mx = d.numel().max(1) as f64 / y.numel().max(1) as f64 * contraction(y, ty, false);
-            let (ed, ex, ey) = (e("Out@GRAD"), e("X"), e("Y"));
-            let mut v = stored(
-                "X@GRAD",
-                ed * from_d_x + from_y * ey + n.sqrt() * ed * ey + (n.sqrt() + 1.0) * u * rx,
-            );
-            v.extend(stored(
-                "Y@GRAD",
-                from_d_y * ed + from_x * ex + mx.sqrt() * ed * ex + (mx.sqrt() + 1.0) * u * ry,
-            ));
-            v
+        OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropyGrad) => {
+            grad(&a, ForwardOp::SoftmaxWithCrossEntropy)
         }
-        OpType::ElementwiseAdd | OpType::ElementwiseSub => {
-            stored("Out", e("X") + e("Y") + u * (m("X") + m("Y")))
+    }
+}
+
+/// An op with the values around it: the accessors every bound is written with.
+struct At<'a> {
+    op: &'a Op,
+    view: &'a View<'a>,
+    /// The unit roundoff of the op's output precision.
+    u: f64,
+}
+
+impl<'a> At<'a> {
+    fn new(op: &'a Op, view: &'a View<'a>) -> At<'a> {
+        let first_out = op.outputs.iter().flat_map(|s| s.iter()).next().copied();
+        let dtype = first_out
+            .and_then(|v| view.after(v))
+            .map_or(DType::F32, Tensor::dtype);
+        At {
+            op,
+            view,
+            u: unit_roundoff(dtype),
         }
-        OpType::ElementwiseMul => stored(
+    }
+
+    fn inp(&self, slot: &str) -> Option<VarId> {
+        self.op.input(slot).first().copied()
+    }
+
+    /// The value of an input slot's first variable.
+    fn val(&self, slot: &str) -> Option<&'a Tensor> {
+        self.inp(slot).and_then(|v| self.view.value(v))
+    }
+
+    /// The error bound of an input slot's first variable.
+    fn e(&self, slot: &str) -> f64 {
+        self.inp(slot).map_or(0.0, |v| self.view.e(v))
+    }
+
+    /// The largest magnitude of an input slot's first variable.
+    fn m(&self, slot: &str) -> f64 {
+        max_abs(self.val(slot))
+    }
+
+    fn out(&self, slot: &str) -> Option<VarId> {
+        self.op.output(slot).first().copied()
+    }
+
+    /// The largest magnitude of an output slot's first variable, as computed.
+    fn m_out(&self, slot: &str) -> f64 {
+        max_abs(self.out(slot).and_then(|v| self.view.after(v)))
+    }
+
+    /// `bound` for an output slot's first variable.
+    fn one(&self, slot: &str, bound: f64) -> Vec<(VarId, f64)> {
+        self.out(slot).map(|v| vec![(v, bound)]).unwrap_or_default()
+    }
+
+    /// `bound` plus the rounding of storing the output (every stored output is rounded once
+    /// more).
+    fn stored(&self, slot: &str, bound: f64) -> Vec<(VarId, f64)> {
+        self.one(slot, bound + self.u * self.m_out(slot))
+    }
+
+    /// f'(x)·dy of a smooth f: the slope of f' and its curvature bound how errors in x and
+    /// dy move it.
+    fn smooth_grad(&self, slope: f64, curvature: f64) -> Vec<(VarId, f64)> {
+        self.stored(
+            "X@GRAD",
+            slope * self.e("Out@GRAD")
+                + curvature * self.m("Out@GRAD") * self.e("X")
+                + 8.0 * self.u * slope.max(1.0) * self.m("Out@GRAD"),
+        )
+    }
+
+    /// The learning rate's magnitude.
+    fn lr(&self) -> f64 {
+        max_abs(self.val("LearningRate"))
+    }
+}
+
+/// The bound of a forward op's outputs.
+fn forward(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
+    let (op, view, u) = (a.op, a.view, a.u);
+    match f {
+        ForwardOp::MatmulV2 => matmul(a),
+        ForwardOp::ElementwiseAdd | ForwardOp::ElementwiseSub => {
+            a.stored("Out", a.e("X") + a.e("Y") + u * (a.m("X") + a.m("Y")))
+        }
+        ForwardOp::ElementwiseMul => a.stored(
             "Out",
-            e("X") * m("Y") + m("X") * e("Y") + e("X") * e("Y") + u * m("X") * m("Y"),
+            a.e("X") * a.m("Y")
+                + a.m("X") * a.e("Y")
+                + a.e("X") * a.e("Y")
+                + u * a.m("X") * a.m("Y"),
         ),
-        OpType::ElementwiseDiv => {
-            let lo = min_abs(val("Y")) - e("Y");
+        ForwardOp::ElementwiseDiv => {
+            let lo = min_abs(a.val("Y")) - a.e("Y");
             if lo <= 0.0 {
                 return unbounded(op);
             }
-            stored("Out", (e("X") + m_out("Out") * e("Y")) / lo)
+            a.stored("Out", (a.e("X") + a.m_out("Out") * a.e("Y")) / lo)
         }
+        ForwardOp::Relu => a.one("Out", a.e("X")),
+        ForwardOp::Gelu => a.stored("Out", GELU_SLOPE * a.e("X") + 4.0 * u * a.m("X")),
+        ForwardOp::Silu => a.stored("Out", SILU_SLOPE * a.e("X") + 4.0 * u * a.m("X")),
+        ForwardOp::Square => a.stored("Out", 2.0 * a.m("X") * a.e("X") + a.e("X") * a.e("X")),
+        ForwardOp::Scale => {
+            let s = op.attr_float("scale", 1.0).abs();
+            let b = op.attr_float("bias", 0.0).abs();
+            a.stored("Out", s * a.e("X") + u * (s * a.m("X") + s * b + b))
+        }
+        ForwardOp::Cast => a.stored("Out", a.e("X")),
+        // Data movement: exact.
+        ForwardOp::Assign | ForwardOp::Reshape2 | ForwardOp::Transpose2 => a.one("Out", a.e("X")),
+        ForwardOp::Split => all_outputs(op, "Out", a.e("X")),
+        ForwardOp::Concat => a.one("Out", max_err(op, "X", view)),
+        ForwardOp::Dropout => {
+            let keep = 1.0 - op.attr_float("dropout_prob", 0.5);
+            let gain = if keep > 0.0 { 1.0 / keep } else { 0.0 };
+            let mut v = a.stored("Out", gain * a.e("X") + u * gain * a.m("X"));
+            v.extend(a.one("Mask", 0.0));
+            v
+        }
+        ForwardOp::LookupTableV2 => a.one("Out", a.e("W")),
+        ForwardOp::Softmax | ForwardOp::FusedSoftmaxMaskUpperTriangle => {
+            let n = axis_len(a.val("X"), op.attr_int("axis", -1)) as f64;
+            // |Δp_i| ≤ p_i (|Δx_i| + Σ_j p_j |Δx_j|) ≤ 2 max p · E(x); rounding of exp, the
+            // row sum and the division is (n + 4) u relative to p.
+            let mp = a.m_out("Out");
+            a.stored("Out", (2.0 * mp * a.e("X") + (n + 4.0) * u * mp).min(1.0))
+        }
+        ForwardOp::LayerNorm => layer_norm(op, view, u),
+        ForwardOp::ReduceSum | ForwardOp::ReduceMean | ForwardOp::Mean => {
+            let (x, o) = (a.val("X"), a.out("Out").and_then(|v| view.after(v)));
+            let n = match (x, o) {
+                (Some(x), Some(o)) => x.numel() as f64 / o.numel().max(1) as f64,
+                _ => 1.0,
+            };
+            let bound = if op.ty == OpType::ReduceSum {
+                n.sqrt() * a.e("X") + n.sqrt() * u * n * a.m("X")
+            } else {
+                a.e("X") / n.sqrt() + n.sqrt() * u * a.m("X")
+            };
+            a.stored("Out", bound)
+        }
+        // The vocab-parallel ops only run in rank programs, which carry no bounds; they bound
+        // like the ops they stand for.
+        ForwardOp::SoftmaxWithCrossEntropy => softmax_ce(op, view, u),
+    }
+}
+
+/// The bound of a grad op's outputs.
+fn grad(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
+    let (op, view, u) = (a.op, a.view, a.u);
+    match f {
+        ForwardOp::MatmulV2 => matmul_grad(a),
+        ForwardOp::Scale => a.stored(
+            "X@GRAD",
+            op.attr_float("scale", 1.0).abs() * (a.e("Out@GRAD") + u * a.m("Out@GRAD")),
+        ),
+        ForwardOp::Cast => a.stored("X@GRAD", a.e("Out@GRAD")),
+        ForwardOp::Assign | ForwardOp::Reshape2 | ForwardOp::Transpose2 => {
+            a.one("X@GRAD", a.e("Out@GRAD"))
+        }
+        ForwardOp::Split => a.one("X@GRAD", max_err(op, "Out@GRAD", view)),
+        ForwardOp::Concat => all_outputs(op, "X@GRAD", a.e("Out@GRAD")),
+        ForwardOp::Dropout => a.stored("X@GRAD", a.m("Mask") * a.e("Out@GRAD")),
+        ForwardOp::LookupTableV2 => {
+            // Each row of W@GRAD sums the gradients of every position holding its id.
+            let count = most_repeated(a.val("Ids")) as f64;
+            a.stored(
+                "W@GRAD",
+                count.sqrt() * a.e("Out@GRAD") + count.sqrt() * u * count * a.m("Out@GRAD"),
+            )
+        }
+        ForwardOp::Softmax | ForwardOp::FusedSoftmaxMaskUpperTriangle => {
+            let n = axis_len(a.val("Out"), op.attr_int("axis", -1)) as f64;
+            let (ey, ed, my, md) = (a.e("Out"), a.e("Out@GRAD"), a.m("Out"), a.m("Out@GRAD"));
+            // The softmax's bound is relative to p (E(p) = ρ max p), so Σ_j d_j Δp_j moves
+            // by at most ρ max|d| (Σ p = 1). dx_i = p_i (d_i − Σ_j d_j p_j) then moves by at
+            // most 3 ρ p_i max|d| + 2 p_i E(d).
+            a.stored(
+                "X@GRAD",
+                3.0 * ey * md + 2.0 * my * ed + (n + 3.0) * u * 2.0 * my * md,
+            )
+        }
+        ForwardOp::LayerNorm => layer_norm_grad(op, view, u),
+        ForwardOp::ReduceSum | ForwardOp::ReduceMean | ForwardOp::Mean => {
+            a.stored("X@GRAD", a.e("Out@GRAD"))
+        }
+        ForwardOp::SoftmaxWithCrossEntropy => softmax_ce_grad(a),
+        ForwardOp::ElementwiseAdd | ForwardOp::ElementwiseSub => {
+            let d = a.e("Out@GRAD");
+            let md = a.m("Out@GRAD");
+            let mut v = Vec::new();
+            for (slot, operand) in [("X@GRAD", "X"), ("Y@GRAD", "Y")] {
+                let r = broadcast_ratio(a.val("Out@GRAD"), a.val(operand));
+                v.extend(a.stored(slot, r.sqrt() * d + r.sqrt() * u * r * md));
+            }
+            v
+        }
+        ForwardOp::ElementwiseMul => mul_grad(a),
+        ForwardOp::ElementwiseDiv => div_grad(a),
+        ForwardOp::Relu => {
+            // A mask bit can flip where x is within its bound of 0.
+            let flips = a.val("X").is_some_and(|x| {
+                let ex = a.e("X");
+                ex > 0.0 && x.to_f64().iter().any(|a| a.abs() <= ex)
+            });
+            a.one(
+                "X@GRAD",
+                a.e("Out@GRAD") + if flips { a.m("Out@GRAD") } else { 0.0 },
+            )
+        }
+        // f'(x)·dy: the slope of f' and its curvature bound how errors in x and dy move it.
+        ForwardOp::Gelu => a.smooth_grad(GELU_SLOPE, GELU_CURVATURE),
+        ForwardOp::Silu => a.smooth_grad(SILU_SLOPE, SILU_CURVATURE),
+        ForwardOp::Square => a.smooth_grad(2.0 * a.m("X"), 2.0),
+    }
+}
+
+/// The bound of the planner's arithmetic (accumulation, clipping).
+fn math(a: &At, o: MathOp) -> Vec<(VarId, f64)> {
+    let (op, view, u) = (a.op, a.view, a.u);
+    match o {
         // max is 1-Lipschitz and exact.
-        OpType::ElementwiseMax => one("Out", e("X").max(e("Y"))),
-        OpType::Relu => one("Out", e("X")),
-        OpType::Gelu => stored("Out", GELU_SLOPE * e("X") + 4.0 * u * m("X")),
-        OpType::Silu => stored("Out", SILU_SLOPE * e("X") + 4.0 * u * m("X")),
-        OpType::Square => stored("Out", 2.0 * m("X") * e("X") + e("X") * e("X")),
-        OpType::Sqrt => {
-            let (ex, lo) = (e("X"), min_abs(val("X")));
+        MathOp::ElementwiseMax => a.one("Out", a.e("X").max(a.e("Y"))),
+        MathOp::Sqrt => {
+            let (ex, lo) = (a.e("X"), min_abs(a.val("X")));
             // √ is ½-Hölder near 0 and has slope 1/(2√x) away from it.
             let slope = if lo > ex {
                 ex / (lo - ex).sqrt() / 2.0
             } else {
                 f64::INFINITY
             };
-            stored("Out", ex.sqrt().min(slope))
+            a.stored("Out", ex.sqrt().min(slope))
         }
-        OpType::Scale => {
-            let s = op.attr_float("scale", 1.0).abs();
-            let b = op.attr_float("bias", 0.0).abs();
-            stored("Out", s * e("X") + u * (s * m("X") + s * b + b))
-        }
-        OpType::ScaleGrad => stored(
-            "X@GRAD",
-            op.attr_float("scale", 1.0).abs() * (e("Out@GRAD") + u * m("Out@GRAD")),
-        ),
-        OpType::Cast => stored("Out", e("X")),
-        OpType::CastGrad => stored("X@GRAD", e("Out@GRAD")),
-        // Data movement: exact.
-        OpType::Assign | OpType::Reshape2 | OpType::Transpose2 | OpType::Slice => {
-            let x = if op.ty == OpType::Slice {
-                e("Input")
-            } else {
-                e("X")
-            };
-            one("Out", x)
-        }
-        OpType::AssignGrad | OpType::Reshape2Grad | OpType::Transpose2Grad => {
-            one("X@GRAD", e("Out@GRAD"))
-        }
-        OpType::Split => all_outputs(op, "Out", e("X")),
-        OpType::Concat => one("Out", max_err(op, "X", view)),
-        OpType::SplitGrad => one("X@GRAD", max_err(op, "Out@GRAD", view)),
-        OpType::ConcatGrad => all_outputs(op, "X@GRAD", e("Out@GRAD")),
-        OpType::Dropout => {
-            let keep = 1.0 - op.attr_float("dropout_prob", 0.5);
-            let gain = if keep > 0.0 { 1.0 / keep } else { 0.0 };
-            let mut v = stored("Out", gain * e("X") + u * gain * m("X"));
-            v.extend(one("Mask", 0.0));
-            v
-        }
-        OpType::DropoutGrad => stored("X@GRAD", m("Mask") * e("Out@GRAD")),
-        OpType::LookupTableV2 | OpType::CEmbedding => one("Out", e("W")),
-        OpType::LookupTableV2Grad | OpType::CEmbeddingGrad => {
-            // Each row of W@GRAD sums the gradients of every position holding its id.
-            let count = most_repeated(val("Ids")) as f64;
-            stored(
-                "W@GRAD",
-                count.sqrt() * e("Out@GRAD") + count.sqrt() * u * count * m("Out@GRAD"),
-            )
-        }
-        OpType::FillConstant => one("Out", 0.0),
-        OpType::Softmax | OpType::FusedSoftmaxMaskUpperTriangle => {
-            let n = axis_len(val("X"), op.attr_int("axis", -1)) as f64;
-            // |Δp_i| ≤ p_i (|Δx_i| + Σ_j p_j |Δx_j|) ≤ 2 max p · E(x); rounding of exp, the
-            // row sum and the division is (n + 4) u relative to p.
-            let mp = m_out("Out");
-            stored("Out", (2.0 * mp * e("X") + (n + 4.0) * u * mp).min(1.0))
-        }
-        OpType::SoftmaxGrad | OpType::FusedSoftmaxMaskUpperTriangleGrad => {
-            let n = axis_len(val("Out"), op.attr_int("axis", -1)) as f64;
-            let (ey, ed, my, md) = (e("Out"), e("Out@GRAD"), m("Out"), m("Out@GRAD"));
-            // The softmax's bound is relative to p (E(p) = ρ max p), so Σ_j d_j Δp_j moves
-            // by at most ρ max|d| (Σ p = 1). dx_i = p_i (d_i − Σ_j d_j p_j) then moves by at
-            // most 3 ρ p_i max|d| + 2 p_i E(d).
-            stored(
-                "X@GRAD",
-                3.0 * ey * md + 2.0 * my * ed + (n + 3.0) * u * 2.0 * my * md,
-            )
-        }
-        OpType::LayerNorm => layer_norm(op, view, u),
-        OpType::LayerNormGrad => layer_norm_grad(op, view, u),
-        OpType::ReduceSum | OpType::ReduceMean | OpType::Mean => {
-            let (x, o) = (val("X"), out("Out").and_then(|v| view.after(v)));
-            let n = match (x, o) {
-                (Some(x), Some(o)) => x.numel() as f64 / o.numel().max(1) as f64,
-                _ => 1.0,
-            };
-            let bound = if op.ty == OpType::ReduceSum {
-                n.sqrt() * e("X") + n.sqrt() * u * n * m("X")
-            } else {
-                e("X") / n.sqrt() + n.sqrt() * u * m("X")
-            };
-            stored("Out", bound)
-        }
-        OpType::ReduceSumGrad | OpType::ReduceMeanGrad | OpType::MeanGrad => {
-            stored("X@GRAD", e("Out@GRAD"))
-        }
-        OpType::Sum => {
+        MathOp::Sum => {
             let xs = op.input("X");
             let n = xs.len() as f64;
             let (errs, mags): (f64, f64) = xs.iter().fold((0.0, 0.0), |(a, b), &v| {
                 (a + view.e(v), b + max_abs(view.value(v)))
             });
-            stored("Out", errs + n * u * mags)
+            a.stored("Out", errs + n * u * mags)
         }
-        OpType::SquaredL2Norm => {
-            let x = val("X");
+        MathOp::SquaredL2Norm => {
+            let x = a.val("X");
             let (l1, l2, n) = x.map_or((0.0, 0.0, 0.0), |t| {
                 let v = t.to_f64();
                 let l1: f64 = v.iter().map(|a| a.abs()).sum();
                 let l2: f64 = v.iter().map(|a| a * a).sum();
                 (l1, l2, v.len() as f64)
             });
-            let ex = e("X");
-            stored("Out", 2.0 * l1 * ex + n * ex * ex + n * u * l2)
+            let ex = a.e("X");
+            a.stored("Out", 2.0 * l1 * ex + n * ex * ex + n * u * l2)
         }
-        // The vocab-parallel ops only run in rank programs, which carry no bounds; they bound
-        // like the ops they stand for.
-        OpType::SoftmaxWithCrossEntropy | OpType::CSoftmaxWithCrossEntropy => {
-            softmax_ce(op, view, u)
-        }
-        OpType::SoftmaxWithCrossEntropyGrad | OpType::CSoftmaxWithCrossEntropyGrad => {
-            let soft = op.attr_bool("soft_label", false);
-            let a = op.attr_int("axis", -1);
-            let label_l1 = if soft {
-                row_abs_sum(val("Label"), a)
-            } else {
-                1.0
-            };
-            let (es, el, ed) = (e("Softmax"), e("Label"), e("Loss@GRAD"));
-            let (ms, ml, md) = (
-                m("Softmax"),
-                if soft { m("Label") } else { 1.0 },
-                m("Loss@GRAD"),
-            );
-            let n = axis_len(val("Softmax"), a) as f64;
-            // d (p Σlabel − label): the label total is summed in f64 (n terms).
-            let inner = ms * label_l1 + ml;
-            stored(
-                "Logits@GRAD",
-                ed * inner
-                    + md * (es * label_l1 + el * (n * ms + 1.0))
-                    + (n + 2.0) * u * md * inner,
-            )
-        }
-        OpType::ElementwiseAddGrad | OpType::ElementwiseSubGrad => {
-            let d = e("Out@GRAD");
-            let md = m("Out@GRAD");
-            let mut v = Vec::new();
-            for (slot, operand) in [("X@GRAD", "X"), ("Y@GRAD", "Y")] {
-                let r = broadcast_ratio(val("Out@GRAD"), val(operand));
-                v.extend(stored(slot, r.sqrt() * d + r.sqrt() * u * r * md));
-            }
-            v
-        }
-        OpType::ElementwiseMulGrad => {
-            let (ed, md) = (e("Out@GRAD"), m("Out@GRAD"));
-            let mut v = Vec::new();
-            for (slot, me, other) in [("X@GRAD", "X", "Y"), ("Y@GRAD", "Y", "X")] {
-                let r = broadcast_ratio(val("Out@GRAD"), val(me));
-                let (eo, mo) = (e(other), m(other));
-                v.extend(stored(
-                    slot,
-                    r.sqrt() * (ed * mo + md * eo + ed * eo) + r.sqrt() * u * 2.0 * r * md * mo,
-                ));
-            }
-            v
-        }
-        OpType::ElementwiseDivGrad => {
-            let lo = min_abs(val("Y")) - e("Y");
-            if lo <= 0.0 {
-                return unbounded(op);
-            }
-            let (ed, md, ex, mx, ey) = (e("Out@GRAD"), m("Out@GRAD"), e("X"), m("X"), e("Y"));
-            let rx = broadcast_ratio(val("Out@GRAD"), val("X"));
-            let ry = broadcast_ratio(val("Out@GRAD"), val("Y"));
-            let mut v = stored(
-                "X@GRAD",
-                rx * (ed / lo + md * ey / (lo * lo)) + rx * u * 2.0 * rx * md / lo,
-            );
-            v.extend(stored(
-                "Y@GRAD",
-                ry * (ed * mx / (lo * lo) + md * ex / (lo * lo) + 2.0 * md * mx * ey / lo.powi(3))
-                    + ry * u * 3.0 * ry * md * mx / (lo * lo),
-            ));
-            v
-        }
-        OpType::ReluGrad => {
-            // A mask bit can flip where x is within its bound of 0.
-            let flips = val("X").is_some_and(|x| {
-                let ex = e("X");
-                ex > 0.0 && x.to_f64().iter().any(|a| a.abs() <= ex)
-            });
-            one(
-                "X@GRAD",
-                e("Out@GRAD") + if flips { m("Out@GRAD") } else { 0.0 },
-            )
-        }
-        // f'(x)·dy: the slope of f' and its curvature bound how errors in x and dy move it.
-        OpType::GeluGrad => smooth_grad(GELU_SLOPE, GELU_CURVATURE),
-        OpType::SiluGrad => smooth_grad(SILU_SLOPE, SILU_CURVATURE),
-        OpType::SquareGrad => smooth_grad(2.0 * m("X"), 2.0),
-        OpType::Sgd => stored(
+    }
+}
+
+/// The bound of an optimizer update.
+fn optimizer(
+    a: &At,
+    o: OptimizerOp,
+    per_element: &mut Option<(VarId, Vec<f64>)>,
+) -> Vec<(VarId, f64)> {
+    let (op, view, u) = (a.op, a.view, a.u);
+    match o {
+        OptimizerOp::Sgd => a.stored(
             "ParamOut",
-            e("Param") + lr() * e("Grad") + u * (m("Param") + lr() * m("Grad")),
+            a.e("Param") + a.lr() * a.e("Grad") + u * (a.m("Param") + a.lr() * a.m("Grad")),
         ),
-        OpType::Momentum => {
+        OptimizerOp::Momentum => {
             let mu = op.attr_float("mu", 0.9).abs();
-            let ev = mu * e("Velocity") + e("Grad");
-            let mv = m_out("VelocityOut");
+            let ev = mu * a.e("Velocity") + a.e("Grad");
+            let mv = a.m_out("VelocityOut");
             let step = if op.attr_bool("use_nesterov", false) {
-                e("Grad") + mu * ev
+                a.e("Grad") + mu * ev
             } else {
                 ev
             };
-            let mut v = stored("VelocityOut", ev + u * (mu * m("Velocity") + m("Grad")));
-            v.extend(stored(
+            let mut v = a.stored("VelocityOut", ev + u * (mu * a.m("Velocity") + a.m("Grad")));
+            v.extend(a.stored(
                 "ParamOut",
-                e("Param") + lr() * step + u * (m("Param") + lr() * (m("Grad") + mv)),
+                a.e("Param") + a.lr() * step + u * (a.m("Param") + a.lr() * (a.m("Grad") + mv)),
             ));
             v
         }
-        OpType::Adam | OpType::AdamW => adam(op, view, u, per_element),
-        OpType::CheckFiniteAndUnscale => {
-            let inv = 1.0 / max_abs(val("Scale")).max(f64::MIN_POSITIVE);
+        OptimizerOp::Adam | OptimizerOp::AdamW => adam(op, view, u, per_element),
+    }
+}
+
+/// The bound of AMP's ops.
+fn amp(a: &At, o: AmpOp) -> Vec<(VarId, f64)> {
+    let (op, view, u) = (a.op, a.view, a.u);
+    match o {
+        AmpOp::CheckFiniteAndUnscale => {
+            let inv = 1.0 / max_abs(a.val("Scale")).max(f64::MIN_POSITIVE);
             let mut v: Vec<(VarId, f64)> = op
                 .input("X")
                 .iter()
                 .zip(op.output("Out"))
                 .map(|(&x, &o)| (o, inv * view.e(x) + u * max_abs(view.after(o))))
                 .collect();
-            v.extend(one("FoundInfinite", 0.0));
+            v.extend(a.one("FoundInfinite", 0.0));
             v
         }
-        OpType::UpdateLossScaling => {
+        AmpOp::UpdateLossScaling => {
             let mut v: Vec<(VarId, f64)> = op
                 .input("X")
                 .iter()
@@ -437,14 +435,144 @@ pub fn propagate(
                 .map(|(&x, &o)| (o, view.e(x)))
                 .collect();
             for slot in ["LossScaling", "OutGoodSteps", "OutBadSteps"] {
-                v.extend(one(slot, 0.0));
+                v.extend(a.one(slot, 0.0));
             }
             v
         }
-        // Collectives and send/recv never run in the serial program; if they do (a
-        // one-member group), they add the rounding of a sum of their input.
-        OpType::Collective(_) => stored("Out", e("X")),
     }
+}
+
+/// matmul: each output sums k products; errors of the k terms add like independent variables.
+fn matmul(a: &At) -> Vec<(VarId, f64)> {
+    let (op, u) = (a.op, a.u);
+    let (tx, ty) = (
+        op.attr_bool("trans_x", false),
+        op.attr_bool("trans_y", false),
+    );
+    let (Some(x), Some(y)) = (a.val("X"), a.val("Y")) else {
+        return unbounded(op);
+    };
+    let mm = |a: &Tensor, b: &Tensor| {
+        super::kernels::matmul::matmul(a, b, tx, ty).map_or(f64::INFINITY, |t| max_abs(Some(&t)))
+    };
+    let k = contraction(x, tx, true);
+    // Errors of the k terms add like independent variables: the gain of X's error is
+    // the largest column norm of Y (√Σ y²), and the other way round.
+    let terms = mm(&abs(x), &abs(y));
+    let bound = a.e("X") * mm(&ones(x), &square(y)).sqrt()
+        + mm(&square(x), &ones(y)).sqrt() * a.e("Y")
+        + k.sqrt() * a.e("X") * a.e("Y")
+        + (k.sqrt() + 1.0) * u * terms;
+    a.stored("Out", bound)
+}
+
+/// matmul_grad: dX = dOut·Yᵀ sums over n (and broadcast batches), dY = Xᵀ·dOut over m.
+fn matmul_grad(a: &At) -> Vec<(VarId, f64)> {
+    let (op, u) = (a.op, a.u);
+    let (tx, ty) = (
+        op.attr_bool("trans_x", false),
+        op.attr_bool("trans_y", false),
+    );
+    let (Some(x), Some(y), Some(d)) = (a.val("X"), a.val("Y"), a.val("Out@GRAD")) else {
+        return unbounded(op);
+    };
+    let g = |a: &Tensor, b: &Tensor, c: &Tensor| {
+        super::kernels::matmul::matmul_grad(a, b, c, tx, ty)
+            .map_or((f64::INFINITY, f64::INFINITY), |(p, q)| {
+                (max_abs(Some(&p)), max_abs(Some(&q)))
+            })
+    };
+    let (rx, ry) = g(&abs(x), &abs(y), &abs(d));
+    let (from_d_x, from_d_y) = g(&square(x), &square(y), &ones(d));
+    let (from_y, from_x) = g(&ones(x), &ones(y), &square(d));
+    let (from_d_x, from_d_y, from_y, from_x) = (
+        from_d_x.sqrt(),
+        from_d_y.sqrt(),
+        from_y.sqrt(),
+        from_x.sqrt(),
+    );
+    // Contraction lengths: dX sums over n (and broadcast batches), dY over m.
+    let n = d.numel().max(1) as f64 / x.numel().max(1) as f64 * contraction(x, tx, true);
+    let mx = d.numel().max(1) as f64 / y.numel().max(1) as f64 * contraction(y, ty, false);
+    let (ed, ex, ey) = (a.e("Out@GRAD"), a.e("X"), a.e("Y"));
+    let mut v = a.stored(
+        "X@GRAD",
+        ed * from_d_x + from_y * ey + n.sqrt() * ed * ey + (n.sqrt() + 1.0) * u * rx,
+    );
+    v.extend(a.stored(
+        "Y@GRAD",
+        from_d_y * ed + from_x * ex + mx.sqrt() * ed * ex + (mx.sqrt() + 1.0) * u * ry,
+    ));
+    v
+}
+
+/// softmax_with_cross_entropy_grad: d (p Σlabel − label).
+fn softmax_ce_grad(a: &At) -> Vec<(VarId, f64)> {
+    let (op, u) = (a.op, a.u);
+    let soft = op.attr_bool("soft_label", false);
+    let axis = op.attr_int("axis", -1);
+    let label_l1 = if soft {
+        row_abs_sum(a.val("Label"), axis)
+    } else {
+        1.0
+    };
+    let (es, el, ed) = (a.e("Softmax"), a.e("Label"), a.e("Loss@GRAD"));
+    let (ms, ml, md) = (
+        a.m("Softmax"),
+        if soft { a.m("Label") } else { 1.0 },
+        a.m("Loss@GRAD"),
+    );
+    let n = axis_len(a.val("Softmax"), axis) as f64;
+    // d (p Σlabel − label): the label total is summed in f64 (n terms).
+    let inner = ms * label_l1 + ml;
+    a.stored(
+        "Logits@GRAD",
+        ed * inner + md * (es * label_l1 + el * (n * ms + 1.0)) + (n + 2.0) * u * md * inner,
+    )
+}
+
+/// elementwise_mul_grad: each operand's gradient is dOut times the other operand, summed over its broadcast dims.
+fn mul_grad(a: &At) -> Vec<(VarId, f64)> {
+    let u = a.u;
+    let (ed, md) = (a.e("Out@GRAD"), a.m("Out@GRAD"));
+    let mut v = Vec::new();
+    for (slot, me, other) in [("X@GRAD", "X", "Y"), ("Y@GRAD", "Y", "X")] {
+        let r = broadcast_ratio(a.val("Out@GRAD"), a.val(me));
+        let (eo, mo) = (a.e(other), a.m(other));
+        v.extend(a.stored(
+            slot,
+            r.sqrt() * (ed * mo + md * eo + ed * eo) + r.sqrt() * u * 2.0 * r * md * mo,
+        ));
+    }
+    v
+}
+
+/// elementwise_div_grad: unbounded when Y's interval reaches 0.
+fn div_grad(a: &At) -> Vec<(VarId, f64)> {
+    let (op, u) = (a.op, a.u);
+    let lo = min_abs(a.val("Y")) - a.e("Y");
+    if lo <= 0.0 {
+        return unbounded(op);
+    }
+    let (ed, md, ex, mx, ey) = (
+        a.e("Out@GRAD"),
+        a.m("Out@GRAD"),
+        a.e("X"),
+        a.m("X"),
+        a.e("Y"),
+    );
+    let rx = broadcast_ratio(a.val("Out@GRAD"), a.val("X"));
+    let ry = broadcast_ratio(a.val("Out@GRAD"), a.val("Y"));
+    let mut v = a.stored(
+        "X@GRAD",
+        rx * (ed / lo + md * ey / (lo * lo)) + rx * u * 2.0 * rx * md / lo,
+    );
+    v.extend(a.stored(
+        "Y@GRAD",
+        ry * (ed * mx / (lo * lo) + md * ex / (lo * lo) + 2.0 * md * mx * ey / lo.powi(3))
+            + ry * u * 3.0 * ry * md * mx / (lo * lo),
+    ));
+    v
 }
 
 /// Slope of gelu (max of |Φ(x) + x φ(x)|, about 1.129) with a margin.
