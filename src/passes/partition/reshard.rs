@@ -30,12 +30,45 @@ pub fn reshard(
     if current.layout == to.layout {
         return Ok(v);
     }
-    let from = current.clone();
     if let Some(&done) = b.reshard_cache.get(&(v, to.layout.clone())) {
         return Ok(done);
     }
-    let mut cur = v;
-    let mut attr = from.clone();
+    let from = current.clone();
+    let mut s = Step {
+        cur: v,
+        attr: from.clone(),
+    };
+    drop_partials(b, &mut s, to)?;
+    all_to_all(b, &mut s, to)?;
+    gather(b, &mut s, to)?;
+    slice(b, &mut s, to)?;
+    add_partials(b, &mut s, to)?;
+    if s.attr.layout != to.layout {
+        let name = b.program.var(v).name.clone();
+        return Err(PartitionError::Layout(format!(
+            "cannot reshard `{name}` from {:?} {:?} to {:?} {:?}",
+            from.dims, from.partial, to.dims, to.partial
+        )));
+    }
+    b.reshard_cache.insert((v, to.layout.clone()), s.cur);
+    Ok(s.cur)
+}
+
+/// Where a reshard has got to: the variable holding the contents so far, and its layout.
+struct Step {
+    cur: VarId,
+    attr: TensorDistAttr,
+}
+
+/// Step 1: Partial axes the target does not keep: reduce_scatter onto the dim the target splits
+/// over that axis, else all_reduce (axes with the same reduce type together).
+fn drop_partials(
+    b: &mut RankBuilder,
+    s: &mut Step,
+    to: &TensorDistAttr,
+) -> Result<(), PartitionError> {
+    let (mut cur, mut attr) = (s.cur, s.attr.clone());
+    let from = attr.clone();
     // 1. Partial axes the target does not keep.
     let dropped: Vec<(MeshAxis, ReduceType)> = from
         .partial
@@ -93,6 +126,17 @@ pub fn reshard(
         );
         cur = out;
     }
+    *s = Step { cur, attr };
+    Ok(())
+}
+
+/// Step 2: split d -> split e of a single axis: all_to_all.
+fn all_to_all(
+    b: &mut RankBuilder,
+    s: &mut Step,
+    to: &TensorDistAttr,
+) -> Result<(), PartitionError> {
+    let (mut cur, mut attr) = (s.cur, s.attr.clone());
     // 2. split d -> split e of a single axis: all_to_all.
     for d in 0..attr.rank() {
         let [axis] = attr.dims[d].as_slice() else {
@@ -121,6 +165,13 @@ pub fn reshard(
         cur = out;
         attr = next;
     }
+    *s = Step { cur, attr };
+    Ok(())
+}
+
+/// Step 3: Gather axes the target does not have on a dim (innermost first).
+fn gather(b: &mut RankBuilder, s: &mut Step, to: &TensorDistAttr) -> Result<(), PartitionError> {
+    let (mut cur, mut attr) = (s.cur, s.attr.clone());
     // 3. Gather axes the target does not have on this dim (innermost first).
     for d in 0..attr.rank() {
         let common = attr.dims[d]
@@ -145,6 +196,13 @@ pub fn reshard(
             attr = next;
         }
     }
+    *s = Step { cur, attr };
+    Ok(())
+}
+
+/// Step 4: Slice axes the target adds (local, no communication).
+fn slice(b: &mut RankBuilder, s: &mut Step, to: &TensorDistAttr) -> Result<(), PartitionError> {
+    let (mut cur, mut attr) = (s.cur, s.attr.clone());
     // 4. Slice axes the target adds (local, no communication).
     for d in 0..attr.rank() {
         while attr.dims[d].len() < to.dims[d].len() {
@@ -165,6 +223,17 @@ pub fn reshard(
             attr = next;
         }
     }
+    *s = Step { cur, attr };
+    Ok(())
+}
+
+/// Step 5: replicated -> partial: SUM partial values that add up to the replicated one.
+fn add_partials(
+    b: &mut RankBuilder,
+    s: &mut Step,
+    to: &TensorDistAttr,
+) -> Result<(), PartitionError> {
+    let (mut cur, mut attr) = (s.cur, s.attr.clone());
     // 5. replicated -> partial: SUM partial values that add up to the replicated one.
     let added: Vec<(MeshAxis, ReduceType)> = to
         .partial
@@ -191,13 +260,6 @@ pub fn reshard(
         cur = out;
         attr = next;
     }
-    if attr.layout != to.layout {
-        let name = b.program.var(v).name.clone();
-        return Err(PartitionError::Layout(format!(
-            "cannot reshard `{name}` from {:?} {:?} to {:?} {:?}",
-            from.dims, from.partial, to.dims, to.partial
-        )));
-    }
-    b.reshard_cache.insert((v, to.layout.clone()), cur);
-    Ok(cur)
+    *s = Step { cur, attr };
+    Ok(())
 }
