@@ -3,7 +3,7 @@
 //! collectives and rank-local ops.
 
 use super::infer::{axis, broadcast};
-use super::op_type::OpType;
+use super::op_type::{AmpOp, CollectiveOp, MathOp, OpType, RankLocalOp};
 use super::program::Op;
 use super::types::{DType, TensorType};
 
@@ -41,6 +41,11 @@ fn one<'a>(inputs: &'a [Vec<&'a TensorType>], slot: usize, name: &str) -> Res<&'
     }
 }
 
+/// One output slot holding one variable of type `t`.
+fn single(t: TensorType) -> Res<Vec<Vec<TensorType>>> {
+    Ok(vec![vec![t]])
+}
+
 fn group_size(op: &Op) -> Res<usize> {
     match op.attr_ints("group") {
         Some(g) if !g.is_empty() => Ok(g.len()),
@@ -50,24 +55,11 @@ fn group_size(op: &Op) -> Res<usize> {
 
 /// Inference for the non-grad planner ops.
 pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
-    let single = |t: TensorType| Ok(vec![vec![t]]);
     match op.ty {
-        OpType::Sum => {
-            let xs = inputs.first().map(|v| v.as_slice()).unwrap_or(&[]);
-            let first = xs.first().ok_or("X must hold at least one variable")?;
-            if let Some(other) = xs.iter().find(|t| **t != *first) {
-                return Err(format!("every X must be {first}, found {other}"));
-            }
-            single((*first).clone())
-        }
-        OpType::Sqrt => single(one(inputs, 0, "X")?.clone()),
-        OpType::SquaredL2Norm => single(TensorType::new(one(inputs, 0, "X")?.dtype, vec![])),
-        OpType::ElementwiseMax => {
-            let (x, y) = (one(inputs, 0, "X")?, one(inputs, 1, "Y")?);
-            let shape = broadcast(&x.shape, &y.shape)
-                .ok_or_else(|| format!("X ({x}) and Y ({y}) do not broadcast"))?;
-            single(TensorType::new(x.dtype, shape))
-        }
+        OpType::Math(o) => math(o, inputs),
+        OpType::Amp(o) => amp(o, inputs),
+        OpType::Collective(o) => collective(op, o, inputs),
+        OpType::RankLocal(o) => rank_local(op, o, inputs),
         OpType::Optimizer(_) => {
             let (param, grad) = (one(inputs, 0, "Param")?, one(inputs, 1, "Grad")?);
             if param != grad {
@@ -86,14 +78,46 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             }
             Ok(outs)
         }
-        OpType::CheckFiniteAndUnscale => {
+        // Forward ops and their grads are inferred in `infer.rs`.
+        OpType::Forward(_) | OpType::FillConstant | OpType::Grad(_) => {
+            Err(format!("{} is not a planner op", op.ty))
+        }
+    }
+}
+
+/// The planner's arithmetic: accumulation and clipping.
+fn math(o: MathOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    match o {
+        MathOp::Sum => {
+            let xs = inputs.first().map(|v| v.as_slice()).unwrap_or(&[]);
+            let first = xs.first().ok_or("X must hold at least one variable")?;
+            if let Some(other) = xs.iter().find(|t| **t != *first) {
+                return Err(format!("every X must be {first}, found {other}"));
+            }
+            single((*first).clone())
+        }
+        MathOp::Sqrt => single(one(inputs, 0, "X")?.clone()),
+        MathOp::SquaredL2Norm => single(TensorType::new(one(inputs, 0, "X")?.dtype, vec![])),
+        MathOp::ElementwiseMax => {
+            let (x, y) = (one(inputs, 0, "X")?, one(inputs, 1, "Y")?);
+            let shape = broadcast(&x.shape, &y.shape)
+                .ok_or_else(|| format!("X ({x}) and Y ({y}) do not broadcast"))?;
+            single(TensorType::new(x.dtype, shape))
+        }
+    }
+}
+
+/// AMP's loss-scaling ops.
+fn amp(o: AmpOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    match o {
+        AmpOp::CheckFiniteAndUnscale => {
             let xs: Vec<TensorType> = inputs
                 .first()
                 .map(|v| v.iter().map(|t| (*t).clone()).collect())
                 .unwrap_or_default();
             Ok(vec![xs, vec![TensorType::new(DType::F32, vec![])]])
         }
-        OpType::UpdateLossScaling => {
+        AmpOp::UpdateLossScaling => {
             let xs: Vec<TensorType> = inputs
                 .first()
                 .map(|v| v.iter().map(|t| (*t).clone()).collect())
@@ -105,11 +129,18 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
                 vec![one(inputs, 4, "InBadSteps")?.clone()],
             ])
         }
-        OpType::AllReduce => {
+    }
+}
+
+/// Collectives: the output's shape follows the group size and the gathered or scattered
+/// axis.
+fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    match o {
+        CollectiveOp::AllReduce => {
             group_size(op)?;
             single(one(inputs, 0, "X")?.clone())
         }
-        OpType::AllGather | OpType::ReduceScatter => {
+        CollectiveOp::AllGather | CollectiveOp::ReduceScatter => {
             let x = one(inputs, 0, "X")?;
             let n = group_size(op)?;
             let a = axis(op.attr_int("axis", 0), x.rank(), "axis")?;
@@ -125,7 +156,7 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             }
             single(TensorType::new(x.dtype, shape))
         }
-        OpType::AllToAll => {
+        CollectiveOp::AllToAll => {
             let x = one(inputs, 0, "X")?;
             let n = group_size(op)?;
             let s = axis(op.attr_int("split_axis", 0), x.rank(), "split_axis")?;
@@ -140,11 +171,11 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             shape[c] *= n;
             single(TensorType::new(x.dtype, shape))
         }
-        OpType::Send => {
+        CollectiveOp::Send => {
             one(inputs, 0, "X")?;
             Ok(vec![])
         }
-        OpType::Recv => {
+        CollectiveOp::Recv => {
             let dtype = op
                 .attr_str("dtype")
                 .and_then(DType::from_name)
@@ -159,7 +190,13 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
                 dims.ok_or_else(|| format!("shape {shape:?} must have positive dims"))?,
             ))
         }
-        OpType::Slice => {
+    }
+}
+
+/// The ops of per-rank programs.
+fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    match o {
+        RankLocalOp::Slice => {
             let x = one(inputs, 0, "Input")?;
             let (axes, starts, ends) = (
                 op.attr_ints("axes").unwrap_or(&[]),
@@ -182,7 +219,7 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             }
             single(TensorType::new(x.dtype, shape))
         }
-        OpType::CEmbedding => {
+        RankLocalOp::CEmbedding => {
             let (w, ids) = (one(inputs, 0, "W")?, one(inputs, 1, "Ids")?);
             if w.rank() != 2 || ids.dtype != DType::I64 {
                 return Err(format!(
@@ -193,7 +230,7 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             shape.push(w.shape[1]);
             single(TensorType::new(w.dtype, shape))
         }
-        OpType::CEmbeddingGrad => {
+        RankLocalOp::CEmbeddingGrad => {
             let (w, ids, d) = (
                 one(inputs, 0, "W")?,
                 one(inputs, 1, "Ids")?,
@@ -209,10 +246,10 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             single(w.clone())
         }
         // The class axis is the last; labels are hard (the only case the vocab split allows).
-        OpType::CSoftmaxWithCrossEntropy => {
+        RankLocalOp::CSoftmaxWithCrossEntropy => {
             super::infer::softmax_ce(op, one(inputs, 0, "Logits")?, one(inputs, 1, "Label")?)
         }
-        OpType::CSoftmaxWithCrossEntropyGrad => {
+        RankLocalOp::CSoftmaxWithCrossEntropyGrad => {
             let (sm, label, dloss) = (
                 one(inputs, 0, "Softmax")?,
                 one(inputs, 1, "Label")?,
@@ -225,10 +262,6 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
                 ));
             }
             single(sm.clone())
-        }
-        // Forward ops and their grads are inferred in `infer.rs`.
-        OpType::Forward(_) | OpType::FillConstant | OpType::Grad(_) => {
-            Err(format!("{} is not a planner op", op.ty))
         }
     }
 }
