@@ -17,7 +17,9 @@ pub mod verify;
 
 pub use attr::{Attr, AttrKind, Attrs};
 pub use builder::Builder;
-pub use op_type::{OpClass, OpRole, OpType};
+pub use op_type::{
+    AmpOp, CollectiveOp, ForwardOp, MathOp, OpClass, OpRole, OpType, OptimizerOp, RankLocalOp,
+};
 pub use program::{Op, Program, ProgramError, ROOT_SCOPE};
 pub use purpose::Purpose;
 pub use schema::{Arity, AttrSpec, SlotSpec};

@@ -4,7 +4,7 @@
 use super::{Rule, SpmdError};
 use crate::dist::ReduceType;
 use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
-use crate::ir::{Op, OpType, Program, VarId};
+use crate::ir::{ForwardOp, Op, OpType, Program, VarId};
 
 /// Where a rule argument sits in the op: (slot index, index within the slot).
 pub type SlotPos = (usize, usize);
@@ -43,42 +43,100 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
         rule,
         ..slot_order()
     };
-    let binding = match op.ty {
-        OpType::MatmulV2 => with(Rule::Matmul {
+    let binding =
+        match op.ty {
+            OpType::Forward(f) => forward_rule(op, program, f)?,
+            OpType::FillConstant => with(Rule::Source),
+            OpType::Sqrt => with(Rule::Unary { outputs: 1 }),
+            OpType::ElementwiseMax => with(Rule::Elementwise {
+                keep_x_partial: false,
+            }),
+            OpType::SquaredL2Norm => with(Rule::Reduce {
+                axes: (0..rank).collect(),
+                keep_dim: false,
+                reduce: ReduceType::Sum,
+            }),
+            OpType::Slice => {
+                let axes = op.attr_ints("axes").unwrap_or(&[]);
+                let axes = axes
+                    .iter()
+                    .map(|&a| axis(a, rank, "axes"))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(err)?;
+                with(Rule::Slice {
+                    axes,
+                    decrease: Vec::new(),
+                })
+            }
+            OpType::Grad(_)
+            | OpType::Sum
+            | OpType::Optimizer(_)
+            | OpType::Amp(_)
+            | OpType::Collective(_)
+            | OpType::CEmbedding
+            | OpType::CEmbeddingGrad
+            | OpType::CSoftmaxWithCrossEntropy
+            | OpType::CSoftmaxWithCrossEntropyGrad => return Err(err(
+                "is emitted by the planner; a plan's program holds forward ops (completion of the \
+                 backward and optimizer ops copies from their forward ops)"
+                    .into(),
+            )),
+        };
+    Ok(binding)
+}
+
+/// The rule of a forward op.
+fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, SpmdError> {
+    let err = |m: String| SpmdError(format!("{}: {m}", op.ty));
+    let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
+    let rank = first_input.map_or(0, |t| t.rank());
+    let slot_order = || Binding {
+        rule: Rule::Source,
+        inputs: op.all_inputs().collect(),
+        outputs: op.all_outputs().collect(),
+        input_pos: positions(&op.inputs),
+        output_pos: positions(&op.outputs),
+    };
+    let with = |rule: Rule| Binding {
+        rule,
+        ..slot_order()
+    };
+    Ok(match f {
+        ForwardOp::MatmulV2 => with(Rule::Matmul {
             trans_x: op.attr_bool("trans_x", false),
             trans_y: op.attr_bool("trans_y", false),
         }),
-        OpType::ElementwiseAdd | OpType::ElementwiseSub | OpType::ElementwiseDiv => {
+        ForwardOp::ElementwiseAdd | ForwardOp::ElementwiseSub | ForwardOp::ElementwiseDiv => {
             with(Rule::Elementwise {
                 keep_x_partial: false,
             })
         }
-        OpType::ElementwiseMul => with(Rule::Elementwise {
+        ForwardOp::ElementwiseMul => with(Rule::Elementwise {
             keep_x_partial: true,
         }),
-        OpType::Relu
-        | OpType::Gelu
-        | OpType::Silu
-        | OpType::Square
-        | OpType::Scale
-        | OpType::Cast
-        | OpType::Assign
-        | OpType::Dropout => with(Rule::Unary {
+        ForwardOp::Relu
+        | ForwardOp::Gelu
+        | ForwardOp::Silu
+        | ForwardOp::Square
+        | ForwardOp::Scale
+        | ForwardOp::Cast
+        | ForwardOp::Assign
+        | ForwardOp::Dropout => with(Rule::Unary {
             outputs: op.all_outputs().count(),
         }),
-        OpType::Softmax => with(Rule::Softmax {
+        ForwardOp::Softmax => with(Rule::Softmax {
             axes: vec![axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?],
         }),
-        OpType::FusedSoftmaxMaskUpperTriangle => with(Rule::Softmax {
+        ForwardOp::FusedSoftmaxMaskUpperTriangle => with(Rule::Softmax {
             axes: vec![rank.saturating_sub(2), rank.saturating_sub(1)],
         }),
-        OpType::LayerNorm => with(Rule::LayerNorm {
+        ForwardOp::LayerNorm => with(Rule::LayerNorm {
             begin_norm_axis: usize::try_from(op.attr_int("begin_norm_axis", 1))
                 .map_err(|e| err(e.to_string()))?,
             has_scale: !op.input("Scale").is_empty(),
             has_bias: !op.input("Bias").is_empty(),
         }),
-        OpType::LookupTableV2 => Binding {
+        ForwardOp::LookupTableV2 => Binding {
             rule: Rule::Embedding {
                 padding_idx: op.attr_int("padding_idx", -1),
             },
@@ -91,12 +149,12 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
             input_pos: vec![(1, 0), (0, 0)],
             ..slot_order()
         },
-        OpType::Reshape2 => {
+        ForwardOp::Reshape2 => {
             let x = first_input.ok_or_else(|| err("missing X".into()))?;
             let target = reshape_target(x, op.attr_ints("shape").unwrap_or(&[])).map_err(err)?;
             with(Rule::Reshape { target })
         }
-        OpType::Transpose2 => {
+        ForwardOp::Transpose2 => {
             let perm = op.attr_ints("axis").unwrap_or(&[]);
             let perm = perm
                 .iter()
@@ -105,7 +163,7 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
                 .map_err(err)?;
             with(Rule::Transpose { perm })
         }
-        OpType::Split => {
+        ForwardOp::Split => {
             let x = first_input.ok_or_else(|| err("missing X".into()))?;
             let (a, sections) = split_sections(op, x).map_err(err)?;
             with(Rule::Split {
@@ -113,10 +171,10 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
                 outputs: sections.len(),
             })
         }
-        OpType::Concat => with(Rule::Concat {
+        ForwardOp::Concat => with(Rule::Concat {
             axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
         }),
-        OpType::ReduceSum | OpType::ReduceMean => {
+        ForwardOp::ReduceSum | ForwardOp::ReduceMean => {
             let reduce = if op.ty == OpType::ReduceSum {
                 ReduceType::Sum
             } else {
@@ -128,48 +186,10 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
                 reduce,
             })
         }
-        OpType::Mean => with(Rule::MeanAll),
-        OpType::SoftmaxWithCrossEntropy => with(Rule::CrossEntropy {
+        ForwardOp::Mean => with(Rule::MeanAll),
+        ForwardOp::SoftmaxWithCrossEntropy => with(Rule::CrossEntropy {
             axis: axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?,
             soft_label: op.attr_bool("soft_label", false),
         }),
-        OpType::FillConstant => with(Rule::Source),
-        OpType::Sqrt => with(Rule::Unary { outputs: 1 }),
-        OpType::ElementwiseMax => with(Rule::Elementwise {
-            keep_x_partial: false,
-        }),
-        OpType::SquaredL2Norm => with(Rule::Reduce {
-            axes: (0..rank).collect(),
-            keep_dim: false,
-            reduce: ReduceType::Sum,
-        }),
-        OpType::Slice => {
-            let axes = op.attr_ints("axes").unwrap_or(&[]);
-            let axes = axes
-                .iter()
-                .map(|&a| axis(a, rank, "axes"))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(err)?;
-            with(Rule::Slice {
-                axes,
-                decrease: Vec::new(),
-            })
-        }
-        OpType::Grad(_)
-        | OpType::Sum
-        | OpType::Optimizer(_)
-        | OpType::Amp(_)
-        | OpType::Collective(_)
-        | OpType::CEmbedding
-        | OpType::CEmbeddingGrad
-        | OpType::CSoftmaxWithCrossEntropy
-        | OpType::CSoftmaxWithCrossEntropyGrad => {
-            return Err(err(
-                "is emitted by the planner; a plan's program holds forward ops (completion of the \
-                 backward and optimizer ops copies from their forward ops)"
-                    .into(),
-            ))
-        }
-    };
-    Ok(binding)
+    })
 }
