@@ -4,7 +4,7 @@
 use super::attr::AttrKind;
 use super::infer::infer_op;
 use super::op_type::OpRole;
-use super::program::Program;
+use super::program::{Op, Program};
 use super::schema::Arity;
 use super::types::{OpId, TensorType, VarKind};
 use serde::Serialize;
@@ -37,22 +37,7 @@ impl fmt::Display for VerifyError {
 /// before use, each variable written once, and declared output types equal to inferred ones.
 pub fn verify_program(program: &Program) -> Vec<VerifyError> {
     let mut errors = Vec::new();
-    let nvars = program.vars().len();
-    let mut defined: Vec<bool> = program.vars().iter().map(|v| v.kind.is_source()).collect();
-    let mut writer: Vec<Option<OpId>> = vec![None; nvars];
-    let mut oversized = vec![false; nvars];
-    for (i, v) in program.vars().iter().enumerate() {
-        if v.ty.checked_numel().is_none() {
-            oversized[i] = true;
-            errors.push(VerifyError {
-                subject: Subject::Var(v.name.to_string()),
-                message: format!(
-                    "shape {:?} has more elements than a tensor may hold (2^53; the product of its dims)",
-                    v.ty.shape
-                ),
-            });
-        }
-    }
+    let mut flow = Dataflow::new(program, &mut errors);
     for (i, op) in program.ops().iter().enumerate() {
         let id = OpId(i as u32);
         let mut err = |message: String| {
@@ -69,42 +54,67 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
         if op
             .all_inputs()
             .chain(op.all_outputs())
-            .any(|v| v.index() >= nvars)
+            .any(|v| v.index() >= flow.defined.len())
         {
             err("refers to a variable id that does not exist".into());
             continue;
         }
-        let mut arity_ok = true;
-        for (specs, slots, what) in [
-            (in_specs, &op.inputs, "input"),
-            (out_specs, &op.outputs, "output"),
-        ] {
-            for (spec, vars) in specs.iter().zip(slots) {
-                let ok = match spec.arity {
-                    Arity::One => vars.len() == 1,
-                    Arity::Optional => vars.len() <= 1,
-                    Arity::List => !vars.is_empty(),
-                    Arity::Many => true,
-                };
-                if !ok {
-                    let want = match spec.arity {
-                        Arity::One => "exactly one variable",
-                        Arity::Optional => "at most one variable",
-                        Arity::List => "at least one variable",
-                        Arity::Many => "any number of variables",
-                    };
-                    err(format!(
-                        "{what} {} must hold {want}, has {}",
-                        spec.name,
-                        vars.len()
-                    ));
-                    arity_ok = false;
-                }
+        let arity_ok = check_arity(op, &mut err);
+        let attrs_complete = check_attrs(op, &mut err);
+        flow.visit(program, id, op, &mut err);
+        if !attrs_complete
+            || !arity_ok
+            || op
+                .all_inputs()
+                .chain(op.all_outputs())
+                .any(|v| flow.oversized[v.index()])
+        {
+            continue; // inference would only repeat what was just reported
+        }
+        check_inferred(program, op, &mut err);
+    }
+    errors
+}
+
+/// What the ops so far have defined and written, per variable.
+struct Dataflow {
+    defined: Vec<bool>,
+    writer: Vec<Option<OpId>>,
+    /// Variables whose shape has too many elements (reported once, up front; ops that use
+    /// them are not inferred).
+    oversized: Vec<bool>,
+}
+
+impl Dataflow {
+    /// Sources (inputs, labels, parameters, optimizer state) start defined; oversized
+    /// shapes are reported.
+    fn new(program: &Program, errors: &mut Vec<VerifyError>) -> Dataflow {
+        let nvars = program.vars().len();
+        let mut oversized = vec![false; nvars];
+        for (i, v) in program.vars().iter().enumerate() {
+            if v.ty.checked_numel().is_none() {
+                oversized[i] = true;
+                errors.push(VerifyError {
+                    subject: Subject::Var(v.name.to_string()),
+                    message: format!(
+                        "shape {:?} has more elements than a tensor may hold (2^53; the product of its dims)",
+                        v.ty.shape
+                    ),
+                });
             }
         }
-        let attrs_complete = check_attrs(op, &mut err);
+        Dataflow {
+            defined: program.vars().iter().map(|v| v.kind.is_source()).collect(),
+            writer: vec![None; nvars],
+            oversized,
+        }
+    }
+
+    /// Every input defined before use; every output written once (or updated in place),
+    /// and never an input, label or (outside the optimizer) parameter.
+    fn visit(&mut self, program: &Program, id: OpId, op: &Op, err: &mut impl FnMut(String)) {
         for v in op.all_inputs() {
-            if !defined[v.index()] {
+            if !self.defined[v.index()] {
                 let var = program.var(v);
                 err(format!(
                     "input `{}` is used before any op defines it",
@@ -132,57 +142,86 @@ pub fn verify_program(program: &Program) -> Vec<VerifyError> {
                 | VarKind::Gradient
                 | VarKind::OptimizerState => {}
             }
-            if let Some(first) = writer[v.index()].filter(|_| !in_place) {
+            if let Some(first) = self.writer[v.index()].filter(|_| !in_place) {
                 err(format!("writes `{}`, already written by {first}", var.name));
             }
-            writer[v.index()] = Some(id);
-            defined[v.index()] = true;
+            self.writer[v.index()] = Some(id);
+            self.defined[v.index()] = true;
         }
-        if !attrs_complete
-            || !arity_ok
-            || op
-                .all_inputs()
-                .chain(op.all_outputs())
-                .any(|v| oversized[v.index()])
-        {
-            continue; // inference would only repeat what was just reported
+    }
+}
+
+/// Checks each slot holds as many variables as its arity allows; returns whether all do.
+fn check_arity(op: &Op, err: &mut impl FnMut(String)) -> bool {
+    let (in_specs, out_specs) = op.ty.slots();
+    let mut ok = true;
+    for (specs, slots, what) in [
+        (in_specs, &op.inputs, "input"),
+        (out_specs, &op.outputs, "output"),
+    ] {
+        for (spec, vars) in specs.iter().zip(slots) {
+            let fits = match spec.arity {
+                Arity::One => vars.len() == 1,
+                Arity::Optional => vars.len() <= 1,
+                Arity::List => !vars.is_empty(),
+                Arity::Many => true,
+            };
+            if !fits {
+                let want = match spec.arity {
+                    Arity::One => "exactly one variable",
+                    Arity::Optional => "at most one variable",
+                    Arity::List => "at least one variable",
+                    Arity::Many => "any number of variables",
+                };
+                err(format!(
+                    "{what} {} must hold {want}, has {}",
+                    spec.name,
+                    vars.len()
+                ));
+                ok = false;
+            }
         }
-        let inputs: Vec<Vec<&TensorType>> = op
-            .inputs
-            .iter()
-            .map(|s| s.iter().map(|&v| &program.var(v).ty).collect())
-            .collect();
-        match infer_op(op, &inputs) {
-            Err(message) => err(message),
-            Ok(inferred) => {
-                for ((spec, vars), types) in out_specs.iter().zip(&op.outputs).zip(&inferred) {
-                    if vars.len() != types.len() {
+    }
+    ok
+}
+
+/// Checks the declared output types against the types inferred from the inputs.
+fn check_inferred(program: &Program, op: &Op, err: &mut impl FnMut(String)) {
+    let (_, out_specs) = op.ty.slots();
+    let inputs: Vec<Vec<&TensorType>> = op
+        .inputs
+        .iter()
+        .map(|s| s.iter().map(|&v| &program.var(v).ty).collect())
+        .collect();
+    match infer_op(op, &inputs) {
+        Err(message) => err(message),
+        Ok(inferred) => {
+            for ((spec, vars), types) in out_specs.iter().zip(&op.outputs).zip(&inferred) {
+                if vars.len() != types.len() {
+                    err(format!(
+                        "output {} has {} variables but the op produces {}",
+                        spec.name,
+                        vars.len(),
+                        types.len()
+                    ));
+                    continue;
+                }
+                for (&v, t) in vars.iter().zip(types) {
+                    let var = program.var(v);
+                    if &var.ty != t {
                         err(format!(
-                            "output {} has {} variables but the op produces {}",
-                            spec.name,
-                            vars.len(),
-                            types.len()
+                            "output {} `{}` is declared {} but the op produces {}",
+                            spec.name, var.name, var.ty, t
                         ));
-                        continue;
-                    }
-                    for (&v, t) in vars.iter().zip(types) {
-                        let var = program.var(v);
-                        if &var.ty != t {
-                            err(format!(
-                                "output {} `{}` is declared {} but the op produces {}",
-                                spec.name, var.name, var.ty, t
-                            ));
-                        }
                     }
                 }
             }
         }
     }
-    errors
 }
 
 /// Checks attribute names and kinds; returns whether every required attribute is present.
-fn check_attrs(op: &super::program::Op, err: &mut impl FnMut(String)) -> bool {
+fn check_attrs(op: &Op, err: &mut impl FnMut(String)) -> bool {
     let schema = op.ty.attr_schema();
     for (name, value) in &op.attrs {
         match schema.iter().find(|s| s.name == name) {
