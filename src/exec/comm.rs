@@ -22,11 +22,25 @@ pub enum Exchange {
     Pending,
 }
 
+/// Why an exchange failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommError {
+    /// Some members never arrived: a deadlock, or a rank that failed before the exchange.
+    #[error("timed out after {after:?} waiting for ranks {missing:?}")]
+    Timeout {
+        after: std::time::Duration,
+        missing: Vec<u32>,
+    },
+    /// A rank panicked while it held the mailbox.
+    #[error("the mailbox is poisoned: a rank panicked while holding it")]
+    Poisoned,
+}
+
 /// A way for ranks to exchange tensors.
 pub trait Communicator: Sync {
     /// Contributes `t` (once; repeated calls for the same key only poll) and returns the
     /// group's contributions when complete. Errors name the missing ranks on timeout.
-    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, String>;
+    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, CommError>;
 }
 
 #[derive(Default)]
@@ -100,11 +114,8 @@ impl ThreadComm {
 
 #[cfg(not(target_arch = "wasm32"))]
 impl Communicator for ThreadComm {
-    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, String> {
-        let mut mb = self
-            .mailbox
-            .lock()
-            .map_err(|_| "a rank panicked while holding the mailbox".to_string())?;
+    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, CommError> {
+        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
         mb.offer(rank, key, t);
         self.arrived.notify_all();
         let deadline = std::time::Instant::now() + self.timeout;
@@ -115,16 +126,15 @@ impl Communicator for ThreadComm {
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                return Err(format!(
-                    "timed out after {:?} waiting for ranks {:?}",
-                    self.timeout,
-                    mb.missing(key)
-                ));
+                return Err(CommError::Timeout {
+                    after: self.timeout,
+                    missing: mb.missing(key),
+                });
             }
             mb = self
                 .arrived
                 .wait_timeout(mb, deadline - now)
-                .map_err(|_| "mailbox poisoned".to_string())?
+                .map_err(|_| CommError::Poisoned)?
                 .0;
         }
     }
@@ -137,11 +147,8 @@ pub struct CoopComm {
 }
 
 impl Communicator for CoopComm {
-    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, String> {
-        let mut mb = self
-            .mailbox
-            .lock()
-            .map_err(|_| "mailbox poisoned".to_string())?;
+    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, CommError> {
+        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
         mb.offer(rank, key, t);
         Ok(match mb.take(key) {
             Some(all) => Exchange::Ready(all),
