@@ -65,7 +65,35 @@ pub fn lower(
     imp: DistImpl,
     declared: &[TensorDistAttr],
 ) -> Result<(), PartitionError> {
-    let mut fixups: Vec<(VarId, VarId)> = Vec::new();
+    let fixups = redirect_outputs(b, &mut local, attr, declared)?;
+    let (local, recipe) = rewrite(b, local, attr, imp)?;
+    match recipe {
+        Some(r) => b.rank_dependent(Arc::unwrap_or_clone(local), r),
+        None => b.local(local),
+    }
+    for (t, v) in fixups {
+        let target = DistProgram::settled(&declared[v.index()]);
+        let r = reshard(b, t, &target)?;
+        let mut assign = Op::new(OpType::Assign);
+        assign.inputs = vec![vec![r]];
+        assign.outputs = vec![vec![v]];
+        assign.namescope = Purpose::Reshard.namescope().into();
+        b.local(assign);
+        b.cur[v.index()] = target;
+    }
+    Ok(())
+}
+
+/// Records the layout each output is produced in; an output produced in another layout
+/// than its variable's is written to a temporary instead. Returns (temporary, variable)
+/// pairs for the caller to reshard back.
+fn redirect_outputs(
+    b: &mut RankBuilder,
+    local: &mut Arc<Op>,
+    attr: &OperatorDistAttr,
+    declared: &[TensorDistAttr],
+) -> Result<Vec<(VarId, VarId)>, PartitionError> {
+    let mut fixups = Vec::new();
     for (k, slot) in attr.outputs.iter().enumerate() {
         for (j, produced) in slot.iter().enumerate() {
             let Some(&v) = local.outputs.get(k).and_then(|s| s.get(j)) else {
@@ -77,12 +105,24 @@ pub fn lower(
             if produced.dims != declared[v.index()].dims {
                 let t = b.temp(v, produced, "OUT")?;
                 fixups.push((t, v));
-                Arc::make_mut(&mut local).outputs[k][j] = t;
+                Arc::make_mut(local).outputs[k][j] = t;
             } else {
                 b.cur[v.index()] = produced.clone();
             }
         }
     }
+    Ok(fixups)
+}
+
+/// The op a rank runs for `local` under implementation `imp` (shape attributes made
+/// local, Paddle's rank-program op names), and the recipe of its rank-dependent
+/// attributes if it has any.
+fn rewrite(
+    b: &mut RankBuilder,
+    mut local: Arc<Op>,
+    attr: &OperatorDistAttr,
+    imp: DistImpl,
+) -> Result<(Arc<Op>, Option<RankAttrs>), PartitionError> {
     let mut recipe = None;
     match (local.ty, imp) {
         (OpType::Reshape2, _) | (OpType::FillConstant, _) => {
@@ -145,21 +185,7 @@ pub fn lower(
         }
         _ => {}
     }
-    match recipe {
-        Some(r) => b.rank_dependent(Arc::unwrap_or_clone(local), r),
-        None => b.local(local),
-    }
-    for (t, v) in fixups {
-        let target = DistProgram::settled(&declared[v.index()]);
-        let r = reshard(b, t, &target)?;
-        let mut assign = Op::new(OpType::Assign);
-        assign.inputs = vec![vec![r]];
-        assign.outputs = vec![vec![v]];
-        assign.namescope = Purpose::Reshard.namescope().into();
-        b.local(assign);
-        b.cur[v.index()] = target;
-    }
-    Ok(())
+    Ok((local, recipe))
 }
 
 /// All-reduces `v` in place over its partial axes (tensor parallel).
