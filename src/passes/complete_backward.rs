@@ -67,12 +67,12 @@ fn grad_partials(
         | OpType::ElementwiseDiv => {
             let Some(o) = out_attr() else { return out };
             let out_shape = &program.var(forward.outputs[0][0]).ty.shape;
-            let ol: String = crate::spmd::einsum::letters(out_shape.len());
+            let ol: &str = crate::spmd::einsum::letters(out_shape.len());
             for (slot, name) in [(0, "X"), (1, "Y")] {
                 if let Some(v) = forward.input(name).first() {
-                    let l = operand_letters(&ol, out_shape, &program.var(*v).ty.shape);
+                    let l = operand_letters(ol, out_shape, &program.var(*v).ty.shape);
                     // Broadcast dims: the letters the operand lacks or has as size 1.
-                    out.insert((slot, 0), contracted_axes(&ol, o, &l));
+                    out.insert((slot, 0), contracted_axes(ol, o, &l));
                 }
             }
         }

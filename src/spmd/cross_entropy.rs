@@ -18,7 +18,7 @@ fn notation(rank: usize, axis: usize, soft: bool) -> (String, String) {
         .enumerate()
         .map(|(d, l)| if d == axis && !soft { '1' } else { l })
         .collect();
-    (ll, label)
+    (ll.to_string(), label)
 }
 
 fn result(

@@ -249,8 +249,9 @@ fn show(axes: &[MeshAxis]) -> String {
 }
 
 /// The first `n` letters of the alphabet Paddle uses for tensor dims.
-pub fn letters(n: usize) -> String {
-    "abcdefghijlopqrstuvwxyz".chars().take(n).collect()
+pub fn letters(n: usize) -> &'static str {
+    const ALPHABET: &str = "abcdefghijlopqrstuvwxyz";
+    &ALPHABET[..n.min(ALPHABET.len())]
 }
 
 /// Keeps each mesh axis on the last dim that claims it, as converting a dims mapping to

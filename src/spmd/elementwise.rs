@@ -32,15 +32,15 @@ pub fn binary_forward(inputs: &[DistTensor], keep_x_partial: bool) -> Result<Inf
     check_rank(y, "elementwise Y")?;
     let out_shape = broadcast(&x.shape, &y.shape).unwrap_or_else(|| x.shape.to_vec());
     let ol = letters(out_shape.len());
-    let xl = operand_letters(&ol, &out_shape, &x.shape);
-    let yl = operand_letters(&ol, &out_shape, &y.shape);
+    let xl = operand_letters(ol, &out_shape, &x.shape);
+    let yl = operand_letters(ol, &out_shape, &y.shape);
     let map = merge(
         &[(&xl, x.dims()), (&yl, y.dims())],
         OnAxisConflict::Error,
         OnMeshConflict::KeepFirst,
         None,
     )?;
-    let out_dims = map.dims(&ol);
+    let out_dims = map.dims(ol);
     let partial = if keep_x_partial {
         let used: Vec<MeshAxis> = out_dims.iter().flat_map(|d| d.iter().copied()).collect();
         x.layout
@@ -76,13 +76,13 @@ pub fn binary_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<
     check_rank(out, "elementwise Out")?;
     let ol = letters(out.shape.len());
     let map = merge(
-        &[(&ol, out.dims())],
+        &[(ol, out.dims())],
         OnAxisConflict::Error,
         OnMeshConflict::KeepFirst,
         None,
     )?;
-    let xl = operand_letters(&ol, &out.shape, &x.shape);
-    let yl = operand_letters(&ol, &out.shape, &y.shape);
+    let xl = operand_letters(ol, &out.shape, &x.shape);
+    let yl = operand_letters(ol, &out.shape, &y.shape);
     Ok(Inferred {
         inputs: smallvec::smallvec![
             Layout::from_dims(map.dims(&xl)),
@@ -109,15 +109,14 @@ pub fn unary_backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<I
     let out = arg(outputs, 0, "unary")?;
     check_rank(out, "unary Out")?;
     let ol = letters(out.shape.len());
-    let pairs: Vec<(&str, &super::Dims)> =
-        outputs.iter().map(|o| (ol.as_str(), o.dims())).collect();
+    let pairs: Vec<(&str, &super::Dims)> = outputs.iter().map(|o| (ol, o.dims())).collect();
     let map = merge(
         &pairs,
         OnAxisConflict::Error,
         OnMeshConflict::KeepFirst,
         None,
     )?;
-    let dims = map.dims(&ol);
+    let dims = map.dims(ol);
     Ok(Inferred {
         inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
         outputs: smallvec::smallvec![Layout::from_dims(dims); outputs.len()],

@@ -19,7 +19,7 @@ pub fn forward(inputs: &[DistTensor], padding_idx: i64) -> Result<Inferred> {
     let il = letters(ids.shape.len());
     let ol = format!("{il}k");
     let map = merge(
-        &[(&il, ids.dims()), ("jk", table.dims())],
+        &[(il, ids.dims()), ("jk", table.dims())],
         OnAxisConflict::Error,
         OnMeshConflict::Error,
         None,
@@ -34,7 +34,7 @@ pub fn forward(inputs: &[DistTensor], padding_idx: i64) -> Result<Inferred> {
     let partial = vocab.iter().map(|&a| (a, ReduceType::Sum)).collect();
     Ok(Inferred {
         inputs: smallvec::smallvec![
-            Layout::from_dims(map.dims(&il)),
+            Layout::from_dims(map.dims(il)),
             Layout::from_dims(map.dims("jk")),
         ],
         outputs: smallvec::smallvec![Layout {
@@ -59,7 +59,7 @@ pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor]) -> Result<Inferre
     )?;
     Ok(Inferred {
         inputs: smallvec::smallvec![
-            Layout::from_dims(map.dims(&il)),
+            Layout::from_dims(map.dims(il)),
             Layout::from_dims(map.dims("jk")),
         ],
         outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],

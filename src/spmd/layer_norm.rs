@@ -54,7 +54,7 @@ pub fn backward(
     check_rank(y, "layer_norm Y")?;
     let xl = letters(x.shape.len());
     let sl: String = xl.chars().take(begin).collect();
-    let mut pairs: Vec<(&str, &Dims)> = vec![(&xl, y.dims())];
+    let mut pairs: Vec<(&str, &Dims)> = vec![(xl, y.dims())];
     for stat in outputs.iter().skip(1) {
         if stat.dims().len() == sl.len() {
             pairs.push((&sl, stat.dims()));
@@ -66,5 +66,5 @@ pub fn backward(
         OnMeshConflict::KeepFirst,
         None,
     )?;
-    Ok(result(&map.dims(&xl), begin, has_scale, has_bias))
+    Ok(result(&map.dims(xl), begin, has_scale, has_bias))
 }

@@ -33,9 +33,9 @@ pub fn forward(
     let x = arg(inputs, 0, "reduction")?;
     check_rank(x, "reduction X")?;
     let xl = letters(x.shape.len());
-    let ol = out_letters(&xl, axes, keep_dim);
+    let ol = out_letters(xl, axes, keep_dim);
     let map = merge(
-        &[(&xl, x.dims())],
+        &[(xl, x.dims())],
         OnAxisConflict::Error,
         OnMeshConflict::KeepFirst,
         None,
@@ -46,7 +46,7 @@ pub fn forward(
         .map(|a| (a, reduce))
         .collect();
     Ok(Inferred {
-        inputs: smallvec::smallvec![Layout::from_dims(map.dims(&xl))],
+        inputs: smallvec::smallvec![Layout::from_dims(map.dims(xl))],
         outputs: smallvec::smallvec![Layout {
             dims: map.dims(&ol),
             partial,
@@ -87,7 +87,7 @@ pub fn backward(
     let out = arg(outputs, 0, "reduction")?;
     check_rank(out, "reduction Out")?;
     let xl = letters(x.shape.len());
-    let ol = out_letters(&xl, axes, keep_dim);
+    let ol = out_letters(xl, axes, keep_dim);
     let map = merge(
         &[(&ol, out.dims())],
         OnAxisConflict::Error,
@@ -95,7 +95,7 @@ pub fn backward(
         None,
     )?;
     Ok(Inferred {
-        inputs: smallvec::smallvec![Layout::from_dims(map.dims(&xl))],
+        inputs: smallvec::smallvec![Layout::from_dims(map.dims(xl))],
         outputs: smallvec::smallvec![Layout::from_dims(out.dims().clone())],
     })
 }

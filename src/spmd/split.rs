@@ -29,14 +29,14 @@ pub fn forward(inputs: &[DistTensor], axis: usize, outputs: usize) -> Result<Inf
 pub fn backward(inputs: &[DistTensor], outputs: &[DistTensor], axis: usize) -> Result<Inferred> {
     let x = arg(inputs, 0, "split")?;
     let xl = letters(x.shape.len());
-    let pairs: Vec<(&str, &Dims)> = outputs.iter().map(|o| (xl.as_str(), o.dims())).collect();
+    let pairs: Vec<(&str, &Dims)> = outputs.iter().map(|o| (xl, o.dims())).collect();
     let map = merge(
         &pairs,
         OnAxisConflict::Error,
         OnMeshConflict::KeepFirst,
         None,
     )?;
-    let dims = without_axis(&map.dims(&xl), axis);
+    let dims = without_axis(&map.dims(xl), axis);
     Ok(Inferred {
         inputs: smallvec::smallvec![Layout::from_dims(dims.clone())],
         outputs: smallvec::smallvec![Layout::from_dims(dims); outputs.len()],
