@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 
 const here = dirname(fileURLToPath(import.meta.url));
-export const distDir = resolve(here, '../../dist');
+export const distDir = process.env.SHARDLAB_DIST ? resolve(process.env.SHARDLAB_DIST) : resolve(here, '../../dist');
 export const screenshotDir = resolve(here, '../../target/e2e');
 
 const types = {
