@@ -48,7 +48,7 @@ fn rank_json(r: &RankProgram) -> Value {
             .map(|x| r.program.var(*x).name.clone())
             .collect::<Vec<_>>())
     };
-    let slots = |specs: &[crate::ir::SlotSpec], vars: &[Vec<crate::ir::VarId>]| {
+    let slots = |specs: &[crate::ir::SlotSpec], vars: &[crate::ir::Slot]| {
         specs
             .iter()
             .zip(vars)

@@ -50,7 +50,9 @@ fn used_modules(module: &str) -> BTreeSet<String> {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
-            if name != module && !name.is_empty() {
+            // `crate::slots!` is a macro at the crate root (exported from `ir`), not a module.
+            let is_macro = text[i + 7 + name.len()..].starts_with('!');
+            if name != module && !name.is_empty() && !is_macro {
                 used.insert(name);
             }
         }

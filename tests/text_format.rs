@@ -85,10 +85,10 @@ fn plan() -> impl Strategy<Value = Plan> {
                     .collect::<Vec<_>>()
             };
             for (i, slot) in op.inputs.iter_mut().enumerate() {
-                *slot = pick(&slots[i % 4]);
+                *slot = pick(&slots[i % 4]).into();
             }
             for (i, slot) in op.outputs.iter_mut().enumerate() {
-                *slot = pick(&slots[(i + 2) % 4]);
+                *slot = pick(&slots[(i + 2) % 4]).into();
             }
             op.attrs = attrs.into_iter().collect();
             op.role = role;

@@ -4,7 +4,7 @@
 use super::attr::Attr;
 use super::infer::infer_op;
 use super::op_type::{OpRole, OpType};
-use super::program::{Op, Program, ProgramError};
+use super::program::{Op, Program, ProgramError, Slot, Slots};
 use super::types::{DType, TensorType, VarId, VarKind};
 
 /// Builds a [`Program`] op by op.
@@ -80,7 +80,7 @@ impl Builder {
     ) -> Result<Vec<VarId>, ProgramError> {
         let mut op = Op::new(ty);
         op.role = self.role;
-        op.inputs = inputs;
+        op.inputs = inputs.into_iter().map(Slot::from_vec).collect();
         op.attrs = attrs
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
@@ -110,7 +110,7 @@ impl Builder {
         }
         let mut names = outputs.iter();
         let mut all = Vec::with_capacity(total);
-        op.outputs = Vec::with_capacity(inferred.len());
+        op.outputs = Slots::with_capacity(inferred.len());
         for slot in inferred {
             let mut ids = Vec::with_capacity(slot.len());
             for ty in slot {
@@ -119,7 +119,7 @@ impl Builder {
                 ids.push(id);
                 all.push(id);
             }
-            op.outputs.push(ids);
+            op.outputs.push(Slot::from_vec(ids));
         }
         self.program.push_op(op);
         Ok(all)

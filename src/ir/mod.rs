@@ -20,7 +20,7 @@ pub use builder::Builder;
 pub use op_type::{
     AmpOp, CollectiveOp, ForwardOp, MathOp, OpClass, OpRole, OpType, OptimizerOp, RankLocalOp,
 };
-pub use program::{Op, Program, ProgramError, ROOT_SCOPE};
+pub use program::{Op, Program, ProgramError, Slot, Slots, ROOT_SCOPE};
 pub use purpose::Purpose;
 pub use schema::{Arity, AttrSpec, SlotSpec};
 pub use text::{parse_program, ParseError};

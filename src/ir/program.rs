@@ -8,6 +8,23 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+/// The variables of one slot: inline up to two (most slots hold one).
+pub type Slot = smallvec::SmallVec<[VarId; 2]>;
+
+/// An op's slots, inline up to four: building, copying and freeing an op allocates nothing
+/// but its `Arc` (per-rank programs build thousands).
+pub type Slots = smallvec::SmallVec<[Slot; 4]>;
+
+/// Slots from one iterable of variables per slot: `slots![[x], [y, z], []]`.
+#[macro_export]
+macro_rules! slots {
+    ($($slot:expr),* $(,)?) => {
+        [$($crate::ir::Slot::from_iter($slot)),*]
+            .into_iter()
+            .collect::<$crate::ir::Slots>()
+    };
+}
+
 /// The namescope an op gets when nobody sets one.
 pub const ROOT_SCOPE: &str = "/";
 
@@ -16,8 +33,8 @@ pub const ROOT_SCOPE: &str = "/";
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Op {
     pub ty: OpType,
-    pub inputs: Vec<Vec<VarId>>,
-    pub outputs: Vec<Vec<VarId>>,
+    pub inputs: Slots,
+    pub outputs: Slots,
     pub attrs: Attrs,
     pub role: OpRole,
     /// Borrowed for the root and the planner's purposes, owned only for parsed scopes.
@@ -29,8 +46,8 @@ impl Op {
     pub fn new(ty: OpType) -> Op {
         Op {
             ty,
-            inputs: vec![Vec::new(); ty.input_slots().len()],
-            outputs: vec![Vec::new(); ty.output_slots().len()],
+            inputs: smallvec::smallvec![Slot::new(); ty.input_slots().len()],
+            outputs: smallvec::smallvec![Slot::new(); ty.output_slots().len()],
             attrs: Attrs::new(),
             role: OpRole::Forward,
             namescope: Cow::Borrowed(ROOT_SCOPE),
@@ -110,7 +127,7 @@ impl Op {
 
 fn slot_vars<'a>(
     names: impl Iterator<Item = &'static str>,
-    slots: &'a [Vec<VarId>],
+    slots: &'a [Slot],
     slot: &str,
 ) -> &'a [VarId] {
     names

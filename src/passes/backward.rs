@@ -10,7 +10,7 @@
 //! ```
 
 use crate::ir::{
-    Attr, DType, Op, OpId, OpRole, OpType, Program, ProgramError, TensorType, VarId, VarKind,
+    Attr, DType, Op, OpId, OpRole, OpType, Program, ProgramError, Slot, TensorType, VarId, VarKind,
 };
 use std::collections::HashMap;
 
@@ -214,7 +214,7 @@ pub fn append_backward(forward: &Program) -> Result<Backward, BackwardError> {
     )?;
     let mut fill = Op::new(OpType::FillConstant);
     fill.role = OpRole::Backward;
-    fill.outputs = vec![vec![loss_grad]];
+    fill.outputs = crate::slots![[loss_grad]];
     fill.attrs.insert(
         "shape".into(),
         Attr::Ints(loss_var.ty.shape.iter().map(|&d| d as i64).collect()),
@@ -260,7 +260,7 @@ pub fn append_backward(forward: &Program) -> Result<Backward, BackwardError> {
                     None => {}
                 }
             }
-            g.inputs[fwd_in.len() + fwd_out.len() + k] = list;
+            g.inputs[fwd_in.len() + fwd_out.len() + k] = Slot::from_vec(list);
         }
         if !has_out_grad {
             continue;
@@ -275,7 +275,7 @@ pub fn append_backward(forward: &Program) -> Result<Backward, BackwardError> {
                         discard(&mut program, v)?
                     });
                 }
-                g.outputs[k] = outs;
+                g.outputs[k] = Slot::from_vec(outs);
             }
         }
         let id = program.push_op(g);
@@ -333,7 +333,7 @@ fn zeros(program: &mut Program, v: VarId) -> Result<VarId, BackwardError> {
     )?;
     let mut fill = Op::new(OpType::FillConstant);
     fill.role = OpRole::Backward;
-    fill.outputs = vec![vec![id]];
+    fill.outputs = crate::slots![[id]];
     fill.attrs.insert(
         "shape".into(),
         Attr::Ints(var.ty.shape.iter().map(|&d| d as i64).collect()),
@@ -363,8 +363,8 @@ fn total_grad(
             let id = program.declare(&format!("{}@GRAD", var.name), var.ty, VarKind::Gradient)?;
             let mut sum = Op::new(OpType::Sum);
             sum.role = OpRole::Backward;
-            sum.inputs = vec![many.to_vec()];
-            sum.outputs = vec![vec![id]];
+            sum.inputs = crate::slots![many.to_vec()];
+            sum.outputs = crate::slots![[id]];
             program.push_op(sum);
             id
         }

@@ -19,7 +19,7 @@ impl DistProgram {
     /// An op attr whose slots mirror `op`'s, every slot attr replicated over its variable's
     /// rank, with the `default` implementation.
     pub fn replicated_op_attr(&self, op: &Op) -> OperatorDistAttr {
-        let slot = |vars: &Vec<crate::ir::VarId>| {
+        let slot = |vars: &crate::ir::Slot| {
             vars.iter()
                 .map(|&v| TensorDistAttr::replicated(MeshId::JOB, self.program.var(v).ty.rank()))
                 .collect()

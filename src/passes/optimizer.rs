@@ -7,7 +7,7 @@ use super::dist_program::DistProgram;
 use crate::dist::MeshAxis;
 use crate::dist::MeshId;
 use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
-use crate::ir::{Attr, DType, Op, OpRole, OpType, ProgramError, TensorType, VarId, VarKind};
+use crate::ir::{Attr, DType, Op, OpRole, OpType, ProgramError, Slot, TensorType, VarId, VarKind};
 use serde::{Deserialize, Serialize};
 
 /// The update rule.
@@ -144,8 +144,8 @@ fn op(
     scope: &str,
 ) -> Op {
     let mut o = Op::new(ty);
-    o.inputs = inputs;
-    o.outputs = outputs;
+    o.inputs = inputs.into_iter().map(Slot::from_vec).collect();
+    o.outputs = outputs.into_iter().map(Slot::from_vec).collect();
     o.attrs = attrs
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))

@@ -87,8 +87,8 @@ fn scale_loss(plan: &mut Plan) -> Result<(), PipelineError> {
         op.role = OpRole::Forward;
     }
     let mut mul = Op::new(OpType::ElementwiseMul);
-    mul.inputs = vec![vec![loss], vec![scale]];
-    mul.outputs = vec![vec![scaled]];
+    mul.inputs = crate::slots![[loss], [scale]];
+    mul.outputs = crate::slots![[scaled]];
     mul.role = OpRole::Loss;
     plan.program.push_op(mul);
     Ok(())

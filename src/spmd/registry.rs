@@ -19,7 +19,7 @@ pub struct Binding {
     pub output_pos: Vec<SlotPos>,
 }
 
-fn positions(slots: &[Vec<VarId>]) -> Vec<SlotPos> {
+fn positions(slots: &[crate::ir::Slot]) -> Vec<SlotPos> {
     slots
         .iter()
         .enumerate()

@@ -11,7 +11,7 @@ use super::cursor::{Cursor, ParseError};
 use super::lexer::{lex_line, Tok};
 use crate::ir::attr::{Attr, Attrs};
 use crate::ir::op_type::{OpRole, OpType};
-use crate::ir::program::{Op, Program};
+use crate::ir::program::{Op, Program, Slot};
 use crate::ir::schema::SlotSpec;
 use crate::ir::types::{DType, TensorType, Var, VarId, VarKind};
 
@@ -116,9 +116,15 @@ pub fn parse_op(cur: &mut Cursor, program: &mut Program) -> Result<(), ParseErro
     let ty = OpType::from_name(&ty_name)
         .ok_or_else(|| cur.error_at(ty_col, format!("unknown op type `{ty_name}`")))?;
     let mut op = Op::new(ty);
-    op.inputs = parse_slots(cur, program, ty.input_slots(), "input")?;
+    op.inputs = parse_slots(cur, program, ty.input_slots(), "input")?
+        .into_iter()
+        .map(Slot::from_vec)
+        .collect();
     cur.expect_char('>')?;
-    op.outputs = parse_slots(cur, program, ty.output_slots(), "output")?;
+    op.outputs = parse_slots(cur, program, ty.output_slots(), "output")?
+        .into_iter()
+        .map(Slot::from_vec)
+        .collect();
     if cur.peek() == Some(&Tok::Punct('{')) {
         op.attrs = parse_attrs(cur)?;
     }

@@ -5,7 +5,7 @@ use crate::ir::attr::write_quoted;
 use crate::ir::op_type::OpRole;
 use crate::ir::program::{Op, Program, ROOT_SCOPE};
 use crate::ir::schema::{Arity, SlotSpec};
-use crate::ir::types::{Var, VarId};
+use crate::ir::types::Var;
 use std::fmt::{self, Write};
 
 /// Writes one `var` statement.
@@ -47,7 +47,7 @@ fn write_slots(
     f: &mut impl Write,
     program: &Program,
     specs: &[SlotSpec],
-    slots: &[Vec<VarId>],
+    slots: &[crate::ir::Slot],
 ) -> fmt::Result {
     f.write_str("(")?;
     let mut first = true;

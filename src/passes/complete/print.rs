@@ -74,7 +74,7 @@ pub fn attrs_text(
             attr.imp.describe()
         ));
         let slots = |specs: &[crate::ir::SlotSpec],
-                     vars: &[Vec<VarId>],
+                     vars: &[crate::ir::Slot],
                      attrs: &[Vec<TensorDistAttr>],
                      inputs: bool| {
             let mut parts = Vec::new();
@@ -161,7 +161,7 @@ pub fn completed_json(program: &Program, c: &Completed) -> Value {
         .map(|(i, op)| {
             let attr = &c.ops[i];
             let slots = |specs: &[crate::ir::SlotSpec],
-                         vars: &[Vec<VarId>],
+                         vars: &[crate::ir::Slot],
                          attrs: &[Vec<TensorDistAttr>]| {
                 let mut m = serde_json::Map::new();
                 for ((spec, vs), ats) in specs.iter().zip(vars).zip(attrs) {

@@ -27,23 +27,23 @@ fn vocab_cross_entropy(b: &RankBuilder, local: &Op) -> Result<(Op, RankAttrs), P
     let cols = b.program.var(v).ty.shape.last().copied().unwrap_or(0);
     let mut c = if forward {
         let mut c = Op::new(OpType::CSoftmaxWithCrossEntropy);
-        c.inputs = vec![
+        c.inputs = crate::slots![
             local.input("Logits").to_vec(),
             local.input("Label").to_vec(),
         ];
-        c.outputs = vec![
+        c.outputs = crate::slots![
             local.output("Softmax").to_vec(),
             local.output("Loss").to_vec(),
         ];
         c
     } else {
         let mut c = Op::new(OpType::CSoftmaxWithCrossEntropyGrad);
-        c.inputs = vec![
+        c.inputs = crate::slots![
             local.input("Softmax").to_vec(),
             local.input("Label").to_vec(),
             local.input("Loss@GRAD").to_vec(),
         ];
-        c.outputs = vec![local.output("Logits@GRAD").to_vec()];
+        c.outputs = crate::slots![local.output("Logits@GRAD").to_vec()];
         c
     };
     c.role = local.role;
@@ -75,8 +75,8 @@ pub fn lower(
         let target = DistProgram::settled(&declared[v.index()]);
         let r = reshard(b, t, &target)?;
         let mut assign = Op::new(OpType::Assign);
-        assign.inputs = vec![vec![r]];
-        assign.outputs = vec![vec![v]];
+        assign.inputs = crate::slots![[r]];
+        assign.outputs = crate::slots![[v]];
         assign.namescope = Purpose::Reshard.namescope().into();
         b.local(assign);
         b.cur[v.index()] = target;
@@ -139,8 +139,8 @@ fn rewrite(
         // in a rank's program, where the op names are Paddle's.
         (OpType::ScaleGrad, _) => {
             let mut s = Op::new(OpType::Scale);
-            s.inputs = vec![local.input("Out@GRAD").to_vec()];
-            s.outputs = vec![local.output("X@GRAD").to_vec()];
+            s.inputs = crate::slots![local.input("Out@GRAD").to_vec()];
+            s.outputs = crate::slots![local.output("X@GRAD").to_vec()];
             s.role = local.role;
             s.namescope = local.namescope.clone();
             s.attrs
@@ -165,12 +165,12 @@ fn rewrite(
                     local = Arc::new(c);
                 } else {
                     let mut c = Op::new(OpType::CEmbeddingGrad);
-                    c.inputs = vec![
+                    c.inputs = crate::slots![
                         local.input("W").to_vec(),
                         local.input("Ids").to_vec(),
                         local.input("Out@GRAD").to_vec(),
                     ];
-                    c.outputs = vec![local.output("W@GRAD").to_vec()];
+                    c.outputs = crate::slots![local.output("W@GRAD").to_vec()];
                     c.role = local.role;
                     c.namescope = local.namescope.clone();
                     local = Arc::new(c);

@@ -272,8 +272,8 @@ impl<'a> RankBuilder<'a> {
         purpose: Purpose,
     ) {
         let mut op = Op::new(ty);
-        op.inputs = vec![vec![x]];
-        op.outputs = vec![vec![out]];
+        op.inputs = crate::slots![[x]];
+        op.outputs = crate::slots![[out]];
         op.namescope = purpose.namescope().into();
         let recipe = RankAttrs::Collective {
             axes: axes.iter().copied().collect(),

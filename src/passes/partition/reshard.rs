@@ -214,8 +214,8 @@ fn slice(b: &mut RankBuilder, s: &mut Step, to: &TensorDistAttr) -> Result<(), P
             next.dims[d].push(axis);
             let out = b.temp(cur, &next, "RESHARD")?;
             let mut op = Op::new(OpType::Slice);
-            op.inputs = vec![vec![cur]];
-            op.outputs = vec![vec![out]];
+            op.inputs = crate::slots![[cur]];
+            op.outputs = crate::slots![[out]];
             op.attrs.insert("axes".into(), Attr::Ints(vec![d as i64]));
             op.namescope = Purpose::Reshard.namescope().into();
             b.rank_dependent(op, RankAttrs::Slice { axis, piece });
@@ -252,8 +252,8 @@ fn add_partials(
         }
         let out = b.temp(cur, &next, "RESHARD")?;
         let mut op = Op::new(OpType::Scale);
-        op.inputs = vec![vec![cur]];
-        op.outputs = vec![vec![out]];
+        op.inputs = crate::slots![[cur]];
+        op.outputs = crate::slots![[out]];
         op.attrs.insert("scale".into(), Attr::Float(1.0 / n as f64));
         op.namescope = Purpose::Reshard.namescope().into();
         b.local(op);

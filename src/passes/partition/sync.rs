@@ -68,8 +68,8 @@ pub fn sync_gradients(
         let n: usize = loss_avg_axes.iter().map(|&a| b.mesh.axis_size(a)).product();
         if scale && n > 1 {
             let mut s = Op::new(OpType::Scale);
-            s.inputs = vec![vec![g]];
-            s.outputs = vec![vec![g]];
+            s.inputs = crate::slots![[g]];
+            s.outputs = crate::slots![[g]];
             s.attrs = b
                 .gradient_scale
                 .get_or_insert_with(|| {
@@ -135,8 +135,8 @@ pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionEr
         }
         let group_sum = b.temp(out, &partial_attr, "PARTIAL")?;
         let mut sum = Op::new(OpType::Sum);
-        sum.inputs = vec![vars];
-        sum.outputs = vec![vec![group_sum]];
+        sum.inputs = crate::slots![vars];
+        sum.outputs = crate::slots![[group_sum]];
         b.local(sum);
         b.collective(
             OpType::AllReduce,
@@ -150,8 +150,8 @@ pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionEr
         totals.push(group_sum);
     }
     let mut sum = Op::new(OpType::Sum);
-    sum.inputs = vec![totals];
-    sum.outputs = vec![vec![out]];
+    sum.inputs = crate::slots![totals];
+    sum.outputs = crate::slots![[out]];
     b.local(sum);
     b.cur[out.index()] = TensorDistAttr::replicated(MeshId::JOB, 0);
     Ok(true)
