@@ -11,12 +11,14 @@
 //! - [`dist`]: process meshes, dist attrs, groups, local shapes, notations.
 //! - [`plan`]: a mesh + program + annotations, as one text file.
 //! - [`models`]: preset programs.
+//! - [`cost`]: FLOPs, bytes, collective times and memory per rank.
 //! - `cli` (native) and `web` (wasm32): thin shells over the above.
 
 // No catch-all arm in a match over an enum (`OpType` above all): a new variant must be
 // handled everywhere, not folded silently into a default.
 #![deny(clippy::wildcard_enum_match_arm)]
 
+pub mod cost;
 pub mod dist;
 pub mod exec;
 pub mod ir;

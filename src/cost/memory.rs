@@ -1,0 +1,166 @@
+//! A rank's memory over its step, from exact liveness over its program.
+//!
+//! Parameters, optimizer state, inputs and labels live for the whole step. Every other
+//! variable (activations, gradients, temporaries) lives from the op that first writes it to
+//! the last op that reads or writes it, both included: the backward pass's reads of forward
+//! activations keep them alive until then. The bytes live while op `i` runs are the sum over
+//! the variables whose interval contains `i`.
+
+use super::work::ElementBytes;
+use crate::ir::{DType, Program, VarId, VarKind};
+
+/// What a variable holds, for the breakdown of a rank's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Category {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    Activation,
+    Input,
+}
+
+impl Category {
+    fn of(kind: VarKind) -> Category {
+        match kind {
+            VarKind::Parameter => Category::Parameter,
+            VarKind::Gradient => Category::Gradient,
+            VarKind::OptimizerState => Category::OptimizerState,
+            VarKind::Activation => Category::Activation,
+            VarKind::Input | VarKind::Label => Category::Input,
+        }
+    }
+
+    /// A lower-case name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameters",
+            Category::Gradient => "gradients",
+            Category::OptimizerState => "optimizer state",
+            Category::Activation => "activations",
+            Category::Input => "inputs",
+        }
+    }
+}
+
+/// A variable's live range: the ops (by index) during which it occupies memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live {
+    pub first: usize,
+    pub last: usize,
+}
+
+/// One rank's memory over the step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Memory {
+    /// Bytes live while each op runs.
+    pub at_op: Vec<f64>,
+    /// The largest of `at_op` (0 for a program without ops) and the first op where it is
+    /// reached.
+    pub peak: f64,
+    pub peak_op: usize,
+    /// The variables live at the peak with their bytes and category, largest first.
+    pub live_at_peak: Vec<(VarId, f64, Category)>,
+    /// Every variable's live range (`None`: never touched by an op and not held all step).
+    pub live: Vec<Option<Live>>,
+}
+
+impl Memory {
+    /// The bytes live at the peak, by category (in `Category` order, empty ones left out).
+    pub fn peak_breakdown(&self) -> Vec<(Category, f64)> {
+        let mut out: Vec<(Category, f64)> = Vec::new();
+        for &(_, bytes, c) in &self.live_at_peak {
+            match out.iter_mut().find(|(k, _)| *k == c) {
+                Some((_, b)) => *b += bytes,
+                None => out.push((c, bytes)),
+            }
+        }
+        out.sort_by_key(|(c, _)| *c);
+        out
+    }
+}
+
+/// The bytes of `v` at the cost model's element size (integers at 8 bytes).
+pub fn var_bytes(program: &Program, v: VarId, elem: ElementBytes) -> f64 {
+    let t = &program.var(v).ty;
+    let size = match t.dtype {
+        DType::I64 => 8.0,
+        DType::F32 | DType::F64 => elem.0,
+    };
+    t.numel() as f64 * size
+}
+
+/// Every variable's live range in `program` (see the module doc).
+pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
+    let n_ops = program.ops().len();
+    let mut live: Vec<Option<Live>> = program
+        .vars()
+        .iter()
+        .map(|v| {
+            let whole = matches!(
+                v.kind,
+                VarKind::Parameter | VarKind::OptimizerState | VarKind::Input | VarKind::Label
+            ) || v.persistable;
+            (whole && n_ops > 0).then(|| Live {
+                first: 0,
+                last: n_ops - 1,
+            })
+        })
+        .collect();
+    for (i, op) in program.ops().iter().enumerate() {
+        for v in op.all_inputs().chain(op.all_outputs()) {
+            let slot = &mut live[v.index()];
+            *slot = Some(match *slot {
+                Some(l) => Live {
+                    first: l.first.min(i),
+                    last: l.last.max(i),
+                },
+                None => Live { first: i, last: i },
+            });
+        }
+    }
+    live
+}
+
+/// The memory of `program` (a rank program) over its step.
+pub fn memory(program: &Program, elem: ElementBytes) -> Memory {
+    let n_ops = program.ops().len();
+    let live = live_ranges(program);
+    // A difference array: + at the first op, − after the last.
+    let mut delta = vec![0.0f64; n_ops + 1];
+    for (i, l) in live.iter().enumerate() {
+        if let Some(l) = l {
+            let b = var_bytes(program, VarId(i as u32), elem);
+            delta[l.first] += b;
+            delta[l.last + 1] -= b;
+        }
+    }
+    let mut at_op = Vec::with_capacity(n_ops);
+    let mut running = 0.0;
+    for d in &delta[..n_ops] {
+        running += d;
+        at_op.push(running);
+    }
+    let (peak_op, peak) =
+        at_op.iter().enumerate().fold(
+            (0, 0.0f64),
+            |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) },
+        );
+    let mut live_at_peak: Vec<(VarId, f64, Category)> = live
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.is_some_and(|l| l.first <= peak_op && peak_op <= l.last))
+        .map(|(i, _)| {
+            let v = VarId(i as u32);
+            let kind = program.var(v).kind;
+            (v, var_bytes(program, v, elem), Category::of(kind))
+        })
+        .collect();
+    live_at_peak.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    Memory {
+        at_op,
+        peak,
+        peak_op,
+        live_at_peak,
+        live,
+    }
+}

@@ -1,0 +1,7 @@
+//! What a plan costs: the work of every op (FLOPs and bytes, `work.rs`), the time of every
+//! collective under an α-β model (`collective.rs`), and every rank's memory over the step
+//! (`memory.rs`). Pure core: it reads rank programs and returns numbers.
+
+pub mod collective;
+pub mod memory;
+pub mod work;

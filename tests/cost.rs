@@ -1,0 +1,255 @@
+//! The cost model's parts against hand-computed values: FLOPs and bytes of single ops, the
+//! α-β times of the collectives (NCCL's bus-bandwidth factors, and the ledger's bytes), and
+//! a memory timeline traced by hand.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use common::{preset_plan, standard_configs};
+use shardlab::cost::collective::{time, Link, Primitive};
+use shardlab::cost::memory::{memory, Category, Live};
+use shardlab::cost::work::{op_work, ElementBytes, Work};
+use shardlab::ir::{parse_program, OpType, Program};
+use shardlab::models::Model;
+use shardlab::passes::backward::append_backward;
+use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+
+const F32: ElementBytes = ElementBytes(4.0);
+
+fn program(text: &str) -> Program {
+    parse_program(text).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+fn work_of(p: &Program, ty: OpType) -> Work {
+    let op = p.ops().iter().find(|o| o.ty == ty).expect("the op");
+    op_work(p, op, F32)
+}
+
+#[test]
+fn matmul_counts_two_flops_per_term_and_reads_its_operands_once() {
+    let p = program(
+        "var x: f32[8, 12] input\nvar w: f32[12, 16] parameter persistable\n\
+         var y: f32[8, 16] activation\nop matmul_v2(X=x, Y=w) -> (Out=y)\n",
+    );
+    // m·n·k = 8·16·12; bytes = (96 + 192 + 128) elements · 4.
+    assert_eq!(
+        work_of(&p, OpType::MatmulV2),
+        Work {
+            flops: 2.0 * 8.0 * 16.0 * 12.0,
+            bytes: (96.0 + 192.0 + 128.0) * 4.0
+        }
+    );
+    // Transposed X: [12, 8]ᵀ · [12, 16]: k is X's first dim.
+    let t = program(
+        "var x: f32[12, 8] input\nvar w: f32[12, 16] parameter persistable\n\
+         var y: f32[8, 16] activation\nop matmul_v2(X=x, Y=w) -> (Out=y) {trans_x=true}\n",
+    );
+    assert_eq!(work_of(&t, OpType::MatmulV2).flops, 2.0 * 8.0 * 16.0 * 12.0);
+    // The grad runs two matmuls of the same size.
+    let b = append_backward(&program(
+        "var x: f32[8, 12] input\nvar w: f32[12, 16] parameter persistable\n\
+         var y: f32[8, 16] activation\nvar l: f32[] activation\n\
+         op matmul_v2(X=x, Y=w) -> (Out=y)\nop mean(X=y) -> (Out=l) role=loss\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        work_of(&b.program, OpType::MatmulV2Grad).flops,
+        4.0 * 8.0 * 16.0 * 12.0
+    );
+}
+
+#[test]
+fn elementwise_normalisation_and_embedding_counts() {
+    let p = program(
+        "var ids: i64[4, 6] input\nvar table: f32[100, 8] parameter persistable\n\
+         var e: f32[4, 6, 8] activation\nvar s: f32[8] parameter persistable\n\
+         var b: f32[8] parameter persistable\nvar n: f32[4, 6, 8] activation\n\
+         var mean: f32[4, 6] activation\nvar var: f32[4, 6] activation\n\
+         var g: f32[4, 6, 8] activation\nvar sm: f32[4, 6, 8] activation\n\
+         op lookup_table_v2(W=table, Ids=ids) -> (Out=e)\n\
+         op layer_norm(X=e, Scale=s, Bias=b) -> (Y=n, Mean=mean, Variance=var) {begin_norm_axis=2}\n\
+         op gelu(X=n) -> (Out=g)\nop softmax(X=g) -> (Out=sm) {axis=-1}\n",
+    );
+    // The embedding gathers 24 rows of 8: no FLOPs; reads the ids (8 bytes each) and the
+    // 192 gathered elements, not the 800-element table, and writes 192.
+    assert_eq!(
+        work_of(&p, OpType::LookupTableV2),
+        Work {
+            flops: 0.0,
+            bytes: 24.0 * 8.0 + 192.0 * 4.0 + 192.0 * 4.0
+        }
+    );
+    // layer_norm: 8 per element; reads X, scale, bias; writes Y, mean, variance.
+    assert_eq!(
+        work_of(&p, OpType::LayerNorm),
+        Work {
+            flops: 8.0 * 192.0,
+            bytes: (192.0 + 8.0 + 8.0 + 192.0 + 24.0 + 24.0) * 4.0
+        }
+    );
+    assert_eq!(work_of(&p, OpType::Gelu).flops, 5.0 * 192.0);
+    assert_eq!(work_of(&p, OpType::Softmax).flops, 5.0 * 192.0);
+}
+
+#[test]
+fn optimizer_and_accumulation_counts() {
+    let pipeline = run_pipeline(
+        &preset_plan(Model::Mlp, 0, "1:dp", &[]),
+        &common::with_optimizer("adam", false, None),
+    )
+    .unwrap();
+    let p = &pipeline.full.program;
+    for op in p.ops().iter().filter(|o| o.ty == OpType::Adam) {
+        let param = p.var(op.input("Param")[0]).ty.numel() as f64;
+        let w = op_work(p, op, F32);
+        assert_eq!(w.flops, 12.0 * param);
+        // Param, grad, moment 1 and 2 read and written back (grad only read); the learning
+        // rate and the two beta powers are scalars read and the powers written.
+        let io: f64 = op
+            .all_inputs()
+            .chain(op.all_outputs())
+            .map(|v| p.var(v).ty.numel() as f64 * 4.0)
+            .sum();
+        assert_eq!(w.bytes, io);
+    }
+}
+
+#[test]
+fn collectives_are_priced_by_the_alpha_beta_model_not_as_work() {
+    let pipeline = run_pipeline(
+        &{
+            let (_, mesh, shards) = standard_configs(Model::Mlp, 0).remove(2);
+            preset_plan(Model::Mlp, 0, mesh, &shards)
+        },
+        &PipelineOptions::default(),
+    )
+    .unwrap();
+    let r = &pipeline.partitioned.ranks[0].program;
+    let all_reduce = r
+        .ops()
+        .iter()
+        .find(|o| o.ty == OpType::AllReduce)
+        .expect("an all-reduce");
+    assert_eq!(op_work(r, all_reduce, F32), Work::default());
+}
+
+/// NCCL's bus bandwidth factors (nccl-tests, PERFORMANCE.md): with no latency, a collective
+/// over n ranks moving S bytes at bus bandwidth β takes factor·S/β.
+#[test]
+fn collective_times_follow_the_ring_formulas() {
+    let link = Link {
+        alpha_s: 0.0,
+        beta_bytes_per_s: 100e9,
+    };
+    let s = 1e9;
+    let n = 8;
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
+    assert!(close(
+        time(Primitive::AllReduce, n, s, link),
+        2.0 * 7.0 / 8.0 * s / 100e9
+    ));
+    assert!(close(
+        time(Primitive::AllGather, n, s, link),
+        7.0 / 8.0 * s / 100e9
+    ));
+    assert!(close(
+        time(Primitive::ReduceScatter, n, s, link),
+        7.0 / 8.0 * s / 100e9
+    ));
+    assert!(close(
+        time(Primitive::AllToAll, n, s, link),
+        7.0 / 8.0 * s / 100e9
+    ));
+    assert!(close(time(Primitive::SendRecv, 2, s, link), s / 100e9));
+    // Latency: one α per ring step.
+    let slow = Link {
+        alpha_s: 1e-5,
+        beta_bytes_per_s: 1e30,
+    };
+    assert!(close(time(Primitive::AllReduce, n, s, slow), 14.0 * 1e-5));
+    assert!(close(time(Primitive::AllGather, n, s, slow), 7.0 * 1e-5));
+    assert!(close(time(Primitive::SendRecv, 2, s, slow), 1e-5));
+    // One rank: nothing moves.
+    assert_eq!(time(Primitive::AllReduce, 1, s, link), 0.0);
+}
+
+/// The model's bytes are the ledger's, for every collective of a planned gpt.
+#[test]
+fn collective_bytes_are_the_ledgers() {
+    let (_, mesh, shards) = standard_configs(Model::Gpt, 1).remove(2);
+    let p = run_pipeline(
+        &preset_plan(Model::Gpt, 1, mesh, &shards),
+        &PipelineOptions::default(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for e in &p.ledger {
+        let r = p
+            .partitioned
+            .ranks
+            .iter()
+            .find(|r| r.rank == e.rank)
+            .unwrap();
+        let op = &r.program.ops()[e.op_index];
+        let size = |slot: &str, out: bool| {
+            let vars = if out { op.output(slot) } else { op.input(slot) };
+            vars.first().map_or(0.0, |&v| {
+                let t = &r.program.var(v).ty;
+                (t.numel() * t.dtype.size_bytes()) as f64
+            })
+        };
+        let n = e.group.len();
+        let (prim, s) = match op.ty {
+            OpType::AllReduce => (Primitive::AllReduce, size("X", false)),
+            OpType::AllGather => (Primitive::AllGather, size("Out", true)),
+            OpType::ReduceScatter => (Primitive::ReduceScatter, size("X", false)),
+            OpType::AllToAll => (Primitive::AllToAll, size("X", false)),
+            _ => continue,
+        };
+        let model = prim.bytes_per_rank(n, s);
+        assert!(
+            (model - e.bytes_per_rank).abs() <= 1e-9 * model.max(1.0),
+            "rank {} op{}: model {model}, ledger {}",
+            e.rank,
+            e.op_index,
+            e.bytes_per_rank
+        );
+        checked += 1;
+    }
+    assert!(checked > 10, "{checked} collectives compared");
+}
+
+/// A four-op program traced by hand (4-element f32 tensors, 16 bytes each):
+///
+/// ```text
+/// op0 a = x * w      live: x w a        48
+/// op1 b = relu(a)    live: x w a b      64   <- peak
+/// op2 c = b + x      live: x w b c      64
+/// op3 l = mean(c)    live: x w c l      52   (l is a 4-byte scalar)
+/// ```
+#[test]
+fn memory_timeline_by_hand() {
+    let p = program(
+        "var x: f32[4] input\nvar w: f32[4] parameter persistable\n\
+         var a: f32[4] activation\nvar b: f32[4] activation\nvar c: f32[4] activation\n\
+         var l: f32[] activation\n\
+         op elementwise_mul(X=x, Y=w) -> (Out=a)\nop relu(X=a) -> (Out=b)\n\
+         op elementwise_add(X=b, Y=x) -> (Out=c)\nop mean(X=c) -> (Out=l)\n",
+    );
+    let m = memory(&p, F32);
+    assert_eq!(m.at_op, vec![48.0, 64.0, 64.0, 52.0]);
+    assert_eq!((m.peak, m.peak_op), (64.0, 1));
+    let id = |n: &str| p.var_id(n).unwrap();
+    assert_eq!(m.live[id("a").index()], Some(Live { first: 0, last: 1 }));
+    assert_eq!(m.live[id("x").index()], Some(Live { first: 0, last: 3 }));
+    assert_eq!(m.live[id("l").index()], Some(Live { first: 3, last: 3 }));
+    assert_eq!(
+        m.peak_breakdown(),
+        vec![
+            (Category::Parameter, 16.0),
+            (Category::Activation, 32.0),
+            (Category::Input, 16.0)
+        ]
+    );
+    assert_eq!(m.live_at_peak.len(), 4);
+}
