@@ -253,3 +253,91 @@ fn memory_timeline_by_hand() {
     );
     assert_eq!(m.live_at_peak.len(), 4);
 }
+
+mod simulation {
+    use super::*;
+    use shardlab::cost::collective::Link;
+    use shardlab::cost::device::{ComputeDType, CpuCalibration, Topology};
+    use shardlab::cost::simulate::{mfu, model_flops, simulate};
+    use shardlab::passes::partition::RankProgram;
+    use std::sync::Arc;
+
+    fn rank(r: u32, rows: usize) -> RankProgram {
+        let text = format!(
+            "var x: f32[{rows}, 64] input\nvar w: f32[64, 64] parameter persistable\n\
+             var y: f32[{rows}, 64] activation\nvar g: f32[8, 64] activation\n\
+             op matmul_v2(X=x, Y=w) -> (Out=y)\n\
+             op fill_constant() -> (Out=g) {{shape=[8, 64], value=1.0, dtype=\"f32\"}}\n\
+             op all_reduce(X=g) -> (Out=g) {{group=[0, 1], ring_id=0, reduce_type=\"SUM\"}}\n"
+        );
+        RankProgram {
+            rank: r,
+            program: program(&text),
+            attrs: Arc::new(Vec::new()),
+            origin: Arc::new(Vec::new()),
+        }
+    }
+
+    /// Two ranks, one with 8× the matmul of the other, then an all-reduce (traced by hand):
+    /// rank 0 computes 2·64·64·64 FLOPs = 524.288 µs at 1 GFLOP/s, rank 1 2·8·64·64 =
+    /// 65.536 µs and waits 458.752 µs; the all-reduce of 8·64·4 = 2,048 bytes over two ranks
+    /// takes 2·α + 2,048 B / 1 GB/s = 2 + 2.048 µs.
+    #[test]
+    fn a_collective_waits_for_its_last_member() {
+        let topo = Topology::cpu(CpuCalibration {
+            devices: 2,
+            flops: 1e9,
+            mem_bandwidth: 1e15,
+            mem_capacity: 1e9,
+            link: Link {
+                alpha_s: 1e-6,
+                beta_bytes_per_s: 1e9,
+            },
+        });
+        let s = simulate(&[rank(0, 64), rank(1, 8)], &topo, ComputeDType::F32).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1e-9);
+        let (r0, r1) = (&s.ranks[0], &s.ranks[1]);
+        assert!(close(r0.compute_s, 524.288e-6), "{}", r0.compute_s);
+        assert!(close(r1.compute_s, 65.536e-6));
+        assert!(close(r0.idle_s, 0.0));
+        assert!(close(r1.idle_s, 458.752e-6), "{}", r1.idle_s);
+        assert!(close(r0.comm_s, 4.048e-6) && close(r1.comm_s, 4.048e-6));
+        assert!(close(s.step_s, 528.336e-6));
+        assert_eq!(s.critical_rank, 0);
+    }
+
+    /// A planned gpt on every preset: each rank's compute, communication and idle time add
+    /// up to its finish, and MFU is a fraction.
+    #[test]
+    fn a_planned_step_adds_up_on_every_preset() {
+        let (_, mesh, shards) = standard_configs(Model::Gpt, 2).remove(2);
+        let plan = preset_plan(Model::Gpt, 2, mesh, &shards);
+        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        for name in ["cpu", "h100x8", "h100x8x4", "tpu-v5e-16"] {
+            let topo = Topology::preset(name).unwrap();
+            let dtype = topo.default_dtype;
+            let s = simulate(&p.partitioned.ranks, &topo, dtype).unwrap();
+            assert_eq!(s.ranks.len(), 8);
+            for r in &s.ranks {
+                let sum = r.compute_s + r.comm_s + r.idle_s;
+                assert!(
+                    (sum - r.total_s).abs() <= 1e-9 * r.total_s,
+                    "{name} rank {}",
+                    r.rank
+                );
+                assert!(r.comm_s > 0.0, "{name}: dp x mp communicates");
+            }
+            let u = mfu(model_flops(&p.full.program, dtype), &s, &topo, dtype);
+            assert!(u > 0.0 && u <= 1.0, "{name}: MFU {u}");
+        }
+    }
+
+    #[test]
+    fn a_rank_beyond_the_preset_is_an_error() {
+        let plan = preset_plan(Model::Mlp, 0, "16:dp", &["x=dp,-".to_string()]);
+        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let topo = Topology::preset("h100x8").unwrap();
+        let e = simulate(&p.partitioned.ranks, &topo, ComputeDType::Bf16).unwrap_err();
+        assert!(e.to_string().contains("h100x8 has 8 devices"), "{e}");
+    }
+}

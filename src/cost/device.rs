@@ -1,0 +1,266 @@
+//! Devices and their links, as presets. A plan's rank r runs on the preset's device r (the
+//! first devices in the preset's order); a group's collective runs over the slowest link
+//! class that connects all its members.
+//!
+//! Sources, per preset:
+//! - `h100x8`: NVIDIA H100 Tensor Core GPU datasheet (H100 SXM5): dense BF16/FP16 tensor
+//!   989.4 TFLOP/s (1,979 with sparsity), TF32 494.7, FP32 66.9; HBM3 3.35 TB/s, 80 GB; NVLink
+//!   900 GB/s per GPU, both directions together, so 450 GB/s each way.
+//! - `h100x8x4`: four such nodes; between nodes one ConnectX-7 InfiniBand NDR port per GPU,
+//!   400 Gb/s = 50 GB/s each way (NVIDIA DGX H100 user guide: eight 400 Gb/s ports for
+//!   eight GPUs).
+//! - `tpu-v5e-16`: Cloud TPU v5e documentation: 197 TFLOP/s BF16 per chip, 16 GiB HBM at
+//!   819 GB/s, ICI 400 GB/s per chip in both directions over 4 ports, so 50 GB/s each way
+//!   per link; a 2-D torus (the 256-chip pod is 16 × 16). The slice is 4 × 4. Whether a 4 × 4
+//!   slice has wraparound links is not stated in that documentation, so the model does not
+//!   rely on it: a group's ring is priced at one link's bandwidth either way. An f32 matmul
+//!   on a TPU runs as one bf16 pass at XLA's default precision, so f32 gets the bf16 peak.
+//! - `cpu`: this machine, measured when `shardlab cost` runs on it (the executor's GEMM, an
+//!   elementwise kernel, and the threads' exchange: `cli/calibrate.rs`). Without a
+//!   measurement (the browser) the figures are nominal ones for a small laptop, marked so.
+//!
+//! Latency α is not on any datasheet. The presets use 5 µs per ring step over NVLink and
+//! ICI, and 10 µs over InfiniBand: the order of the small-message times NCCL's tests report
+//! divided by the ring's steps. Treat them as assumptions; they matter only for small
+//! messages.
+
+use super::collective::Link;
+
+/// The precision the cost model prices compute at (independent of the executor's f32/f64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComputeDType {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl ComputeDType {
+    /// Bytes per element.
+    pub fn bytes(self) -> f64 {
+        match self {
+            ComputeDType::Bf16 | ComputeDType::F16 => 2.0,
+            ComputeDType::F32 => 4.0,
+        }
+    }
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ComputeDType::Bf16 => "bf16",
+            ComputeDType::F16 => "f16",
+            ComputeDType::F32 => "f32",
+        }
+    }
+}
+
+/// One device: peak compute per precision and memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Device {
+    /// Dense peak FLOP/s at bf16, f16 and f32.
+    pub peak_bf16: f64,
+    pub peak_f16: f64,
+    pub peak_f32: f64,
+    /// Memory bandwidth, bytes/s, and capacity, bytes.
+    pub mem_bandwidth: f64,
+    pub mem_capacity: f64,
+}
+
+impl Device {
+    /// Peak FLOP/s at `dtype`.
+    pub fn peak(&self, dtype: ComputeDType) -> f64 {
+        match dtype {
+            ComputeDType::Bf16 => self.peak_bf16,
+            ComputeDType::F16 => self.peak_f16,
+            ComputeDType::F32 => self.peak_f32,
+        }
+    }
+}
+
+/// A class of link: devices in the same block of `block` consecutive devices talk over it
+/// (the innermost class whose block holds a whole group is the one its collectives use).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkClass {
+    pub name: &'static str,
+    pub block: usize,
+    pub link: Link,
+}
+
+/// A set of devices and their links.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    pub name: &'static str,
+    pub devices: usize,
+    pub device: Device,
+    /// Innermost first; the last holds every device.
+    pub links: Vec<LinkClass>,
+    /// The compute precision used unless asked otherwise.
+    pub default_dtype: ComputeDType,
+    /// How a plan's ranks map onto the devices, in words.
+    pub placement: &'static str,
+}
+
+/// Why a plan cannot be costed on a topology.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    #[error("unknown topology `{0}` (known: cpu, h100x8, h100x8x4, tpu-v5e-16)")]
+    Unknown(String),
+    #[error("rank {rank} has no device: {topology} has {devices} devices (ranks run on devices 0 to {last})", last = devices - 1)]
+    TooFewDevices {
+        rank: u32,
+        topology: &'static str,
+        devices: usize,
+    },
+}
+
+const NVLINK: Link = Link {
+    alpha_s: 5e-6,
+    beta_bytes_per_s: 450e9,
+};
+
+fn h100() -> Device {
+    Device {
+        peak_bf16: 989.4e12,
+        peak_f16: 989.4e12,
+        peak_f32: 66.9e12,
+        mem_bandwidth: 3.35e12,
+        mem_capacity: 80e9,
+    }
+}
+
+impl Topology {
+    /// A preset by name: `cpu`, `h100x8`, `h100x8x4`, `tpu-v5e-16`.
+    pub fn preset(name: &str) -> Result<Topology, TopologyError> {
+        Ok(match name {
+            "cpu" => Topology::cpu(CpuCalibration::default()),
+            "h100x8" => Topology {
+                name: "h100x8",
+                devices: 8,
+                device: h100(),
+                links: vec![LinkClass {
+                    name: "NVLink",
+                    block: 8,
+                    link: NVLINK,
+                }],
+                default_dtype: ComputeDType::Bf16,
+                placement: "rank r on GPU r of one 8-GPU NVLink node",
+            },
+            "h100x8x4" => Topology {
+                name: "h100x8x4",
+                devices: 32,
+                device: h100(),
+                links: vec![
+                    LinkClass {
+                        name: "NVLink",
+                        block: 8,
+                        link: NVLINK,
+                    },
+                    LinkClass {
+                        name: "InfiniBand",
+                        block: 32,
+                        link: Link {
+                            alpha_s: 10e-6,
+                            beta_bytes_per_s: 50e9,
+                        },
+                    },
+                ],
+                default_dtype: ComputeDType::Bf16,
+                placement: "rank r on GPU r mod 8 of node r / 8; nodes joined by InfiniBand",
+            },
+            "tpu-v5e-16" => Topology {
+                name: "tpu-v5e-16",
+                devices: 16,
+                device: Device {
+                    peak_bf16: 197e12,
+                    peak_f16: 197e12,
+                    peak_f32: 197e12,
+                    mem_bandwidth: 819e9,
+                    mem_capacity: 16.0 * (1u64 << 30) as f64,
+                },
+                links: vec![LinkClass {
+                    name: "ICI",
+                    block: 16,
+                    link: Link {
+                        alpha_s: 5e-6,
+                        beta_bytes_per_s: 50e9,
+                    },
+                }],
+                default_dtype: ComputeDType::Bf16,
+                placement: "rank r on chip (r / 4, r mod 4) of a 4 x 4 slice: a [2, 4] mesh's \
+                            mp groups are rows of the slice, its dp groups pairs of chips two \
+                            rows apart",
+            },
+            other => return Err(TopologyError::Unknown(other.to_string())),
+        })
+    }
+
+    /// This machine, from a calibration.
+    pub fn cpu(c: CpuCalibration) -> Topology {
+        Topology {
+            name: "cpu",
+            devices: c.devices,
+            device: Device {
+                peak_bf16: c.flops,
+                peak_f16: c.flops,
+                peak_f32: c.flops,
+                mem_bandwidth: c.mem_bandwidth,
+                mem_capacity: c.mem_capacity,
+            },
+            links: vec![LinkClass {
+                name: "shared memory",
+                block: c.devices,
+                link: c.link,
+            }],
+            default_dtype: ComputeDType::F32,
+            placement: "every rank a thread of this machine",
+        }
+    }
+
+    /// The link class a group's collectives run over: the innermost whose block holds all
+    /// its members.
+    pub fn link_for(&self, group: &[u32]) -> Result<&LinkClass, TopologyError> {
+        if let Some(&r) = group.iter().find(|&&r| r as usize >= self.devices) {
+            return Err(TopologyError::TooFewDevices {
+                rank: r,
+                topology: self.name,
+                devices: self.devices,
+            });
+        }
+        let fits = |c: &&LinkClass| {
+            let block = |r: u32| r as usize / c.block.max(1);
+            group.windows(2).all(|w| block(w[0]) == block(w[1]))
+        };
+        self.links
+            .iter()
+            .find(fits)
+            .or_else(|| self.links.last())
+            .ok_or(TopologyError::Unknown(self.name.to_string()))
+    }
+}
+
+/// This machine's measured figures (see `shardlab cost --calibrate`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuCalibration {
+    pub devices: usize,
+    pub flops: f64,
+    pub mem_bandwidth: f64,
+    pub mem_capacity: f64,
+    pub link: Link,
+}
+
+impl Default for CpuCalibration {
+    /// Nominal figures for a small laptop, used only where nothing was measured: 100 GFLOP/s
+    /// (the executor's f32 GEMM on the development machine, README "Speed"), 5 GB/s of memory
+    /// bandwidth, and 20 µs and 2 GB/s between threads. Up to 1,024 ranks (threads).
+    fn default() -> CpuCalibration {
+        CpuCalibration {
+            devices: 1024,
+            flops: 100e9,
+            mem_bandwidth: 5e9,
+            mem_capacity: 16e9,
+            link: Link {
+                alpha_s: 20e-6,
+                beta_bytes_per_s: 2e9,
+            },
+        }
+    }
+}

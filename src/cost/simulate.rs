@@ -1,0 +1,231 @@
+//! A step's time, rank by rank: every rank runs its program in order; a compute op takes
+//! its roofline time, max(FLOPs / peak, bytes / memory bandwidth); a collective starts when
+//! the last member of its group arrives and takes its α-β time on the group's link, and
+//! the time a rank waits for the others is its idle time. The step time is the latest
+//! rank's finish; MFU is the serial program's forward and backward FLOPs over step time ×
+//! peak × devices.
+
+use super::collective::{time as collective_time, Primitive};
+use super::device::{ComputeDType, Topology, TopologyError};
+use super::work::{op_work, ElementBytes};
+use crate::ir::{CollectiveOp, Op, OpType, Program, RankLocalOp};
+use crate::passes::partition::RankProgram;
+use std::collections::HashMap;
+
+/// Where one rank's time went.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RankTime {
+    pub rank: u32,
+    pub compute_s: f64,
+    pub comm_s: f64,
+    pub idle_s: f64,
+    /// When the rank finished its step.
+    pub total_s: f64,
+    /// Each op's own time (compute, or the collective's duration; idle not included).
+    pub op_s: Vec<f64>,
+}
+
+/// The step's time over all ranks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepTime {
+    pub ranks: Vec<RankTime>,
+    pub step_s: f64,
+    /// The rank the step waits for: of those that finish last, the one that idled least.
+    pub critical_rank: u32,
+}
+
+/// Why a step could not be simulated.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SimulateError {
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error("rank {rank} op{op} ({ty}): its group {group:?} never completes (a rank in it has no matching collective)")]
+    Stuck {
+        rank: u32,
+        op: usize,
+        ty: OpType,
+        group: Vec<u32>,
+    },
+}
+
+/// A collective's primitive and buffer size in bytes, or `None` for a compute op. The
+/// vocab-parallel cross-entropy runs three all-reduces of one value per row.
+fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Primitive, f64, f64)> {
+    let size = |vars: &[crate::ir::VarId]| {
+        vars.first()
+            .map_or(0.0, |&v| super::memory::var_bytes(program, v, elem))
+    };
+    let one = |p: Primitive, s: f64| Some((p, s, 1.0));
+    match op.ty {
+        OpType::Collective(c) => match c {
+            CollectiveOp::AllReduce => one(Primitive::AllReduce, size(op.input("X"))),
+            CollectiveOp::AllGather => one(Primitive::AllGather, size(op.output("Out"))),
+            CollectiveOp::ReduceScatter => one(Primitive::ReduceScatter, size(op.input("X"))),
+            CollectiveOp::AllToAll => one(Primitive::AllToAll, size(op.input("X"))),
+            CollectiveOp::Send | CollectiveOp::Recv => one(
+                Primitive::SendRecv,
+                size(op.input("X")).max(size(op.output("Out"))),
+            ),
+        },
+        OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy) => {
+            Some((Primitive::AllReduce, size(op.output("Loss")), 3.0))
+        }
+        OpType::Forward(_)
+        | OpType::Grad(_)
+        | OpType::FillConstant
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::RankLocal(
+            RankLocalOp::Slice
+            | RankLocalOp::CEmbedding
+            | RankLocalOp::CEmbeddingGrad
+            | RankLocalOp::CSoftmaxWithCrossEntropyGrad,
+        ) => None,
+    }
+}
+
+/// The roofline time of a compute op.
+pub fn compute_time(program: &Program, op: &Op, topo: &Topology, dtype: ComputeDType) -> f64 {
+    let w = op_work(program, op, ElementBytes(dtype.bytes()));
+    (w.flops / topo.device.peak(dtype)).max(w.bytes / topo.device.mem_bandwidth)
+}
+
+/// Simulates one step of every rank in `ranks` on `topo`.
+pub fn simulate(
+    ranks: &[RankProgram],
+    topo: &Topology,
+    dtype: ComputeDType,
+) -> Result<StepTime, SimulateError> {
+    let elem = ElementBytes(dtype.bytes());
+    let index: HashMap<u32, usize> = ranks.iter().enumerate().map(|(i, r)| (r.rank, i)).collect();
+    let mut out: Vec<RankTime> = ranks
+        .iter()
+        .map(|r| RankTime {
+            rank: r.rank,
+            op_s: vec![0.0; r.program.ops().len()],
+            ..RankTime::default()
+        })
+        .collect();
+    let mut pc = vec![0usize; ranks.len()];
+    // Collectives waiting for members: (group, the group's sequence number) -> arrivals.
+    let mut waiting: HashMap<(Vec<u32>, usize), Vec<usize>> = HashMap::new();
+    let mut seq: Vec<HashMap<Vec<u32>, usize>> = vec![HashMap::new(); ranks.len()];
+    let mut blocked = vec![false; ranks.len()];
+    loop {
+        let mut progressed = false;
+        for i in 0..ranks.len() {
+            if blocked[i] {
+                continue;
+            }
+            let program = &ranks[i].program;
+            while let Some(op) = program.ops().get(pc[i]) {
+                let Some((prim, bytes, times)) = collective_of(program, op, elem) else {
+                    let t = compute_time(program, op, topo, dtype);
+                    out[i].compute_s += t;
+                    out[i].total_s += t;
+                    out[i].op_s[pc[i]] = t;
+                    pc[i] += 1;
+                    progressed = true;
+                    continue;
+                };
+                let group = group_of(op, ranks[i].rank);
+                let n = seq[i].entry(group.clone()).or_insert(0);
+                *n += 1;
+                let key = (group.clone(), *n);
+                let arrived = waiting.entry(key.clone()).or_default();
+                arrived.push(i);
+                blocked[i] = true;
+                progressed = true;
+                let members: Vec<usize> =
+                    group.iter().filter_map(|r| index.get(r).copied()).collect();
+                if arrived.len() == members.len() {
+                    let arrived = waiting.remove(&key).unwrap_or_default();
+                    let start = arrived.iter().map(|&j| out[j].total_s).fold(0.0, f64::max);
+                    let link = topo.link_for(&group)?.link;
+                    let d = times * collective_time(prim, group.len(), bytes, link);
+                    for &j in &arrived {
+                        out[j].idle_s += start - out[j].total_s;
+                        out[j].comm_s += d;
+                        out[j].total_s = start + d;
+                        out[j].op_s[pc[j]] = d;
+                        pc[j] += 1;
+                        blocked[j] = false;
+                    }
+                }
+                break;
+            }
+        }
+        if pc
+            .iter()
+            .zip(ranks)
+            .all(|(&p, r)| p >= r.program.ops().len())
+        {
+            break;
+        }
+        if !progressed {
+            let (i, _) = blocked
+                .iter()
+                .enumerate()
+                .find(|(_, &b)| b)
+                .unwrap_or((0, &true));
+            let op = &ranks[i].program.ops()[pc[i]];
+            return Err(SimulateError::Stuck {
+                rank: ranks[i].rank,
+                op: pc[i],
+                ty: op.ty,
+                group: group_of(op, ranks[i].rank),
+            });
+        }
+    }
+    let step_s = out.iter().map(|r| r.total_s).fold(0.0, f64::max);
+    // Of the ranks that finish last, the one that waited least is the one the others
+    // waited for.
+    let critical = out
+        .iter()
+        .filter(|r| r.total_s == step_s)
+        .min_by(|a, b| a.idle_s.total_cmp(&b.idle_s))
+        .map_or(0, |r| r.rank);
+    Ok(StepTime {
+        ranks: out,
+        step_s,
+        critical_rank: critical,
+    })
+}
+
+/// An op's communication group (its `group` attribute; the rank alone without one).
+fn group_of(op: &Op, rank: u32) -> Vec<u32> {
+    match op.attr_ints("group") {
+        Some(g) if !g.is_empty() => {
+            let mut g: Vec<u32> = g.iter().map(|&r| r as u32).collect();
+            g.sort_unstable();
+            g
+        }
+        _ => vec![rank],
+    }
+}
+
+/// Model FLOPs of a step: the forward and backward ops of `serial` (the unpartitioned
+/// program), the numerator of MFU.
+pub fn model_flops(serial: &Program, dtype: ComputeDType) -> f64 {
+    serial
+        .ops()
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.ty.class(),
+                crate::ir::OpClass::Forward | crate::ir::OpClass::Grad
+            )
+        })
+        .map(|o| op_work(serial, o, ElementBytes(dtype.bytes())).flops)
+        .sum()
+}
+
+/// Model FLOPs utilisation: model FLOPs / (step time × peak × devices used).
+pub fn mfu(model_flops: f64, step: &StepTime, topo: &Topology, dtype: ComputeDType) -> f64 {
+    let devices = step.ranks.len().max(1) as f64;
+    if step.step_s <= 0.0 {
+        return 0.0;
+    }
+    model_flops / (step.step_s * topo.device.peak(dtype) * devices)
+}
