@@ -97,100 +97,161 @@ pub fn simulate(
     topo: &Topology,
     dtype: ComputeDType,
 ) -> Result<StepTime, SimulateError> {
-    let elem = ElementBytes(dtype.bytes());
-    let index: HashMap<u32, usize> = ranks.iter().enumerate().map(|(i, r)| (r.rank, i)).collect();
-    let mut out: Vec<RankTime> = ranks
-        .iter()
-        .map(|r| RankTime {
-            rank: r.rank,
-            op_s: vec![0.0; r.program.ops().len()],
-            ..RankTime::default()
-        })
-        .collect();
-    let mut pc = vec![0usize; ranks.len()];
-    // Collectives waiting for members: (group, the group's sequence number) -> arrivals.
-    let mut waiting: HashMap<(Vec<u32>, usize), Vec<usize>> = HashMap::new();
-    let mut seq: Vec<HashMap<Vec<u32>, usize>> = vec![HashMap::new(); ranks.len()];
-    let mut blocked = vec![false; ranks.len()];
+    let mut sim = Sim {
+        ranks,
+        topo,
+        dtype,
+        index: ranks.iter().enumerate().map(|(i, r)| (r.rank, i)).collect(),
+        out: ranks
+            .iter()
+            .map(|r| RankTime {
+                rank: r.rank,
+                op_s: vec![0.0; r.program.ops().len()],
+                ..RankTime::default()
+            })
+            .collect(),
+        pc: vec![0; ranks.len()],
+        waiting: HashMap::new(),
+        seq: vec![HashMap::new(); ranks.len()],
+        blocked: vec![false; ranks.len()],
+    };
     loop {
         let mut progressed = false;
         for i in 0..ranks.len() {
-            if blocked[i] {
-                continue;
-            }
-            let program = &ranks[i].program;
-            while let Some(op) = program.ops().get(pc[i]) {
-                let Some((prim, bytes, times)) = collective_of(program, op, elem) else {
-                    let t = compute_time(program, op, topo, dtype);
-                    out[i].compute_s += t;
-                    out[i].total_s += t;
-                    out[i].op_s[pc[i]] = t;
-                    pc[i] += 1;
-                    progressed = true;
-                    continue;
-                };
-                let group = group_of(op, ranks[i].rank);
-                let n = seq[i].entry(group.clone()).or_insert(0);
-                *n += 1;
-                let key = (group.clone(), *n);
-                let arrived = waiting.entry(key.clone()).or_default();
-                arrived.push(i);
-                blocked[i] = true;
-                progressed = true;
-                let members: Vec<usize> =
-                    group.iter().filter_map(|r| index.get(r).copied()).collect();
-                if arrived.len() == members.len() {
-                    let arrived = waiting.remove(&key).unwrap_or_default();
-                    let start = arrived.iter().map(|&j| out[j].total_s).fold(0.0, f64::max);
-                    let link = topo.link_for(&group)?.link;
-                    let d = times * collective_time(prim, group.len(), bytes, link);
-                    for &j in &arrived {
-                        out[j].idle_s += start - out[j].total_s;
-                        out[j].comm_s += d;
-                        out[j].total_s = start + d;
-                        out[j].op_s[pc[j]] = d;
-                        pc[j] += 1;
-                        blocked[j] = false;
-                    }
-                }
-                break;
-            }
+            progressed |= sim.advance(i)?;
         }
-        if pc
-            .iter()
-            .zip(ranks)
-            .all(|(&p, r)| p >= r.program.ops().len())
-        {
-            break;
+        if sim.done() {
+            return Ok(sim.finish());
         }
         if !progressed {
-            let (i, _) = blocked
-                .iter()
-                .enumerate()
-                .find(|(_, &b)| b)
-                .unwrap_or((0, &true));
-            let op = &ranks[i].program.ops()[pc[i]];
-            return Err(SimulateError::Stuck {
-                rank: ranks[i].rank,
-                op: pc[i],
-                ty: op.ty,
-                group: group_of(op, ranks[i].rank),
-            });
+            return Err(sim.stuck());
         }
     }
-    let step_s = out.iter().map(|r| r.total_s).fold(0.0, f64::max);
-    // Of the ranks that finish last, the one that waited least is the one the others
-    // waited for.
-    let critical = out
-        .iter()
-        .filter(|r| r.total_s == step_s)
-        .min_by(|a, b| a.idle_s.total_cmp(&b.idle_s))
-        .map_or(0, |r| r.rank);
-    Ok(StepTime {
-        ranks: out,
-        step_s,
-        critical_rank: critical,
-    })
+}
+
+/// The state of a simulated step.
+struct Sim<'a> {
+    ranks: &'a [RankProgram],
+    topo: &'a Topology,
+    dtype: ComputeDType,
+    /// Rank id -> position in `ranks`.
+    index: HashMap<u32, usize>,
+    out: Vec<RankTime>,
+    /// Each rank's next op.
+    pc: Vec<usize>,
+    /// Collectives waiting for members: (group, the group's sequence number) -> arrivals.
+    waiting: HashMap<(Vec<u32>, usize), Vec<usize>>,
+    /// Per rank, how many collectives it has joined per group.
+    seq: Vec<HashMap<Vec<u32>, usize>>,
+    /// Ranks waiting in a collective.
+    blocked: Vec<bool>,
+}
+
+impl Sim<'_> {
+    /// Runs rank `i`'s compute ops up to its next collective, which it joins (and
+    /// completes if it is the last member). Returns whether anything happened.
+    fn advance(&mut self, i: usize) -> Result<bool, SimulateError> {
+        if self.blocked[i] {
+            return Ok(false);
+        }
+        let program = &self.ranks[i].program;
+        let elem = ElementBytes(self.dtype.bytes());
+        let mut progressed = false;
+        while let Some(op) = program.ops().get(self.pc[i]) {
+            progressed = true;
+            let Some((prim, bytes, times)) = collective_of(program, op, elem) else {
+                let t = compute_time(program, op, self.topo, self.dtype);
+                let r = &mut self.out[i];
+                r.compute_s += t;
+                r.total_s += t;
+                r.op_s[self.pc[i]] = t;
+                self.pc[i] += 1;
+                continue;
+            };
+            let group = group_of(op, self.ranks[i].rank);
+            let n = self.seq[i].entry(group.clone()).or_insert(0);
+            *n += 1;
+            let key = (group, *n);
+            let arrived = self.waiting.entry(key.clone()).or_default();
+            arrived.push(i);
+            self.blocked[i] = true;
+            let present = key.0.iter().filter(|r| self.index.contains_key(r)).count();
+            if arrived.len() == present {
+                self.complete(&key, prim, bytes, times)?;
+            }
+            break;
+        }
+        Ok(progressed)
+    }
+
+    /// Every member of `key`'s collective has arrived: it starts when the last did.
+    fn complete(
+        &mut self,
+        key: &(Vec<u32>, usize),
+        prim: Primitive,
+        bytes: f64,
+        times: f64,
+    ) -> Result<(), SimulateError> {
+        let arrived = self.waiting.remove(key).unwrap_or_default();
+        let start = arrived
+            .iter()
+            .map(|&j| self.out[j].total_s)
+            .fold(0.0, f64::max);
+        let link = self.topo.link_for(&key.0)?.link;
+        let d = times * collective_time(prim, key.0.len(), bytes, link);
+        for &j in &arrived {
+            let r = &mut self.out[j];
+            r.idle_s += start - r.total_s;
+            r.comm_s += d;
+            r.total_s = start + d;
+            r.op_s[self.pc[j]] = d;
+            self.pc[j] += 1;
+            self.blocked[j] = false;
+        }
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.pc
+            .iter()
+            .zip(self.ranks)
+            .all(|(&p, r)| p >= r.program.ops().len())
+    }
+
+    /// The first rank left waiting, as an error.
+    fn stuck(&self) -> SimulateError {
+        let i = self.blocked.iter().position(|&b| b).unwrap_or(0);
+        let program = &self.ranks[i].program;
+        let (ty, group) = program
+            .ops()
+            .get(self.pc[i])
+            .map_or((OpType::FillConstant, Vec::new()), |op| {
+                (op.ty, group_of(op, self.ranks[i].rank))
+            });
+        SimulateError::Stuck {
+            rank: self.ranks[i].rank,
+            op: self.pc[i],
+            ty,
+            group,
+        }
+    }
+
+    fn finish(self) -> StepTime {
+        let step_s = self.out.iter().map(|r| r.total_s).fold(0.0, f64::max);
+        // Of the ranks that finish last, the one that waited least is the one the others
+        // waited for.
+        let critical_rank = self
+            .out
+            .iter()
+            .filter(|r| r.total_s == step_s)
+            .min_by(|a, b| a.idle_s.total_cmp(&b.idle_s))
+            .map_or(0, |r| r.rank);
+        StepTime {
+            ranks: self.out,
+            step_s,
+            critical_rank,
+        }
+    }
 }
 
 /// An op's communication group (its `group` attribute; the rank alone without one).
