@@ -837,3 +837,71 @@ mod flag_fuzz {
         }
     }
 }
+
+/// `cost` on a preset topology: a table per rank, one JSON document with the step time,
+/// MFU and per-rank memory, and clear errors for an unknown topology or too few devices.
+#[test]
+fn cost_prints_time_and_memory_per_rank() {
+    let out = shardlab(&["cost", "--scenario", "gpt_dp_mp", "--topology", "h100x8"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(t.starts_with("cost on h100x8 ("), "{t}");
+    assert!(t.contains("compute priced at bf16"), "{t}");
+    assert_eq!(
+        t.lines()
+            .filter(|l| l.trim_start().starts_with(char::is_numeric))
+            .count(),
+        8
+    );
+    let out = shardlab(&[
+        "cost",
+        "--scenario",
+        "gpt_dp_mp",
+        "--topology",
+        "tpu-v5e-16",
+        "--compute-dtype",
+        "f32",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["topology"], "tpu-v5e-16");
+    assert_eq!(doc["compute_dtype"], "f32");
+    assert!(doc["step_time_s"].as_f64().unwrap() > 0.0);
+    let mfu = doc["mfu"].as_f64().unwrap();
+    assert!(mfu > 0.0 && mfu <= 1.0);
+    let ranks = doc["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 8);
+    for r in ranks {
+        assert!(r["peak_memory_bytes"].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            r["op_time_s"].as_array().unwrap().len(),
+            r["memory_timeline_bytes"].as_array().unwrap().len()
+        );
+    }
+    let out = shardlab(&["cost", "--scenario", "gpt_dp_mp", "--topology", "a100"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("unknown topology `a100`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = shardlab(&[
+        "cost",
+        "--preset",
+        "mlp",
+        "--mesh",
+        "16:dp",
+        "--shard",
+        "x=dp,-",
+        "--topology",
+        "h100x8",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("h100x8 has 8 devices"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -3,6 +3,8 @@
 
 mod bench;
 mod budget;
+mod calibrate;
+mod cost;
 mod options;
 mod run;
 mod stages;
@@ -47,6 +49,8 @@ enum Command {
     Plan(PlanArgs),
     /// Run training steps serially and on every rank, and compare them tensor by tensor.
     Run(RunArgs),
+    /// Estimate a plan's step time and memory per rank on a device preset.
+    Cost(cost::CostArgs),
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
@@ -296,6 +300,7 @@ pub fn main() -> ExitCode {
         Command::Spmd { cases } => spmd_cases(&cases),
         Command::Plan(args) => plan(&args),
         Command::Run(args) => run::run(&args),
+        Command::Cost(args) => cost::cost(&args),
         Command::Bench {
             what,
             layers,

@@ -1,0 +1,230 @@
+//! `shardlab cost`: a plan's step time and memory per rank on a device preset.
+
+use super::options::Format;
+use super::{resolve_plan, OptimizerName, SizeArgs};
+use crate::cost::device::{ComputeDType, Topology};
+use crate::cost::memory::{memory, Memory};
+use crate::cost::simulate::{mfu, model_flops, simulate, StepTime};
+use crate::cost::work::ElementBytes;
+use crate::passes::optimizer::OptimizerOptions;
+use crate::passes::partition::PartitionOptions;
+use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use std::process::ExitCode;
+
+/// The compute precision flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DTypeFlag {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl DTypeFlag {
+    fn dtype(self) -> ComputeDType {
+        match self {
+            DTypeFlag::Bf16 => ComputeDType::Bf16,
+            DTypeFlag::F16 => ComputeDType::F16,
+            DTypeFlag::F32 => ComputeDType::F32,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CostArgs {
+    /// A plan file. Or use --preset / --scenario.
+    file: Option<String>,
+    /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
+    #[arg(long, conflicts_with = "file")]
+    preset: Option<String>,
+    /// A ready-made plan: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict.
+    #[arg(long, conflicts_with_all = ["file", "preset"])]
+    scenario: Option<String>,
+    #[command(flatten)]
+    sizes: SizeArgs,
+    /// The mesh, e.g. 2x4:dp,mp.
+    #[arg(long)]
+    mesh: Option<String>,
+    /// Annotate a variable, e.g. x=dp,- (repeatable).
+    #[arg(long = "shard", value_name = "VAR=AXES")]
+    shards: Vec<String>,
+    /// The devices: cpu (this machine, measured), h100x8, h100x8x4 or tpu-v5e-16.
+    #[arg(long, default_value = "cpu")]
+    topology: String,
+    /// The precision compute is priced at (default: bf16 on GPU and TPU presets, f32 on cpu).
+    #[arg(long, value_enum)]
+    compute_dtype: Option<DTypeFlag>,
+    /// The optimizer: sgd, momentum, adam or adamw.
+    #[arg(long, value_enum, default_value_t = OptimizerName::Sgd)]
+    optimizer: OptimizerName,
+    /// Add AMP dynamic loss scaling.
+    #[arg(long)]
+    amp: bool,
+    /// Clip gradients to this global norm.
+    #[arg(long, value_name = "NORM")]
+    clip_norm: Option<f64>,
+    /// Megatron's backward: all-reduce summed column-parallel input gradients once.
+    #[arg(long)]
+    megatron_sums: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+/// Plans, simulates and prints.
+pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
+    super::check_clip_norm(args.clip_norm)?;
+    let topo = if args.topology == "cpu" {
+        let c = super::calibrate::calibrate();
+        eprintln!(
+            "cpu calibrated: {:.1} GFLOP/s, {:.1} GB/s memory, exchange {:.1} µs + {:.2} GB/s",
+            c.flops / 1e9,
+            c.mem_bandwidth / 1e9,
+            c.link.alpha_s * 1e6,
+            c.link.beta_bytes_per_s / 1e9
+        );
+        Topology::cpu(c)
+    } else {
+        Topology::preset(&args.topology).map_err(|e| format!("--topology: {e}"))?
+    };
+    let dtype = args
+        .compute_dtype
+        .map_or(topo.default_dtype, DTypeFlag::dtype);
+    let Some(plan) = resolve_plan(
+        &args.file,
+        &args.preset,
+        &args.scenario,
+        &args.sizes,
+        args.mesh.as_deref(),
+        &args.shards,
+    )?
+    else {
+        return Ok(ExitCode::from(1));
+    };
+    let opts = PipelineOptions {
+        optimizer: OptimizerOptions {
+            optimizer: args.optimizer.optimizer(),
+            amp: args.amp,
+            clip_norm: args.clip_norm,
+        },
+        partition: PartitionOptions {
+            defer_partial_sums: args.megatron_sums,
+            ..PartitionOptions::default()
+        },
+    };
+    let p = match run_pipeline(&plan, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let step = match simulate(&p.partitioned.ranks, &topo, dtype) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let elem = ElementBytes(dtype.bytes());
+    let mems: Vec<Memory> = p
+        .partitioned
+        .ranks
+        .iter()
+        .map(|r| memory(&r.program, elem))
+        .collect();
+    let u = mfu(model_flops(&p.full.program, dtype), &step, &topo, dtype);
+    let text = match args.format {
+        Format::Text => text(&topo, dtype, &step, &mems, u),
+        Format::Json => {
+            let doc = json_doc(&topo, dtype, &step, &mems, u);
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+            )
+        }
+    };
+    super::emit(&text);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.3}ms", s * 1e3)
+}
+
+fn mb(b: f64) -> String {
+    format!("{:.2}MB", b / 1e6)
+}
+
+fn text(topo: &Topology, dtype: ComputeDType, step: &StepTime, mems: &[Memory], u: f64) -> String {
+    let mut out = format!(
+        "cost on {} ({}; compute priced at {}): step {}, MFU {:.1}%, critical rank {}\n",
+        topo.name,
+        topo.placement,
+        dtype.name(),
+        ms(step.step_s),
+        u * 100.0,
+        step.critical_rank
+    );
+    out.push_str(&format!(
+        "{:>5} {:>12} {:>12} {:>12} {:>12} {:>12}  peak by category\n",
+        "rank", "compute", "comm", "idle", "total", "peak memory"
+    ));
+    for (r, m) in step.ranks.iter().zip(mems) {
+        let parts: Vec<String> = m
+            .peak_breakdown()
+            .iter()
+            .map(|(c, b)| format!("{} {}", c.name(), mb(*b)))
+            .collect();
+        out.push_str(&format!(
+            "{:>5} {:>12} {:>12} {:>12} {:>12} {:>12}  {}\n",
+            r.rank,
+            ms(r.compute_s),
+            ms(r.comm_s),
+            ms(r.idle_s),
+            ms(r.total_s),
+            mb(m.peak),
+            parts.join(", ")
+        ));
+    }
+    out
+}
+
+fn json_doc(
+    topo: &Topology,
+    dtype: ComputeDType,
+    step: &StepTime,
+    mems: &[Memory],
+    u: f64,
+) -> serde_json::Value {
+    let ranks: Vec<serde_json::Value> = step
+        .ranks
+        .iter()
+        .zip(mems)
+        .map(|(r, m)| {
+            json!({
+                "rank": r.rank,
+                "compute_s": r.compute_s,
+                "comm_s": r.comm_s,
+                "idle_s": r.idle_s,
+                "total_s": r.total_s,
+                "op_time_s": r.op_s,
+                "peak_memory_bytes": m.peak,
+                "peak_op": m.peak_op,
+                "peak_breakdown": m.peak_breakdown().iter().map(|(c, b)| json!([c.name(), b])).collect::<Vec<_>>(),
+                "memory_timeline_bytes": m.at_op,
+            })
+        })
+        .collect();
+    json!({
+        "schema_version": crate::report::SCHEMA_VERSION,
+        "topology": topo.name,
+        "placement": topo.placement,
+        "compute_dtype": dtype.name(),
+        "step_time_s": step.step_s,
+        "mfu": u,
+        "critical_rank": step.critical_rank,
+        "ranks": ranks,
+    })
+}
