@@ -288,6 +288,7 @@ mod simulation {
             devices: 2,
             flops: 1e9,
             mem_bandwidth: 1e15,
+            kernel_rate: 1e30,
             mem_capacity: 1e9,
             link: Link {
                 alpha_s: 1e-6,
@@ -330,6 +331,30 @@ mod simulation {
             let u = mfu(model_flops(&p.full.program, dtype), &s, &topo, dtype);
             assert!(u > 0.0 && u <= 1.0, "{name}: MFU {u}");
         }
+    }
+
+    /// On the CPU, an op other than a matmul takes at least its elements over the executor's
+    /// kernel rate: the fill of 8·64 elements at 10⁶ elements/s takes 512 µs; the matmul is
+    /// unaffected.
+    #[test]
+    fn the_cpu_kernel_rate_bounds_non_matmul_ops() {
+        use shardlab::cost::simulate::compute_time;
+        let topo = Topology::cpu(CpuCalibration {
+            devices: 2,
+            flops: 1e9,
+            mem_bandwidth: 1e15,
+            kernel_rate: 1e6,
+            mem_capacity: 1e9,
+            link: Link {
+                alpha_s: 0.0,
+                beta_bytes_per_s: 1e9,
+            },
+        });
+        let r = rank(0, 8);
+        let ops = r.program.ops();
+        let t = |i: usize| compute_time(&r.program, &ops[i], &topo, ComputeDType::F32);
+        assert!((t(0) - 65.536e-6).abs() < 1e-12, "{}", t(0));
+        assert!((t(1) - 512e-6).abs() < 1e-12, "{}", t(1));
     }
 
     #[test]

@@ -194,3 +194,165 @@ pub fn bench_complete(layers: &[usize], repeat: usize) -> Result<String, String>
     }
     Ok(out)
 }
+
+/// A gpt plan for the cost check: `layers` blocks of width 256 on `mesh` with `shards`.
+fn gpt_plan(layers: usize, mesh: &str, shards: &[String]) -> Result<Plan, String> {
+    let program = Model::Gpt
+        .build(&ModelConfig {
+            layers,
+            hidden: 256,
+            heads: 8,
+            ..Model::Gpt.default_config()
+        })
+        .map_err(|e| e.to_string())?;
+    let mesh = Arc::new(parse_mesh_spec(mesh)?);
+    let annotations = shards
+        .iter()
+        .map(|s| parse_shard_spec(s, &program, &mesh))
+        .collect::<Result<_, _>>()?;
+    Ok(Plan {
+        meshes: crate::dist::MeshTable::single(mesh),
+        program,
+        annotations,
+    })
+}
+
+/// The cost model against this machine: each distinct matmul of a plan's rank 0, predicted
+/// by the roofline with the measured peak against the executor's kernel, and whole steps
+/// predicted by the simulation against the executor's threads (the time of one more step:
+/// (3 steps − 1 step) / 2, so set-up is not counted). Ratios are predicted / measured.
+pub fn bench_cost(repeat: usize) -> Result<String, String> {
+    use crate::cost::simulate::simulate;
+    use crate::exec::run::{run_distributed, RunOptions};
+    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    let mut out = String::from(
+        "cost model vs executor on this machine (predicted / measured; medians of runs)\n",
+    );
+    let mut mp = vec!["x=dp,-,-".to_string()];
+    mp.extend(megatron_shards(4, "mp"));
+    let plans: Vec<(&str, Plan)> = vec![
+        ("gpt 2 layers, 1 rank", gpt_plan(2, "1:dp", &[])?),
+        (
+            "gpt 4 layers, dp 2",
+            gpt_plan(4, "2:dp", &["x=dp,-,-".to_string()])?,
+        ),
+        (
+            "gpt 4 layers, mp 4",
+            gpt_plan(4, "4:mp", &megatron_shards(4, "mp"))?,
+        ),
+        ("gpt 4 layers, dp 2 x mp 4", gpt_plan(4, "2x4:dp,mp", &mp)?),
+    ];
+    out.push_str(&format!(
+        "{:<28} {:>12} {:>12} {:>7}\n",
+        "step", "predicted", "measured", "ratio"
+    ));
+    let mut matmuls: Vec<(String, f64, f64)> = Vec::new();
+    for (name, plan) in &plans {
+        let p = run_pipeline(plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
+        let topo = super::cost::cpu_topology(p.partitioned.ranks.len());
+        let dtype = topo.default_dtype;
+        let predicted = simulate(&p.partitioned.ranks, &topo, dtype)
+            .map_err(|e| e.to_string())?
+            .step_s;
+        let time_steps = |steps: usize| {
+            median(repeat, || {
+                let opts = RunOptions {
+                    steps,
+                    record: false,
+                    ..RunOptions::default()
+                };
+                run_distributed(&p, &opts, true)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+        };
+        let measured = (time_steps(3)?.as_secs_f64() - time_steps(1)?.as_secs_f64()) / 2.0;
+        out.push_str(&format!(
+            "{name:<28} {:>10.2}ms {:>10.2}ms {:>7.2}\n",
+            predicted * 1e3,
+            measured * 1e3,
+            predicted / measured
+        ));
+        if p.partitioned.ranks.len() == 1 {
+            matmuls.extend(matmul_checks(
+                &p.partitioned.ranks[0].program,
+                &topo,
+                repeat,
+            )?);
+        }
+    }
+    out.push_str(&format!(
+        "\n{:<40} {:>12} {:>12} {:>7}\n",
+        "matmul (one rank)", "predicted", "measured", "ratio"
+    ));
+    for (what, predicted, measured) in matmuls {
+        out.push_str(&format!(
+            "{what:<40} {:>10.1}us {:>10.1}us {:>7.2}\n",
+            predicted * 1e6,
+            measured * 1e6,
+            predicted / measured
+        ));
+    }
+    Ok(out)
+}
+
+/// Each distinct matmul and matmul grad of `program`: the roofline's prediction and the
+/// executor's kernel on tensors of the same shapes.
+fn matmul_checks(
+    program: &crate::ir::Program,
+    topo: &crate::cost::device::Topology,
+    repeat: usize,
+) -> Result<Vec<(String, f64, f64)>, String> {
+    use crate::cost::simulate::compute_time;
+    use crate::exec::kernels::matmul::{matmul, matmul_grad};
+    use crate::exec::tensor::Tensor;
+    use crate::ir::{DType, OpType};
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let tensor = |v: crate::ir::VarId| {
+        let shape = program.var(v).ty.shape.to_vec();
+        let n = shape.iter().product::<usize>();
+        Tensor::float(
+            DType::F32,
+            shape,
+            (0..n).map(|i| (i % 7) as f64 * 0.1).collect(),
+        )
+    };
+    for op in program.ops() {
+        if op.ty != OpType::MatmulV2 && op.ty != OpType::MatmulV2Grad {
+            continue;
+        }
+        let (tx, ty) = (
+            op.attr_bool("trans_x", false),
+            op.attr_bool("trans_y", false),
+        );
+        let (Some(&x), Some(&y)) = (op.input("X").first(), op.input("Y").first()) else {
+            continue;
+        };
+        let (xs, ys) = (&program.var(x).ty.shape, &program.var(y).ty.shape);
+        let key = format!(
+            "{} {:?}{} x {:?}{}",
+            op.ty,
+            xs.as_slice(),
+            if tx { "ᵀ" } else { "" },
+            ys.as_slice(),
+            if ty { "ᵀ" } else { "" }
+        );
+        if !seen.insert(key.clone()) {
+            continue;
+        }
+        let predicted = compute_time(program, op, topo, topo.default_dtype);
+        let (a, b) = (tensor(x), tensor(y));
+        let measured = if op.ty == OpType::MatmulV2 {
+            median(repeat, || matmul(&a, &b, tx, ty).map(|_| ()))?
+        } else {
+            let Some(&d) = op.input("Out@GRAD").first() else {
+                continue;
+            };
+            let dout = tensor(d);
+            median(repeat, || matmul_grad(&a, &b, &dout, tx, ty).map(|_| ()))?
+        };
+        out.push((key, predicted, measured.as_secs_f64()));
+    }
+    Ok(out)
+}

@@ -1,5 +1,6 @@
-//! Measures this machine for the `cpu` topology: the executor's f32 GEMM (peak FLOP/s), an
-//! elementwise kernel (memory bandwidth), and two threads exchanging tensors through the
+//! Measures this machine for the `cpu` topology: the executor's f32 GEMM (peak FLOP/s), a
+//! plain copy (memory bandwidth), an elementwise kernel (elements per second through the
+//! executor's f64-converting loops), and two threads exchanging tensors through the
 //! executor's communicator (latency and bandwidth). Medians of a few runs: a fraction of a
 //! second in all. Not deterministic, so nothing that depends on it is a golden.
 
@@ -55,9 +56,17 @@ pub fn calibrate() -> CpuCalibration {
     });
     let m = 1 << 21;
     let (x, y) = (filled(m, vec![m]), filled(m, vec![m]));
-    let stream = median_of(5, || {
+    let kernel = median_of(5, || {
         let t = Instant::now();
         let _ = mul_same(&x, &y);
+        t.elapsed()
+    });
+    // Memory bandwidth: a plain copy of 4 M floats (read and write).
+    let buffer: Vec<f32> = vec![1.0; 1 << 22];
+    let copy = median_of(5, || {
+        let t = Instant::now();
+        let c = buffer.clone();
+        std::hint::black_box(&c);
         t.elapsed()
     });
     // Latency from 1-element exchanges; bandwidth from 1M-element (4 MB) ones.
@@ -67,7 +76,8 @@ pub fn calibrate() -> CpuCalibration {
     CpuCalibration {
         devices: 1024,
         flops: 2.0 * (n * n * n) as f64 / gemm,
-        mem_bandwidth: 3.0 * 4.0 * m as f64 / stream,
+        mem_bandwidth: 2.0 * 4.0 * buffer.len() as f64 / copy,
+        kernel_rate: 3.0 * m as f64 / kernel,
         mem_capacity: CpuCalibration::default().mem_capacity,
         link: Link {
             alpha_s: alpha,

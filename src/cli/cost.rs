@@ -75,22 +75,6 @@ pub(crate) struct CostArgs {
 /// Plans, simulates and prints.
 pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     super::check_clip_norm(args.clip_norm)?;
-    let topo = if args.topology == "cpu" {
-        let c = super::calibrate::calibrate();
-        eprintln!(
-            "cpu calibrated: {:.1} GFLOP/s, {:.1} GB/s memory, exchange {:.1} µs + {:.2} GB/s",
-            c.flops / 1e9,
-            c.mem_bandwidth / 1e9,
-            c.link.alpha_s * 1e6,
-            c.link.beta_bytes_per_s / 1e9
-        );
-        Topology::cpu(c)
-    } else {
-        Topology::preset(&args.topology).map_err(|e| format!("--topology: {e}"))?
-    };
-    let dtype = args
-        .compute_dtype
-        .map_or(topo.default_dtype, DTypeFlag::dtype);
     let Some(plan) = resolve_plan(
         &args.file,
         &args.preset,
@@ -120,6 +104,14 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(1));
         }
     };
+    let topo = if args.topology == "cpu" {
+        cpu_topology(p.partitioned.ranks.len())
+    } else {
+        Topology::preset(&args.topology).map_err(|e| format!("--topology: {e}"))?
+    };
+    let dtype = args
+        .compute_dtype
+        .map_or(topo.default_dtype, DTypeFlag::dtype);
     let step = match simulate(&p.partitioned.ranks, &topo, dtype) {
         Ok(s) => s,
         Err(e) => {
@@ -147,6 +139,21 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     };
     super::emit(&text);
     Ok(ExitCode::SUCCESS)
+}
+
+/// This machine, measured, for `ranks` threads sharing its cores.
+pub fn cpu_topology(ranks: usize) -> Topology {
+    let c = super::calibrate::calibrate();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!(
+        "cpu calibrated: {:.1} GFLOP/s, {:.1} GB/s memory per core, exchange {:.1} µs + {:.2} GB/s; \
+         {ranks} ranks share {cores} cores",
+        c.flops / 1e9,
+        c.mem_bandwidth / 1e9,
+        c.link.alpha_s * 1e6,
+        c.link.beta_bytes_per_s / 1e9
+    );
+    Topology::cpu(c.shared_by(ranks, cores))
 }
 
 fn ms(s: f64) -> String {

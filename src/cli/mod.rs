@@ -308,6 +308,7 @@ pub fn main() -> ExitCode {
         } => match what {
             BenchWhat::Gemm => bench::bench_gemm(repeat),
             BenchWhat::Step => bench::bench_step(repeat),
+            BenchWhat::Cost => bench::bench_cost(repeat),
             BenchWhat::Pipeline => bench::bench_pipeline(&layers, repeat),
             BenchWhat::Complete => bench::bench_complete(&layers, repeat),
         }

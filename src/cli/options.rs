@@ -69,4 +69,6 @@ pub enum BenchWhat {
     Gemm,
     /// One training step of every rank.
     Step,
+    /// The cost model's predictions on this machine against the executor's measured times.
+    Cost,
 }

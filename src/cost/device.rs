@@ -63,6 +63,10 @@ pub struct Device {
     /// Memory bandwidth, bytes/s, and capacity, bytes.
     pub mem_bandwidth: f64,
     pub mem_capacity: f64,
+    /// Elements per second of the executor's kernels other than the matmuls (`cpu` only):
+    /// they loop over elements converting through f64, which neither the peak nor the
+    /// memory bandwidth describes.
+    pub kernel_rate: Option<f64>,
 }
 
 impl Device {
@@ -124,6 +128,7 @@ fn h100() -> Device {
         peak_f32: 66.9e12,
         mem_bandwidth: 3.35e12,
         mem_capacity: 80e9,
+        kernel_rate: None,
     }
 }
 
@@ -175,6 +180,7 @@ impl Topology {
                     peak_f32: 197e12,
                     mem_bandwidth: 819e9,
                     mem_capacity: 16.0 * (1u64 << 30) as f64,
+                    kernel_rate: None,
                 },
                 links: vec![LinkClass {
                     name: "ICI",
@@ -204,6 +210,7 @@ impl Topology {
                 peak_f32: c.flops,
                 mem_bandwidth: c.mem_bandwidth,
                 mem_capacity: c.mem_capacity,
+                kernel_rate: Some(c.kernel_rate),
             },
             links: vec![LinkClass {
                 name: "shared memory",
@@ -243,19 +250,37 @@ pub struct CpuCalibration {
     pub devices: usize,
     pub flops: f64,
     pub mem_bandwidth: f64,
+    /// Elements per second of an elementwise kernel (see `Device::kernel_rate`).
+    pub kernel_rate: f64,
     pub mem_capacity: f64,
     pub link: Link,
+}
+
+impl CpuCalibration {
+    /// The figures each of `ranks` threads gets when they share `cores` cores: compute and
+    /// memory throughput divided among them (the exchange between threads is unchanged).
+    pub fn shared_by(&self, ranks: usize, cores: usize) -> CpuCalibration {
+        let share = (cores.max(1) as f64 / ranks.max(1) as f64).min(1.0);
+        CpuCalibration {
+            flops: self.flops * share,
+            mem_bandwidth: self.mem_bandwidth * share,
+            kernel_rate: self.kernel_rate * share,
+            ..self.clone()
+        }
+    }
 }
 
 impl Default for CpuCalibration {
     /// Nominal figures for a small laptop, used only where nothing was measured: 100 GFLOP/s
     /// (the executor's f32 GEMM on the development machine, README "Speed"), 5 GB/s of memory
-    /// bandwidth, and 20 µs and 2 GB/s between threads. Up to 1,024 ranks (threads).
+    /// bandwidth, 3·10⁸ elements/s through an elementwise kernel, and 20 µs and 2 GB/s
+    /// between threads. Up to 1,024 ranks (threads).
     fn default() -> CpuCalibration {
         CpuCalibration {
             devices: 1024,
             flops: 100e9,
             mem_bandwidth: 5e9,
+            kernel_rate: 3e8,
             mem_capacity: 16e9,
             link: Link {
                 alpha_s: 20e-6,

@@ -85,10 +85,17 @@ fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Prim
     }
 }
 
-/// The roofline time of a compute op.
+/// The roofline time of a compute op: max(FLOPs / peak, bytes / memory bandwidth). On a
+/// device with a kernel rate (this CPU's executor), an op other than a matmul also takes
+/// at least its elements over that rate.
 pub fn compute_time(program: &Program, op: &Op, topo: &Topology, dtype: ComputeDType) -> f64 {
     let w = op_work(program, op, ElementBytes(dtype.bytes()));
-    (w.flops / topo.device.peak(dtype)).max(w.bytes / topo.device.mem_bandwidth)
+    let roofline = (w.flops / topo.device.peak(dtype)).max(w.bytes / topo.device.mem_bandwidth);
+    let matmul = matches!(op.ty, OpType::MatmulV2 | OpType::MatmulV2Grad);
+    match topo.device.kernel_rate {
+        Some(rate) if !matmul => roofline.max(w.bytes / dtype.bytes() / rate),
+        Some(_) | None => roofline,
+    }
 }
 
 /// Simulates one step of every rank in `ranks` on `topo`.
