@@ -151,6 +151,33 @@ fn to_operand(g: Tensor, shape: &[usize], dtype: DType, is_x: bool) -> Tensor {
     Tensor::float(dtype, shape.to_vec(), reduced)
 }
 
+/// A batch of rows times a weight matrix (x `[..., m, k]`, y `[k, n]` or `[n, k]`
+/// transposed): the weight's gradient sums over every row of every batch, so the batch dims
+/// fold into the rows and it is one GEMM, not a gradient per batch summed afterwards.
+fn batched_by_weight(
+    x: &Tensor,
+    y: &Tensor,
+    dout: &Tensor,
+    tx: bool,
+    ty: bool,
+) -> Res<Option<(Tensor, Tensor)>> {
+    if tx || y.shape.len() != 2 || x.shape.len() < 3 || dout.shape.len() != x.shape.len() {
+        return Ok(None);
+    }
+    let k = x.shape[x.shape.len() - 1];
+    let rows = x.shape[..x.shape.len() - 1].iter().product::<usize>();
+    let n = dout.shape[dout.shape.len() - 1];
+    let x2 = x.clone().reshaped(vec![rows, k]);
+    let d2 = dout.clone().reshaped(vec![rows, n]);
+    let dy = if ty {
+        bmm(&d2, true, &x2, false)?
+    } else {
+        bmm(&x2, true, &d2, false)?
+    };
+    let dx = bmm(&d2, false, y, !ty)?.reshaped(x.shape.clone());
+    Ok(Some((dx, dy)))
+}
+
 /// matmul_v2_grad: (dX, dY) for `out = op(x) @ op(y)`.
 pub fn matmul_grad(
     x: &Tensor,
@@ -161,6 +188,9 @@ pub fn matmul_grad(
 ) -> Res<(Tensor, Tensor)> {
     let tx = tx && x.shape.len() >= 2;
     let ty = ty && y.shape.len() >= 2;
+    if let Some(grads) = batched_by_weight(x, y, dout, tx, ty)? {
+        return Ok(grads);
+    }
     // Work with matrix-shaped operands; dout gets back its unit dims.
     let xm = x.clone().reshaped(as_matrix(&x.shape, true));
     let ym = y.clone().reshaped(as_matrix(&y.shape, false));
