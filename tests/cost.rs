@@ -7,7 +7,7 @@ mod common;
 
 use common::{preset_plan, standard_configs};
 use shardlab::cost::collective::{time, Link, Primitive};
-use shardlab::cost::memory::{memory, Category, Live};
+use shardlab::cost::memory::{memory, Category, Live, Sizing};
 use shardlab::cost::work::{op_work, ElementBytes, Work};
 use shardlab::ir::{parse_program, OpType, Program};
 use shardlab::models::Model;
@@ -236,7 +236,13 @@ fn memory_timeline_by_hand() {
          op elementwise_mul(X=x, Y=w) -> (Out=a)\nop relu(X=a) -> (Out=b)\n\
          op elementwise_add(X=b, Y=x) -> (Out=c)\nop mean(X=c) -> (Out=l)\n",
     );
-    let m = memory(&p, F32);
+    let m = memory(
+        &p,
+        Sizing {
+            elem: F32,
+            mixed_precision: false,
+        },
+    );
     assert_eq!(m.at_op, vec![48.0, 64.0, 64.0, 52.0]);
     assert_eq!((m.peak, m.peak_op), (64.0, 1));
     let id = |n: &str| p.var_id(n).unwrap();
@@ -365,4 +371,66 @@ mod simulation {
         let e = simulate(&p.partitioned.ranks, &topo, ComputeDType::Bf16).unwrap_err();
         assert!(e.to_string().contains("h100x8 has 8 devices"), "{e}");
     }
+}
+
+/// The ZeRO paper's mixed-precision Adam (Rajbhandari et al. 2020, §3.1): parameters,
+/// gradients and optimizer state take (2 + 2 + 12)·Ψ bytes at bf16. On one rank with AMP,
+/// at the first update every parameter's gradient is still live, and the breakdown there
+/// is 6Ψ of parameters (bf16 + fp32 master), 2Ψ of gradients and 8Ψ of moments (plus the
+/// beta powers and loss-scaling scalars).
+#[test]
+fn mixed_precision_adam_takes_sixteen_bytes_per_parameter() {
+    let plan = preset_plan(Model::Gpt, 2, "1:dp", &[]);
+    let p = run_pipeline(&plan, &common::with_optimizer("adam", true, None)).unwrap();
+    let r = &p.partitioned.ranks[0].program;
+    let psi: f64 = r
+        .vars()
+        .iter()
+        .filter(|v| v.kind == shardlab::ir::VarKind::Parameter)
+        .map(|v| v.ty.numel() as f64)
+        .sum();
+    let first_update = r.ops().iter().position(|o| o.ty == OpType::Adam).unwrap();
+    let sizing = Sizing {
+        elem: ElementBytes(2.0),
+        mixed_precision: true,
+    };
+    let m = memory(r, sizing);
+    let live_at = |c: Category| -> f64 {
+        (0..r.vars().len())
+            .filter(|&i| {
+                m.live[i].is_some_and(|l| l.first <= first_update && first_update <= l.last)
+            })
+            .map(|i| shardlab::ir::VarId(i as u32))
+            .filter(|&v| {
+                let kind = r.var(v).kind;
+                match c {
+                    Category::Parameter => kind == shardlab::ir::VarKind::Parameter,
+                    Category::Gradient => kind == shardlab::ir::VarKind::Gradient,
+                    Category::OptimizerState => kind == shardlab::ir::VarKind::OptimizerState,
+                    Category::Activation | Category::Input => false,
+                }
+            })
+            .map(|v| sizing.bytes(r, v))
+            .sum()
+    };
+    assert_eq!(live_at(Category::Parameter), 6.0 * psi);
+    assert_eq!(live_at(Category::Gradient), 2.0 * psi);
+    let states = live_at(Category::OptimizerState);
+    assert!(
+        states >= 8.0 * psi && states <= 8.0 * psi + 4.0 * 1024.0,
+        "moments {states} for Ψ = {psi}"
+    );
+    // Without AMP everything is at the compute dtype: (2 + 2 + 4)·Ψ at bf16.
+    let plain = Sizing {
+        elem: ElementBytes(2.0),
+        mixed_precision: false,
+    };
+    let params: f64 = r
+        .vars()
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.kind == shardlab::ir::VarKind::Parameter)
+        .map(|(i, _)| plain.bytes(r, shardlab::ir::VarId(i as u32)))
+        .sum();
+    assert_eq!(params, 2.0 * psi);
 }

@@ -3,7 +3,7 @@
 use super::options::Format;
 use super::{resolve_plan, OptimizerName, SizeArgs};
 use crate::cost::device::{ComputeDType, Topology};
-use crate::cost::memory::{memory, Memory};
+use crate::cost::memory::{memory, Memory, Sizing};
 use crate::cost::simulate::{mfu, model_flops, simulate, StepTime};
 use crate::cost::work::ElementBytes;
 use crate::passes::optimizer::OptimizerOptions;
@@ -124,7 +124,15 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
         .partitioned
         .ranks
         .iter()
-        .map(|r| memory(&r.program, elem))
+        .map(|r| {
+            memory(
+                &r.program,
+                Sizing {
+                    elem,
+                    mixed_precision: args.amp,
+                },
+            )
+        })
         .collect();
     let u = mfu(model_flops(&p.full.program, dtype), &step, &topo, dtype);
     let text = match args.format {

@@ -5,6 +5,13 @@
 //! the last op that reads or writes it, both included: the backward pass's reads of forward
 //! activations keep them alive until then. The bytes live while op `i` runs are the sum over
 //! the variables whose interval contains `i`.
+//!
+//! Bytes per element follow the compute dtype, except under mixed precision (AMP on), where
+//! they follow the convention of the ZeRO paper (Rajbhandari et al. 2020, §3.1) and
+//! Megatron-LM: a parameter is held in the compute dtype and as an fp32 master copy (its
+//! bytes plus 4), its gradient in the compute dtype, and the optimizer state in fp32 (4
+//! bytes per element), so Adam's parameters, gradients and moments take (2 + 2 + 12)·Ψ at
+//! bf16. The executor has no 16-bit dtype: these bytes are modelled, not measured.
 
 use super::work::ElementBytes;
 use crate::ir::{DType, Program, VarId, VarKind};
@@ -89,6 +96,32 @@ pub fn var_bytes(program: &Program, v: VarId, elem: ElementBytes) -> f64 {
     t.numel() as f64 * size
 }
 
+/// How the memory model sizes a variable.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sizing {
+    /// Bytes of a float in the compute dtype.
+    pub elem: ElementBytes,
+    /// Mixed precision (AMP): fp32 master weights and fp32 optimizer state (module doc).
+    pub mixed_precision: bool,
+}
+
+impl Sizing {
+    /// The bytes `v` takes in memory.
+    pub fn bytes(&self, program: &Program, v: VarId) -> f64 {
+        let var = program.var(v);
+        let base = var_bytes(program, v, self.elem);
+        if !self.mixed_precision || var.ty.dtype == DType::I64 {
+            return base;
+        }
+        let n = var.ty.numel() as f64;
+        match var.kind {
+            VarKind::Parameter => base + 4.0 * n,
+            VarKind::OptimizerState => 4.0 * n,
+            VarKind::Gradient | VarKind::Activation | VarKind::Input | VarKind::Label => base,
+        }
+    }
+}
+
 /// Every variable's live range in `program` (see the module doc).
 pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
     let n_ops = program.ops().len();
@@ -122,14 +155,14 @@ pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
 }
 
 /// The memory of `program` (a rank program) over its step.
-pub fn memory(program: &Program, elem: ElementBytes) -> Memory {
+pub fn memory(program: &Program, sizing: Sizing) -> Memory {
     let n_ops = program.ops().len();
     let live = live_ranges(program);
     // A difference array: + at the first op, − after the last.
     let mut delta = vec![0.0f64; n_ops + 1];
     for (i, l) in live.iter().enumerate() {
         if let Some(l) = l {
-            let b = var_bytes(program, VarId(i as u32), elem);
+            let b = sizing.bytes(program, VarId(i as u32));
             delta[l.first] += b;
             delta[l.last + 1] -= b;
         }
@@ -152,7 +185,7 @@ pub fn memory(program: &Program, elem: ElementBytes) -> Memory {
         .map(|(i, _)| {
             let v = VarId(i as u32);
             let kind = program.var(v).kind;
-            (v, var_bytes(program, v, elem), Category::of(kind))
+            (v, sizing.bytes(program, v), Category::of(kind))
         })
         .collect();
     live_at_peak.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
