@@ -319,6 +319,26 @@ async fn links_restore_state_and_bad_links_explain() {
     );
 }
 
+/// With a topology, the API returns the cost: step time, MFU and 8 ranks' memory.
+#[wasm_bindgen_test]
+fn the_javascript_api_costs_a_plan() {
+    let get = |o: &wasm_bindgen::JsValue, k: &str| js_sys::Reflect::get(o, &k.into()).unwrap();
+    let req = js_sys::JSON::parse(r#"{"preset": "gpt_dp_mp", "topology": "h100x8"}"#).unwrap();
+    let out = shardlab::web::plan(req).unwrap();
+    let cost = get(&out, "cost");
+    assert_eq!(
+        get(&cost, "topology").as_string().as_deref(),
+        Some("h100x8")
+    );
+    assert!(get(&cost, "step_time_s").as_f64().unwrap() > 0.0);
+    let ranks = js_sys::Array::from(&get(&cost, "ranks"));
+    assert_eq!(ranks.length(), 8);
+    assert!(get(&ranks.get(0), "peak_memory_bytes").as_f64().unwrap() > 0.0);
+    let bad = js_sys::JSON::parse(r#"{"preset": "dp_mlp", "topology": "a100"}"#).unwrap();
+    let e = shardlab::web::plan(bad).unwrap_err().as_string().unwrap();
+    assert!(e.contains("unknown topology `a100`"), "{e}");
+}
+
 #[wasm_bindgen_test]
 fn the_javascript_api_plans() {
     let req = js_sys::JSON::parse(r#"{"preset": "dp_mlp"}"#).unwrap();

@@ -3,9 +3,7 @@
 use super::options::Format;
 use super::{resolve_plan, OptimizerName, SizeArgs};
 use crate::cost::device::{ComputeDType, Topology};
-use crate::cost::memory::{memory, Memory, Sizing};
-use crate::cost::simulate::{mfu, model_flops, simulate, StepTime};
-use crate::cost::work::ElementBytes;
+use crate::cost::estimate::{estimate, estimate_json, Estimate};
 use crate::passes::optimizer::OptimizerOptions;
 use crate::passes::partition::PartitionOptions;
 use crate::passes::pipeline::{run_pipeline, PipelineOptions};
@@ -112,33 +110,18 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     let dtype = args
         .compute_dtype
         .map_or(topo.default_dtype, DTypeFlag::dtype);
-    let step = match simulate(&p.partitioned.ranks, &topo, dtype) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
+    let e = match estimate(&p, &topo, dtype, args.amp) {
+        Ok(e) => e,
+        Err(err) => {
+            eprintln!("error: {err}");
             return Ok(ExitCode::from(1));
         }
     };
-    let elem = ElementBytes(dtype.bytes());
-    let mems: Vec<Memory> = p
-        .partitioned
-        .ranks
-        .iter()
-        .map(|r| {
-            memory(
-                &r.program,
-                Sizing {
-                    elem,
-                    mixed_precision: args.amp,
-                },
-            )
-        })
-        .collect();
-    let u = mfu(model_flops(&p.full.program, dtype), &step, &topo, dtype);
     let text = match args.format {
-        Format::Text => text(&topo, dtype, &step, &mems, u),
+        Format::Text => text(&e),
         Format::Json => {
-            let doc = json_doc(&topo, dtype, &step, &mems, u);
+            let mut doc = estimate_json(&e);
+            doc["schema_version"] = json!(crate::report::SCHEMA_VERSION);
             format!(
                 "{}\n",
                 serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
@@ -172,21 +155,21 @@ fn mb(b: f64) -> String {
     format!("{:.2}MB", b / 1e6)
 }
 
-fn text(topo: &Topology, dtype: ComputeDType, step: &StepTime, mems: &[Memory], u: f64) -> String {
+fn text(e: &Estimate) -> String {
     let mut out = format!(
         "cost on {} ({}; compute priced at {}): step {}, MFU {:.1}%, critical rank {}\n",
-        topo.name,
-        topo.placement,
-        dtype.name(),
-        ms(step.step_s),
-        u * 100.0,
-        step.critical_rank
+        e.topology,
+        e.placement,
+        e.dtype.name(),
+        ms(e.step.step_s),
+        e.mfu * 100.0,
+        e.step.critical_rank
     );
     out.push_str(&format!(
         "{:>5} {:>12} {:>12} {:>12} {:>12} {:>12}  peak by category\n",
         "rank", "compute", "comm", "idle", "total", "peak memory"
     ));
-    for (r, m) in step.ranks.iter().zip(mems) {
+    for (r, m) in e.step.ranks.iter().zip(&e.memory) {
         let parts: Vec<String> = m
             .peak_breakdown()
             .iter()
@@ -204,42 +187,4 @@ fn text(topo: &Topology, dtype: ComputeDType, step: &StepTime, mems: &[Memory], 
         ));
     }
     out
-}
-
-fn json_doc(
-    topo: &Topology,
-    dtype: ComputeDType,
-    step: &StepTime,
-    mems: &[Memory],
-    u: f64,
-) -> serde_json::Value {
-    let ranks: Vec<serde_json::Value> = step
-        .ranks
-        .iter()
-        .zip(mems)
-        .map(|(r, m)| {
-            json!({
-                "rank": r.rank,
-                "compute_s": r.compute_s,
-                "comm_s": r.comm_s,
-                "idle_s": r.idle_s,
-                "total_s": r.total_s,
-                "op_time_s": r.op_s,
-                "peak_memory_bytes": m.peak,
-                "peak_op": m.peak_op,
-                "peak_breakdown": m.peak_breakdown().iter().map(|(c, b)| json!([c.name(), b])).collect::<Vec<_>>(),
-                "memory_timeline_bytes": m.at_op,
-            })
-        })
-        .collect();
-    json!({
-        "schema_version": crate::report::SCHEMA_VERSION,
-        "topology": topo.name,
-        "placement": topo.placement,
-        "compute_dtype": dtype.name(),
-        "step_time_s": step.step_s,
-        "mfu": u,
-        "critical_rank": step.critical_rank,
-        "ranks": ranks,
-    })
 }

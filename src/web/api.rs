@@ -1,6 +1,7 @@
 //! The JavaScript API for documentation pages that drive the planner without the UI:
-//! `plan({preset | text, mesh?, shards?, megatron_sums?})` returns every stage, the dist attrs, the ledger
-//! and the trace as plain JS objects (see `www/api.html`).
+//! `plan({preset | text, mesh?, shards?, megatron_sums?, topology?, compute_dtype?})` returns
+//! every stage, the dist attrs, the ledger and the trace as plain JS objects, and with a
+//! `topology` the step time and memory per rank as `cost` (see `www/api.html`).
 
 use crate::models::scenarios::Scenario;
 use crate::passes::pipeline::{run_pipeline, PipelineOptions};
@@ -20,6 +21,12 @@ struct Request {
     /// Megatron's backward sums (see `PartitionOptions::defer_partial_sums`).
     #[serde(default)]
     megatron_sums: bool,
+    /// Cost the plan on this topology (`h100x8`, `h100x8x4`, `tpu-v5e-16`, or `cpu` with
+    /// nominal figures: the browser does not measure): adds `cost` to the result.
+    topology: Option<String>,
+    /// The precision compute is priced at: `bf16`, `f16` or `f32` (default: the
+    /// topology's).
+    compute_dtype: Option<String>,
 }
 
 /// Plans `request` and returns the whole pipeline as a JS object; errors are JS errors
@@ -69,7 +76,25 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
         ..PipelineOptions::default()
     };
     let p = run_pipeline(&plan, &opts).map_err(|e| err(e.to_string()))?;
-    let json = crate::report::pipeline_json(&p, None).map_err(|e| err(e.to_string()))?;
+    let mut json = crate::report::pipeline_json(&p, None).map_err(|e| err(e.to_string()))?;
+    if let Some(name) = &req.topology {
+        use crate::cost::device::{ComputeDType, Topology};
+        let topo = Topology::preset(name).map_err(|e| err(format!("topology: {e}")))?;
+        let dtype = match req.compute_dtype.as_deref() {
+            None => topo.default_dtype,
+            Some("bf16") => ComputeDType::Bf16,
+            Some("f16") => ComputeDType::F16,
+            Some("f32") => ComputeDType::F32,
+            Some(other) => {
+                return Err(err(format!(
+                    "compute_dtype: `{other}` is not one of bf16, f16, f32"
+                )))
+            }
+        };
+        let e = crate::cost::estimate::estimate(&p, &topo, dtype, false)
+            .map_err(|e| err(e.to_string()))?;
+        json["cost"] = crate::cost::estimate::estimate_json(&e);
+    }
     serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible())
         .map_err(|e| err(e.to_string()))
 }
