@@ -726,8 +726,9 @@ fn overflowing_shapes_and_the_memory_budget() {
     );
 }
 
-/// Random command lines: every subcommand but `bench`, with flags and values drawn from the
-/// real ones and from bad ones. The tool never panics: it exits 0, 1 or 2.
+/// Random command lines: every subcommand but `bench` (and `cost` on the measured `cpu`),
+/// with flags and values drawn from the real ones and from bad ones. The tool never
+/// panics: it exits 0, 1 or 2.
 mod flag_fuzz {
     use super::*;
     use proptest::prelude::*;
@@ -757,6 +758,7 @@ mod flag_fuzz {
             "inf",
             "f64",
             "f16",
+            "bf16",
             "adam",
             "all",
             "partition",
@@ -795,6 +797,7 @@ mod flag_fuzz {
             "--cases",
             "--max-memory",
             "--inputs",
+            "--compute-dtype",
         ]);
         let bare = prop::sample::select(vec![
             "--amp",
@@ -817,11 +820,17 @@ mod flag_fuzz {
         })]
         #[test]
         fn the_tool_never_panics(
-            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "spmd", "nonsense"]),
+            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "nonsense"]),
             flags in prop::collection::vec(flag(), 0..6),
+            topology in prop::sample::select(vec!["h100x8", "h100x8x4", "tpu-v5e-16", "v100"]),
         ) {
             let mut args = vec![cmd.to_string()];
             args.extend(flags.into_iter().flatten());
+            // `cost` on the default `cpu` topology measures the machine first (half a second):
+            // the fuzz picks a preset instead.
+            if cmd == "cost" {
+                args.extend(["--topology".to_string(), topology.to_string()]);
+            }
             // Runs stay small: a memory budget of 64 MiB bounds what a run may allocate.
             if cmd == "run" {
                 args.extend(["--max-memory".to_string(), "64M".to_string()]);

@@ -65,6 +65,10 @@ pub(crate) struct CostArgs {
     /// Megatron's backward: all-reduce summed column-parallel input gradients once.
     #[arg(long)]
     megatron_sums: bool,
+    /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
+    /// an estimate before planning. Default: half the available memory.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -84,6 +88,15 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     else {
         return Ok(ExitCode::from(1));
     };
+    let budget = super::budget::budget(&args.max_memory)?;
+    if let Err(e) = super::budget::check(
+        "costing",
+        plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
+        budget,
+    ) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(1));
+    }
     let opts = PipelineOptions {
         optimizer: OptimizerOptions {
             optimizer: args.optimizer.optimizer(),
