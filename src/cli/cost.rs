@@ -160,17 +160,27 @@ pub fn cpu_topology(ranks: usize) -> Topology {
     Topology::cpu(c.shared_by(ranks, cores))
 }
 
+/// A time with a unit that keeps three significant digits readable: `12.3ms`, `45.6us`.
 fn ms(s: f64) -> String {
-    format!("{:.3}ms", s * 1e3)
+    if s >= 1e-3 || s == 0.0 {
+        format!("{:.3}ms", s * 1e3)
+    } else {
+        format!("{:.1}us", s * 1e6)
+    }
 }
 
+/// Bytes as `1.23MB`, or `4.5KB` below a megabyte.
 fn mb(b: f64) -> String {
-    format!("{:.2}MB", b / 1e6)
+    if b >= 1e6 || b == 0.0 {
+        format!("{:.2}MB", b / 1e6)
+    } else {
+        format!("{:.1}KB", b / 1e3)
+    }
 }
 
 fn text(e: &Estimate) -> String {
     let mut out = format!(
-        "cost on {} ({}; compute priced at {}): step {}, MFU {:.1}%, critical rank {}\n",
+        "cost on {} ({}; compute priced at {}): step {}, MFU {:.2}%, critical rank {}\n",
         e.topology,
         e.placement,
         e.dtype.name(),
