@@ -192,8 +192,8 @@ impl Topology {
                 }],
                 default_dtype: ComputeDType::Bf16,
                 placement: "rank r on chip (r / 4, r mod 4) of a 4 x 4 slice: a [2, 4] mesh's \
-                            mp groups are rows of the slice, its dp groups pairs of chips two \
-                            rows apart",
+                            mp groups are rows of the slice, its dp groups pairs of chips in \
+                            adjacent rows of one column",
             },
             other => return Err(TopologyError::Unknown(other.to_string())),
         })
