@@ -27,22 +27,23 @@ fn positions(slots: &[crate::ir::Slot]) -> Vec<SlotPos> {
         .collect()
 }
 
+/// `rule` bound to `op`'s variables in slot order.
+fn binding(op: &Op, rule: Rule) -> Binding {
+    Binding {
+        rule,
+        inputs: op.all_inputs().collect(),
+        outputs: op.all_outputs().collect(),
+        input_pos: positions(&op.inputs),
+        output_pos: positions(&op.outputs),
+    }
+}
+
 /// The rule of `op` (attributes resolved against the program's shapes).
 pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
     let err = |m: String| SpmdError(format!("{}: {m}", op.ty));
     let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
     let rank = first_input.map_or(0, |t| t.rank());
-    let slot_order = || Binding {
-        rule: Rule::Source,
-        inputs: op.all_inputs().collect(),
-        outputs: op.all_outputs().collect(),
-        input_pos: positions(&op.inputs),
-        output_pos: positions(&op.outputs),
-    };
-    let with = |rule: Rule| Binding {
-        rule,
-        ..slot_order()
-    };
+    let with = |rule: Rule| binding(op, rule);
     let binding =
         match op.ty {
             OpType::Forward(f) => forward_rule(op, program, f)?,
@@ -90,17 +91,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
     let err = |m: String| SpmdError(format!("{}: {m}", op.ty));
     let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
     let rank = first_input.map_or(0, |t| t.rank());
-    let slot_order = || Binding {
-        rule: Rule::Source,
-        inputs: op.all_inputs().collect(),
-        outputs: op.all_outputs().collect(),
-        input_pos: positions(&op.inputs),
-        output_pos: positions(&op.outputs),
-    };
-    let with = |rule: Rule| Binding {
-        rule,
-        ..slot_order()
-    };
+    let with = |rule: Rule| binding(op, rule);
     Ok(match f {
         ForwardOp::MatmulV2 => with(Rule::Matmul {
             trans_x: op.attr_bool("trans_x", false),
@@ -147,7 +138,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
                 .copied()
                 .collect(),
             input_pos: vec![(1, 0), (0, 0)],
-            ..slot_order()
+            ..binding(op, Rule::Source)
         },
         ForwardOp::Reshape2 => {
             let x = first_input.ok_or_else(|| err("missing X".into()))?;
