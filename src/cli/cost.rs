@@ -1,7 +1,7 @@
 //! `shardlab cost`: a plan's step time and memory per rank on a device preset.
 
 use super::options::Format;
-use super::{resolve_plan, OptimizerName, SizeArgs};
+use super::{OptimizerName, PlanSource};
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::{estimate, estimate_json, Estimate};
 use crate::passes::optimizer::OptimizerOptions;
@@ -31,22 +31,8 @@ impl DTypeFlag {
 
 #[derive(Args, Debug)]
 pub(crate) struct CostArgs {
-    /// A plan file. Or use --preset / --scenario.
-    file: Option<String>,
-    /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
-    #[arg(long, conflicts_with = "file")]
-    preset: Option<String>,
-    /// A ready-made plan: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict.
-    #[arg(long, conflicts_with_all = ["file", "preset"])]
-    scenario: Option<String>,
     #[command(flatten)]
-    sizes: SizeArgs,
-    /// The mesh, e.g. 2x4:dp,mp.
-    #[arg(long)]
-    mesh: Option<String>,
-    /// Annotate a variable, e.g. x=dp,- (repeatable).
-    #[arg(long = "shard", value_name = "VAR=AXES")]
-    shards: Vec<String>,
+    source: PlanSource,
     /// The devices: cpu (this machine, measured), h100x8, h100x8x4 or tpu-v5e-16.
     #[arg(long, default_value = "cpu")]
     topology: String,
@@ -77,15 +63,7 @@ pub(crate) struct CostArgs {
 /// Plans, simulates and prints.
 pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     super::check_clip_norm(args.clip_norm)?;
-    let Some(plan) = resolve_plan(
-        &args.file,
-        &args.preset,
-        &args.scenario,
-        &args.sizes,
-        args.mesh.as_deref(),
-        &args.shards,
-    )?
-    else {
+    let Some(plan) = args.source.resolve()? else {
         return Ok(ExitCode::from(1));
     };
     let budget = super::budget::budget(&args.max_memory)?;

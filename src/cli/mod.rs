@@ -148,8 +148,10 @@ struct PlanArgs {
     format: Format,
 }
 
+/// Where a plan comes from (`run` and `cost`): a file, a preset with its sizes, or a
+/// scenario, with a mesh and annotations.
 #[derive(Args, Debug)]
-pub(crate) struct RunArgs {
+pub(crate) struct PlanSource {
     /// A plan file. Or use --preset / --scenario.
     file: Option<String>,
     /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
@@ -166,6 +168,26 @@ pub(crate) struct RunArgs {
     /// Annotate a variable, e.g. x=dp,- (repeatable).
     #[arg(long = "shard", value_name = "VAR=AXES")]
     shards: Vec<String>,
+}
+
+impl PlanSource {
+    /// The plan, or `None` when the file has problems (already reported).
+    pub(crate) fn resolve(&self) -> Result<Option<Plan>, String> {
+        resolve_plan(
+            &self.file,
+            &self.preset,
+            &self.scenario,
+            &self.sizes,
+            self.mesh.as_deref(),
+            &self.shards,
+        )
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    source: PlanSource,
     /// Load `<var>.npy` from this directory for any input or parameter found there.
     #[arg(long, value_name = "DIR")]
     inputs: Option<String>,

@@ -1,7 +1,7 @@
 //! `shardlab run`: training steps serially and on every rank (threads), the losses, and
 //! the verification table; `.npy` inputs and dumps.
 
-use super::{emit, resolve_plan, RunArgs};
+use super::{emit, RunArgs};
 use crate::exec::npy::{read_npy, write_npy};
 use crate::exec::run::{run_distributed, run_serial, Log, RunOptions};
 use crate::exec::tensor::Tensor;
@@ -86,15 +86,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if args.dump.as_deref().is_some_and(|d| d.trim().is_empty()) {
         return Err("--dump needs a directory name".into());
     }
-    let Some(plan) = resolve_plan(
-        &args.file,
-        &args.preset,
-        &args.scenario,
-        &args.sizes,
-        args.mesh.as_deref(),
-        &args.shards,
-    )?
-    else {
+    let Some(plan) = args.source.resolve()? else {
         return Ok(ExitCode::from(1));
     };
     let budget = super::budget::budget(&args.max_memory)?;
