@@ -18,17 +18,15 @@ const PADDLE_COMPLETE: [(usize, usize, f64); 5] = [
     (96, 2791, 18.3),
 ];
 
-/// The gpt preset on a `[2, 4]` mesh with dp on the batch and Megatron mp.
-pub fn gpt_dp_mp_plan(layers: usize) -> Result<Plan, String> {
-    let program = Model::Gpt
-        .build(&ModelConfig {
-            layers,
-            ..Model::Gpt.default_config()
-        })
-        .map_err(|e| e.to_string())?;
-    let mesh = Arc::new(parse_mesh_spec("2x4:dp,mp")?);
-    let mut shards = vec!["x=dp,-,-".to_string()];
-    shards.extend(megatron_shards(layers, "mp"));
+/// A preset model built from `cfg` on `mesh`, annotated with `shards`.
+fn preset_plan(
+    model: Model,
+    cfg: &ModelConfig,
+    mesh: &str,
+    shards: &[String],
+) -> Result<Plan, String> {
+    let program = model.build(cfg).map_err(|e| e.to_string())?;
+    let mesh = Arc::new(parse_mesh_spec(mesh)?);
     let annotations = shards
         .iter()
         .map(|s| parse_shard_spec(s, &program, &mesh))
@@ -38,6 +36,17 @@ pub fn gpt_dp_mp_plan(layers: usize) -> Result<Plan, String> {
         program,
         annotations,
     })
+}
+
+/// The gpt preset on a `[2, 4]` mesh with dp on the batch and Megatron mp.
+pub fn gpt_dp_mp_plan(layers: usize) -> Result<Plan, String> {
+    let mut shards = vec!["x=dp,-,-".to_string()];
+    shards.extend(megatron_shards(layers, "mp"));
+    let cfg = ModelConfig {
+        layers,
+        ..Model::Gpt.default_config()
+    };
+    preset_plan(Model::Gpt, &cfg, "2x4:dp,mp", &shards)
 }
 
 /// The median of `repeat` timings of `f`.
@@ -114,26 +123,9 @@ pub fn bench_gemm(repeat: usize) -> Result<String, String> {
 pub fn bench_step(repeat: usize) -> Result<String, String> {
     use crate::exec::run::{run_distributed, run_serial, RunOptions};
     use crate::passes::pipeline::{run_pipeline, PipelineOptions};
-    let program = Model::Gpt
-        .build(&ModelConfig {
-            layers: 4,
-            hidden: 256,
-            heads: 8,
-            ..Model::Gpt.default_config()
-        })
-        .map_err(|e| e.to_string())?;
-    let mesh = Arc::new(parse_mesh_spec("2x4:dp,mp")?);
     let mut shards = vec!["x=dp,-,-".to_string()];
     shards.extend(megatron_shards(4, "mp"));
-    let annotations = shards
-        .iter()
-        .map(|s| parse_shard_spec(s, &program, &mesh))
-        .collect::<Result<_, _>>()?;
-    let plan = Plan {
-        meshes: crate::dist::MeshTable::single(mesh),
-        program,
-        annotations,
-    };
+    let plan = gpt_plan(4, "2x4:dp,mp", &shards)?;
     let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
     // Time the steps, not the read-back of every gradient and parameter for verification.
     let opts = RunOptions {
@@ -195,26 +187,16 @@ pub fn bench_complete(layers: &[usize], repeat: usize) -> Result<String, String>
     Ok(out)
 }
 
-/// A gpt plan for the cost check: `layers` blocks of width 256 on `mesh` with `shards`.
+/// A gpt of width 256 with 8 heads (the step and cost benchmarks): `layers` blocks on
+/// `mesh` with `shards`.
 fn gpt_plan(layers: usize, mesh: &str, shards: &[String]) -> Result<Plan, String> {
-    let program = Model::Gpt
-        .build(&ModelConfig {
-            layers,
-            hidden: 256,
-            heads: 8,
-            ..Model::Gpt.default_config()
-        })
-        .map_err(|e| e.to_string())?;
-    let mesh = Arc::new(parse_mesh_spec(mesh)?);
-    let annotations = shards
-        .iter()
-        .map(|s| parse_shard_spec(s, &program, &mesh))
-        .collect::<Result<_, _>>()?;
-    Ok(Plan {
-        meshes: crate::dist::MeshTable::single(mesh),
-        program,
-        annotations,
-    })
+    let cfg = ModelConfig {
+        layers,
+        hidden: 256,
+        heads: 8,
+        ..Model::Gpt.default_config()
+    };
+    preset_plan(Model::Gpt, &cfg, mesh, shards)
 }
 
 /// The cost model against this machine: each distinct matmul of a plan's rank 0, predicted
