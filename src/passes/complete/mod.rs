@@ -222,18 +222,22 @@ impl State<'_> {
                 self.trace.rule_errors.push((op, e.0.clone()));
             }
         }
-        self.last_forward[op.index()] = fwd.as_ref().ok().cloned();
-        let (fwd, bwd) = (fwd.unwrap_or_default(), bwd.unwrap_or_default());
+        let (fwd, bwd) = (fwd.ok(), bwd.unwrap_or_default());
+        let (fwd_in, fwd_out) = fwd
+            .as_ref()
+            .map_or((&[][..], &[][..]), |f| (&f.inputs[..], &f.outputs[..]));
         let mut changed = false;
         for (k, &v) in b.inputs.iter().enumerate() {
-            changed |= self.propose(op, v, fwd.inputs.get(k), bwd.inputs.get(k));
+            changed |= self.propose(op, v, fwd_in.get(k), bwd.inputs.get(k));
         }
         for (k, &v) in b.outputs.iter().enumerate() {
-            changed |= self.propose(op, v, fwd.outputs.get(k), bwd.outputs.get(k));
-            if let Some(s) = fwd.outputs.get(k) {
+            changed |= self.propose(op, v, fwd_out.get(k), bwd.outputs.get(k));
+            if let Some(s) = fwd_out.get(k) {
                 changed |= self.set_partial(op, v, s);
             }
         }
+        // Kept, not cloned: at the fixpoint it is the op's final forward result.
+        self.last_forward[op.index()] = fwd;
         changed
     }
 
