@@ -241,6 +241,7 @@ fn memory_timeline_by_hand() {
         Sizing {
             elem: F32,
             mixed_precision: false,
+            zero: None,
         },
     );
     assert_eq!(m.at_op, vec![48.0, 64.0, 64.0, 52.0]);
@@ -393,6 +394,7 @@ fn mixed_precision_adam_takes_sixteen_bytes_per_parameter() {
     let sizing = Sizing {
         elem: ElementBytes(2.0),
         mixed_precision: true,
+        zero: None,
     };
     let m = memory(r, sizing);
     let live_at = |c: Category| -> f64 {
@@ -424,6 +426,7 @@ fn mixed_precision_adam_takes_sixteen_bytes_per_parameter() {
     let plain = Sizing {
         elem: ElementBytes(2.0),
         mixed_precision: false,
+        zero: None,
     };
     let params: f64 = r
         .vars()
@@ -470,6 +473,7 @@ fn activation_memory_per_layer_against_korthikanti() {
         let sizing = Sizing {
             elem: ElementBytes(2.0),
             mixed_precision: false,
+            zero: None,
         };
         let m = memory(r, sizing);
         (0..r.vars().len())

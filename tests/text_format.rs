@@ -153,6 +153,7 @@ fn plan() -> impl Strategy<Value = Plan> {
                 .unwrap_or_default(),
             program,
             annotations,
+        options: Default::default(),
         }
     })
 }

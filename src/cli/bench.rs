@@ -35,6 +35,7 @@ fn preset_plan(
         meshes: crate::dist::MeshTable::single(mesh),
         program,
         annotations,
+        options: Default::default(),
     })
 }
 

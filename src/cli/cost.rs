@@ -1,11 +1,9 @@
 //! `shardlab cost`: a plan's step time and memory per rank on a device preset.
 
 use super::options::Format;
-use super::{OptimizerName, PlanSource};
+use super::PlanSource;
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::{estimate, estimate_json, Estimate};
-use crate::passes::optimizer::OptimizerOptions;
-use crate::passes::partition::PartitionOptions;
 use crate::passes::pipeline::{run_pipeline, PipelineOptions};
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -39,18 +37,8 @@ pub(crate) struct CostArgs {
     /// The precision compute is priced at (default: bf16 on GPU and TPU presets, f32 on cpu).
     #[arg(long, value_enum)]
     compute_dtype: Option<DTypeFlag>,
-    /// The optimizer: sgd, momentum, adam or adamw.
-    #[arg(long, value_enum, default_value_t = OptimizerName::Sgd)]
-    optimizer: OptimizerName,
-    /// Add AMP dynamic loss scaling.
-    #[arg(long)]
-    amp: bool,
-    /// Clip gradients to this global norm.
-    #[arg(long, value_name = "NORM")]
-    clip_norm: Option<f64>,
-    /// Megatron's backward: all-reduce summed column-parallel input gradients once.
-    #[arg(long)]
-    megatron_sums: bool,
+    #[command(flatten)]
+    training: super::training::TrainingArgs,
     /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
     /// an estimate before planning. Default: half the available memory.
     #[arg(long, value_name = "BYTES")]
@@ -62,10 +50,10 @@ pub(crate) struct CostArgs {
 
 /// Plans, simulates and prints.
 pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
-    super::check_clip_norm(args.clip_norm)?;
-    let Some(plan) = args.source.resolve()? else {
+    let Some(mut plan) = args.source.resolve()? else {
         return Ok(ExitCode::from(1));
     };
+    args.training.apply(&mut plan.options)?;
     let budget = super::budget::budget(&args.max_memory)?;
     if let Err(e) = super::budget::check(
         "costing",
@@ -75,17 +63,7 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
     }
-    let opts = PipelineOptions {
-        optimizer: OptimizerOptions {
-            optimizer: args.optimizer.optimizer(),
-            amp: args.amp,
-            clip_norm: args.clip_norm,
-        },
-        partition: PartitionOptions {
-            defer_partial_sums: args.megatron_sums,
-            ..PartitionOptions::default()
-        },
-    };
+    let opts = PipelineOptions::from_plan(&plan.options);
     let p = match run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
@@ -101,7 +79,7 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     let dtype = args
         .compute_dtype
         .map_or(topo.default_dtype, DTypeFlag::dtype);
-    let e = match estimate(&p, &topo, dtype, args.amp) {
+    let e = match estimate(&p, &topo, dtype, plan.options.amp) {
         Ok(e) => e,
         Err(err) => {
             eprintln!("error: {err}");

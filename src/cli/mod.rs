@@ -8,8 +8,9 @@ mod cost;
 mod options;
 mod run;
 mod stages;
+mod training;
 
-use options::{BenchWhat, Format, OptimizerName, Stage};
+use options::{BenchWhat, Format, Stage};
 
 use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
@@ -120,22 +121,8 @@ struct PlanArgs {
     /// Print the communication ledger (collectives with groups, bytes and reasons).
     #[arg(long)]
     ledger: bool,
-    /// The optimizer: sgd, momentum, adam or adamw.
-    #[arg(long, value_enum, default_value_t = OptimizerName::Sgd)]
-    optimizer: OptimizerName,
-    /// Add AMP dynamic loss scaling.
-    #[arg(long)]
-    amp: bool,
-    /// Clip gradients to this global norm.
-    #[arg(long, value_name = "NORM")]
-    clip_norm: Option<f64>,
-    /// Do not scale data-parallel gradients by 1/|group| after the all-reduce.
-    #[arg(long)]
-    no_grad_scale: bool,
-    /// Megatron's backward: keep column-parallel input gradients partial through their sum
-    /// and all-reduce the sum once (2 tensor-parallel all-reduces per layer, not Paddle's 4).
-    #[arg(long)]
-    megatron_sums: bool,
+    #[command(flatten)]
+    training: training::TrainingArgs,
     /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
     /// an estimate before allocating. Default: half the available memory.
     #[arg(long, value_name = "BYTES")]
@@ -197,18 +184,8 @@ pub(crate) struct RunArgs {
     /// Learning rate.
     #[arg(long, default_value_t = 0.1)]
     lr: f64,
-    /// The optimizer: sgd, momentum, adam or adamw.
-    #[arg(long, value_enum, default_value_t = OptimizerName::Sgd)]
-    optimizer: OptimizerName,
-    /// Add AMP dynamic loss scaling.
-    #[arg(long)]
-    amp: bool,
-    /// Clip gradients to this global norm.
-    #[arg(long, value_name = "NORM")]
-    clip_norm: Option<f64>,
-    /// Megatron's backward: all-reduce summed column-parallel input gradients once.
-    #[arg(long)]
-    megatron_sums: bool,
+    #[command(flatten)]
+    training: training::TrainingArgs,
     /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
     /// an estimate before allocating. Default: half the available memory.
     #[arg(long, value_name = "BYTES")]
@@ -300,16 +277,6 @@ impl SizeArgs {
         .into_iter()
         .filter_map(|(name, v)| v.map(|_| name))
         .collect()
-    }
-}
-
-/// `--clip-norm` must be a positive finite number.
-fn check_clip_norm(clip: Option<f64>) -> Result<(), String> {
-    match clip {
-        Some(norm) if !(norm.is_finite() && norm > 0.0) => {
-            Err(format!("--clip-norm {norm}: expected a positive number"))
-        }
-        _ => Ok(()),
     }
 }
 
@@ -497,7 +464,8 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         Some(plan) => plan,
         None => return Ok(ExitCode::from(1)),
     };
-    check_clip_norm(args.clip_norm)?;
+    let mut plan = plan;
+    args.training.apply(&mut plan.options)?;
     let budget = budget::budget(&args.max_memory)?;
     if let (Some(r), Some(mesh)) = (args.rank, plan.mesh()) {
         if !mesh.process_ids().contains(&r) {
@@ -532,21 +500,10 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     if !partitioned {
         return print_completion(args, &plan);
     }
-    let opts = crate::passes::pipeline::PipelineOptions {
-        optimizer: crate::passes::optimizer::OptimizerOptions {
-            optimizer: args.optimizer.optimizer(),
-            amp: args.amp,
-            clip_norm: args.clip_norm,
-        },
-        partition: crate::passes::partition::PartitionOptions {
-            scale_gradients: !args.no_grad_scale,
-            // One rank's program needs only that rank partitioned: time and memory follow
-            // one rank, not the mesh.
-            ranks: args.rank.map(|r| vec![r]),
-            defer_partial_sums: args.megatron_sums,
-            build_every_rank: false,
-        },
-    };
+    let mut opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+    // One rank's program needs only that rank partitioned: time and memory follow one
+    // rank, not the mesh.
+    opts.partition.ranks = args.rank.map(|r| vec![r]);
     let pipeline = match crate::passes::pipeline::run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {

@@ -44,16 +44,15 @@ pub enum OptimizerName {
 }
 
 impl OptimizerName {
-    /// The optimizer with Paddle's default hyper-parameters.
-    pub fn optimizer(self) -> crate::passes::optimizer::Optimizer {
-        use crate::passes::optimizer::Optimizer;
-        let name = match self {
-            OptimizerName::Sgd => "sgd",
-            OptimizerName::Momentum => "momentum",
-            OptimizerName::Adam => "adam",
-            OptimizerName::Adamw => "adamw",
-        };
-        Optimizer::from_name(name).unwrap_or(Optimizer::Sgd)
+    /// The plan's optimizer kind.
+    pub fn kind(self) -> crate::plan::OptimizerKind {
+        use crate::plan::OptimizerKind;
+        match self {
+            OptimizerName::Sgd => OptimizerKind::Sgd,
+            OptimizerName::Momentum => OptimizerKind::Momentum,
+            OptimizerName::Adam => OptimizerKind::Adam,
+            OptimizerName::Adamw => OptimizerKind::AdamW,
+        }
     }
 }
 

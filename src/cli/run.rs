@@ -6,7 +6,6 @@ use crate::exec::npy::{read_npy, write_npy};
 use crate::exec::run::{run_distributed, run_serial, Log, RunOptions};
 use crate::exec::tensor::Tensor;
 use crate::exec::verify::{verify, Check};
-use crate::passes::optimizer::OptimizerOptions;
 use crate::passes::pipeline::{run_pipeline, PipelineOptions};
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -82,13 +81,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if !(args.lr.is_finite()) {
         return Err(format!("--lr {}: expected a finite number", args.lr));
     }
-    super::check_clip_norm(args.clip_norm)?;
     if args.dump.as_deref().is_some_and(|d| d.trim().is_empty()) {
         return Err("--dump needs a directory name".into());
     }
-    let Some(plan) = args.source.resolve()? else {
+    let Some(mut plan) = args.source.resolve()? else {
         return Ok(ExitCode::from(1));
     };
+    args.training.apply(&mut plan.options)?;
     let budget = super::budget::budget(&args.max_memory)?;
     if let Err(e) = super::budget::check(
         "planning",
@@ -98,18 +97,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
     }
-    let opts = PipelineOptions {
-        optimizer: OptimizerOptions {
-            optimizer: args.optimizer.optimizer(),
-            amp: args.amp,
-            clip_norm: args.clip_norm,
-        },
-        partition: crate::passes::partition::PartitionOptions {
-            defer_partial_sums: args.megatron_sums,
-            build_every_rank: false,
-            ..Default::default()
-        },
-    };
+    let opts = PipelineOptions::from_plan(&plan.options);
     let pipeline = match run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {

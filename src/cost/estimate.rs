@@ -32,6 +32,7 @@ pub fn estimate(
     let sizing = Sizing {
         elem: ElementBytes(dtype.bytes()),
         mixed_precision,
+        zero: Some(&p.partitioned.zero),
     };
     let memory = p
         .partitioned

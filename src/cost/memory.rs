@@ -1,6 +1,7 @@
 //! A rank's memory over its step, from exact liveness over its program.
 //!
-//! Parameters, optimizer state, inputs and labels live for the whole step. Every other
+//! Parameters, optimizer state, inputs, labels and persistable variables live for the whole
+//! step if any op touches them (an untouched variable takes no memory). Every other
 //! variable (activations, gradients, temporaries) lives from the op that first writes it to
 //! the last op that reads or writes it, both included: the backward pass's reads of forward
 //! activations keep them alive until then. The bytes live while op `i` runs are the sum over
@@ -15,6 +16,7 @@
 
 use super::work::ElementBytes;
 use crate::ir::{DType, Program, VarId, VarKind};
+use crate::passes::partition::zero::ZeroLayout;
 
 /// What a variable holds, for the breakdown of a rank's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,15 +100,25 @@ pub fn var_bytes(program: &Program, v: VarId, elem: ElementBytes) -> f64 {
 
 /// How the memory model sizes a variable.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sizing {
+pub struct Sizing<'z> {
     /// Bytes of a float in the compute dtype.
     pub elem: ElementBytes,
     /// Mixed precision (AMP): fp32 master weights and fp32 optimizer state (module doc).
     pub mixed_precision: bool,
+    /// The ZeRO shards of the rank programs, if any: under mixed precision the fp32 master
+    /// copy of a sharded parameter is its shard (see [`Sizing::bytes`]).
+    pub zero: Option<&'z ZeroLayout>,
 }
 
-impl Sizing {
+impl Sizing<'_> {
     /// The bytes `v` takes in memory.
+    ///
+    /// Under ZeRO with mixed precision the fp32 master weights are sharded with the
+    /// optimizer state: a parameter's shard holds its master copy (4 bytes per element,
+    /// plus its 16-bit shard under stage 3, where the shard is the only copy kept), and
+    /// the whole parameter of stages 1 and 2 is 16-bit only. That gives the ZeRO paper's
+    /// 2Ψ + 2Ψ + 12Ψ/N (stage 1, plus our separate 2Ψ/N gradient shard), 2Ψ + 14Ψ/N
+    /// (stage 2) and 16Ψ/N (stage 3).
     pub fn bytes(&self, program: &Program, v: VarId) -> f64 {
         let var = program.var(v);
         let base = var_bytes(program, v, self.elem);
@@ -114,8 +126,14 @@ impl Sizing {
             return base;
         }
         let n = var.ty.numel() as f64;
+        let zero = self.zero.filter(|z| z.is_active());
         match var.kind {
-            VarKind::Parameter => base + 4.0 * n,
+            VarKind::Parameter => match zero {
+                Some(z) if z.is_param_shard(v) && z.stage >= 3 => base + 4.0 * n,
+                Some(z) if z.is_param_shard(v) => 4.0 * n,
+                Some(z) if z.is_sharded_param(v) => base,
+                Some(_) | None => base + 4.0 * n,
+            },
             VarKind::OptimizerState => 4.0 * n,
             VarKind::Gradient | VarKind::Activation | VarKind::Input | VarKind::Label => base,
         }
@@ -125,15 +143,24 @@ impl Sizing {
 /// Every variable's live range in `program` (see the module doc).
 pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
     let n_ops = program.ops().len();
+    // A variable no op touches takes no memory, whatever its kind (under ZeRO a rank keeps
+    // the shards of the optimizer state, and the whole state variables go unused).
+    let mut touched = vec![false; program.vars().len()];
+    for op in program.ops() {
+        for v in op.all_inputs().chain(op.all_outputs()) {
+            touched[v.index()] = true;
+        }
+    }
     let mut live: Vec<Option<Live>> = program
         .vars()
         .iter()
-        .map(|v| {
+        .zip(&touched)
+        .map(|(v, &touched)| {
             let whole = matches!(
                 v.kind,
                 VarKind::Parameter | VarKind::OptimizerState | VarKind::Input | VarKind::Label
             ) || v.persistable;
-            (whole && n_ops > 0).then(|| Live {
+            (whole && touched && n_ops > 0).then(|| Live {
                 first: 0,
                 last: n_ops - 1,
             })

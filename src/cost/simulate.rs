@@ -80,7 +80,9 @@ fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Prim
             RankLocalOp::Slice
             | RankLocalOp::CEmbedding
             | RankLocalOp::CEmbeddingGrad
-            | RankLocalOp::CSoftmaxWithCrossEntropyGrad,
+            | RankLocalOp::CSoftmaxWithCrossEntropyGrad
+            | RankLocalOp::FlattenPad
+            | RankLocalOp::UnpadReshape,
         ) => None,
     }
 }

@@ -88,7 +88,9 @@ pub fn op_work(program: &Program, op: &Op, elem: ElementBytes) -> Work {
             | CollectiveOp::Send
             | CollectiveOp::Recv,
         ) => return Work::default(),
-        OpType::RankLocal(RankLocalOp::Slice) => 0.0,
+        OpType::RankLocal(
+            RankLocalOp::Slice | RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape,
+        ) => 0.0,
         OpType::RankLocal(RankLocalOp::CEmbedding) => c.out_numel("Out"),
         OpType::RankLocal(RankLocalOp::CEmbeddingGrad) => c.in_numel("Out@GRAD"),
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy) => {

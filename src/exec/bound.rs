@@ -113,6 +113,9 @@ pub fn propagate(
         // The rank-local ops only run in rank programs, which carry no bounds; they bound
         // like the ops they stand for (a slice moves data exactly).
         OpType::RankLocal(RankLocalOp::Slice) => a.one("Out", a.e("Input")),
+        OpType::RankLocal(RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape) => {
+            a.one("Out", a.e("X"))
+        }
         OpType::RankLocal(RankLocalOp::CEmbedding) => forward(&a, ForwardOp::LookupTableV2),
         OpType::RankLocal(RankLocalOp::CEmbeddingGrad) => grad(&a, ForwardOp::LookupTableV2),
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy) => {

@@ -292,9 +292,45 @@ fn rank_envs(
                         Some(shard(g, &p.full.tensors[i], mesh, r.rank).map_err(ExecError::Setup)?);
                 }
             }
+            zero_shards(p, r.rank, &mut env)?;
             Ok(env)
         })
         .collect()
+}
+
+/// ZeRO: each sharded parameter's and optimizer state's shard starts as the rank's piece of
+/// its flat, padded local value; under stage 3 the whole parameter is not kept (forward
+/// gathers it).
+fn zero_shards(p: &Pipeline, rank: u32, env: &mut [Option<Tensor>]) -> Result<(), ExecError> {
+    let zero = &p.partitioned.zero;
+    for (z, whole, shard) in zero.initial_shards() {
+        let member = member_index(p, rank, &z.axes)?;
+        let start = member * z.shard;
+        let piece = env
+            .get(whole.index())
+            .and_then(|t| t.as_ref())
+            .map(|t| t.flat_range(start, start + z.shard));
+        if let Some(slot) = env.get_mut(shard.index()) {
+            *slot = piece;
+        }
+    }
+    if zero.stage >= 3 {
+        for z in &zero.params {
+            if let Some(slot) = env.get_mut(z.param.index()) {
+                *slot = None;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `rank`'s position in its group along `axes` (the order collectives use).
+fn member_index(p: &Pipeline, rank: u32, axes: &[crate::dist::MeshAxis]) -> Result<usize, ExecError> {
+    p.full
+        .mesh
+        .group_of(rank, axes)
+        .and_then(|g| g.iter().position(|&r| r == rank))
+        .ok_or_else(|| ExecError::Setup(format!("rank {rank} is not on the mesh")))
 }
 
 fn placements(p: &Pipeline) -> Vec<Placement> {
@@ -314,12 +350,80 @@ fn placements(p: &Pipeline) -> Vec<Placement> {
         .collect()
 }
 
-/// Gathers every copy of serial variable `v` from every rank's environment.
+/// Each rank's piece of `v` rebuilt from the ZeRO shards of its group: the members' shards
+/// concatenated in group order, the padding dropped, the local shape restored.
+fn unshard_pieces(
+    p: &Pipeline,
+    envs: &[&Vec<Option<Tensor>>],
+    v: VarId,
+    z: &crate::passes::partition::zero::ZeroParam,
+    shard: VarId,
+) -> Result<Vec<Tensor>, ExecError> {
+    let index: std::collections::HashMap<u32, usize> = p
+        .partitioned
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.rank, i))
+        .collect();
+    let name = &p.full.program.var(v).name;
+    p.partitioned
+        .ranks
+        .iter()
+        .map(|r| {
+            let group = p.full.mesh.group_of(r.rank, &z.axes).unwrap_or_default();
+            let mut flat: Vec<f64> = Vec::with_capacity(z.padded());
+            for q in group {
+                let t = index
+                    .get(&q)
+                    .and_then(|&i| envs.get(i))
+                    .and_then(|env| env.get(shard.index()))
+                    .and_then(|t| t.as_ref())
+                    .ok_or_else(|| {
+                        ExecError::Setup(format!("rank {q} has no ZeRO shard of `{name}`"))
+                    })?;
+                flat.extend(t.to_f64());
+            }
+            let ty = &r.program.var(v).ty;
+            flat.truncate(z.numel);
+            if flat.len() != ty.numel() {
+                return Err(ExecError::Setup(format!(
+                    "the ZeRO shards of `{name}` hold {} elements, not {}",
+                    flat.len(),
+                    ty.numel()
+                )));
+            }
+            Ok(Tensor::float(ty.dtype, ty.shape.to_vec(), flat))
+        })
+        .collect()
+}
+
+/// Gathers every copy of serial variable `v` from every rank's environment (under ZeRO, a
+/// gradient, and a stage-3 parameter, from its shards).
 fn gather_var(
     p: &Pipeline,
     envs: &[&Vec<Option<Tensor>>],
     v: VarId,
 ) -> Result<Vec<Tensor>, ExecError> {
+    if let Some((z, shard)) = p.partitioned.zero.value_in_shards(v) {
+        let rebuilt = unshard_pieces(p, envs, v, z, shard)?;
+        let attr = crate::passes::dist_program::DistProgram::settled(&p.full.tensors[v.index()]);
+        let pieces: Vec<Piece> = p
+            .partitioned
+            .ranks
+            .iter()
+            .zip(&rebuilt)
+            .map(|(r, value)| Piece {
+                rank: r.rank,
+                value,
+                attr: &attr,
+            })
+            .collect();
+        let shape = &p.full.program.var(v).ty.shape;
+        return gather(&p.full.mesh, shape, &pieces).map_err(|e| {
+            ExecError::Setup(format!("gathering `{}`: {e}", p.full.program.var(v).name))
+        });
+    }
     let mut pieces = Vec::new();
     for (r, env) in p.partitioned.ranks.iter().zip(envs) {
         let value = env.get(v.index()).and_then(|t| t.as_ref()).ok_or_else(|| {

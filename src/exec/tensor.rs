@@ -96,6 +96,25 @@ impl Tensor {
     pub fn scalar(&self) -> f64 {
         self.to_f64().first().copied().unwrap_or(0.0)
     }
+
+    /// Elements `[start, end)` of the flattened values, zero-padded past the end, as a
+    /// flat tensor of `end - start` elements (ZeRO's flat buffers and their shards).
+    pub fn flat_range(&self, start: usize, end: usize) -> Tensor {
+        fn take<T: Copy + Default>(v: &[T], start: usize, end: usize) -> Vec<T> {
+            (start..end)
+                .map(|i| v.get(i).copied().unwrap_or_default())
+                .collect()
+        }
+        let data = match &self.data {
+            Data::F32(v) => Data::F32(take(v, start, end)),
+            Data::F64(v) => Data::F64(take(v, start, end)),
+            Data::I64(v) => Data::I64(take(v, start, end)),
+        };
+        Tensor {
+            shape: vec![end.saturating_sub(start)],
+            data,
+        }
+    }
 }
 
 /// Row-major strides of `shape`.

@@ -104,6 +104,12 @@ pub enum RankLocalOp {
     CEmbeddingGrad,
     CSoftmaxWithCrossEntropy,
     CSoftmaxWithCrossEntropyGrad,
+    /// ZeRO's flat buffer: the tensor flattened and zero-padded to `numel` elements (a
+    /// multiple of the sharding group's size, so every rank's shard has the same length).
+    FlattenPad,
+    /// The inverse of `flatten_pad`: the first elements of a flat buffer, reshaped to
+    /// `shape` (a parameter all-gathered from its ZeRO shards).
+    UnpadReshape,
 }
 
 impl ForwardOp {
@@ -321,12 +327,14 @@ impl CollectiveOp {
 
 impl RankLocalOp {
     /// Every op of the family, in declaration order.
-    pub const ALL: [RankLocalOp; 5] = [
+    pub const ALL: [RankLocalOp; 7] = [
         RankLocalOp::Slice,
         RankLocalOp::CEmbedding,
         RankLocalOp::CEmbeddingGrad,
         RankLocalOp::CSoftmaxWithCrossEntropy,
         RankLocalOp::CSoftmaxWithCrossEntropyGrad,
+        RankLocalOp::FlattenPad,
+        RankLocalOp::UnpadReshape,
     ];
 
     /// Paddle's op type name.
@@ -337,6 +345,8 @@ impl RankLocalOp {
             RankLocalOp::CEmbeddingGrad => "c_embedding_grad",
             RankLocalOp::CSoftmaxWithCrossEntropy => "c_softmax_with_cross_entropy",
             RankLocalOp::CSoftmaxWithCrossEntropyGrad => "c_softmax_with_cross_entropy_grad",
+            RankLocalOp::FlattenPad => "flatten_pad",
+            RankLocalOp::UnpadReshape => "unpad_reshape",
         }
     }
 }
@@ -421,12 +431,14 @@ impl OpType {
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy);
     pub const CSoftmaxWithCrossEntropyGrad: OpType =
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropyGrad);
+    pub const FlattenPad: OpType = OpType::RankLocal(RankLocalOp::FlattenPad);
+    pub const UnpadReshape: OpType = OpType::RankLocal(RankLocalOp::UnpadReshape);
 }
 
 impl OpType {
     /// Every op type: forward ops, `fill_constant`, grad ops, then the planner's families.
-    pub const ALL: [OpType; 72] = {
-        let mut all = [OpType::FillConstant; 72];
+    pub const ALL: [OpType; 74] = {
+        let mut all = [OpType::FillConstant; 74];
         let mut i = 0;
         while i < ForwardOp::ALL.len() {
             all[i] = OpType::Forward(ForwardOp::ALL[i]);

@@ -21,17 +21,21 @@ pub enum Purpose {
     AmpFlag,
     /// Summing the squared-norm shards for global-norm clipping.
     GlobalNorm,
+    /// ZeRO / sharding: gradients reduce-scattered to their owners, parameters all-gathered
+    /// from their shards (Paddle's sharding pass writes this namescope).
+    Sharding,
 }
 
 impl Purpose {
     /// Every purpose.
-    pub const ALL: [Purpose; 6] = [
+    pub const ALL: [Purpose; 7] = [
         Purpose::DataParallel,
         Purpose::TensorParallel,
         Purpose::Reshard,
         Purpose::Pipeline,
         Purpose::AmpFlag,
         Purpose::GlobalNorm,
+        Purpose::Sharding,
     ];
 
     /// Paddle's namescope for ops of this purpose.
@@ -42,6 +46,7 @@ impl Purpose {
             Purpose::Reshard | Purpose::Pipeline => "/auto_parallel/reshard",
             Purpose::AmpFlag => "/auto_parallel/amp_flag_synchronization",
             Purpose::GlobalNorm => "/auto_parallel/global_norm_synchronization",
+            Purpose::Sharding => "/auto_parallel/sharding",
         }
     }
 
@@ -54,6 +59,7 @@ impl Purpose {
             Purpose::Pipeline => "pipeline",
             Purpose::AmpFlag => "AMP flag",
             Purpose::GlobalNorm => "global norm",
+            Purpose::Sharding => "ZeRO sharding",
         }
     }
 }

@@ -218,6 +218,8 @@ const RECV_ATTRS: &[AttrSpec] = &[
     attr("ring_id", Int),
 ];
 const SLICE_ATTRS: &[AttrSpec] = &[req("axes", Ints), req("starts", Ints), req("ends", Ints)];
+const FLATTEN_PAD_ATTRS: &[AttrSpec] = &[req("numel", Int)];
+const UNPAD_RESHAPE_ATTRS: &[AttrSpec] = &[req("shape", Ints)];
 const C_EMBEDDING_ATTRS: &[AttrSpec] = &[req("start_index", Int)];
 /// The vocab-parallel cross-entropy: the class id of this rank's first column, and the group
 /// its three all-reduces run over (Paddle's `ring_id`, `rank` in the group and `nranks`).
@@ -258,7 +260,9 @@ impl OpType {
             | OpType::AllReduce
             | OpType::AllGather
             | OpType::ReduceScatter
-            | OpType::AllToAll => X_OUT,
+            | OpType::AllToAll
+            | OpType::FlattenPad
+            | OpType::UnpadReshape => X_OUT,
             OpType::Dropout => DROPOUT,
             OpType::LayerNorm => LAYER_NORM,
             OpType::LookupTableV2 | OpType::CEmbedding => LOOKUP,
@@ -338,6 +342,8 @@ impl OpType {
             OpType::Send => SEND_ATTRS,
             OpType::Recv => RECV_ATTRS,
             OpType::Slice => SLICE_ATTRS,
+            OpType::FlattenPad => FLATTEN_PAD_ATTRS,
+            OpType::UnpadReshape => UNPAD_RESHAPE_ATTRS,
             OpType::CEmbedding | OpType::CEmbeddingGrad => C_EMBEDDING_ATTRS,
             OpType::CSoftmaxWithCrossEntropy | OpType::CSoftmaxWithCrossEntropyGrad => {
                 C_SOFTMAX_CE_ATTRS

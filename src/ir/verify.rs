@@ -133,10 +133,16 @@ impl Dataflow {
                     var.name,
                     var.kind.name()
                 )),
-                VarKind::Parameter if !(in_place && op.role == OpRole::Optimize) => err(format!(
-                    "writes parameter `{}`; only optimizer ops update parameters, in place",
-                    var.name
-                )),
+                VarKind::Parameter
+                    if !(op.role == OpRole::Optimize
+                        && (in_place || op.purpose() == Some(super::Purpose::Sharding))) =>
+                {
+                    err(format!(
+                        "writes parameter `{}`; only optimizer ops update parameters, in place \
+                         (or ZeRO rebuilds one from its shards)",
+                        var.name
+                    ))
+                }
                 VarKind::Parameter
                 | VarKind::Activation
                 | VarKind::Gradient

@@ -58,7 +58,9 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
         | OpType::Slice
         | OpType::CEmbedding
         | OpType::CEmbeddingGrad
-        | OpType::CSoftmaxWithCrossEntropyGrad => 0.0,
+        | OpType::CSoftmaxWithCrossEntropyGrad
+        | OpType::FlattenPad
+        | OpType::UnpadReshape => 0.0,
     }
 }
 
@@ -107,6 +109,7 @@ impl fmt::Display for Reason {
             Purpose::AmpFlag => f.write_str("agree on found_inf across the mesh"),
             Purpose::GlobalNorm => f.write_str("sum the squared-norm shards of the gradients"),
             Purpose::Pipeline => write!(f, "move {t} to the next pipeline stage"),
+            Purpose::Sharding => write!(f, "ZeRO: {t} between its shards and the whole"),
         }
     }
 }
@@ -137,7 +140,8 @@ fn reason(program: &Program, ops: &[Arc<Op>], i: usize, purpose: Purpose) -> Rea
         | Purpose::DataParallel
         | Purpose::AmpFlag
         | Purpose::GlobalNorm
-        | Purpose::Pipeline => None,
+        | Purpose::Pipeline
+        | Purpose::Sharding => None,
     };
     Reason {
         purpose,

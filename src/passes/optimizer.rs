@@ -31,6 +31,11 @@ pub enum Optimizer {
 }
 
 impl Optimizer {
+    /// The optimizer of `kind` with its usual hyper-parameters.
+    pub fn of_kind(kind: crate::plan::OptimizerKind) -> Optimizer {
+        Optimizer::from_name(kind.name()).unwrap_or(Optimizer::Sgd)
+    }
+
     /// Parses `sgd`, `momentum`, `adam` or `adamw` with their usual defaults.
     pub fn from_name(name: &str) -> Option<Optimizer> {
         Some(match name {

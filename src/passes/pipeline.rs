@@ -23,6 +23,25 @@ pub struct PipelineOptions {
     pub partition: PartitionOptions,
 }
 
+impl PipelineOptions {
+    /// The options a plan's `options` statement sets (the partitioner builds every rank).
+    pub fn from_plan(o: &crate::plan::PlanOptions) -> PipelineOptions {
+        PipelineOptions {
+            optimizer: OptimizerOptions {
+                optimizer: super::optimizer::Optimizer::of_kind(o.optimizer),
+                amp: o.amp,
+                clip_norm: o.clip_norm,
+            },
+            partition: PartitionOptions {
+                scale_gradients: !o.no_grad_scale,
+                defer_partial_sums: o.megatron_sums,
+                zero: o.zero,
+                ..PartitionOptions::default()
+            },
+        }
+    }
+}
+
 /// Why the pipeline stopped.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PipelineError {

@@ -17,10 +17,12 @@
 //! replicated, or `?` for "not annotated" (completion decides); `partial(axis=SUM, ...)`
 //! marks partial values. Annotated dims are pinned: completion never changes them.
 
+mod options;
 mod parse;
 mod print;
 mod spec;
 
+pub use options::{parse_options, OptimizerKind, PlanOptions, MAX_ZERO};
 pub use parse::{parse_plan, SourceMap};
 pub use print::write_shard;
 pub use spec::{mesh_spec, parse_mesh_spec, parse_shard_spec, shard_spec, SpecError};
@@ -39,6 +41,8 @@ pub struct Plan {
     pub program: Program,
     /// User annotations, in file order, at most one per variable.
     pub annotations: Vec<Annotation>,
+    /// The planning options (the `options` statement).
+    pub options: PlanOptions,
 }
 
 /// The user's annotation of one variable.
@@ -124,6 +128,7 @@ impl Plan {
             meshes: crate::dist::MeshTable::default(),
             program,
             annotations: Vec::new(),
+            options: PlanOptions::default(),
         }
     }
 

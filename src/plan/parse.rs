@@ -53,10 +53,11 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
     let mut program = Program::new();
     let mut mesh: Option<Arc<ProcessMesh>> = None;
     let mut annotations = Vec::new();
+    let mut options: Option<super::PlanOptions> = None;
     let mut map = SourceMap::default();
     let errors = for_each_statement(text, |cur| {
         let line = cur.line();
-        let (kw, col) = cur.ident("a statement (`mesh`, `var`, `op` or `shard`)")?;
+        let (kw, col) = cur.ident("a statement (`mesh`, `options`, `var`, `op` or `shard`)")?;
         match kw.as_str() {
             "var" => {
                 let at = cur.col();
@@ -77,6 +78,14 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
                 mesh = Some(Arc::new(parse_mesh(cur)?));
                 map.mesh_line = Some(line);
             }
+            "options" => {
+                if options.is_some() {
+                    return Err(cur.error_at(col, "the options are given twice"));
+                }
+                let mut o = super::PlanOptions::default();
+                super::parse_options(cur, &mut o)?;
+                options = Some(o);
+            }
             "shard" => {
                 let m = mesh.clone().ok_or_else(|| {
                     cur.error_at(col, "`shard` needs a mesh: declare `mesh [..] (..)` first")
@@ -89,7 +98,7 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
             _ => {
                 return Err(cur.error_at(
                     col,
-                    format!("expected `mesh`, `var`, `op` or `shard`, found `{kw}`"),
+                    format!("expected `mesh`, `options`, `var`, `op` or `shard`, found `{kw}`"),
                 ))
             }
         }
@@ -101,6 +110,7 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
                 meshes: mesh.map(MeshTable::single).unwrap_or_default(),
                 program,
                 annotations,
+                options: options.unwrap_or_default(),
             },
             map,
         ))

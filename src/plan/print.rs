@@ -6,11 +6,15 @@ use std::fmt::{self, Write};
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let head = self.mesh().is_some() || !self.options.is_default();
         if let Some(mesh) = self.mesh() {
             writeln!(f, "mesh {mesh}")?;
-            if !self.program.vars().is_empty() || !self.annotations.is_empty() {
-                f.write_char('\n')?;
-            }
+        }
+        if !self.options.is_default() {
+            writeln!(f, "{}", self.options)?;
+        }
+        if head && (!self.program.vars().is_empty() || !self.annotations.is_empty()) {
+            f.write_char('\n')?;
         }
         write!(f, "{}", self.program)?;
         if !self.annotations.is_empty() && !self.program.vars().is_empty() {

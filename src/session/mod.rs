@@ -220,7 +220,7 @@ impl Session {
         // stays flat as the mesh grows.
         let opts = PipelineOptions {
             partition: self.partition_options(Some(vec![self.selected_rank])),
-            ..PipelineOptions::default()
+            ..PipelineOptions::from_plan(&self.plan.options)
         };
         match run_pipeline(&self.plan, &opts) {
             Ok(p) => {
@@ -237,11 +237,13 @@ impl Session {
 
     /// How this session partitions `ranks` (`None`: every rank).
     fn partition_options(&self, ranks: Option<Vec<u32>>) -> PartitionOptions {
+        // The plan text's options, with the session's toggles on top.
+        let from_plan = PipelineOptions::from_plan(&self.plan.options).partition;
         PartitionOptions {
             ranks,
-            defer_partial_sums: self.megatron_sums,
+            defer_partial_sums: self.megatron_sums || from_plan.defer_partial_sums,
             build_every_rank: false,
-            ..PartitionOptions::default()
+            ..from_plan
         }
     }
 

@@ -77,7 +77,9 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
             | OpType::CEmbedding
             | OpType::CEmbeddingGrad
             | OpType::CSoftmaxWithCrossEntropy
-            | OpType::CSoftmaxWithCrossEntropyGrad => return Err(err(
+            | OpType::CSoftmaxWithCrossEntropyGrad
+            | OpType::FlattenPad
+            | OpType::UnpadReshape => return Err(err(
                 "is emitted by the planner; a plan's program holds forward ops (completion of the \
                  backward and optimizer ops copies from their forward ops)"
                     .into(),

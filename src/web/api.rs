@@ -1,5 +1,5 @@
 //! The JavaScript API for documentation pages that drive the planner without the UI:
-//! `plan({preset | text, mesh?, shards?, megatron_sums?, topology?, compute_dtype?})` returns
+//! `plan({preset | text, mesh?, shards?, megatron_sums?, zero?, topology?, compute_dtype?})` returns
 //! every stage, the dist attrs, the ledger and the trace as plain JS objects, and with a
 //! `topology` the step time and memory per rank as `cost` (see `www/api.html`).
 
@@ -21,6 +21,8 @@ struct Request {
     /// Megatron's backward sums (see `PartitionOptions::defer_partial_sums`).
     #[serde(default)]
     megatron_sums: bool,
+    /// ZeRO stage 0-3 (overrides the plan text's `options`).
+    zero: Option<i64>,
     /// Cost the plan on this topology (`h100x8`, `h100x8x4`, `tpu-v5e-16`, or `cpu` with
     /// nominal figures: the browser does not measure): adds `cost` to the result.
     topology: Option<String>,
@@ -67,14 +69,11 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
         plan.annotations.retain(|a| a.var != ann.var);
         plan.annotations.push(ann);
     }
-    let opts = PipelineOptions {
-        partition: crate::passes::partition::PartitionOptions {
-            defer_partial_sums: req.megatron_sums,
-            build_every_rank: false,
-            ..Default::default()
-        },
-        ..PipelineOptions::default()
-    };
+    plan.options.megatron_sums |= req.megatron_sums;
+    if let Some(z) = req.zero {
+        plan.options.zero = crate::plan::PlanOptions::check_zero(z).map_err(err)?;
+    }
+    let opts = PipelineOptions::from_plan(&plan.options);
     let p = run_pipeline(&plan, &opts).map_err(|e| err(e.to_string()))?;
     let mut json = crate::report::pipeline_json(&p, None).map_err(|e| err(e.to_string()))?;
     if let Some(name) = &req.topology {
@@ -91,7 +90,7 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
                 )))
             }
         };
-        let e = crate::cost::estimate::estimate(&p, &topo, dtype, false)
+        let e = crate::cost::estimate::estimate(&p, &topo, dtype, plan.options.amp)
             .map_err(|e| err(e.to_string()))?;
         json["cost"] = crate::cost::estimate::estimate_json(&e);
     }

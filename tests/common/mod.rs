@@ -41,6 +41,7 @@ pub fn paddle_config_plan(config: &Value) -> Plan {
         meshes: shardlab::dist::MeshTable::single(mesh),
         program,
         annotations,
+        options: Default::default(),
     }
 }
 
@@ -64,6 +65,7 @@ pub fn plan_with<S: AsRef<str>>(program: shardlab::ir::Program, mesh: &str, shar
         meshes: shardlab::dist::MeshTable::single(mesh),
         program,
         annotations,
+        options: Default::default(),
     }
 }
 
@@ -160,6 +162,7 @@ pub fn random_plan_of(
             meshes: shardlab::dist::MeshTable::single(mesh),
             program,
             annotations,
+        options: Default::default(),
         }
     })
 }

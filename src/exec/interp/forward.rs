@@ -233,6 +233,36 @@ impl Rank<'_> {
     }
 
     /// The reshard's local slice of `Input` along `axes`.
+    /// ZeRO's flat buffer: the values flattened and zero-padded to `numel`.
+    pub(super) fn flatten_pad(&mut self, op: &Op) -> Res {
+        let t = self.slot(op, "X")?;
+        let numel = usize::try_from(op.attr_int("numel", 0)).map_err(|e| e.to_string())?;
+        if numel < t.numel() {
+            return Err(format!("numel {numel} is smaller than X's {}", t.numel()));
+        }
+        let out = t.flat_range(0, numel);
+        self.set(op, "Out", out);
+        Ok(())
+    }
+
+    /// The first elements of a flat buffer, reshaped to `shape`.
+    pub(super) fn unpad_reshape(&mut self, op: &Op) -> Res {
+        let t = self.slot(op, "X")?;
+        let shape: Vec<usize> = op
+            .attr_ints("shape")
+            .unwrap_or(&[])
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let numel = numel.filter(|&n| n <= t.numel()).ok_or_else(|| {
+            format!("shape {shape:?} needs more than the buffer's {} elements", t.numel())
+        })?;
+        let out = t.flat_range(0, numel).reshaped(shape);
+        self.set(op, "Out", out);
+        Ok(())
+    }
+
     pub(super) fn slice(&mut self, op: &Op) -> Res {
         let mut t = self.slot(op, "Input")?.clone();
         let (axes, starts, ends) = (

@@ -344,6 +344,8 @@ impl<'a> Rank<'a> {
             OpType::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
             OpType::FillConstant => self.fill_constant(op)?,
             OpType::Slice => self.slice(op)?,
+            OpType::FlattenPad => self.flatten_pad(op)?,
+            OpType::UnpadReshape => self.unpad_reshape(op)?,
             OpType::MatmulV2Grad => self.matmul_grad(op)?,
             OpType::ElementwiseAddGrad => self.binary_grad(op, B::Add)?,
             OpType::ElementwiseSubGrad => self.binary_grad(op, B::Sub)?,

@@ -8,6 +8,7 @@ pub mod rank;
 pub mod reshard;
 pub mod stamp;
 pub mod sync;
+pub mod zero;
 
 use crate::dist::MeshAxis;
 use crate::dist::{DistImpl, OperatorDistAttr, ReduceType, TensorDistAttr};
@@ -20,6 +21,7 @@ use reshard::reshard;
 use std::collections::HashMap;
 use std::sync::Arc;
 use sync::{global_norm_sum, sync_amp_flag, sync_gradients};
+use zero::{RankZero, ZeroLayout, ZeroStage};
 
 /// One rank's program and where its variables came from.
 #[derive(Clone, Debug)]
@@ -38,6 +40,9 @@ pub struct RankProgram {
 pub struct Partitioned {
     pub ranks: Vec<RankProgram>,
     pub groups: Groups,
+    /// The ZeRO shards (empty without ZeRO): where a rank keeps its piece of a sharded
+    /// parameter, gradient and optimizer state.
+    pub zero: Arc<ZeroLayout>,
 }
 
 /// Options of the partitioner.
@@ -56,6 +61,8 @@ pub struct PartitionOptions {
     /// the first (see `stamp.rs`): slower, and the reference the stamped programs are
     /// tested against.
     pub build_every_rank: bool,
+    /// ZeRO / sharding stage (0: off; see `zero.rs`).
+    pub zero: ZeroStage,
 }
 
 impl Default for PartitionOptions {
@@ -65,6 +72,7 @@ impl Default for PartitionOptions {
             ranks: None,
             defer_partial_sums: false,
             build_every_rank: false,
+            zero: 0,
         }
     }
 }
@@ -79,10 +87,13 @@ pub fn partition(
     loss_avg_axes: &[MeshAxis],
     opts: &PartitionOptions,
 ) -> Result<Partitioned, PartitionError> {
+    let mut locals = rank::local_vars(&dp.mesh, &dp.program, &dp.tensors)?;
+    let zero = Arc::new(ZeroLayout::plan(dp, &mut locals, opts.zero));
     let mut marks = Marks {
         param_grad: vec![false; dp.program.vars().len()],
         summed: vec![false; dp.program.vars().len()],
-        locals: rank::local_vars(&dp.mesh, &dp.program, &dp.tensors)?,
+        locals,
+        zero: Arc::clone(&zero),
     };
     for g in param_grads {
         marks.param_grad[g.index()] = true;
@@ -117,6 +128,7 @@ pub fn partition(
             return Ok(Partitioned {
                 ranks: Vec::new(),
                 groups,
+                zero,
             });
         };
         let mut local = groups.fresh();
@@ -136,7 +148,11 @@ pub fn partition(
         })?;
         std::iter::once(template).chain(stamped).collect()
     };
-    Ok(Partitioned { ranks, groups })
+    Ok(Partitioned {
+        ranks,
+        groups,
+        zero,
+    })
 }
 
 /// Builds every rank's program with `build`. With canonical ring ids the ranks are
@@ -212,6 +228,8 @@ fn partition_rank(
         &marks.locals,
         groups,
     );
+    zero::declare_shards(&mut b, &marks.zero);
+    let mut rz = RankZero::new(&marks.zero);
     for (i, op) in dp.program.ops().iter().enumerate() {
         let attr = &dp.ops[i];
         b.role = op.role;
@@ -226,8 +244,13 @@ fn partition_rank(
             continue;
         }
         let mut local = Arc::clone(op);
+        rz.before(&mut b, &mut local)?;
         for (k, vars) in op.inputs.iter().enumerate() {
-            for (j, &v) in vars.iter().enumerate() {
+            for j in 0..vars.len() {
+                let v = local.inputs[k][j];
+                if rz.is_shard(v) {
+                    continue;
+                }
                 if let Some(wanted) = attr.inputs.get(k).and_then(|s| s.get(j)) {
                     let r = reshard(&mut b, v, wanted)?;
                     if r != v {
@@ -247,7 +270,8 @@ fn partition_rank(
             &marks.param_grad,
             loss_avg_axes,
             opts.scale_gradients,
-        );
+            &marks.zero,
+        )?;
         let deferred = opts.defer_partial_sums
             && imp == DistImpl::MatmulColumn
             && op.ty == OpType::MatmulV2Grad
@@ -260,6 +284,7 @@ fn partition_rank(
             after(&mut b, op, imp);
         }
         sync_amp_flag(&mut b, op);
+        rz.after(&mut b, op);
     }
     let issues = verify_program(&b.program);
     if let Some(first) = issues.first() {
@@ -284,8 +309,10 @@ fn partition_rank(
 struct Marks {
     param_grad: Vec<bool>,
     summed: Vec<bool>,
-    /// The serial variables with their local shapes (the same on every rank).
+    /// The serial variables with their local shapes (the same on every rank), then the
+    /// ZeRO shard variables.
     locals: Vec<crate::ir::Var>,
+    zero: Arc<ZeroLayout>,
 }
 
 /// A backward sum whose inputs are all partial over the same mesh axes (SUM) and already in

@@ -261,6 +261,24 @@ impl<'a> RankBuilder<'a> {
         Ok(id)
     }
 
+    /// A flat temporary of `len` elements holding a buffer of `of` (ZeRO's flat buffers:
+    /// laid out as a replicated 1-D tensor on every rank).
+    pub fn flat_temp(&mut self, of: VarId, len: usize, tag: &str) -> VarId {
+        let base = self.origin[of.index()];
+        let serial_name = self.program.var(base).name.clone();
+        self.temps += 1;
+        let ty = TensorType::new(self.program.var(of).ty.dtype, vec![len]);
+        let id = self.program.add_var_unchecked(Var {
+            name: format!("{serial_name}@{tag}@{}", self.temps).into(),
+            ty,
+            kind: VarKind::Activation,
+            persistable: false,
+        });
+        self.cur.push(TensorDistAttr::replicated(crate::dist::MeshId::JOB, 1));
+        self.origin.push(base);
+        id
+    }
+
     /// Appends a collective over `axes` with `attrs` (group and ring id are filled in).
     pub fn collective(
         &mut self,

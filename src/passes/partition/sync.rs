@@ -38,10 +38,11 @@ pub fn sync_gradients(
     is_param_grad: &[bool],
     loss_avg_axes: &[MeshAxis],
     scale: bool,
-) {
+    zero: &super::zero::ZeroLayout,
+) -> Result<(), PartitionError> {
     let is_grad = |g: &VarId| is_param_grad.get(g.index()).copied().unwrap_or(false);
     if op.role != OpRole::Backward || !op.all_outputs().any(|g| is_grad(&g)) {
-        return;
+        return Ok(());
     }
     // Paddle visits an op's outputs by slot name (its OpDesc keeps them in a sorted map), so
     // layer_norm_grad's Bias@GRAD is synchronised before its Scale@GRAD; so do we.
@@ -55,21 +56,42 @@ pub fn sync_gradients(
         .collect();
     for g in grads {
         let cur = b.cur[g.index()].clone();
-        for axis in cur.partial_axes() {
-            b.collective(
-                OpType::AllReduce,
-                g,
-                g,
-                &[axis],
-                vec![("reduce_type", Attr::Str("SUM".into()))],
-                Purpose::DataParallel,
-            );
+        // Under ZeRO the gradient is reduce-scattered into its shard, which is scaled; the
+        // whole local gradient keeps its unreduced (partial) value.
+        let zero_param = zero.by_grad(g);
+        if let Some(p) = zero_param.filter(|p| p.axes != cur.partial_axes()) {
+            return Err(PartitionError::Layout(format!(
+                "ZeRO planned to shard `{}` over mesh axes {:?}, but its gradient is partial \
+                 over {:?} when it is synchronised",
+                b.program.var(p.param).name,
+                p.axes,
+                cur.partial_axes()
+            )));
         }
+        let (target, purpose) = match zero_param {
+            Some(p) => {
+                super::zero::reduce_scatter(b, p);
+                (p.grad_shard, Purpose::Sharding)
+            }
+            None => {
+                for axis in cur.partial_axes() {
+                    b.collective(
+                        OpType::AllReduce,
+                        g,
+                        g,
+                        &[axis],
+                        vec![("reduce_type", Attr::Str("SUM".into()))],
+                        Purpose::DataParallel,
+                    );
+                }
+                (g, Purpose::DataParallel)
+            }
+        };
         let n: usize = loss_avg_axes.iter().map(|&a| b.mesh.axis_size(a)).product();
         if scale && n > 1 {
             let mut s = Op::new(OpType::Scale);
-            s.inputs = crate::slots![[g]];
-            s.outputs = crate::slots![[g]];
+            s.inputs = crate::slots![[target]];
+            s.outputs = crate::slots![[target]];
             s.attrs = b
                 .gradient_scale
                 .get_or_insert_with(|| {
@@ -78,11 +100,14 @@ pub fn sync_gradients(
                         .collect()
                 })
                 .clone();
-            s.namescope = Purpose::DataParallel.namescope().into();
+            s.namescope = purpose.namescope().into();
             b.local(s);
         }
-        b.cur[g.index()] = DistProgram::settled(&cur);
+        if zero_param.is_none() {
+            b.cur[g.index()] = DistProgram::settled(&cur);
+        }
     }
+    Ok(())
 }
 
 /// AMP's `found_inf` after `check_finite_and_unscale`: all-reduced (MAX) over the whole

@@ -1,0 +1,205 @@
+//! The planning options a plan file carries, so a file reproduces a whole plan:
+//!
+//! ```text
+//! options optimizer=adam amp clip_norm=1 megatron_sums zero=2
+//! ```
+//!
+//! Printed canonically: keys in the order of [`KEYS`], defaults left out, no statement at
+//! all when every option has its default. Command-line flags override the file's values.
+
+use crate::ir::text::lexer::Tok;
+use crate::ir::text::{Cursor, ParseError};
+use serde::Serialize;
+use std::fmt;
+
+/// The update rule a plan trains with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    #[default]
+    Sgd,
+    Momentum,
+    Adam,
+    AdamW,
+}
+
+impl OptimizerKind {
+    pub const ALL: [OptimizerKind; 4] = [
+        OptimizerKind::Sgd,
+        OptimizerKind::Momentum,
+        OptimizerKind::Adam,
+        OptimizerKind::AdamW,
+    ];
+
+    /// The name in plan text and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerKind::Sgd => "sgd",
+            OptimizerKind::Momentum => "momentum",
+            OptimizerKind::Adam => "adam",
+            OptimizerKind::AdamW => "adamw",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<OptimizerKind> {
+        OptimizerKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// The largest ZeRO stage.
+pub const MAX_ZERO: u8 = 3;
+
+/// The options statement's values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PlanOptions {
+    pub optimizer: OptimizerKind,
+    /// AMP dynamic loss scaling.
+    pub amp: bool,
+    /// Clip gradients to this global norm (finite, positive).
+    pub clip_norm: Option<f64>,
+    /// Megatron's backward: summed column-parallel input gradients all-reduced once.
+    pub megatron_sums: bool,
+    /// Do not scale data-parallel gradients by 1/N.
+    pub no_grad_scale: bool,
+    /// ZeRO / sharding stage, 0 (off) to 3.
+    pub zero: u8,
+}
+
+/// The keys of the options statement, in canonical order.
+pub const KEYS: [&str; 6] = [
+    "optimizer",
+    "amp",
+    "clip_norm",
+    "megatron_sums",
+    "no_grad_scale",
+    "zero",
+];
+
+impl PlanOptions {
+    /// Whether every option has its default (no statement is printed).
+    pub fn is_default(&self) -> bool {
+        *self == PlanOptions::default()
+    }
+
+    /// Checks a clip norm: finite and positive.
+    pub fn check_clip_norm(norm: f64) -> Result<(), String> {
+        if norm.is_finite() && norm > 0.0 {
+            Ok(())
+        } else {
+            Err(format!("clip_norm {norm}: expected a finite number above 0"))
+        }
+    }
+
+    /// Checks a ZeRO stage.
+    pub fn check_zero(stage: i64) -> Result<u8, String> {
+        u8::try_from(stage)
+            .ok()
+            .filter(|&s| s <= MAX_ZERO)
+            .ok_or_else(|| format!("zero {stage}: expected a stage from 0 to {MAX_ZERO}"))
+    }
+}
+
+impl fmt::Display for PlanOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("options")?;
+        if self.optimizer != OptimizerKind::default() {
+            write!(f, " optimizer={}", self.optimizer.name())?;
+        }
+        if self.amp {
+            f.write_str(" amp")?;
+        }
+        if let Some(c) = self.clip_norm {
+            // `{:?}` prints the shortest text that parses back to the same f64.
+            write!(f, " clip_norm={c:?}")?;
+        }
+        if self.megatron_sums {
+            f.write_str(" megatron_sums")?;
+        }
+        if self.no_grad_scale {
+            f.write_str(" no_grad_scale")?;
+        }
+        if self.zero != 0 {
+            write!(f, " zero={}", self.zero)?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses the rest of an `options` statement into `into`: space-separated `key` or
+/// `key=value`, each key at most once.
+pub fn parse_options(cur: &mut Cursor, into: &mut PlanOptions) -> Result<(), ParseError> {
+    let mut seen: Vec<String> = Vec::new();
+    while !cur.at_end() {
+        let (key, col) = cur.ident("an option name")?;
+        if seen.contains(&key) {
+            return Err(cur.error_at(col, format!("option `{key}` is given twice")));
+        }
+        let value = if cur.eat('=') {
+            Some(value_text(cur)?)
+        } else {
+            None
+        };
+        set(into, &key, value.as_deref()).map_err(|e| cur.error_at(col, e))?;
+        seen.push(key);
+    }
+    Ok(())
+}
+
+/// An option's value as text: a name or a number.
+fn value_text(cur: &mut Cursor) -> Result<String, ParseError> {
+    match cur.peek() {
+        Some(Tok::Ident(_) | Tok::Int(_) | Tok::Float(_)) => {}
+        Some(Tok::Str(_) | Tok::Punct(_)) | None => {
+            return Err(cur.expected("the option's value (a name or a number)"))
+        }
+    }
+    Ok(match cur.bump() {
+        Some(Tok::Ident(s)) => s,
+        Some(Tok::Int(i)) => i.to_string(),
+        Some(Tok::Float(x)) => format!("{x:?}"),
+        Some(Tok::Str(s)) => s,
+        Some(Tok::Punct(c)) => c.to_string(),
+        None => String::new(),
+    })
+}
+
+fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), String> {
+    let needs = |what: &str| format!("option `{key}` needs a value: {key}={what}");
+    let flag = |v: Option<&str>| match v {
+        None => Ok(true),
+        Some(v) => Err(format!("option `{key}` takes no value (found `={v}`)")),
+    };
+    match key {
+        "optimizer" => {
+            let v = value.ok_or_else(|| needs("sgd|momentum|adam|adamw"))?;
+            o.optimizer = OptimizerKind::from_name(v).ok_or_else(|| {
+                format!("unknown optimizer `{v}`: expected sgd, momentum, adam or adamw")
+            })?;
+        }
+        "amp" => o.amp = flag(value)?,
+        "megatron_sums" => o.megatron_sums = flag(value)?,
+        "no_grad_scale" => o.no_grad_scale = flag(value)?,
+        "clip_norm" => {
+            let v = value.ok_or_else(|| needs("NORM"))?;
+            let c: f64 = v
+                .parse()
+                .map_err(|_| format!("clip_norm `{v}`: expected a number"))?;
+            PlanOptions::check_clip_norm(c)?;
+            o.clip_norm = Some(c);
+        }
+        "zero" => {
+            let v = value.ok_or_else(|| needs("0|1|2|3"))?;
+            let s: i64 = v
+                .parse()
+                .map_err(|_| format!("zero `{v}`: expected a stage from 0 to {MAX_ZERO}"))?;
+            o.zero = PlanOptions::check_zero(s)?;
+        }
+        _ => {
+            return Err(format!(
+                "unknown option `{key}`: expected one of {}",
+                KEYS.join(", ")
+            ))
+        }
+    }
+    Ok(())
+}
