@@ -598,11 +598,15 @@ fn flags_apply_or_are_refused() {
         ),
         (
             vec!["run", "--scenario", "dp_mlp", "--clip-norm", "0"],
-            "--clip-norm 0: expected a positive number",
+            "--clip-norm 0: expected a finite number above 0",
         ),
         (
             vec!["run", "--scenario", "dp_mlp", "--clip-norm", "inf"],
-            "--clip-norm inf: expected a positive number",
+            "--clip-norm inf: expected a finite number above 0",
+        ),
+        (
+            vec!["cost", "--scenario", "dp_mlp", "--zero", "4"],
+            "--zero 4: expected a stage from 0 to 3",
         ),
         (
             vec!["run", "--scenario", "dp_mlp", "--dump", ""],
@@ -627,6 +631,69 @@ fn flags_apply_or_are_refused() {
     );
     // The exit-code policy is in --help.
     assert!(text(&shardlab(&["--help"]).stdout).contains("Exit status: 0 success; 1 invalid input"));
+}
+
+/// A plan file's `options` statement sets the training options; flags override it.
+#[test]
+fn the_options_statement_and_flags_that_override_it() {
+    let printed = text(
+        &shardlab(&[
+            "print", "--preset", "mlp", "--mesh", "4:dp", "--shard", "x=dp,-",
+        ])
+        .stdout,
+    );
+    let with_options = printed.replacen("\n", "\noptions optimizer=adam zero=3\n", 1);
+    let f = temp_file("zero3.plan", &with_options);
+    let f = f.to_str().unwrap();
+    let rank0 = |extra: &[&str]| {
+        let mut args = vec!["plan", f, "--stage", "partition", "--rank", "0"];
+        args.extend_from_slice(extra);
+        let out = shardlab(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let zero3 = rank0(&[]);
+    assert!(
+        zero3.contains("op adam(Param=linear_0.w_0@ZERO,"),
+        "{zero3}"
+    );
+    assert_eq!(zero3.matches("op reduce_scatter(").count(), 4);
+    assert_eq!(
+        zero3.matches("op all_gather(").count(),
+        8,
+        "forward and backward"
+    );
+    assert!(zero3.contains("scope=\"/auto_parallel/sharding\""));
+    let off = rank0(&["--zero", "0", "--optimizer", "sgd"]);
+    assert!(
+        !off.contains("reduce_scatter") && !off.contains("@ZERO"),
+        "{off}"
+    );
+    assert!(off.contains("op sgd(Param=linear_0.w_0,"));
+    let stage1 = rank0(&["--zero", "1"]);
+    assert_eq!(
+        stage1.matches("op all_gather(").count(),
+        4,
+        "after the update"
+    );
+    // The file's options run: every ZeRO stage verifies against the serial step.
+    let out = shardlab(&["run", f, "--steps", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("PASS: 10 of 10 tensors"),
+        "{}",
+        text(&out.stdout)
+    );
+    // `cost` sees the sharded state: less memory per rank than without ZeRO.
+    let peak = |extra: &[&str]| -> f64 {
+        let mut args = vec!["cost", f, "--topology", "h100x8", "--format", "json"];
+        args.extend_from_slice(extra);
+        let out = shardlab(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["ranks"][0]["peak_memory_bytes"].as_f64().unwrap()
+    };
+    assert!(peak(&[]) < peak(&["--zero", "0"]));
 }
 
 /// Shapes whose element count overflows are verifier errors, and commands estimate their

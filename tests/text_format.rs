@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use shardlab::dist::{ProcessMesh, ReduceType, TensorDistAttr};
 use shardlab::ir::{Attr, DType, Op, OpRole, OpType, Program, TensorType, Var, VarId, VarKind};
-use shardlab::plan::{parse_plan, verify_plan, Annotation, Plan};
+use shardlab::plan::{parse_plan, verify_plan, Annotation, OptimizerKind, Plan, PlanOptions};
 use std::sync::Arc;
 
 fn name() -> impl Strategy<Value = String> {
@@ -153,15 +153,39 @@ fn plan() -> impl Strategy<Value = Plan> {
                 .unwrap_or_default(),
             program,
             annotations,
-        options: Default::default(),
+            options: Default::default(),
         }
     })
+}
+
+/// Any options statement (often the default, which prints nothing).
+fn options() -> impl Strategy<Value = PlanOptions> {
+    (
+        prop::sample::select(OptimizerKind::ALL.to_vec()),
+        any::<bool>(),
+        prop::option::of(prop_oneof![Just(1.0), 1e-6f64..1e6]),
+        any::<bool>(),
+        any::<bool>(),
+        0u8..4,
+    )
+        .prop_map(
+            |(optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero)| PlanOptions {
+                optimizer,
+                amp,
+                clip_norm,
+                megatron_sums,
+                no_grad_scale,
+                zero,
+            },
+        )
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     #[test]
-    fn print_parse_print_is_identity(plan in plan()) {
+    fn print_parse_print_is_identity(plan in plan(), options in options()) {
+        let mut plan = plan;
+        plan.options = options;
         let text = plan.to_string();
         let (parsed, _) = parse_plan(&text).map_err(|e| TestCaseError::fail(format!("{e:?}\n{text}")))?;
         prop_assert_eq!(parsed.to_string(), text);
@@ -176,7 +200,7 @@ proptest! {
     }
 
     #[test]
-    fn the_parser_never_panics_on_arbitrary_text(text in "(mesh|var|op|shard|[a-z_.@0-9]{1,6}|[\\[\\](){}=,:?*\"# -]|->|\n){0,40}") {
+    fn the_parser_never_panics_on_arbitrary_text(text in "(mesh|options|zero|amp|var|op|shard|[a-z_.@0-9]{1,6}|[\\[\\](){}=,:?*\"# -]|->|\n){0,40}") {
         if let Ok((plan, _)) = parse_plan(&text) {
             let _ = verify_plan(&plan);
         }
@@ -221,7 +245,18 @@ fn parse_errors_name_line_column_and_what_was_expected() {
         ("mesh [2] (dp)\nshard y [dp]", &["2:7: unknown variable `y` (declare it before annotating it)"]),
         ("mesh [2] (dp)\nvar x: f32[2] input\nshard x [dp] partial(dp=MEDIAN)", &["3:25: unknown reduce type `MEDIAN`; expected SUM, AVG, MAX, MIN or PROD"]),
         ("mesh [2] (dp)\nvar x: f32[2] input\nshard x [!]", &["3:10: unexpected character `!`"]),
-        ("frob", &["1:1: expected `mesh`, `var`, `op` or `shard`, found `frob`"]),
+        ("frob", &["1:1: expected `mesh`, `options`, `var`, `op` or `shard`, found `frob`"]),
+        ("options zero=4", &["1:9: zero 4: expected a stage from 0 to 3"]),
+        ("options zero", &["1:9: option `zero` needs a value: zero=0|1|2|3"]),
+        ("options zero=x", &["1:9: zero `x`: expected a stage from 0 to 3"]),
+        ("options zero=-1", &["1:9: zero -1: expected a stage from 0 to 3"]),
+        ("options optimizer=(", &["1:19: expected the option's value (a name or a number), found `(`"]),
+        ("options amp=1", &["1:9: option `amp` takes no value (found `=1`)"]),
+        ("options amp amp", &["1:13: option `amp` is given twice"]),
+        ("options clip_norm=0", &["1:9: clip_norm 0: expected a finite number above 0"]),
+        ("options optimizer=lamb", &["1:9: unknown optimizer `lamb`: expected sgd, momentum, adam or adamw"]),
+        ("options warp=9", &["1:9: unknown option `warp`: expected one of optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero"]),
+        ("options amp\noptions zero=1", &["2:1: the options are given twice"]),
         ("var x: f32[99999999999999999999] input", &["1:12: invalid integer (out of range?) `99999999999999999999`"]),
     ];
     for (text, want) in cases {

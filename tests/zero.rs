@@ -34,7 +34,12 @@ fn dp_plan(model: Model, layers: usize) -> Plan {
 
 fn golden(p: &Pipeline, ranks: &[u32], file: ExpectFile) {
     let mut out = String::new();
-    for r in p.partitioned.ranks.iter().filter(|r| ranks.contains(&r.rank)) {
+    for r in p
+        .partitioned
+        .ranks
+        .iter()
+        .filter(|r| ranks.contains(&r.rank))
+    {
         out.push_str(&format!("== rank {}\n{}\n", r.rank, r.program));
     }
     file.assert_eq(&out);
@@ -110,8 +115,10 @@ fn every_stage_equals_the_serial_step() {
                     scenario.name
                 );
                 if stage > 0 {
-                    assert!(!p.ledger.iter().any(|e| e.purpose == Purpose::DataParallel
-                        && e.kind == "all_reduce"));
+                    assert!(!p
+                        .ledger
+                        .iter()
+                        .any(|e| e.purpose == Purpose::DataParallel && e.kind == "all_reduce"));
                 }
                 verifies(&p, 2).unwrap_or_else(|e| {
                     panic!(
@@ -194,7 +201,9 @@ fn model_states(p: &Pipeline, sizing: Sizing) -> f64 {
         .collect();
     (0..r.vars().len())
         .map(|i| VarId(i as u32))
-        .filter(|&v| m.live[v.index()].is_some_and(|l| l.first <= first_update && first_update <= l.last))
+        .filter(|&v| {
+            m.live[v.index()].is_some_and(|l| l.first <= first_update && first_update <= l.last)
+        })
         .filter(|&v| {
             let var = r.var(v);
             match var.kind {
@@ -283,7 +292,11 @@ fn stage_zero_changes_nothing_and_the_plan_text_carries_the_stage() {
     let off = run_pipeline(&parse_plan(&text).unwrap().0, &PipelineOptions::default()).unwrap();
     let with = format!("options zero=0\n{text}");
     let (plan, _) = parse_plan(&with).unwrap();
-    assert_eq!(plan.to_string(), text, "zero=0 is the default and is not printed");
+    assert_eq!(
+        plan.to_string(),
+        text,
+        "zero=0 is the default and is not printed"
+    );
     let zero0 = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).unwrap();
     assert!(!zero0.partitioned.zero.is_active());
     for (a, b) in off.partitioned.ranks.iter().zip(&zero0.partitioned.ranks) {
@@ -297,8 +310,8 @@ fn stage_zero_changes_nothing_and_the_plan_text_carries_the_stage() {
         .program
         .ops()
         .iter()
-        .any(|o| o.ty == OpType::Adam && o.input("Param").first().is_some_and(|&w| p
-            .partitioned
-            .zero
-            .is_param_shard(w))));
+        .any(|o| o.ty == OpType::Adam
+            && o.input("Param")
+                .first()
+                .is_some_and(|&w| p.partitioned.zero.is_param_shard(w))));
 }

@@ -325,7 +325,11 @@ fn zero_shards(p: &Pipeline, rank: u32, env: &mut [Option<Tensor>]) -> Result<()
 }
 
 /// `rank`'s position in its group along `axes` (the order collectives use).
-fn member_index(p: &Pipeline, rank: u32, axes: &[crate::dist::MeshAxis]) -> Result<usize, ExecError> {
+fn member_index(
+    p: &Pipeline,
+    rank: u32,
+    axes: &[crate::dist::MeshAxis],
+) -> Result<usize, ExecError> {
     p.full
         .mesh
         .group_of(rank, axes)

@@ -263,30 +263,34 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
             }
             single(sm.clone())
         }
-        RankLocalOp::FlattenPad => {
-            let x = one(inputs, 0, "X")?;
-            let numel = op.attr_int("numel", 0);
-            if numel < 0 || (numel as u64) < x.numel() as u64 {
-                return Err(format!(
-                    "numel {numel} is smaller than X {x}'s {} elements",
-                    x.numel()
-                ));
-            }
-            single(TensorType::new(x.dtype, vec![numel as usize]))
-        }
-        RankLocalOp::UnpadReshape => {
-            let x = one(inputs, 0, "X")?;
-            let shape = op.attr_ints("shape").unwrap_or(&[]);
-            let dims: Option<Vec<usize>> = shape
-                .iter()
-                .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
-                .collect();
-            let dims = dims.ok_or_else(|| format!("shape {shape:?} must have positive dims"))?;
-            let numel = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-            if x.rank() != 1 || numel.is_none_or(|n| n > x.numel()) {
-                return Err(format!("X {x} must be a flat buffer of at least {shape:?}'s elements"));
-            }
-            single(TensorType::new(x.dtype, dims))
-        }
+        RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape => flat_buffer(op, o, inputs),
     }
+}
+
+/// ZeRO's flat buffers: `flatten_pad` (to `numel` elements) and `unpad_reshape` (to `shape`).
+fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    let x = one(inputs, 0, "X")?;
+    if o == RankLocalOp::FlattenPad {
+        let numel = op.attr_int("numel", 0);
+        if numel < 0 || (numel as u64) < x.numel() as u64 {
+            return Err(format!(
+                "numel {numel} is smaller than X {x}'s {} elements",
+                x.numel()
+            ));
+        }
+        return single(TensorType::new(x.dtype, vec![numel as usize]));
+    }
+    let shape = op.attr_ints("shape").unwrap_or(&[]);
+    let dims: Option<Vec<usize>> = shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
+        .collect();
+    let dims = dims.ok_or_else(|| format!("shape {shape:?} must have positive dims"))?;
+    let numel = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if x.rank() != 1 || numel.is_none_or(|n| n > x.numel()) {
+        return Err(format!(
+            "X {x} must be a flat buffer of at least {shape:?}'s elements"
+        ));
+    }
+    single(TensorType::new(x.dtype, dims))
 }

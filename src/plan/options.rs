@@ -86,7 +86,9 @@ impl PlanOptions {
         if norm.is_finite() && norm > 0.0 {
             Ok(())
         } else {
-            Err(format!("clip_norm {norm}: expected a finite number above 0"))
+            Err(format!(
+                "clip_norm {norm}: expected a finite number above 0"
+            ))
         }
     }
 

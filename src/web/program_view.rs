@@ -18,6 +18,7 @@ pub fn scope_class(op: &Op) -> &'static str {
         Some(Purpose::Pipeline) => "comm pp",
         Some(Purpose::AmpFlag) => "comm amp",
         Some(Purpose::GlobalNorm) => "comm norm",
+        Some(Purpose::Sharding) => "comm zero",
         None if op.ty.class() == OpClass::Collective => "comm",
         None => "",
     }
@@ -223,7 +224,7 @@ pub fn ProgramView() -> Html {
             <h2>{ title }
                 if blocks >= 1 { <button class="small" onclick={toggle}>{ if *unfold { "fold blocks" } else { "unfold blocks" } }</button> }
             </h2>
-            <div class="legend"><span class="comm tp">{ "tensor parallel" }</span><span class="comm dp">{ "data parallel" }</span><span class="comm reshard">{ "reshard" }</span><span class="comm amp">{ "AMP" }</span><span class="comm norm">{ "global norm" }</span></div>
+            <div class="legend"><span class="comm tp">{ "tensor parallel" }</span><span class="comm dp">{ "data parallel" }</span><span class="comm reshard">{ "reshard" }</span><span class="comm amp">{ "AMP" }</span><span class="comm norm">{ "global norm" }</span><span class="comm zero">{ "ZeRO" }</span></div>
             <ol class="ops">{ for rows }</ol>
         </section>
     }

@@ -162,7 +162,7 @@ pub fn random_plan_of(
             meshes: shardlab::dist::MeshTable::single(mesh),
             program,
             annotations,
-        options: Default::default(),
+            options: Default::default(),
         }
     })
 }

@@ -7,7 +7,7 @@ use crate::exec::kernels::normalize::{layer_norm, reduce, softmax, softmax_ce};
 use crate::exec::kernels::pointwise::{binary, dropout, unary, Binary, Unary};
 use crate::exec::tensor::Tensor;
 use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
-use crate::ir::{DType, Op, TensorType};
+use crate::ir::{DType, Op, OpType, TensorType};
 
 type Res = Result<(), String>;
 
@@ -233,8 +233,19 @@ impl Rank<'_> {
     }
 
     /// The reshard's local slice of `Input` along `axes`.
+    /// The rank-local ops that only move data: a reshard's slice, ZeRO's flat buffers.
+    pub(super) fn move_data(&mut self, op: &Op) -> Res {
+        if op.ty == OpType::FlattenPad {
+            self.flatten_pad(op)
+        } else if op.ty == OpType::UnpadReshape {
+            self.unpad_reshape(op)
+        } else {
+            self.slice(op)
+        }
+    }
+
     /// ZeRO's flat buffer: the values flattened and zero-padded to `numel`.
-    pub(super) fn flatten_pad(&mut self, op: &Op) -> Res {
+    fn flatten_pad(&mut self, op: &Op) -> Res {
         let t = self.slot(op, "X")?;
         let numel = usize::try_from(op.attr_int("numel", 0)).map_err(|e| e.to_string())?;
         if numel < t.numel() {
@@ -246,7 +257,7 @@ impl Rank<'_> {
     }
 
     /// The first elements of a flat buffer, reshaped to `shape`.
-    pub(super) fn unpad_reshape(&mut self, op: &Op) -> Res {
+    fn unpad_reshape(&mut self, op: &Op) -> Res {
         let t = self.slot(op, "X")?;
         let shape: Vec<usize> = op
             .attr_ints("shape")
@@ -256,14 +267,17 @@ impl Rank<'_> {
             .collect::<Result<_, _>>()?;
         let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         let numel = numel.filter(|&n| n <= t.numel()).ok_or_else(|| {
-            format!("shape {shape:?} needs more than the buffer's {} elements", t.numel())
+            format!(
+                "shape {shape:?} needs more than the buffer's {} elements",
+                t.numel()
+            )
         })?;
         let out = t.flat_range(0, numel).reshaped(shape);
         self.set(op, "Out", out);
         Ok(())
     }
 
-    pub(super) fn slice(&mut self, op: &Op) -> Res {
+    fn slice(&mut self, op: &Op) -> Res {
         let mut t = self.slot(op, "Input")?.clone();
         let (axes, starts, ends) = (
             op.attr_ints("axes").unwrap_or(&[]),

@@ -245,20 +245,7 @@ fn partition_rank(
         }
         let mut local = Arc::clone(op);
         rz.before(&mut b, &mut local)?;
-        for (k, vars) in op.inputs.iter().enumerate() {
-            for j in 0..vars.len() {
-                let v = local.inputs[k][j];
-                if rz.is_shard(v) {
-                    continue;
-                }
-                if let Some(wanted) = attr.inputs.get(k).and_then(|s| s.get(j)) {
-                    let r = reshard(&mut b, v, wanted)?;
-                    if r != v {
-                        Arc::make_mut(&mut local).inputs[k][j] = r;
-                    }
-                }
-            }
-        }
+        reshard_inputs(&mut b, &mut local, attr, &rz)?;
         let fwd = forward_of
             .get(&OpId(i as u32))
             .map(|f| (dp.program.op(*f), &dp.ops[f.index()]));
@@ -302,6 +289,31 @@ fn partition_rank(
         },
         b.recipes,
     ))
+}
+
+/// Reshards each input of `local` to the layout `attr` wants (ZeRO's shards are local as
+/// they are).
+fn reshard_inputs(
+    b: &mut RankBuilder,
+    local: &mut Arc<Op>,
+    attr: &OperatorDistAttr,
+    rz: &RankZero,
+) -> Result<(), PartitionError> {
+    for k in 0..local.inputs.len() {
+        for j in 0..local.inputs[k].len() {
+            let v = local.inputs[k][j];
+            if rz.is_shard(v) {
+                continue;
+            }
+            if let Some(wanted) = attr.inputs.get(k).and_then(|s| s.get(j)) {
+                let r = reshard(b, v, wanted)?;
+                if r != v {
+                    Arc::make_mut(local).inputs[k][j] = r;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Per serial variable: is it a parameter gradient (synchronised), is it summed in the

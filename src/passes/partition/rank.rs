@@ -274,7 +274,8 @@ impl<'a> RankBuilder<'a> {
             kind: VarKind::Activation,
             persistable: false,
         });
-        self.cur.push(TensorDistAttr::replicated(crate::dist::MeshId::JOB, 1));
+        self.cur
+            .push(TensorDistAttr::replicated(crate::dist::MeshId::JOB, 1));
         self.origin.push(base);
         id
     }

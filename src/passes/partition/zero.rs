@@ -82,7 +82,12 @@ impl ZeroParam {
     pub fn pairs(&self) -> impl Iterator<Item = (VarId, VarId)> + '_ {
         [(self.param, self.param_shard), (self.grad, self.grad_shard)]
             .into_iter()
-            .chain(self.states.iter().copied().zip(self.state_shards.iter().copied()))
+            .chain(
+                self.states
+                    .iter()
+                    .copied()
+                    .zip(self.state_shards.iter().copied()),
+            )
     }
 }
 
@@ -116,8 +121,7 @@ impl ZeroLayout {
             if !matches!(op.ty, OpType::Optimizer(_)) {
                 continue;
             }
-            let (Some(&w), Some(&g)) = (op.input("Param").first(), op.input("Grad").first())
-            else {
+            let (Some(&w), Some(&g)) = (op.input("Param").first(), op.input("Grad").first()) else {
                 continue;
             };
             let (wa, ga) = (&dp.tensors[w.index()], &dp.tensors[g.index()]);
@@ -278,7 +282,11 @@ impl<'z> RankZero<'z> {
         match local.role {
             OpRole::Optimize => {
                 let shard = |v: VarId| self.layout.shard_of.get(&v).map(|&(_, s)| s);
-                if local.all_inputs().chain(local.all_outputs()).any(|v| shard(v).is_some()) {
+                if local
+                    .all_inputs()
+                    .chain(local.all_outputs())
+                    .any(|v| shard(v).is_some())
+                {
                     let op = Arc::make_mut(local);
                     for v in op.inputs.iter_mut().chain(op.outputs.iter_mut()).flatten() {
                         if let Some(s) = shard(*v) {
@@ -359,7 +367,14 @@ fn gather(b: &mut RankBuilder, p: &ZeroParam, into: VarId) {
         vec![("axis", Attr::Int(0))],
         Purpose::Sharding,
     );
-    let shape = b.program.var(into).ty.shape.iter().map(|&d| d as i64).collect();
+    let shape = b
+        .program
+        .var(into)
+        .ty
+        .shape
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
     let mut unpad = Op::new(OpType::UnpadReshape);
     unpad.inputs = crate::slots![[flat]];
     unpad.outputs = crate::slots![[into]];
