@@ -93,6 +93,9 @@ fn statement() -> impl Strategy<Value = String> {
         "slice",
         "scale",
         "fill_constant",
+        "flatten_pad",
+        "unpad_reshape",
+        "reduce_scatter",
         "nop",
     ]);
     let slot = prop::sample::select(vec![
@@ -123,8 +126,33 @@ fn statement() -> impl Strategy<Value = String> {
             }),
         3 => (name(), list(dim(), "[", "]"), prop::option::of(prop::sample::select(vec!["partial(dp=SUM)", "partial(mp=MAX, dp=SUM)", "partial(q=AVG)", "partial()"])))
             .prop_map(|(n, d, p)| format!("shard {n} {d} {}", p.unwrap_or(""))),
+        2 => prop::collection::vec(option(), 0..5).prop_map(|o| format!("options {}", o.join(" "))),
         1 => "[ -~]{0,40}",
     ]
+}
+
+/// One item of an `options` statement, valid or not.
+fn option() -> impl Strategy<Value = String> {
+    let key = prop::sample::select(vec![
+        "optimizer",
+        "amp",
+        "clip_norm",
+        "megatron_sums",
+        "no_grad_scale",
+        "zero",
+        "warp",
+    ]);
+    let value = prop::option::of(prop_oneof![
+        number(),
+        prop::sample::select(vec![
+            "adam", "sgd", "adamw", "momentum", "lamb", "1e-3", "nan"
+        ])
+        .prop_map(String::from),
+    ]);
+    (key, value).prop_map(|(k, v)| match v {
+        Some(v) => format!("{k}={v}"),
+        None => k.to_string(),
+    })
 }
 
 /// A valid plan from the presets, mutated line by line: lines dropped, repeated, swapped in
@@ -164,8 +192,14 @@ fn mutated_plan() -> impl Strategy<Value = String> {
             ),
             0..5,
         ),
+        prop::sample::select(vec![
+            "",
+            "options zero=1\n",
+            "options optimizer=adam amp clip_norm=0.5 zero=3\n",
+            "options optimizer=momentum megatron_sums zero=2\n",
+        ]),
     )
-        .prop_map(|(base, (mesh, axes), edits, extra, annotations)| {
+        .prop_map(|(base, (mesh, axes), edits, extra, annotations, options)| {
             let mut lines: Vec<String> = base
                 .lines()
                 .filter(|l| !l.starts_with("mesh "))
@@ -227,7 +261,7 @@ fn mutated_plan() -> impl Strategy<Value = String> {
                 }
             }
             lines.extend(extra);
-            format!("{mesh}{}\n", lines.join("\n"))
+            format!("{mesh}{options}{}\n", lines.join("\n"))
         })
 }
 
@@ -242,7 +276,8 @@ fn exercise_plan(text: &str) {
     if plan.estimated_planning_bytes(shardlab::plan::RanksPlanned::All) > 64.0 * 1024.0 * 1024.0 {
         return;
     }
-    let _ = shardlab::passes::pipeline::run_pipeline(&plan, &Default::default());
+    let opts = shardlab::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+    let _ = shardlab::passes::pipeline::run_pipeline(&plan, &opts);
 }
 
 proptest! {
