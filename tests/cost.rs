@@ -364,6 +364,104 @@ mod simulation {
         assert!((t(1) - 512e-6).abs() < 1e-12, "{}", t(1));
     }
 
+    /// Overlap, traced by hand: a gradient's all-reduce (1,640.4 µs: 2·1 µs + 16,384 B at
+    /// 10 MB/s) runs beside the 524.288 µs matmul after it, and the update waits for it. In
+    /// order, the step is fill + all-reduce + matmul + sgd; overlapped, fill + all-reduce +
+    /// sgd, the matmul hidden, and the rank idles while the all-reduce finishes.
+    #[test]
+    fn overlapped_gradient_sync_hides_behind_later_compute() {
+        use shardlab::cost::simulate::{compute_time, simulate_with, SimOptions};
+        let topo = Topology::cpu(CpuCalibration {
+            devices: 2,
+            flops: 1e9,
+            mem_bandwidth: 1e15,
+            kernel_rate: 1e30,
+            mem_capacity: 1e9,
+            link: Link {
+                alpha_s: 1e-6,
+                beta_bytes_per_s: 1e7,
+            },
+        });
+        let text = "var x: f32[64, 64] input\nvar w: f32[64, 64] parameter persistable\n\
+             var g: f32[64, 64] gradient\nvar y: f32[64, 64] activation\n\
+             var lr: f32[] optimizer_state persistable\n\
+             op fill_constant() -> (Out=g) {shape=[64, 64], value=1.0, dtype=\"f32\"} role=backward\n\
+             op all_reduce(X=g) -> (Out=g) {group=[0, 1], ring_id=0, reduce_type=\"SUM\"} role=backward scope=\"/auto_parallel/data_parallel\"\n\
+             op matmul_v2(X=x, Y=w) -> (Out=y) role=backward\n\
+             op sgd(Param=w, Grad=g, LearningRate=lr) -> (ParamOut=w) role=optimize\n";
+        let ranks: Vec<RankProgram> = (0..2)
+            .map(|r| RankProgram {
+                rank: r,
+                program: program(text),
+                attrs: Arc::new(Vec::new()),
+                origin: Arc::new(Vec::new()),
+            })
+            .collect();
+        let ops = ranks[0].program.ops();
+        let t = |i: usize| compute_time(&ranks[0].program, &ops[i], &topo, ComputeDType::F32);
+        let comm = 2e-6 + 16384.0 / 1e7;
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-9);
+        let plain = simulate(&ranks, &topo, ComputeDType::F32).unwrap();
+        assert!(
+            close(plain.step_s, t(0) + comm + t(2) + t(3)),
+            "{}",
+            plain.step_s
+        );
+        let on = SimOptions {
+            overlap_grad_sync: true,
+        };
+        let over = simulate_with(&ranks, &topo, ComputeDType::F32, on).unwrap();
+        assert!(close(over.step_s, t(0) + comm + t(3)), "{}", over.step_s);
+        let r = &over.ranks[0];
+        assert!(close(r.comm_s, comm));
+        assert!(close(r.idle_s, comm - t(2)), "{}", r.idle_s);
+        assert!(close(t(2), 524.288e-6));
+        // Gradient sync that is not backward (or not data parallel) is not overlapped.
+        let tp = text.replace("data_parallel", "tensor_parallel");
+        let tp_ranks: Vec<RankProgram> = (0..2)
+            .map(|r| RankProgram {
+                rank: r,
+                program: program(&tp),
+                attrs: Arc::new(Vec::new()),
+                origin: Arc::new(Vec::new()),
+            })
+            .collect();
+        let tp_over = simulate_with(&tp_ranks, &topo, ComputeDType::F32, on).unwrap();
+        assert!(close(tp_over.step_s, plain.step_s));
+    }
+
+    /// On the TPU slice's 2-D torus a group that spans both dimensions runs its collective
+    /// along both at once: twice one link's bandwidth; along one dimension, one link's.
+    #[test]
+    fn torus_groups_spanning_both_dimensions_get_both_links() {
+        let tpu = Topology::preset("tpu-v5e-16").unwrap();
+        let beta = |g: &[u32]| tpu.effective_link(g).unwrap().beta_bytes_per_s;
+        let world: Vec<u32> = (0..16).collect();
+        assert_eq!(beta(&world), 100e9);
+        assert_eq!(beta(&[0, 1, 2, 3]), 50e9, "a row");
+        assert_eq!(beta(&[1, 5, 9, 13]), 50e9, "a column");
+        assert_eq!(beta(&[0, 1, 4, 5]), 100e9, "a 2 x 2 block");
+        // The scaling book's all-reduce of S bytes over the 16 chips: 2·15·α + 2·15/16·S/(2β).
+        let s = 64e6;
+        let t = shardlab::cost::collective::time(
+            Primitive::AllReduce,
+            16,
+            s,
+            tpu.effective_link(&world).unwrap(),
+        );
+        assert!(
+            (t - (30.0 * 5e-6 + 30.0 / 16.0 * s / 100e9)).abs() < 1e-12,
+            "{t}"
+        );
+        let h100 = Topology::preset("h100x8").unwrap();
+        assert_eq!(
+            h100.effective_link(&[0, 1, 2, 3, 4, 5, 6, 7])
+                .unwrap()
+                .beta_bytes_per_s,
+            450e9
+        );
+    }
+
     #[test]
     fn a_rank_beyond_the_preset_is_an_error() {
         let plan = preset_plan(Model::Mlp, 0, "16:dp", &["x=dp,-".to_string()]);

@@ -246,6 +246,15 @@ fn model_state_memory_matches_the_closed_forms() {
             _ => 16.0 * psi / n,
         };
         assert_eq!(got, want, "stage {stage}: Ψ = {psi}");
+        // Megatron-LM's 18 bytes/param (2 + 4 + 12) accumulates gradients in fp32 (its
+        // main_grad buffers): 2Ψ more than our 16-bit gradients. Its distributed optimizer
+        // takes 6 + 12/N; our stage 1 is the same sharding with 16-bit gradients (−2Ψ) and
+        // the reduce-scattered shard in its own buffer (+2Ψ/N, Megatron scatters in place).
+        match stage {
+            0 => assert_eq!(got, 18.0 * psi - 2.0 * psi),
+            1 => assert_eq!(got, (6.0 + 12.0 / n) * psi - 2.0 * psi + 2.0 * psi / n),
+            _ => {}
+        }
         // Without AMP, everything at the compute dtype: Adam's 4 copies (parameter,
         // gradient, two moments), the same sharding.
         let plain = Sizing {

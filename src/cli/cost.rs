@@ -3,7 +3,7 @@
 use super::options::Format;
 use super::PlanSource;
 use crate::cost::device::{ComputeDType, Topology};
-use crate::cost::estimate::{estimate, estimate_json, Estimate};
+use crate::cost::estimate::{estimate, estimate_json, CostOptions, Estimate};
 use crate::passes::pipeline::{run_pipeline, PipelineOptions};
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -37,6 +37,10 @@ pub(crate) struct CostArgs {
     /// The precision compute is priced at (default: bf16 on GPU and TPU presets, f32 on cpu).
     #[arg(long, value_enum)]
     compute_dtype: Option<DTypeFlag>,
+    /// Overlap the backward's gradient synchronisation (data-parallel all-reduces, ZeRO's
+    /// reduce-scatters) with the compute after it, as DDP and FSDP do.
+    #[arg(long)]
+    overlap: bool,
     #[command(flatten)]
     training: super::training::TrainingArgs,
     /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
@@ -79,7 +83,11 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     let dtype = args
         .compute_dtype
         .map_or(topo.default_dtype, DTypeFlag::dtype);
-    let e = match estimate(&p, &topo, dtype, plan.options.amp) {
+    let opts = CostOptions {
+        mixed_precision: plan.options.amp,
+        overlap_grad_sync: args.overlap,
+    };
+    let e = match estimate(&p, &topo, dtype, opts) {
         Ok(e) => e,
         Err(err) => {
             eprintln!("error: {err}");

@@ -13,7 +13,12 @@
 //!   819 GB/s, ICI 400 GB/s per chip in both directions over 4 ports, so 50 GB/s each way
 //!   per link; a 2-D torus (the 256-chip pod is 16 × 16). The slice is 4 × 4. Whether a 4 × 4
 //!   slice has wraparound links is not stated in that documentation, so the model does not
-//!   rely on it: a group's ring is priced at one link's bandwidth either way. An f32 matmul
+//!   rely on it: a group along one torus dimension is priced at one link's bandwidth (a
+//!   ring laid on a line uses each link both ways; wraparound would double it). A group
+//!   that spans both dimensions runs its collective along both at once (half the data
+//!   each way round: X then Y, and Y then X), so it gets twice one link's bandwidth: the
+//!   scaling book's "bandwidth scales with the number of axes" (How to Scale Your Model,
+//!   the collectives chapter). An f32 matmul
 //!   on a TPU runs as one bf16 pass at XLA's default precision, so f32 gets the bf16 peak.
 //! - `cpu`: this machine, measured when `shardlab cost` runs on it (the executor's GEMM, an
 //!   elementwise kernel, and the threads' exchange: `cli/calibrate.rs`). Without a
@@ -87,6 +92,10 @@ pub struct LinkClass {
     pub name: &'static str,
     pub block: usize,
     pub link: Link,
+    /// A 2-D torus of `(rows, cols)` devices in row-major order (the TPU slice): a group
+    /// whose members differ in both coordinates runs its collective along both dimensions at
+    /// once, on twice the links (the scaling book's multi-axis collectives).
+    pub torus: Option<(usize, usize)>,
 }
 
 /// A set of devices and their links.
@@ -145,6 +154,7 @@ impl Topology {
                     name: "NVLink",
                     block: 8,
                     link: NVLINK,
+                    torus: None,
                 }],
                 default_dtype: ComputeDType::Bf16,
                 placement: "rank r on GPU r of one 8-GPU NVLink node",
@@ -158,6 +168,7 @@ impl Topology {
                         name: "NVLink",
                         block: 8,
                         link: NVLINK,
+                        torus: None,
                     },
                     LinkClass {
                         name: "InfiniBand",
@@ -166,6 +177,7 @@ impl Topology {
                             alpha_s: 10e-6,
                             beta_bytes_per_s: 50e9,
                         },
+                        torus: None,
                     },
                 ],
                 default_dtype: ComputeDType::Bf16,
@@ -189,6 +201,7 @@ impl Topology {
                         alpha_s: 5e-6,
                         beta_bytes_per_s: 50e9,
                     },
+                    torus: Some((4, 4)),
                 }],
                 default_dtype: ComputeDType::Bf16,
                 placement: "rank r on chip (r / 4, r mod 4) of a 4 x 4 slice: a [2, 4] mesh's \
@@ -216,10 +229,39 @@ impl Topology {
                 name: "shared memory",
                 block: c.devices,
                 link: c.link,
+                torus: None,
             }],
             default_dtype: ComputeDType::F32,
             placement: "every rank a thread of this machine",
         }
+    }
+
+    /// The link a group's collectives run over: its link class's, with a torus's bandwidth
+    /// multiplied by the number of torus dimensions the group spans (each dimension's links
+    /// carry half the data at once; no wraparound is assumed, see the module doc).
+    pub fn effective_link(&self, group: &[u32]) -> Result<Link, TopologyError> {
+        let class = self.link_for(group)?;
+        let Some((_, cols)) = class.torus else {
+            return Ok(class.link);
+        };
+        let cols = cols.max(1);
+        let spans = |coord: &dyn Fn(u32) -> usize| {
+            group
+                .first()
+                .is_some_and(|&a| group.iter().any(|&b| coord(b) != coord(a)))
+        };
+        let dims = [
+            spans(&|r: u32| r as usize / cols),
+            spans(&|r: u32| r as usize % cols),
+        ]
+        .iter()
+        .filter(|&&s| s)
+        .count()
+        .max(1);
+        Ok(Link {
+            beta_bytes_per_s: class.link.beta_bytes_per_s * dims as f64,
+            ..class.link
+        })
     }
 
     /// The link class a group's collectives run over: the innermost whose block holds all

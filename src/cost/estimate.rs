@@ -4,7 +4,7 @@
 
 use super::device::{ComputeDType, Topology};
 use super::memory::{memory, Memory, Sizing};
-use super::simulate::{mfu, model_flops, simulate, SimulateError, StepTime};
+use super::simulate::{mfu, model_flops, simulate_with, SimOptions, SimulateError, StepTime};
 use super::work::ElementBytes;
 use crate::passes::pipeline::Pipeline;
 use serde_json::{json, Value};
@@ -19,19 +19,32 @@ pub struct Estimate {
     /// Per rank, in the order of `step.ranks`.
     pub memory: Vec<Memory>,
     pub mfu: f64,
+    pub overlap_grad_sync: bool,
 }
 
-/// Costs `p` on `topo` at `dtype`; `mixed_precision` sizes memory by the AMP convention.
+/// How a pipeline is costed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CostOptions {
+    /// Size memory by the mixed-precision (AMP) convention.
+    pub mixed_precision: bool,
+    /// Overlap gradient synchronisation with the backward compute after it.
+    pub overlap_grad_sync: bool,
+}
+
+/// Costs `p` on `topo` at `dtype`.
 pub fn estimate(
     p: &Pipeline,
     topo: &Topology,
     dtype: ComputeDType,
-    mixed_precision: bool,
+    opts: CostOptions,
 ) -> Result<Estimate, SimulateError> {
-    let step = simulate(&p.partitioned.ranks, topo, dtype)?;
+    let sim = SimOptions {
+        overlap_grad_sync: opts.overlap_grad_sync,
+    };
+    let step = simulate_with(&p.partitioned.ranks, topo, dtype, sim)?;
     let sizing = Sizing {
         elem: ElementBytes(dtype.bytes()),
-        mixed_precision,
+        mixed_precision: opts.mixed_precision,
         zero: Some(&p.partitioned.zero),
     };
     let memory = p
@@ -48,6 +61,7 @@ pub fn estimate(
         step,
         memory,
         mfu,
+        overlap_grad_sync: opts.overlap_grad_sync,
     })
 }
 
@@ -81,6 +95,7 @@ pub fn estimate_json(e: &Estimate) -> Value {
         "step_time_s": e.step.step_s,
         "mfu": e.mfu,
         "critical_rank": e.step.critical_rank,
+        "overlap_grad_sync": e.overlap_grad_sync,
         "ranks": ranks,
     })
 }

@@ -4,13 +4,46 @@
 //! the time a rank waits for the others is its idle time. The step time is the latest
 //! rank's finish; MFU is the serial program's forward and backward FLOPs over step time ×
 //! peak × devices.
+//!
+//! With [`SimOptions::overlap_grad_sync`], the backward pass's gradient synchronisation
+//! (data-parallel all-reduce and scale, ZeRO's flatten, reduce-scatter and scale) runs on a
+//! second stream per rank, as DDP and FSDP run it: a rank issues it and computes on; the
+//! collective starts when every member has issued it and its stream is free; an op that
+//! reads its result (the optimizer) waits for it. A rank's time is then when both streams
+//! are done, and its compute + communication + idle can exceed it: that excess is the
+//! communication hidden behind compute.
 
 use super::collective::{time as collective_time, Primitive};
 use super::device::{ComputeDType, Topology, TopologyError};
 use super::work::{op_work, ElementBytes};
-use crate::ir::{CollectiveOp, Op, OpType, Program, RankLocalOp};
+use crate::ir::{CollectiveOp, Op, OpRole, OpType, Program, Purpose, RankLocalOp, VarId};
 use crate::passes::partition::RankProgram;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+/// How a step is simulated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Overlap the backward's gradient synchronisation with the compute after it.
+    pub overlap_grad_sync: bool,
+}
+
+/// Whether `op` is gradient synchronisation that may overlap later backward compute.
+fn is_grad_sync(op: &Op) -> bool {
+    op.role == OpRole::Backward
+        && matches!(
+            op.purpose(),
+            Some(Purpose::DataParallel | Purpose::Sharding)
+        )
+}
+
+/// A member's arrival at a collective: when, and (overlapped) the variable it writes and
+/// the op's index.
+#[derive(Clone, Copy, Debug)]
+struct Arrival {
+    rank: usize,
+    at: f64,
+    overlapped: Option<(VarId, usize)>,
+}
 
 /// Where one rank's time went.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -100,16 +133,33 @@ pub fn compute_time(program: &Program, op: &Op, topo: &Topology, dtype: ComputeD
     }
 }
 
-/// Simulates one step of every rank in `ranks` on `topo`.
+/// Simulates one step of every rank in `ranks` on `topo`, without overlap.
 pub fn simulate(
     ranks: &[RankProgram],
     topo: &Topology,
     dtype: ComputeDType,
 ) -> Result<StepTime, SimulateError> {
+    simulate_with(ranks, topo, dtype, SimOptions::default())
+}
+
+/// Simulates one step of every rank in `ranks` on `topo` with `opts`.
+pub fn simulate_with(
+    ranks: &[RankProgram],
+    topo: &Topology,
+    dtype: ComputeDType,
+    opts: SimOptions,
+) -> Result<StepTime, SimulateError> {
+    let n = ranks.len();
     let mut sim = Sim {
         ranks,
         topo,
         dtype,
+        overlap: opts.overlap_grad_sync,
+        comm_free: vec![0.0; n],
+        pending: vec![HashSet::new(); n],
+        ready: vec![HashMap::new(); n],
+        queued: vec![HashMap::new(); n],
+        root: vec![HashMap::new(); n],
         index: ranks.iter().enumerate().map(|(i, r)| (r.rank, i)).collect(),
         out: ranks
             .iter()
@@ -149,7 +199,18 @@ struct Sim<'a> {
     /// Each rank's next op.
     pc: Vec<usize>,
     /// Collectives waiting for members: (group, the group's sequence number) -> arrivals.
-    waiting: HashMap<(Vec<u32>, usize), Vec<usize>>,
+    waiting: HashMap<(Vec<u32>, usize), Vec<Arrival>>,
+    overlap: bool,
+    /// Per rank (overlap): when its communication stream is free, the variables an
+    /// overlapped collective will write, when finished ones were ready, and local sync work
+    /// queued behind a pending variable.
+    comm_free: Vec<f64>,
+    pending: Vec<HashSet<VarId>>,
+    ready: Vec<HashMap<VarId, f64>>,
+    queued: Vec<HashMap<VarId, (f64, Vec<VarId>)>>,
+    /// Per rank (overlap): a variable derived from a pending one -> the pending collective's
+    /// output it waits for.
+    root: Vec<HashMap<VarId, VarId>>,
     /// Per rank, how many collectives it has joined per group.
     seq: Vec<HashMap<Vec<u32>, usize>>,
     /// Ranks waiting in a collective.
@@ -157,8 +218,9 @@ struct Sim<'a> {
 }
 
 impl Sim<'_> {
-    /// Runs rank `i`'s compute ops up to its next collective, which it joins (and
-    /// completes if it is the last member). Returns whether anything happened.
+    /// Runs rank `i`'s ops up to its next blocking collective, which it joins (and
+    /// completes if it is the last member), or up to an op whose input an overlapped
+    /// collective has not delivered yet. Returns whether anything happened.
     fn advance(&mut self, i: usize) -> Result<bool, SimulateError> {
         if self.blocked[i] {
             return Ok(false);
@@ -167,12 +229,23 @@ impl Sim<'_> {
         let elem = ElementBytes(self.dtype.bytes());
         let mut progressed = false;
         while let Some(op) = program.ops().get(self.pc[i]) {
+            let overlapped = self.overlap && is_grad_sync(op);
+            let waits = op.all_inputs().any(|v| self.pending[i].contains(&v));
+            if waits && !(overlapped && collective_of(program, op, elem).is_none()) {
+                break; // its input is still in flight
+            }
             progressed = true;
             let Some((prim, bytes, times)) = collective_of(program, op, elem) else {
                 let t = compute_time(program, op, self.topo, self.dtype);
+                if overlapped {
+                    self.queue_local(i, op, t);
+                } else {
+                    self.wait_for_inputs(i, op);
+                    let r = &mut self.out[i];
+                    r.total_s += t;
+                }
                 let r = &mut self.out[i];
                 r.compute_s += t;
-                r.total_s += t;
                 r.op_s[self.pc[i]] = t;
                 self.pc[i] += 1;
                 continue;
@@ -181,16 +254,86 @@ impl Sim<'_> {
             let n = self.seq[i].entry(group.clone()).or_insert(0);
             *n += 1;
             let key = (group, *n);
+            let arrival = if overlapped {
+                let out = op.all_outputs().next().unwrap_or(VarId(0));
+                let at = self.out[i]
+                    .total_s
+                    .max(self.comm_free[i])
+                    .max(self.inputs_ready(i, op));
+                self.pending[i].insert(out);
+                Arrival {
+                    rank: i,
+                    at,
+                    overlapped: Some((out, self.pc[i])),
+                }
+            } else {
+                self.wait_for_inputs(i, op);
+                self.blocked[i] = true;
+                Arrival {
+                    rank: i,
+                    at: self.out[i].total_s,
+                    overlapped: None,
+                }
+            };
             let arrived = self.waiting.entry(key.clone()).or_default();
-            arrived.push(i);
-            self.blocked[i] = true;
+            arrived.push(arrival);
             let present = key.0.iter().filter(|r| self.index.contains_key(r)).count();
-            if arrived.len() == present {
+            let all_here = arrived.len() == present;
+            if overlapped {
+                self.pc[i] += 1;
+            }
+            if all_here {
                 self.complete(&key, prim, bytes, times)?;
             }
-            break;
+            if !overlapped {
+                break;
+            }
         }
         Ok(progressed)
+    }
+
+    /// When every input of `op` that an overlapped op produced is ready.
+    fn inputs_ready(&self, i: usize, op: &Op) -> f64 {
+        op.all_inputs()
+            .filter_map(|v| self.ready[i].get(&v).copied())
+            .fold(0.0, f64::max)
+    }
+
+    /// Rank `i`'s compute stream waits (idle) for `op`'s overlapped inputs.
+    fn wait_for_inputs(&mut self, i: usize, op: &Op) {
+        let t = self.inputs_ready(i, op);
+        let r = &mut self.out[i];
+        if t > r.total_s {
+            r.idle_s += t - r.total_s;
+            r.total_s = t;
+        }
+    }
+
+    /// An overlapped local op of `t` seconds (a scale, a flatten) on rank `i`'s
+    /// communication stream: queued behind its input's collective if that is in flight.
+    fn queue_local(&mut self, i: usize, op: &Op, t: f64) {
+        let out = op.all_outputs().next();
+        if let Some(v) = op.all_inputs().find(|v| self.pending[i].contains(v)) {
+            // Queued behind the collective the pending input waits for (its root).
+            let root = self.root[i].get(&v).copied().unwrap_or(v);
+            let chain = self.queued[i].entry(root).or_default();
+            chain.0 += t;
+            if let Some(o) = out.filter(|&o| o != v) {
+                // A new variable after a pending one: ready when the chain is done.
+                chain.1.push(o);
+                self.root[i].insert(o, root);
+                self.pending[i].insert(o);
+            }
+            return;
+        }
+        let start = self.out[i]
+            .total_s
+            .max(self.comm_free[i])
+            .max(self.inputs_ready(i, op));
+        self.comm_free[i] = start + t;
+        if let Some(o) = out {
+            self.ready[i].insert(o, start + t);
+        }
     }
 
     /// Every member of `key`'s collective has arrived: it starts when the last did.
@@ -202,20 +345,33 @@ impl Sim<'_> {
         times: f64,
     ) -> Result<(), SimulateError> {
         let arrived = self.waiting.remove(key).unwrap_or_default();
-        let start = arrived
-            .iter()
-            .map(|&j| self.out[j].total_s)
-            .fold(0.0, f64::max);
-        let link = self.topo.link_for(&key.0)?.link;
+        let start = arrived.iter().map(|a| a.at).fold(0.0, f64::max);
+        let link = self.topo.effective_link(&key.0)?;
         let d = times * collective_time(prim, key.0.len(), bytes, link);
-        for &j in &arrived {
-            let r = &mut self.out[j];
-            r.idle_s += start - r.total_s;
-            r.comm_s += d;
-            r.total_s = start + d;
-            r.op_s[self.pc[j]] = d;
-            self.pc[j] += 1;
-            self.blocked[j] = false;
+        for a in &arrived {
+            let j = a.rank;
+            self.out[j].comm_s += d;
+            match a.overlapped {
+                Some((v, at_op)) => {
+                    let (extra, derived) = self.queued[j].remove(&v).unwrap_or_default();
+                    let done = start + d + extra;
+                    self.comm_free[j] = done;
+                    for w in std::iter::once(v).chain(derived) {
+                        self.ready[j].insert(w, done);
+                        self.pending[j].remove(&w);
+                        self.root[j].remove(&w);
+                    }
+                    self.out[j].op_s[at_op] = d;
+                }
+                None => {
+                    let r = &mut self.out[j];
+                    r.idle_s += start - r.total_s;
+                    r.total_s = start + d;
+                    r.op_s[self.pc[j]] = d;
+                    self.pc[j] += 1;
+                    self.blocked[j] = false;
+                }
+            }
         }
         Ok(())
     }
@@ -225,6 +381,7 @@ impl Sim<'_> {
             .iter()
             .zip(self.ranks)
             .all(|(&p, r)| p >= r.program.ops().len())
+            && self.pending.iter().all(HashSet::is_empty)
     }
 
     /// The first rank left waiting, as an error.
@@ -245,7 +402,11 @@ impl Sim<'_> {
         }
     }
 
-    fn finish(self) -> StepTime {
+    fn finish(mut self) -> StepTime {
+        // A rank is done when both its streams are.
+        for (r, &free) in self.out.iter_mut().zip(&self.comm_free) {
+            r.total_s = r.total_s.max(free);
+        }
         let step_s = self.out.iter().map(|r| r.total_s).fold(0.0, f64::max);
         // Of the ranks that finish last, the one that waited least is the one the others
         // waited for.

@@ -1,5 +1,6 @@
 //! The JavaScript API for documentation pages that drive the planner without the UI:
-//! `plan({preset | text, mesh?, shards?, megatron_sums?, zero?, topology?, compute_dtype?})` returns
+//! `plan({preset | text, mesh?, shards?, megatron_sums?, zero?, topology?, compute_dtype?,
+//! overlap?})` returns
 //! every stage, the dist attrs, the ledger and the trace as plain JS objects, and with a
 //! `topology` the step time and memory per rank as `cost` (see `www/api.html`).
 
@@ -23,6 +24,9 @@ struct Request {
     megatron_sums: bool,
     /// ZeRO stage 0-3 (overrides the plan text's `options`).
     zero: Option<i64>,
+    /// Cost with gradient synchronisation overlapped with backward compute.
+    #[serde(default)]
+    overlap: bool,
     /// Cost the plan on this topology (`h100x8`, `h100x8x4`, `tpu-v5e-16`, or `cpu` with
     /// nominal figures: the browser does not measure): adds `cost` to the result.
     topology: Option<String>,
@@ -90,7 +94,11 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
                 )))
             }
         };
-        let e = crate::cost::estimate::estimate(&p, &topo, dtype, plan.options.amp)
+        let opts = crate::cost::estimate::CostOptions {
+            mixed_precision: plan.options.amp,
+            overlap_grad_sync: req.overlap,
+        };
+        let e = crate::cost::estimate::estimate(&p, &topo, dtype, opts)
             .map_err(|e| err(e.to_string()))?;
         json["cost"] = crate::cost::estimate::estimate_json(&e);
     }
