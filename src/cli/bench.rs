@@ -73,25 +73,42 @@ pub fn bench_pipeline(layers: &[usize], repeat: usize) -> Result<String, String>
         "whole pipeline of gpt on [2, 4] (dp x Megatron mp), all 8 ranks, median of runs\n",
     );
     out.push_str(&format!(
-        "{:>6} {:>6} {:>8} {:>12} {:>12}\n",
-        "layers", "fwd ops", "all ops", "median", "per op"
+        "{:>6} {:>6} {:>8} {:>12} {:>12} {:>12} {:>10}\n",
+        "layers", "fwd ops", "all ops", "median", "per op", "cost model", "cost/plan"
     ));
+    let topo = crate::cost::device::Topology::preset("h100x8").map_err(|e| e.to_string())?;
     for &l in layers {
         let plan = gpt_dp_mp_plan(l)?;
         let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
         let ops: usize = p.full.program.ops().len();
-        let t = median(repeat, || {
-            run_pipeline(&plan, &PipelineOptions::default())
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })?;
+        // Planning and costing alternate, so both see the same machine state.
+        let (mut plan_t, mut cost_t) = (Vec::new(), Vec::new());
+        for _ in 0..repeat.max(1) {
+            plan_t.push(median(1, || {
+                run_pipeline(&plan, &PipelineOptions::default())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })?);
+            cost_t.push(median(1, || {
+                let opts = crate::cost::estimate::CostOptions::default();
+                crate::cost::estimate::estimate(&p, &topo, topo.default_dtype, opts)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })?);
+        }
+        plan_t.sort_unstable();
+        cost_t.sort_unstable();
+        let (t, c) = (plan_t[plan_t.len() / 2], cost_t[cost_t.len() / 2]);
         out.push_str(&format!(
-            "{l:>6} {:>6} {ops:>8} {:>10.3}ms {:>10.2}us\n",
+            "{l:>6} {:>6} {ops:>8} {:>10.3}ms {:>10.2}us {:>10.3}ms {:>9.1}%\n",
             plan.program.ops().len(),
             t.as_secs_f64() * 1e3,
-            t.as_secs_f64() * 1e6 / ops as f64
+            t.as_secs_f64() * 1e6 / ops as f64,
+            c.as_secs_f64() * 1e3,
+            100.0 * c.as_secs_f64() / t.as_secs_f64()
         ));
     }
+    out.push_str("cost model: the step simulated on h100x8 and every rank's memory timeline\n");
     Ok(out)
 }
 

@@ -47,12 +47,12 @@ pub fn estimate(
         mixed_precision: opts.mixed_precision,
         zero: Some(&p.partitioned.zero),
     };
-    let memory = p
-        .partitioned
-        .ranks
-        .iter()
-        .map(|r| memory(&r.program, sizing))
-        .collect();
+    // Ranks with one dataflow have one memory timeline: computed once, copied.
+    let memory =
+        super::simulate::shared_per_dataflow(&p.partitioned.ranks, |r| memory(&r.program, sizing))
+            .into_iter()
+            .map(|m| (*m).clone())
+            .collect();
     let mfu = mfu(model_flops(&p.full.program, dtype), &step, topo, dtype);
     Ok(Estimate {
         topology: topo.name,

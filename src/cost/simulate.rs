@@ -150,10 +150,21 @@ pub fn simulate_with(
     opts: SimOptions,
 ) -> Result<StepTime, SimulateError> {
     let n = ranks.len();
+    let op_costs = shared_per_dataflow(ranks, |r| {
+        let elem = ElementBytes(dtype.bytes());
+        r.program
+            .ops()
+            .iter()
+            .map(|op| match collective_of(&r.program, op, elem) {
+                Some(c) => OpCost::Collective(c.0, c.1, c.2),
+                None => OpCost::Compute(compute_time(&r.program, op, topo, dtype)),
+            })
+            .collect()
+    });
     let mut sim = Sim {
         ranks,
         topo,
-        dtype,
+        op_costs,
         overlap: opts.overlap_grad_sync,
         comm_free: vec![0.0; n],
         pending: vec![HashSet::new(); n],
@@ -171,7 +182,9 @@ pub fn simulate_with(
             .collect(),
         pc: vec![0; ranks.len()],
         waiting: HashMap::new(),
-        seq: vec![HashMap::new(); ranks.len()],
+        group_index: HashMap::new(),
+        groups: Vec::new(),
+        seq: vec![Vec::new(); ranks.len()],
         blocked: vec![false; ranks.len()],
     };
     loop {
@@ -188,18 +201,53 @@ pub fn simulate_with(
     }
 }
 
+/// `f` of every rank, computed once per distinct dataflow: ranks whose program has the
+/// first rank's dataflow (every rank stamped from one template) share its result.
+pub fn shared_per_dataflow<T>(
+    ranks: &[RankProgram],
+    f: impl Fn(&RankProgram) -> T,
+) -> Vec<std::sync::Arc<T>> {
+    let Some(first) = ranks.first() else {
+        return Vec::new();
+    };
+    let shared = std::sync::Arc::new(f(first));
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if i == 0 || r.program.same_dataflow(&first.program) {
+                std::sync::Arc::clone(&shared)
+            } else {
+                std::sync::Arc::new(f(r))
+            }
+        })
+        .collect()
+}
+
+/// What an op costs, from its shapes alone (shared by ranks with one dataflow).
+#[derive(Clone, Copy, Debug)]
+enum OpCost {
+    Compute(f64),
+    Collective(Primitive, f64, f64),
+}
+
 /// The state of a simulated step.
 struct Sim<'a> {
     ranks: &'a [RankProgram],
     topo: &'a Topology,
-    dtype: ComputeDType,
+    /// Each rank's ops: compute time, or collective primitive, bytes and repeats.
+    op_costs: Vec<std::sync::Arc<Vec<OpCost>>>,
     /// Rank id -> position in `ranks`.
     index: HashMap<u32, usize>,
     out: Vec<RankTime>,
     /// Each rank's next op.
     pc: Vec<usize>,
-    /// Collectives waiting for members: (group, the group's sequence number) -> arrivals.
-    waiting: HashMap<(Vec<u32>, usize), Vec<Arrival>>,
+    /// Collectives waiting for members: (group id, the group's sequence number) -> arrivals.
+    waiting: HashMap<(usize, usize), Vec<Arrival>>,
+    /// Group ids by the `group` attribute as written (every member writes it in the same
+    /// order), and per id the sorted members and how many of them are simulated.
+    group_index: HashMap<Vec<i64>, usize>,
+    groups: Vec<(Vec<u32>, usize)>,
     overlap: bool,
     /// Per rank (overlap): when its communication stream is free, the variables an
     /// overlapped collective will write, when finished ones were ready, and local sync work
@@ -212,7 +260,7 @@ struct Sim<'a> {
     /// output it waits for.
     root: Vec<HashMap<VarId, VarId>>,
     /// Per rank, how many collectives it has joined per group.
-    seq: Vec<HashMap<Vec<u32>, usize>>,
+    seq: Vec<Vec<usize>>,
     /// Ranks waiting in a collective.
     blocked: Vec<bool>,
 }
@@ -226,34 +274,41 @@ impl Sim<'_> {
             return Ok(false);
         }
         let program = &self.ranks[i].program;
-        let elem = ElementBytes(self.dtype.bytes());
+        let costs = std::sync::Arc::clone(&self.op_costs[i]);
         let mut progressed = false;
         while let Some(op) = program.ops().get(self.pc[i]) {
+            let cost = costs[self.pc[i]];
             let overlapped = self.overlap && is_grad_sync(op);
-            let waits = op.all_inputs().any(|v| self.pending[i].contains(&v));
-            if waits && !(overlapped && collective_of(program, op, elem).is_none()) {
+            let waits = !self.pending[i].is_empty()
+                && op.all_inputs().any(|v| self.pending[i].contains(&v));
+            if waits && !(overlapped && matches!(cost, OpCost::Compute(_))) {
                 break; // its input is still in flight
             }
             progressed = true;
-            let Some((prim, bytes, times)) = collective_of(program, op, elem) else {
-                let t = compute_time(program, op, self.topo, self.dtype);
-                if overlapped {
-                    self.queue_local(i, op, t);
-                } else {
-                    self.wait_for_inputs(i, op);
+            let (prim, bytes, times) = match cost {
+                OpCost::Collective(p, b, t) => (p, b, t),
+                OpCost::Compute(t) => {
+                    if overlapped {
+                        self.queue_local(i, op, t);
+                    } else {
+                        self.wait_for_inputs(i, op);
+                        let r = &mut self.out[i];
+                        r.total_s += t;
+                    }
                     let r = &mut self.out[i];
-                    r.total_s += t;
+                    r.compute_s += t;
+                    r.op_s[self.pc[i]] = t;
+                    self.pc[i] += 1;
+                    continue;
                 }
-                let r = &mut self.out[i];
-                r.compute_s += t;
-                r.op_s[self.pc[i]] = t;
-                self.pc[i] += 1;
-                continue;
             };
-            let group = group_of(op, self.ranks[i].rank);
-            let n = self.seq[i].entry(group.clone()).or_insert(0);
-            *n += 1;
-            let key = (group, *n);
+            let gid = self.group_id(op, i);
+            let seq = &mut self.seq[i];
+            if seq.len() <= gid {
+                seq.resize(gid + 1, 0);
+            }
+            seq[gid] += 1;
+            let key = (gid, seq[gid]);
             let arrival = if overlapped {
                 let out = op.all_outputs().next().unwrap_or(VarId(0));
                 let at = self.out[i]
@@ -275,10 +330,9 @@ impl Sim<'_> {
                     overlapped: None,
                 }
             };
-            let arrived = self.waiting.entry(key.clone()).or_default();
+            let arrived = self.waiting.entry(key).or_default();
             arrived.push(arrival);
-            let present = key.0.iter().filter(|r| self.index.contains_key(r)).count();
-            let all_here = arrived.len() == present;
+            let all_here = arrived.len() == self.groups[gid].1;
             if overlapped {
                 self.pc[i] += 1;
             }
@@ -292,8 +346,33 @@ impl Sim<'_> {
         Ok(progressed)
     }
 
+    /// The id of `op`'s group (rank `i` alone without one), interned on first sight.
+    fn group_id(&mut self, op: &Op, i: usize) -> usize {
+        let own = [i64::from(self.ranks[i].rank)];
+        let written = op
+            .attr_ints("group")
+            .filter(|g| !g.is_empty())
+            .unwrap_or(&own);
+        if let Some(&id) = self.group_index.get(written) {
+            return id;
+        }
+        let mut members: Vec<u32> = written.iter().map(|&r| r as u32).collect();
+        members.sort_unstable();
+        let present = members
+            .iter()
+            .filter(|r| self.index.contains_key(r))
+            .count();
+        let id = self.groups.len();
+        self.groups.push((members, present));
+        self.group_index.insert(written.to_vec(), id);
+        id
+    }
+
     /// When every input of `op` that an overlapped op produced is ready.
     fn inputs_ready(&self, i: usize, op: &Op) -> f64 {
+        if self.ready[i].is_empty() {
+            return 0.0;
+        }
         op.all_inputs()
             .filter_map(|v| self.ready[i].get(&v).copied())
             .fold(0.0, f64::max)
@@ -339,15 +418,16 @@ impl Sim<'_> {
     /// Every member of `key`'s collective has arrived: it starts when the last did.
     fn complete(
         &mut self,
-        key: &(Vec<u32>, usize),
+        key: &(usize, usize),
         prim: Primitive,
         bytes: f64,
         times: f64,
     ) -> Result<(), SimulateError> {
         let arrived = self.waiting.remove(key).unwrap_or_default();
         let start = arrived.iter().map(|a| a.at).fold(0.0, f64::max);
-        let link = self.topo.effective_link(&key.0)?;
-        let d = times * collective_time(prim, key.0.len(), bytes, link);
+        let group = &self.groups[key.0].0;
+        let link = self.topo.effective_link(group)?;
+        let d = times * collective_time(prim, group.len(), bytes, link);
         for a in &arrived {
             let j = a.rank;
             self.out[j].comm_s += d;

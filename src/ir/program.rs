@@ -257,6 +257,26 @@ impl Program {
         &self.ops
     }
 
+    /// Whether `other` has this program's dataflow: the same variables (types and kinds)
+    /// and the same ops reading and writing the same variables with the same attributes,
+    /// except that a collective's or rank-local op's attributes may differ (its group, ring,
+    /// offsets or start index: the values stamping recomputes per rank, which change
+    /// neither an op's shapes nor its work). Ranks stamped from one template share it, so
+    /// what depends on dataflow alone (op work, liveness) is computed once for all of them;
+    /// shared variables and ops compare by pointer.
+    pub fn same_dataflow(&self, other: &Program) -> bool {
+        (Arc::ptr_eq(&self.vars, &other.vars) || self.vars == other.vars)
+            && self.ops.len() == other.ops.len()
+            && self.ops.iter().zip(&other.ops).all(|(a, b)| {
+                Arc::ptr_eq(a, b)
+                    || (a.ty == b.ty
+                        && a.inputs == b.inputs
+                        && a.outputs == b.outputs
+                        && (matches!(a.ty, OpType::Collective(_) | OpType::RankLocal(_))
+                            || a.attrs == b.attrs))
+            })
+    }
+
     /// Removes and returns op `i` (for fault injection: the checker's own tests delete a
     /// planned collective and expect verification to fail).
     pub fn remove_op(&mut self, i: usize) -> Option<Arc<Op>> {
