@@ -633,6 +633,95 @@ fn flags_apply_or_are_refused() {
     assert!(text(&shardlab(&["--help"]).stdout).contains("Exit status: 0 success; 1 invalid input"));
 }
 
+/// `diff A B`: layouts, collectives per phase, bytes, memory and step time with deltas; exit
+/// 0 whether or not the plans differ, 1 for an invalid plan.
+#[test]
+fn diff_compares_two_plans() {
+    let print = |extra: &[&str]| {
+        let mut args = vec!["print", "--preset", "mlp"];
+        args.extend_from_slice(extra);
+        text(&shardlab(&args).stdout)
+    };
+    let a = temp_file(
+        "diff_a.plan",
+        &print(&["--mesh", "4:dp", "--shard", "x=dp,-"]),
+    );
+    let b = temp_file(
+        "diff_b.plan",
+        &print(&[
+            "--mesh",
+            "2x2:dp,mp",
+            "--shard",
+            "x=dp,-",
+            "--shard",
+            "linear_0.w_0=-,mp",
+        ]),
+    );
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = shardlab(&["diff", a, b, "--topology", "h100x8"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let got = text(&out.stdout).replace(a, "A").replace(b, "B");
+    expect_test::expect_file!["golden/diff_mlp_dp_vs_dp_mp.txt"].assert_eq(&got);
+    // The same plan: nothing differs, every delta is 0, and the exit status is still 0.
+    let out = shardlab(&["diff", a, a, "--topology", "h100x8", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["differs"], false);
+    assert_eq!(v["layouts"].as_array().unwrap().len(), 0);
+    assert_eq!(v["step_time_s"]["delta"], 0.0);
+    assert!(v["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["delta"] == 0));
+    // JSON carries what the text shows: the forward all-reduces row parallelism adds.
+    let out = shardlab(&["diff", a, b, "--topology", "h100x8", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    let fwd = v["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["phase"] == "forward" && c["op"] == "all_reduce")
+        .unwrap();
+    assert_eq!(
+        (fwd["a"].as_u64(), fwd["b"].as_u64(), fwd["delta"].as_i64()),
+        (Some(0), Some(4), Some(4))
+    );
+    assert!(v["peak_memory_bytes"]["max"]["delta"].as_f64().unwrap() < 0.0);
+    assert_eq!(v["peak_memory_bytes"]["ranks"].as_array().unwrap().len(), 4);
+    // A ZeRO flag applies to both: the sync moves to reduce_scatter + all_gather.
+    let out = shardlab(&[
+        "diff",
+        a,
+        b,
+        "--topology",
+        "h100x8",
+        "--zero",
+        "2",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["op"] == "reduce_scatter"));
+    // Invalid input exits 1, naming the file.
+    let bad = temp_file("diff_bad.plan", "mesh [2] (dp)\nvar x f32[2] input\n");
+    let out = shardlab(&["diff", a, bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("diff_bad.plan:2:7"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = shardlab(&["diff", a, "/nonexistent/x.plan"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read"));
+}
+
 /// A plan file's `options` statement sets the training options; flags override it.
 #[test]
 fn the_options_statement_and_flags_that_override_it() {

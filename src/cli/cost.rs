@@ -4,7 +4,7 @@ use super::options::Format;
 use super::PlanSource;
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::{estimate, estimate_json, CostOptions, Estimate};
-use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use std::process::ExitCode;
@@ -27,10 +27,9 @@ impl DTypeFlag {
     }
 }
 
+/// The devices a plan is costed on (`cost` and `diff`).
 #[derive(Args, Debug)]
-pub(crate) struct CostArgs {
-    #[command(flatten)]
-    source: PlanSource,
+pub(crate) struct DeviceArgs {
     /// The devices: cpu (this machine, measured), h100x8, h100x8x4 or tpu-v5e-16.
     #[arg(long, default_value = "cpu")]
     topology: String,
@@ -41,6 +40,53 @@ pub(crate) struct CostArgs {
     /// reduce-scatters) with the compute after it, as DDP and FSDP do.
     #[arg(long)]
     overlap: bool,
+}
+
+impl DeviceArgs {
+    /// Plans `plan` (its options already applied) and costs it. The outer error is a usage
+    /// error (exit 2); the inner one a problem with the plan (reported, exit 1).
+    pub(crate) fn costed(
+        &self,
+        plan: &crate::plan::Plan,
+        max_memory: &Option<String>,
+    ) -> Result<Result<(Pipeline, Estimate), String>, String> {
+        let budget = super::budget::budget(max_memory)?;
+        if let Err(e) = super::budget::check(
+            "costing",
+            plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
+            budget,
+        ) {
+            return Ok(Err(e.to_string()));
+        }
+        let opts = PipelineOptions::from_plan(&plan.options);
+        let p = match run_pipeline(plan, &opts) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let topo = if self.topology == "cpu" {
+            cpu_topology(p.partitioned.ranks.len())
+        } else {
+            Topology::preset(&self.topology).map_err(|e| format!("--topology: {e}"))?
+        };
+        let dtype = self
+            .compute_dtype
+            .map_or(topo.default_dtype, DTypeFlag::dtype);
+        let opts = CostOptions {
+            mixed_precision: plan.options.amp,
+            overlap_grad_sync: self.overlap,
+        };
+        Ok(estimate(&p, &topo, dtype, opts)
+            .map(|e| (p, e))
+            .map_err(|e| e.to_string()))
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CostArgs {
+    #[command(flatten)]
+    source: PlanSource,
+    #[command(flatten)]
+    devices: DeviceArgs,
     #[command(flatten)]
     training: super::training::TrainingArgs,
     /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
@@ -58,37 +104,8 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     };
     args.training.apply(&mut plan.options)?;
-    let budget = super::budget::budget(&args.max_memory)?;
-    if let Err(e) = super::budget::check(
-        "costing",
-        plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
-        budget,
-    ) {
-        eprintln!("error: {e}");
-        return Ok(ExitCode::from(1));
-    }
-    let opts = PipelineOptions::from_plan(&plan.options);
-    let p = match run_pipeline(&plan, &opts) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let topo = if args.topology == "cpu" {
-        cpu_topology(p.partitioned.ranks.len())
-    } else {
-        Topology::preset(&args.topology).map_err(|e| format!("--topology: {e}"))?
-    };
-    let dtype = args
-        .compute_dtype
-        .map_or(topo.default_dtype, DTypeFlag::dtype);
-    let opts = CostOptions {
-        mixed_precision: plan.options.amp,
-        overlap_grad_sync: args.overlap,
-    };
-    let e = match estimate(&p, &topo, dtype, opts) {
-        Ok(e) => e,
+    let e = match args.devices.costed(&plan, &args.max_memory)? {
+        Ok((_, e)) => e,
         Err(err) => {
             eprintln!("error: {err}");
             return Ok(ExitCode::from(1));
@@ -109,9 +126,11 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// This machine, measured, for `ranks` threads sharing its cores.
+/// This machine, measured (once per process), for `ranks` threads sharing its cores.
 pub fn cpu_topology(ranks: usize) -> Topology {
-    let c = super::calibrate::calibrate();
+    static MEASURED: std::sync::OnceLock<crate::cost::device::CpuCalibration> =
+        std::sync::OnceLock::new();
+    let c = MEASURED.get_or_init(super::calibrate::calibrate);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!(
         "cpu calibrated: {:.1} GFLOP/s, {:.1} GB/s memory per core, exchange {:.1} µs + {:.2} GB/s; \

@@ -5,6 +5,7 @@ mod bench;
 mod budget;
 mod calibrate;
 mod cost;
+mod diff;
 mod options;
 mod run;
 mod stages;
@@ -52,6 +53,8 @@ enum Command {
     Run(RunArgs),
     /// Estimate a plan's step time and memory per rank on a device preset.
     Cost(cost::CostArgs),
+    /// Compare two plan files: layouts, collectives per phase, bytes, memory and step time.
+    Diff(diff::DiffArgs),
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
@@ -290,6 +293,7 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => plan(&args),
         Command::Run(args) => run::run(&args),
         Command::Cost(args) => cost::cost(&args),
+        Command::Diff(args) => diff::diff(&args),
         Command::Bench {
             what,
             layers,
@@ -378,7 +382,7 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
 }
 
 /// Reads and parses a plan file; parse errors are printed as FILE:LINE:COL and make `Err`.
-fn read_plan(file: &str) -> Result<Result<(Plan, SourceMap), usize>, String> {
+pub(crate) fn read_plan(file: &str) -> Result<Result<(Plan, SourceMap), usize>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: cannot read: {e}"))?;
     Ok(parse_plan(&text).map_err(|errors| {
         for e in &errors {
@@ -617,7 +621,7 @@ fn locate_message(plan: &Plan, map: &SourceMap, message: &str) -> (usize, usize)
 }
 
 /// Prints every verifier problem of a parsed plan as FILE:LINE:COL; whether there were any.
-fn report_issues(file: &str, plan: &Plan, map: &SourceMap) -> bool {
+pub(crate) fn report_issues(file: &str, plan: &Plan, map: &SourceMap) -> bool {
     let issues = verify_plan(plan);
     for issue in &issues {
         let (line, col) = map.locate(plan, &issue.subject);

@@ -1,10 +1,12 @@
 //! What a plan costs: the work of every op (FLOPs and bytes, `work.rs`), the time of every
 //! collective under an α-β model (`collective.rs`), devices and links as presets
 //! (`device.rs`), a step simulated rank by rank (`simulate.rs`), and every rank's memory
-//! over the step (`memory.rs`); `estimate.rs` puts them together for a planned pipeline. Pure core: it reads rank programs and returns numbers.
+//! over the step (`memory.rs`); `estimate.rs` puts them together for a planned pipeline;
+//! `diff.rs` compares two plans. Pure core: it reads rank programs and returns numbers.
 
 pub mod collective;
 pub mod device;
+pub mod diff;
 pub mod estimate;
 pub mod memory;
 pub mod simulate;
