@@ -272,6 +272,47 @@ fn the_url_hash_round_trips() {
 }
 
 #[test]
+fn zero_topology_cost_and_the_pinned_comparison() {
+    let s = Session::from_scenario("dp_mlp").unwrap();
+    let e = s.cost().unwrap();
+    assert_eq!(e.step.ranks.len(), 4, "every rank is costed");
+    assert_eq!(e.topology, "h100x8");
+    let pinned = s.reduce(Action::Pin);
+    assert!(pinned.pinned_diff().unwrap().is_ok_and(|d| !d.differs()));
+    let s = pinned.reduce(Action::SetZero(3));
+    assert!(s.text.contains("options zero=3"), "{}", s.text);
+    assert_eq!(s.plan.options.zero, 3);
+    let d = s.pinned_diff().unwrap().unwrap();
+    assert!(d.differs());
+    assert!(d
+        .collectives
+        .iter()
+        .any(|c| c.op == "reduce_scatter" && c.a == 0 && c.b > 0));
+    assert!(d.peak_memory.b < d.peak_memory.a, "{:?}", d.peak_memory);
+    // The topology and the stage survive a link; a scenario stays a scenario.
+    let s = s.reduce(Action::SetTopology("tpu-v5e-16".into()));
+    let hash = s.to_hash();
+    assert!(
+        hash.contains("s=dp_mlp") && hash.contains("zero=3") && hash.contains("topo=tpu-v5e-16"),
+        "{hash}"
+    );
+    let back = Session::from_hash(&hash).unwrap();
+    assert_eq!(
+        (back.plan.options.zero, back.topology.as_str()),
+        (3, "tpu-v5e-16")
+    );
+    assert_eq!(back.cost().unwrap().topology, "tpu-v5e-16");
+    // Unknown topologies and stages are messages, not changes.
+    let s = back.reduce(Action::SetTopology("cray".into()));
+    assert_eq!(s.topology, "tpu-v5e-16");
+    assert!(s.message.as_deref().is_some_and(|m| m.contains("cray")));
+    let s = s.reduce(Action::SetZero(9));
+    assert_eq!(s.plan.options.zero, 3);
+    assert!(s.message.is_some());
+    assert!(s.reduce(Action::Unpin).pinned_diff().is_none());
+}
+
+#[test]
 fn hostile_links_give_messages() {
     let cases = [
         ("s=evil", "unknown preset `evil`"),
@@ -304,6 +345,18 @@ fn hostile_links_give_messages() {
         (
             "s=dp_mlp&mesh=99999x99999:a,b",
             "the link's mesh: mesh `99999x99999:a,b`: the mesh has",
+        ),
+        (
+            "s=dp_mlp&zero=7",
+            "the link's zero 7: expected a stage from 0 to 3",
+        ),
+        (
+            "s=dp_mlp&zero=x",
+            "the link's `zero` must be 0 to 3, not `x`",
+        ),
+        (
+            "s=dp_mlp&topo=cray",
+            "the link's topology `cray` is unknown",
         ),
     ];
     for (hash, want) in cases {

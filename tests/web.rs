@@ -159,6 +159,68 @@ async fn the_timeline_steps_and_highlights() {
 }
 
 #[wasm_bindgen_test]
+async fn the_cost_panel_draws_time_and_memory_and_compares_with_a_pinned_plan() {
+    let root = app("#s=dp_mlp").await;
+    // One stacked bar per rank, three segments each; a memory line with its peak marked.
+    assert_eq!(count(&root, ".cost-bars .bar"), 4);
+    assert_eq!(count(&root, ".cost-bars .bar rect.seg"), 12);
+    assert_eq!(count(&root, ".memory-chart polyline.timeline"), 1);
+    assert!(text(&root, ".memory-chart .peak-label").starts_with("peak "));
+    assert!(text(&root, ".cost-summary").starts_with("step "));
+    let before = text(&root, ".cost-summary");
+    // Another topology re-prices the same plan.
+    select(&root, "#topology", "tpu-v5e-16");
+    settle().await;
+    assert_ne!(text(&root, ".cost-summary"), before);
+    assert!(document()
+        .location()
+        .unwrap()
+        .hash()
+        .unwrap()
+        .contains("topo=tpu-v5e-16"));
+    // Pin, switch ZeRO on: the plan text carries it, the ledger shows the sharding
+    // collectives, and the comparison lists what changed.
+    click(&root, "#pin");
+    settle().await;
+    assert_eq!(text(&root, "#pin"), "Unpin");
+    select(&root, "#zero", "3");
+    until(|| count(&root, ".diff-table tr.collective") > 0).await;
+    let editor: HtmlTextAreaElement = q(&root, "#plan-text").dyn_into().unwrap();
+    assert!(
+        editor.value().contains("options zero=3"),
+        "{}",
+        editor.value()
+    );
+    assert!(
+        text(&root, ".ledger").contains("ZeRO sharding"),
+        "{}",
+        text(&root, ".ledger")
+    );
+    let table = text(&root, ".diff-table");
+    assert!(
+        table.contains("step time") && table.contains("peak memory"),
+        "{table}"
+    );
+    assert!(table.contains("backward reduce_scatter"), "{table}");
+    assert!(document()
+        .location()
+        .unwrap()
+        .hash()
+        .unwrap()
+        .contains("zero=3"));
+    // Peak memory per rank fell (the parameters are sharded): its row is marked better.
+    let better = root.query_selector_all(".diff-table tr.better").unwrap();
+    let rows: Vec<String> = (0..better.length())
+        .filter_map(|i| better.item(i))
+        .map(|r| r.text_content().unwrap_or_default())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r.starts_with("peak memory")),
+        "{rows:?}"
+    );
+}
+
+#[wasm_bindgen_test]
 async fn the_megatron_sums_toggle_replans_the_ledger() {
     let root = app("#s=gpt_dp_mp&rank=5").await;
     let backward_tp = |root: &Element| {

@@ -29,6 +29,13 @@ impl Session {
         if self.megatron_sums {
             parts.push("ms=1".into());
         }
+        // A scenario link carries the ZeRO stage (a text link has it in its options).
+        if self.scenario != "custom" && self.plan.options.zero != 0 {
+            parts.push(format!("zero={}", self.plan.options.zero));
+        }
+        if self.topology != TOPOLOGIES[0] {
+            parts.push(format!("topo={}", encode(&self.topology)));
+        }
         parts.join("&")
     }
 
@@ -110,6 +117,20 @@ impl Session {
                     clip(other)
                 ))
             }
+        }
+        if let Some(z) = fields.get("zero") {
+            let stage = z
+                .parse::<i64>()
+                .map_err(|_| format!("the link's `zero` must be 0 to 3, not `{}`", clip(z)))?;
+            let stage = crate::plan::PlanOptions::check_zero(stage)
+                .map_err(|e| format!("the link's {e}"))?;
+            s = s.reduce(Action::SetZero(stage));
+        }
+        if let Some(t) = fields.get("topo") {
+            if !TOPOLOGIES.contains(&t.as_str()) {
+                return Err(format!("the link's topology `{}` is unknown", clip(t)));
+            }
+            s.topology = t.clone();
         }
         if let Some(stage) = fields.get("stage") {
             s.stage = Stage::from_id(stage)

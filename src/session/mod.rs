@@ -11,11 +11,13 @@ use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
 use std::sync::Arc;
 
+mod cost;
 mod edit;
 mod link;
 mod replay;
 mod run;
 
+pub use cost::{Pinned, TOPOLOGIES};
 pub use link::{decode, encode, preset_names};
 
 /// Which program the page shows.
@@ -87,6 +89,13 @@ pub enum Action {
     Run,
     /// Megatron's backward sums on or off (see `PartitionOptions::defer_partial_sums`).
     SetMegatronSums(bool),
+    /// The ZeRO stage (0-3) of the plan's options.
+    SetZero(u8),
+    /// The topology preset the cost panel prices the plan on.
+    SetTopology(String),
+    /// Pin the current plan to compare later plans against; unpin.
+    Pin,
+    Unpin,
     Dismiss,
 }
 
@@ -123,6 +132,10 @@ pub struct Session {
     pub embed: bool,
     /// Partition with Megatron's backward sums instead of Paddle's per-matmul all-reduces.
     pub megatron_sums: bool,
+    /// The topology preset of the cost panel.
+    pub topology: String,
+    /// A plan pinned for comparison.
+    pub pinned: Option<Pinned>,
 }
 
 impl PartialEq for Session {
@@ -140,6 +153,12 @@ impl PartialEq for Session {
             && self.embed == other.embed
             && self.plan_error == other.plan_error
             && self.megatron_sums == other.megatron_sums
+            && self.topology == other.topology
+            && match (&self.pinned, &other.pinned) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(&a.pipeline, &b.pipeline),
+                (None, Some(_)) | (Some(_), None) => false,
+            }
     }
 }
 
@@ -183,6 +202,8 @@ impl Session {
             run: None,
             embed: false,
             megatron_sums: false,
+            topology: TOPOLOGIES[0].to_string(),
+            pinned: None,
         };
         s.replan();
         s
@@ -236,7 +257,7 @@ impl Session {
     }
 
     /// How this session partitions `ranks` (`None`: every rank).
-    fn partition_options(&self, ranks: Option<Vec<u32>>) -> PartitionOptions {
+    pub(super) fn partition_options(&self, ranks: Option<Vec<u32>>) -> PartitionOptions {
         // The plan text's options, with the session's toggles on top.
         let from_plan = PipelineOptions::from_plan(&self.plan.options).partition;
         PartitionOptions {
@@ -285,6 +306,8 @@ impl Session {
                         s = s.reduce(Action::SetMegatronSums(true));
                     }
                     s.embed = self.embed;
+                    s.topology = self.topology.clone();
+                    s.pinned = self.pinned.clone();
                     return s;
                 }
                 Err(e) => self.message = Some(e),
@@ -338,6 +361,16 @@ impl Session {
                     self.replan();
                 }
             }
+            Action::SetZero(z) => self.set_zero(z),
+            Action::SetTopology(t) => {
+                if TOPOLOGIES.contains(&t.as_str()) {
+                    self.topology = t;
+                } else {
+                    self.message = Some(format!("unknown topology `{t}`"));
+                }
+            }
+            Action::Pin => self.pin(),
+            Action::Unpin => self.pinned = None,
             Action::Dismiss => {}
         }
         self

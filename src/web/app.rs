@@ -1,6 +1,7 @@
 //! The root component: the session reducer, URL and localStorage sync, the play timer,
 //! keyboard shortcuts, and the page layout.
 
+use super::cost_panel::CostPanel;
 use super::editor::Editor;
 use super::inspector::Inspector;
 use super::ledger_view::LedgerView;
@@ -230,6 +231,7 @@ pub fn App() -> Html {
                 </section>
                 <aside class="column right">
                     if ctx.shows("rank") { <RankLens /> }
+                    if ctx.shows("cost") { <CostPanel /> }
                     if ctx.shows("ledger") { <LedgerView /> }
                     if ctx.shows("run") { <RunPanel /> }
                 </aside>

@@ -3,6 +3,7 @@
 
 mod api;
 mod app;
+mod cost_panel;
 mod editor;
 mod inspector;
 mod ledger_view;

@@ -1,0 +1,98 @@
+//! The cost panel's model: the plan costed on a topology preset, the ZeRO stage, and a
+//! pinned plan to compare against.
+
+use super::*;
+use crate::cost::device::Topology;
+use crate::cost::diff::{diff, PlanDiff};
+use crate::cost::estimate::{estimate, CostOptions, Estimate};
+
+/// The topologies the playground offers (the browser does not measure its CPU, so `cpu`
+/// has nominal figures).
+pub const TOPOLOGIES: [&str; 4] = ["h100x8", "h100x8x4", "tpu-v5e-16", "cpu"];
+
+/// A plan pinned for comparison.
+#[derive(Clone)]
+pub struct Pinned {
+    /// Its plan text, as pinned.
+    pub text: String,
+    /// Its pipeline, every rank partitioned.
+    pub pipeline: Arc<Pipeline>,
+}
+
+/// `p` with every rank partitioned (a copy if it had only some).
+fn all_ranks(p: &Arc<Pipeline>, opts: &PartitionOptions) -> Result<Arc<Pipeline>, String> {
+    if p.is_fully_partitioned() {
+        return Ok(Arc::clone(p));
+    }
+    let mut full = (**p).clone();
+    let opts = PartitionOptions {
+        ranks: None,
+        ..opts.clone()
+    };
+    full.repartition(&opts).map_err(|e| e.to_string())?;
+    Ok(Arc::new(full))
+}
+
+impl Session {
+    /// The topology preset the plan is costed on.
+    pub fn topology(&self) -> Result<Topology, String> {
+        Topology::preset(&self.topology).map_err(|e| e.to_string())
+    }
+
+    fn costed(&self, p: &Arc<Pipeline>, amp: bool) -> Result<(Arc<Pipeline>, Estimate), String> {
+        let full = all_ranks(p, &self.partition_options(None))?;
+        let topo = self.topology()?;
+        let opts = CostOptions {
+            mixed_precision: amp,
+            overlap_grad_sync: false,
+        };
+        let e = estimate(&full, &topo, topo.default_dtype, opts).map_err(|e| e.to_string())?;
+        Ok((full, e))
+    }
+
+    /// The current plan's cost on the session's topology (every rank), or why there is none.
+    pub fn cost(&self) -> Result<Estimate, String> {
+        let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
+        self.costed(p, self.plan.options.amp).map(|c| c.1)
+    }
+
+    /// The pinned plan against the current one (`None` without a pinned plan).
+    pub fn pinned_diff(&self) -> Option<Result<PlanDiff, String>> {
+        let pinned = self.pinned.as_ref()?;
+        let now = self.pipeline.as_ref()?;
+        Some((|| {
+            let (pa, ea) = self.costed(&pinned.pipeline, pinned.pipeline.plan.options.amp)?;
+            let (pb, eb) = self.costed(now, self.plan.options.amp)?;
+            Ok(diff(&pa, &ea, &pb, &eb))
+        })())
+    }
+
+    /// Pins the current plan (every rank partitioned) for comparison.
+    pub(super) fn pin(&mut self) {
+        let Some(p) = self.pipeline.as_ref() else {
+            self.message = Some("nothing to pin: the plan has an error".into());
+            return;
+        };
+        match all_ranks(p, &self.partition_options(None)) {
+            Ok(full) => {
+                self.pinned = Some(Pinned {
+                    text: self.text.clone(),
+                    pipeline: full,
+                })
+            }
+            Err(e) => self.message = Some(e),
+        }
+    }
+
+    /// Sets the ZeRO stage in the plan's options.
+    pub(super) fn set_zero(&mut self, stage: u8) {
+        match crate::plan::PlanOptions::check_zero(i64::from(stage)) {
+            Ok(z) if z != self.plan.options.zero => {
+                self.plan.options.zero = z;
+                self.plan_changed();
+            }
+            Ok(_) => {}
+            Err(e) => self.message = Some(e),
+        }
+    }
+}
