@@ -39,6 +39,38 @@ impl Session {
         parts.join("&")
     }
 
+    /// The planning options a link carries: Megatron sums, the ZeRO stage, the topology.
+    fn with_link_options(
+        mut self,
+        fields: &std::collections::HashMap<String, String>,
+    ) -> Result<Session, String> {
+        match fields.get("ms").map(String::as_str) {
+            None | Some("0") => {}
+            Some("1") => self = self.reduce(Action::SetMegatronSums(true)),
+            Some(other) => {
+                return Err(format!(
+                    "the link's `ms` must be 0 or 1, not `{}`",
+                    clip(other)
+                ))
+            }
+        }
+        if let Some(z) = fields.get("zero") {
+            let stage = z
+                .parse::<i64>()
+                .map_err(|_| format!("the link's `zero` must be 0 to 3, not `{}`", clip(z)))?;
+            let stage = crate::plan::PlanOptions::check_zero(stage)
+                .map_err(|e| format!("the link's {e}"))?;
+            self = self.reduce(Action::SetZero(stage));
+        }
+        if let Some(t) = fields.get("topo") {
+            if !TOPOLOGIES.contains(&t.as_str()) {
+                return Err(format!("the link's topology `{}` is unknown", clip(t)));
+            }
+            self.topology = t.clone();
+        }
+        Ok(self)
+    }
+
     /// Restores a state from a URL hash; a hostile or corrupt hash is an error message.
     pub fn from_hash(hash: &str) -> Result<Session, String> {
         let hash = hash.trim_start_matches('#');
@@ -108,30 +140,7 @@ impl Session {
             s.plan_changed();
             s
         };
-        match fields.get("ms").map(String::as_str) {
-            None | Some("0") => {}
-            Some("1") => s = s.reduce(Action::SetMegatronSums(true)),
-            Some(other) => {
-                return Err(format!(
-                    "the link's `ms` must be 0 or 1, not `{}`",
-                    clip(other)
-                ))
-            }
-        }
-        if let Some(z) = fields.get("zero") {
-            let stage = z
-                .parse::<i64>()
-                .map_err(|_| format!("the link's `zero` must be 0 to 3, not `{}`", clip(z)))?;
-            let stage = crate::plan::PlanOptions::check_zero(stage)
-                .map_err(|e| format!("the link's {e}"))?;
-            s = s.reduce(Action::SetZero(stage));
-        }
-        if let Some(t) = fields.get("topo") {
-            if !TOPOLOGIES.contains(&t.as_str()) {
-                return Err(format!("the link's topology `{}` is unknown", clip(t)));
-            }
-            s.topology = t.clone();
-        }
+        s = s.with_link_options(&fields)?;
         if let Some(stage) = fields.get("stage") {
             s.stage = Stage::from_id(stage)
                 .ok_or_else(|| format!("the link's stage `{}` is unknown", clip(stage)))?;

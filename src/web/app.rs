@@ -88,6 +88,18 @@ fn initial() -> Session {
     session
 }
 
+/// The right column: rank lens, cost, ledger, run.
+fn right_column(ctx: &AppCtx) -> Html {
+    html! {
+        <aside class="column right">
+            if ctx.shows("rank") { <RankLens /> }
+            if ctx.shows("cost") { <CostPanel /> }
+            if ctx.shows("ledger") { <LedgerView /> }
+            if ctx.shows("run") { <RunPanel /> }
+        </aside>
+    }
+}
+
 /// The playground.
 #[component]
 pub fn App() -> Html {
@@ -229,12 +241,7 @@ pub fn App() -> Html {
                     if ctx.shows("program") { <ProgramView /> }
                     if ctx.shows("editor") && !s.embed { <Editor /> }
                 </section>
-                <aside class="column right">
-                    if ctx.shows("rank") { <RankLens /> }
-                    if ctx.shows("cost") { <CostPanel /> }
-                    if ctx.shows("ledger") { <LedgerView /> }
-                    if ctx.shows("run") { <RunPanel /> }
-                </aside>
+                { right_column(&ctx) }
             </main>
         </ContextProvider<AppCtx>>
     }
