@@ -57,7 +57,7 @@ fn bars(e: &Estimate) -> Html {
             if ranks.len() > shown.len() {
                 <p class="hint">{ format!("first {} of {} ranks", shown.len(), ranks.len()) }</p>
             }
-            <p class="legend cost-legend">
+            <p class="cost-legend">
                 <span class="key compute"></span>{ "compute " }
                 <span class="key comm"></span>{ "communication " }
                 <span class="key idle"></span>{ "idle" }
@@ -125,13 +125,13 @@ fn delta_row(name: &str, a: f64, b: f64, fmt: fn(f64) -> String) -> Html {
     } else {
         "same"
     };
-    let pct = if a != 0.0 {
-        format!(" ({:+.1}%)", 100.0 * d / a)
-    } else {
-        String::new()
-    };
+    let pct = (a != 0.0).then(|| format!("{:+.1}%", 100.0 * d / a));
     html! {
-        <tr class={classes!(class)}><td>{ name.to_string() }</td><td>{ fmt(a) }</td><td>{ fmt(b) }</td><td>{ format!("{}{}{pct}", if d >= 0.0 { "+" } else { "-" }, fmt(d.abs())) }</td></tr>
+        <tr class={classes!(class)}>
+            <td>{ name.to_string() }</td><td>{ fmt(a) }</td><td>{ fmt(b) }</td>
+            <td>{ format!("{}{}", if d >= 0.0 { "+" } else { "-" }, fmt(d.abs())) }
+                if let Some(p) = pct { <br /><small>{ p }</small> }</td>
+        </tr>
     }
 }
 

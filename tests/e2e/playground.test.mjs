@@ -100,3 +100,26 @@ test('the JavaScript API example page plans without the UI', async () => {
   assert.equal(await page.locator('.mesh-view').count(), 0, 'the playground is not mounted');
   assert.equal(await page.evaluate(() => document.body.dataset.error), 'unknown preset `nope`');
 });
+
+test('the cost panel draws time and memory, toggles ZeRO and compares with a pinned plan', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = await open(page, server.url + '#s=gpt_dp_mp&rank=0');
+  const panel = page.locator('.cost-panel');
+  assert.equal(await panel.locator('.cost-bars .bar').count(), 8);
+  assert.equal(await panel.locator('.memory-chart .peak').count(), 1);
+  await page.click('#pin');
+  await page.selectOption('#zero', '3');
+  await page.waitForSelector('.diff-table tr.collective');
+  const table = await panel.locator('.diff-table').innerText();
+  assert.match(table, /backward\s+reduce_scatter/);
+  assert.match(decodeURIComponent(page.url()), /zero=3/);
+  await page.selectOption('#topology', 'tpu-v5e-16');
+  await page.waitForFunction(() => location.hash.includes('topo=tpu-v5e-16'));
+  await panel.screenshot({ path: `${screenshotDir}/cost-panel.png` });
+  // Embedded with only the cost panel beside the program, the charts stay readable.
+  const embed = await browser.newPage({ viewport: { width: 900, height: 700 } });
+  await open(embed, server.url + '?embed=1&hide=editor,run,ledger,rank,inspector#s=gpt_dp_mp');
+  assert.equal(await embed.locator('.cost-panel .cost-bars .bar').count(), 8);
+  await embed.screenshot({ path: `${screenshotDir}/cost-embed.png` });
+  assert.deepEqual(errors, []);
+});
