@@ -68,7 +68,7 @@ fn provenance_of_a_column_parallel_activation() {
         "gelu_0.tmp_0",
         expect![[r#"
             gelu_0.tmp_0 f32[16, 256]: [-, mp]
-            dim 0 = -: nothing split it
+            dim 0 = -: not split: every mesh axis already splits another dim or holds a partial value
             dim 1 = mp:
               1. annotated: linear_0.w_0 dim 1 = mp
               2. sweep 1 forward: op0 (matmul_v2) set linear_0.tmp_0 dim 1 = mp from its inputs
@@ -94,7 +94,7 @@ fn provenance_reaches_the_label_through_the_loss_op() {
               5. sweep 1 forward: op3 (matmul_v2) set linear_1.tmp_0 dim 0 = dp from its inputs
               6. sweep 1 forward: op4 (elementwise_add) set linear_1.tmp_1 dim 0 = dp from its inputs
               7. sweep 1 forward: op5 (softmax_with_cross_entropy) set label dim 0 = dp from its inputs
-            dim 1 = -: nothing split it
+            dim 1 = -: not split: every mesh axis already splits another dim or holds a partial value
         "#]],
     );
 }

@@ -235,11 +235,8 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
         out.push_str(&format!("dim {d} = {}", names(&attr.dims[d])));
         let steps = c.trace.explain(var, d as u16, |op| op_vars(program, op));
         if steps.is_empty() {
-            out.push_str(if attr.annotated[d] {
-                ": annotated replicated\n"
-            } else {
-                ": nothing split it\n"
-            });
+            let why = super::why_not::why_not_split(program, c, var, d);
+            out.push_str(&format!(": {}\n", why.describe(program, c)));
             continue;
         }
         out.push_str(":\n");
