@@ -197,6 +197,8 @@ fn mutated_plan() -> impl Strategy<Value = String> {
             "options zero=1\n",
             "options optimizer=adam amp clip_norm=0.5 zero=3\n",
             "options optimizer=momentum megatron_sums zero=2\n",
+            "options recompute=full zero=3\n",
+            "options recompute=selective\n",
         ]),
     )
         .prop_map(|(base, (mesh, axes), edits, extra, annotations, options)| {

@@ -5,7 +5,9 @@
 use proptest::prelude::*;
 use shardlab::dist::{ProcessMesh, ReduceType, TensorDistAttr};
 use shardlab::ir::{Attr, DType, Op, OpRole, OpType, Program, TensorType, Var, VarId, VarKind};
-use shardlab::plan::{parse_plan, verify_plan, Annotation, OptimizerKind, Plan, PlanOptions};
+use shardlab::plan::{
+    parse_plan, verify_plan, Annotation, OptimizerKind, Plan, PlanOptions, Recompute,
+};
 use std::sync::Arc;
 
 fn name() -> impl Strategy<Value = String> {
@@ -167,15 +169,19 @@ fn options() -> impl Strategy<Value = PlanOptions> {
         any::<bool>(),
         any::<bool>(),
         0u8..4,
+        prop::sample::select(vec![Recompute::Off, Recompute::Full, Recompute::Selective]),
     )
         .prop_map(
-            |(optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero)| PlanOptions {
-                optimizer,
-                amp,
-                clip_norm,
-                megatron_sums,
-                no_grad_scale,
-                zero,
+            |(optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero, recompute)| {
+                PlanOptions {
+                    optimizer,
+                    amp,
+                    clip_norm,
+                    megatron_sums,
+                    no_grad_scale,
+                    zero,
+                    recompute,
+                }
             },
         )
 }
@@ -255,8 +261,9 @@ fn parse_errors_name_line_column_and_what_was_expected() {
         ("options amp amp", &["1:13: option `amp` is given twice"]),
         ("options clip_norm=0", &["1:9: clip_norm 0: expected a finite number above 0"]),
         ("options optimizer=lamb", &["1:9: unknown optimizer `lamb`: expected sgd, momentum, adam or adamw"]),
-        ("options warp=9", &["1:9: unknown option `warp`: expected one of optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero"]),
+        ("options warp=9", &["1:9: unknown option `warp`: expected one of optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero, recompute"]),
         ("options amp\noptions zero=1", &["2:1: the options are given twice"]),
+        ("options recompute=some", &["1:9: recompute `some`: expected off, full or selective"]),
         ("var x: f32[99999999999999999999] input", &["1:12: invalid integer (out of range?) `99999999999999999999`"]),
     ];
     for (text, want) in cases {

@@ -1,6 +1,6 @@
 //! No false FAILs: random plans (models, 1-, 2- and 3-D meshes, annotations), every
-//! optimizer, with and without AMP and clipping, every ZeRO stage, in f32 and f64, one or
-//! two steps, are
+//! optimizer, with and without AMP and clipping, every ZeRO stage and recomputation mode,
+//! in f32 and f64, one or two steps, are
 //! planned, run on every rank and verified against the serial run, and every check passes.
 //!
 //! CI runs `PROPTEST_CASES` (200 in `scripts/test.sh`, with a fixed `PROPTEST_RNG_SEED`);
@@ -32,9 +32,15 @@ proptest! {
         clip in prop::option::of(prop::sample::select(vec![1e-3, 0.5, 10.0])),
         steps in 1usize..3,
         zero in 0u8..4,
+        recompute in prop::sample::select(vec![
+            shardlab::plan::Recompute::Off,
+            shardlab::plan::Recompute::Full,
+            shardlab::plan::Recompute::Selective,
+        ]),
     ) {
         let mut opts = common::with_optimizer(optimizer, amp, clip);
         opts.partition.zero = zero;
+        opts.recompute = recompute;
         let p = run_pipeline(&plan, &opts).unwrap();
         let run = RunOptions { steps, ..Default::default() };
         let serial = run_serial(&p, &run).unwrap();
@@ -47,7 +53,7 @@ proptest! {
             .map(|a| format!("{} {:?}", plan.program.var(a.var).name, a.attr.dims)).collect();
         prop_assert!(
             failed.is_empty(),
-            "mesh {:?} {:?} {optimizer} amp={amp} clip={clip:?} steps={steps} zero={zero}:\n{}",
+            "mesh {:?} {:?} {optimizer} amp={amp} clip={clip:?} steps={steps} zero={zero} {recompute:?}:\n{}",
             plan.mesh().map(|m| m.to_string()), annotations, failed.join("\n")
         );
     }

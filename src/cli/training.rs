@@ -27,6 +27,10 @@ pub(crate) struct TrainingArgs {
     /// 2 (and gradients), 3 (and parameters).
     #[arg(long, value_name = "STAGE")]
     zero: Option<i64>,
+    /// Recompute activations in backward: off, full (each transformer layer from its input)
+    /// or selective (attention's scores and softmax).
+    #[arg(long, value_name = "MODE")]
+    recompute: Option<String>,
 }
 
 impl TrainingArgs {
@@ -44,6 +48,10 @@ impl TrainingArgs {
         options.megatron_sums |= self.megatron_sums;
         if let Some(z) = self.zero {
             options.zero = PlanOptions::check_zero(z).map_err(|e| format!("--{e}"))?;
+        }
+        if let Some(r) = &self.recompute {
+            options.recompute = crate::plan::Recompute::from_name(r)
+                .ok_or_else(|| format!("--recompute {r}: expected off, full or selective"))?;
         }
         Ok(())
     }

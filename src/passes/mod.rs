@@ -15,5 +15,6 @@ pub mod ledger;
 pub mod optimizer;
 pub mod partition;
 pub mod pipeline;
+pub mod recompute;
 
 pub use complete::{complete, complete_from, CompleteError, Completed};

@@ -21,6 +21,8 @@ use crate::plan::Plan;
 pub struct PipelineOptions {
     pub optimizer: OptimizerOptions,
     pub partition: PartitionOptions,
+    /// Activation recomputation (see `recompute.rs`).
+    pub recompute: crate::plan::Recompute,
 }
 
 impl PipelineOptions {
@@ -38,6 +40,7 @@ impl PipelineOptions {
                 zero: o.zero,
                 ..PartitionOptions::default()
             },
+            recompute: o.recompute,
         }
     }
 }
@@ -123,6 +126,8 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     let backward = append_backward(&plan.program)?;
     verify("backward", &backward.program)?;
     let mut full = complete_backward(&backward, &completed);
+    let backward = super::recompute::apply_recompute(&mut full, backward, opts.recompute)?;
+    verify("recompute", &full.program)?;
     append_optimizer(&mut full, &backward.param_grads, &opts.optimizer)?;
     verify("optimizer", &full.program)?;
     check_layouts(&full)?;

@@ -22,7 +22,7 @@ mod parse;
 mod print;
 mod spec;
 
-pub use options::{parse_options, OptimizerKind, PlanOptions, MAX_ZERO};
+pub use options::{parse_options, OptimizerKind, PlanOptions, Recompute, MAX_ZERO};
 pub use parse::{parse_plan, SourceMap};
 pub use print::write_shard;
 pub use spec::{mesh_spec, parse_mesh_spec, parse_shard_spec, shard_spec, SpecError};

@@ -46,6 +46,35 @@ impl OptimizerKind {
     }
 }
 
+/// Activation recomputation (Korthikanti et al. 2022).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    /// Keep every activation the backward reads.
+    #[default]
+    Off,
+    /// Re-run each transformer layer's forward in backward from the layer's input.
+    Full,
+    /// Re-run only attention's core: the scores, their scaling and the softmax.
+    Selective,
+}
+
+impl Recompute {
+    pub fn name(self) -> &'static str {
+        match self {
+            Recompute::Off => "off",
+            Recompute::Full => "full",
+            Recompute::Selective => "selective",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Recompute> {
+        [Recompute::Off, Recompute::Full, Recompute::Selective]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
+}
+
 /// The largest ZeRO stage.
 pub const MAX_ZERO: u8 = 3;
 
@@ -63,16 +92,19 @@ pub struct PlanOptions {
     pub no_grad_scale: bool,
     /// ZeRO / sharding stage, 0 (off) to 3.
     pub zero: u8,
+    /// Activation recomputation.
+    pub recompute: Recompute,
 }
 
 /// The keys of the options statement, in canonical order.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 7] = [
     "optimizer",
     "amp",
     "clip_norm",
     "megatron_sums",
     "no_grad_scale",
     "zero",
+    "recompute",
 ];
 
 impl PlanOptions {
@@ -122,6 +154,9 @@ impl fmt::Display for PlanOptions {
         }
         if self.zero != 0 {
             write!(f, " zero={}", self.zero)?;
+        }
+        if self.recompute != Recompute::Off {
+            write!(f, " recompute={}", self.recompute.name())?;
         }
         Ok(())
     }
@@ -195,6 +230,11 @@ fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), String
                 .parse()
                 .map_err(|_| format!("zero `{v}`: expected a stage from 0 to {MAX_ZERO}"))?;
             o.zero = PlanOptions::check_zero(s)?;
+        }
+        "recompute" => {
+            let v = value.ok_or_else(|| needs("off|full|selective"))?;
+            o.recompute = Recompute::from_name(v)
+                .ok_or_else(|| format!("recompute `{v}`: expected off, full or selective"))?;
         }
         _ => {
             return Err(format!(
