@@ -198,7 +198,7 @@ fn mutated_plan() -> impl Strategy<Value = String> {
             "options optimizer=adam amp clip_norm=0.5 zero=3\n",
             "options optimizer=momentum megatron_sums zero=2\n",
             "options recompute=full zero=3\n",
-            "options recompute=selective\n",
+            "options recompute=selective bucket_mb=0.001\n",
         ]),
     )
         .prop_map(|(base, (mesh, axes), edits, extra, annotations, options)| {

@@ -170,9 +170,19 @@ fn options() -> impl Strategy<Value = PlanOptions> {
         any::<bool>(),
         0u8..4,
         prop::sample::select(vec![Recompute::Off, Recompute::Full, Recompute::Selective]),
+        prop::option::of(prop_oneof![Just(25.0), 1e-3f64..1e3]),
     )
         .prop_map(
-            |(optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero, recompute)| {
+            |(
+                optimizer,
+                amp,
+                clip_norm,
+                megatron_sums,
+                no_grad_scale,
+                zero,
+                recompute,
+                bucket_mb,
+            )| {
                 PlanOptions {
                     optimizer,
                     amp,
@@ -181,6 +191,7 @@ fn options() -> impl Strategy<Value = PlanOptions> {
                     no_grad_scale,
                     zero,
                     recompute,
+                    bucket_mb,
                 }
             },
         )
@@ -261,9 +272,11 @@ fn parse_errors_name_line_column_and_what_was_expected() {
         ("options amp amp", &["1:13: option `amp` is given twice"]),
         ("options clip_norm=0", &["1:9: clip_norm 0: expected a finite number above 0"]),
         ("options optimizer=lamb", &["1:9: unknown optimizer `lamb`: expected sgd, momentum, adam or adamw"]),
-        ("options warp=9", &["1:9: unknown option `warp`: expected one of optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero, recompute"]),
+        ("options warp=9", &["1:9: unknown option `warp`: expected one of optimizer, amp, clip_norm, megatron_sums, no_grad_scale, zero, recompute, bucket_mb"]),
         ("options amp\noptions zero=1", &["2:1: the options are given twice"]),
         ("options recompute=some", &["1:9: recompute `some`: expected off, full or selective"]),
+        ("options bucket_mb=0", &["1:9: bucket_mb 0: expected a size in MiB above 0 and at most 1048576"]),
+        ("options bucket_mb=lots", &["1:9: bucket_mb `lots`: expected a number of MiB"]),
         ("var x: f32[99999999999999999999] input", &["1:12: invalid integer (out of range?) `99999999999999999999`"]),
     ];
     for (text, want) in cases {

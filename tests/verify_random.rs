@@ -1,5 +1,6 @@
 //! No false FAILs: random plans (models, 1-, 2- and 3-D meshes, annotations), every
 //! optimizer, with and without AMP and clipping, every ZeRO stage and recomputation mode,
+//! gradient buckets or not,
 //! in f32 and f64, one or two steps, are
 //! planned, run on every rank and verified against the serial run, and every check passes.
 //!
@@ -37,10 +38,12 @@ proptest! {
             shardlab::plan::Recompute::Full,
             shardlab::plan::Recompute::Selective,
         ]),
+        bucket in prop::sample::select(vec![0u64, 512, 1 << 20]),
     ) {
         let mut opts = common::with_optimizer(optimizer, amp, clip);
         opts.partition.zero = zero;
         opts.recompute = recompute;
+        opts.partition.bucket_bytes = bucket;
         let p = run_pipeline(&plan, &opts).unwrap();
         let run = RunOptions { steps, ..Default::default() };
         let serial = run_serial(&p, &run).unwrap();
@@ -53,7 +56,7 @@ proptest! {
             .map(|a| format!("{} {:?}", plan.program.var(a.var).name, a.attr.dims)).collect();
         prop_assert!(
             failed.is_empty(),
-            "mesh {:?} {:?} {optimizer} amp={amp} clip={clip:?} steps={steps} zero={zero} {recompute:?}:\n{}",
+            "mesh {:?} {:?} {optimizer} amp={amp} clip={clip:?} steps={steps} zero={zero} {recompute:?} bucket={bucket}:\n{}",
             plan.mesh().map(|m| m.to_string()), annotations, failed.join("\n")
         );
     }

@@ -31,6 +31,10 @@ pub(crate) struct TrainingArgs {
     /// or selective (attention's scores and softmax).
     #[arg(long, value_name = "MODE")]
     recompute: Option<String>,
+    /// Fuse data-parallel gradient all-reduces into buckets of this many MiB (DDP's
+    /// bucket_cap_mb, 25 there by default).
+    #[arg(long, value_name = "MIB")]
+    bucket_mb: Option<f64>,
 }
 
 impl TrainingArgs {
@@ -48,6 +52,12 @@ impl TrainingArgs {
         options.megatron_sums |= self.megatron_sums;
         if let Some(z) = self.zero {
             options.zero = PlanOptions::check_zero(z).map_err(|e| format!("--{e}"))?;
+        }
+        if let Some(mb) = self.bucket_mb {
+            options.bucket_mb = Some(
+                PlanOptions::check_bucket_mb(mb)
+                    .map_err(|e| format!("--{e}").replace("_mb", "-mb"))?,
+            );
         }
         if let Some(r) = &self.recompute {
             options.recompute = crate::plan::Recompute::from_name(r)

@@ -115,7 +115,9 @@ fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Prim
             | RankLocalOp::CEmbeddingGrad
             | RankLocalOp::CSoftmaxWithCrossEntropyGrad
             | RankLocalOp::FlattenPad
-            | RankLocalOp::UnpadReshape,
+            | RankLocalOp::UnpadReshape
+            | RankLocalOp::CoalesceTensor
+            | RankLocalOp::UncoalesceTensor,
         ) => None,
     }
 }

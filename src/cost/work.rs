@@ -89,7 +89,11 @@ pub fn op_work(program: &Program, op: &Op, elem: ElementBytes) -> Work {
             | CollectiveOp::Recv,
         ) => return Work::default(),
         OpType::RankLocal(
-            RankLocalOp::Slice | RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape,
+            RankLocalOp::Slice
+            | RankLocalOp::FlattenPad
+            | RankLocalOp::UnpadReshape
+            | RankLocalOp::CoalesceTensor
+            | RankLocalOp::UncoalesceTensor,
         ) => 0.0,
         OpType::RankLocal(RankLocalOp::CEmbedding) => c.out_numel("Out"),
         OpType::RankLocal(RankLocalOp::CEmbeddingGrad) => c.in_numel("Out@GRAD"),

@@ -116,6 +116,19 @@ pub fn propagate(
         OpType::RankLocal(RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape) => {
             a.one("Out", a.e("X"))
         }
+        // A bucket moves values exactly: the buffer is as far off as its worst part.
+        OpType::RankLocal(RankLocalOp::CoalesceTensor) => {
+            let worst = op
+                .input("Input")
+                .iter()
+                .map(|&v| view.e(v))
+                .fold(0.0, f64::max);
+            a.one("FusedOutput", worst)
+        }
+        OpType::RankLocal(RankLocalOp::UncoalesceTensor) => {
+            let e = a.e("FusedOutput");
+            op.output("Output").iter().map(|&v| (v, e)).collect()
+        }
         OpType::RankLocal(RankLocalOp::CEmbedding) => forward(&a, ForwardOp::LookupTableV2),
         OpType::RankLocal(RankLocalOp::CEmbeddingGrad) => grad(&a, ForwardOp::LookupTableV2),
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy) => {

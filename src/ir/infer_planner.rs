@@ -264,6 +264,7 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
             single(sm.clone())
         }
         RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape => flat_buffer(op, o, inputs),
+        RankLocalOp::CoalesceTensor | RankLocalOp::UncoalesceTensor => coalesce(o, inputs),
     }
 }
 
@@ -293,4 +294,29 @@ fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
         ));
     }
     single(TensorType::new(x.dtype, dims))
+}
+
+/// A gradient bucket: `coalesce_tensor` flattens its inputs into one buffer of the same
+/// dtype; `uncoalesce_tensor` writes a buffer of their total size back into them.
+fn coalesce(o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    let slot = usize::from(o == RankLocalOp::UncoalesceTensor);
+    let parts = inputs.get(slot).ok_or("Input is missing")?;
+    let first = parts.first().ok_or("Input needs at least one tensor")?;
+    if parts.iter().any(|t| t.dtype != first.dtype) {
+        return Err("the tensors of a bucket must share a dtype".into());
+    }
+    let total = parts
+        .iter()
+        .try_fold(0usize, |a, t| a.checked_add(t.numel()))
+        .ok_or("the bucket's size overflows")?;
+    if o == RankLocalOp::CoalesceTensor {
+        return single(TensorType::new(first.dtype, vec![total]));
+    }
+    let fused = one(inputs, 0, "FusedOutput")?;
+    if fused.rank() != 1 || fused.numel() != total || fused.dtype != first.dtype {
+        return Err(format!(
+            "FusedOutput {fused} must be a flat buffer of the inputs' {total} elements"
+        ));
+    }
+    Ok(vec![parts.iter().map(|t| (*t).clone()).collect()])
 }

@@ -110,6 +110,10 @@ pub enum RankLocalOp {
     /// The inverse of `flatten_pad`: the first elements of a flat buffer, reshaped to
     /// `shape` (a parameter all-gathered from its ZeRO shards).
     UnpadReshape,
+    /// A gradient bucket: tensors flattened into one buffer (Paddle's `coalesce_tensor`).
+    CoalesceTensor,
+    /// A bucket's buffer back into its tensors, in place.
+    UncoalesceTensor,
 }
 
 impl ForwardOp {
@@ -327,7 +331,7 @@ impl CollectiveOp {
 
 impl RankLocalOp {
     /// Every op of the family, in declaration order.
-    pub const ALL: [RankLocalOp; 7] = [
+    pub const ALL: [RankLocalOp; 9] = [
         RankLocalOp::Slice,
         RankLocalOp::CEmbedding,
         RankLocalOp::CEmbeddingGrad,
@@ -335,6 +339,8 @@ impl RankLocalOp {
         RankLocalOp::CSoftmaxWithCrossEntropyGrad,
         RankLocalOp::FlattenPad,
         RankLocalOp::UnpadReshape,
+        RankLocalOp::CoalesceTensor,
+        RankLocalOp::UncoalesceTensor,
     ];
 
     /// Paddle's op type name.
@@ -347,6 +353,8 @@ impl RankLocalOp {
             RankLocalOp::CSoftmaxWithCrossEntropyGrad => "c_softmax_with_cross_entropy_grad",
             RankLocalOp::FlattenPad => "flatten_pad",
             RankLocalOp::UnpadReshape => "unpad_reshape",
+            RankLocalOp::CoalesceTensor => "coalesce_tensor",
+            RankLocalOp::UncoalesceTensor => "uncoalesce_tensor",
         }
     }
 }
@@ -433,12 +441,14 @@ impl OpType {
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropyGrad);
     pub const FlattenPad: OpType = OpType::RankLocal(RankLocalOp::FlattenPad);
     pub const UnpadReshape: OpType = OpType::RankLocal(RankLocalOp::UnpadReshape);
+    pub const CoalesceTensor: OpType = OpType::RankLocal(RankLocalOp::CoalesceTensor);
+    pub const UncoalesceTensor: OpType = OpType::RankLocal(RankLocalOp::UncoalesceTensor);
 }
 
 impl OpType {
     /// Every op type: forward ops, `fill_constant`, grad ops, then the planner's families.
-    pub const ALL: [OpType; 74] = {
-        let mut all = [OpType::FillConstant; 74];
+    pub const ALL: [OpType; 76] = {
+        let mut all = [OpType::FillConstant; 76];
         let mut i = 0;
         while i < ForwardOp::ALL.len() {
             all[i] = OpType::Forward(ForwardOp::ALL[i]);

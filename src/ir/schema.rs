@@ -87,6 +87,8 @@ const C_SOFTMAX_CE_GRAD: Slots = (
 );
 const SPLIT: Slots = (&[one("X")], &[list("Out")]);
 const CONCAT: Slots = (&[list("X")], &[one("Out")]);
+const COALESCE: Slots = (&[list("Input")], &[one("FusedOutput")]);
+const UNCOALESCE: Slots = (&[one("FusedOutput"), list("Input")], &[list("Output")]);
 const SOFTMAX_CE: Slots = (
     &[one("Logits"), one("Label")],
     &[one("Softmax"), one("Loss")],
@@ -280,6 +282,8 @@ impl OpType {
             OpType::UpdateLossScaling => UPDATE_SCALING,
             OpType::Send => SEND,
             OpType::Slice => SLICE,
+            OpType::CoalesceTensor => COALESCE,
+            OpType::UncoalesceTensor => UNCOALESCE,
             OpType::Grad(_) => grad_slots(self),
         }
     }
@@ -344,6 +348,7 @@ impl OpType {
             OpType::Slice => SLICE_ATTRS,
             OpType::FlattenPad => FLATTEN_PAD_ATTRS,
             OpType::UnpadReshape => UNPAD_RESHAPE_ATTRS,
+            OpType::CoalesceTensor | OpType::UncoalesceTensor => NONE,
             OpType::CEmbedding | OpType::CEmbeddingGrad => C_EMBEDDING_ATTRS,
             OpType::CSoftmaxWithCrossEntropy | OpType::CSoftmaxWithCrossEntropyGrad => {
                 C_SOFTMAX_CE_ATTRS

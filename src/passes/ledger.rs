@@ -60,7 +60,9 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
         | OpType::CEmbeddingGrad
         | OpType::CSoftmaxWithCrossEntropyGrad
         | OpType::FlattenPad
-        | OpType::UnpadReshape => 0.0,
+        | OpType::UnpadReshape
+        | OpType::CoalesceTensor
+        | OpType::UncoalesceTensor => 0.0,
     }
 }
 

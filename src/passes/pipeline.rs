@@ -38,6 +38,7 @@ impl PipelineOptions {
                 scale_gradients: !o.no_grad_scale,
                 defer_partial_sums: o.megatron_sums,
                 zero: o.zero,
+                bucket_bytes: o.bucket_bytes(),
                 ..PartitionOptions::default()
             },
             recompute: o.recompute,

@@ -94,10 +94,13 @@ pub struct PlanOptions {
     pub zero: u8,
     /// Activation recomputation.
     pub recompute: Recompute,
+    /// Fuse data-parallel gradient all-reduces into buckets of this many MiB (DDP's
+    /// `bucket_cap_mb`).
+    pub bucket_mb: Option<f64>,
 }
 
 /// The keys of the options statement, in canonical order.
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 8] = [
     "optimizer",
     "amp",
     "clip_norm",
@@ -105,6 +108,7 @@ pub const KEYS: [&str; 7] = [
     "no_grad_scale",
     "zero",
     "recompute",
+    "bucket_mb",
 ];
 
 impl PlanOptions {
@@ -122,6 +126,23 @@ impl PlanOptions {
                 "clip_norm {norm}: expected a finite number above 0"
             ))
         }
+    }
+
+    /// Checks a bucket size in MiB: finite, above 0, at most 1 TiB.
+    pub fn check_bucket_mb(mb: f64) -> Result<f64, String> {
+        if mb.is_finite() && mb > 0.0 && mb <= 1024.0 * 1024.0 {
+            Ok(mb)
+        } else {
+            Err(format!(
+                "bucket_mb {mb}: expected a size in MiB above 0 and at most 1048576"
+            ))
+        }
+    }
+
+    /// The bucket size in bytes (0: no buckets).
+    pub fn bucket_bytes(&self) -> u64 {
+        self.bucket_mb
+            .map_or(0, |mb| (mb * 1024.0 * 1024.0).ceil() as u64)
     }
 
     /// Checks a ZeRO stage.
@@ -157,6 +178,9 @@ impl fmt::Display for PlanOptions {
         }
         if self.recompute != Recompute::Off {
             write!(f, " recompute={}", self.recompute.name())?;
+        }
+        if let Some(mb) = self.bucket_mb {
+            write!(f, " bucket_mb={mb:?}")?;
         }
         Ok(())
     }
@@ -230,6 +254,13 @@ fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), String
                 .parse()
                 .map_err(|_| format!("zero `{v}`: expected a stage from 0 to {MAX_ZERO}"))?;
             o.zero = PlanOptions::check_zero(s)?;
+        }
+        "bucket_mb" => {
+            let v = value.ok_or_else(|| needs("MIB"))?;
+            let mb: f64 = v
+                .parse()
+                .map_err(|_| format!("bucket_mb `{v}`: expected a number of MiB"))?;
+            o.bucket_mb = Some(PlanOptions::check_bucket_mb(mb)?);
         }
         "recompute" => {
             let v = value.ok_or_else(|| needs("off|full|selective"))?;

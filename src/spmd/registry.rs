@@ -79,7 +79,9 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
             | OpType::CSoftmaxWithCrossEntropy
             | OpType::CSoftmaxWithCrossEntropyGrad
             | OpType::FlattenPad
-            | OpType::UnpadReshape => return Err(err(
+            | OpType::UnpadReshape
+            | OpType::CoalesceTensor
+            | OpType::UncoalesceTensor => return Err(err(
                 "is emitted by the planner; a plan's program holds forward ops (completion of the \
                  backward and optimizer ops copies from their forward ops)"
                     .into(),

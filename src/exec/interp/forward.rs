@@ -244,6 +244,33 @@ impl Rank<'_> {
         }
     }
 
+    /// A gradient bucket: `coalesce_tensor` concatenates its inputs' values into one flat
+    /// buffer; `uncoalesce_tensor` cuts the buffer back into them.
+    pub(super) fn bucket(&mut self, op: &Op) -> Res {
+        if op.ty == OpType::CoalesceTensor {
+            let mut values = Vec::new();
+            let mut dtype = crate::ir::DType::F32;
+            for &v in op.input("Input") {
+                let t = self.get(v)?;
+                dtype = t.dtype();
+                values.extend(t.to_f64());
+            }
+            let n = values.len();
+            self.set(op, "FusedOutput", Tensor::float(dtype, vec![n], values));
+            return Ok(());
+        }
+        let fused = self.slot(op, "FusedOutput")?.clone();
+        let mut start = 0;
+        for (&like, &out) in op.input("Input").iter().zip(op.output("Output")) {
+            let shape = self.get(like)?.shape.clone();
+            let n: usize = shape.iter().product();
+            let part = fused.flat_range(start, start + n).reshaped(shape);
+            start += n;
+            self.set_var(out, part);
+        }
+        Ok(())
+    }
+
     /// ZeRO's flat buffer: the values flattened and zero-padded to `numel`.
     fn flatten_pad(&mut self, op: &Op) -> Res {
         let t = self.slot(op, "X")?;

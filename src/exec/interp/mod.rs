@@ -344,6 +344,7 @@ impl<'a> Rank<'a> {
             OpType::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
             OpType::FillConstant => self.fill_constant(op)?,
             OpType::Slice | OpType::FlattenPad | OpType::UnpadReshape => self.move_data(op)?,
+            OpType::CoalesceTensor | OpType::UncoalesceTensor => self.bucket(op)?,
             OpType::MatmulV2Grad => self.matmul_grad(op)?,
             OpType::ElementwiseAddGrad => self.binary_grad(op, B::Add)?,
             OpType::ElementwiseSubGrad => self.binary_grad(op, B::Sub)?,

@@ -2,6 +2,7 @@
 //! shapes, each op rewritten by its distributed implementation, reshards where a variable's
 //! layout differs from what its consumer wants, and gradient synchronisation.
 
+pub mod bucket;
 pub mod dist_ops;
 pub mod lower;
 pub mod rank;
@@ -20,7 +21,7 @@ use rank::{Groups, PartitionError, RankBuilder};
 use reshard::reshard;
 use std::collections::HashMap;
 use std::sync::Arc;
-use sync::{global_norm_sum, sync_amp_flag, sync_gradients};
+use sync::{global_norm_sum, sync_amp_flag, GradSync};
 use zero::{RankZero, ZeroLayout, ZeroStage};
 
 /// One rank's program and where its variables came from.
@@ -63,6 +64,9 @@ pub struct PartitionOptions {
     pub build_every_rank: bool,
     /// ZeRO / sharding stage (0: off; see `zero.rs`).
     pub zero: ZeroStage,
+    /// Fuse data-parallel gradient all-reduces into buckets of at least this many bytes
+    /// (0: one all-reduce per gradient; see `bucket.rs`).
+    pub bucket_bytes: u64,
 }
 
 impl Default for PartitionOptions {
@@ -73,6 +77,7 @@ impl Default for PartitionOptions {
             defer_partial_sums: false,
             build_every_rank: false,
             zero: 0,
+            bucket_bytes: 0,
         }
     }
 }
@@ -230,8 +235,19 @@ fn partition_rank(
     );
     zero::declare_shards(&mut b, &marks.zero);
     let mut rz = RankZero::new(&marks.zero);
+    let mut sync = GradSync {
+        is_param_grad: &marks.param_grad,
+        loss_avg_axes,
+        scale: opts.scale_gradients,
+        zero: &marks.zero,
+        buckets: bucket::Buckets::new(opts.bucket_bytes),
+    };
     for (i, op) in dp.program.ops().iter().enumerate() {
         let attr = &dp.ops[i];
+        if op.role == OpRole::Optimize {
+            // The optimizer reads the gradients: every bucket is synchronised before it.
+            sync.buckets.close_all(&mut b);
+        }
         b.role = op.role;
         if op.ty == OpType::Sum && op.role == OpRole::Optimize && global_norm_sum(&mut b, op)? {
             continue;
@@ -251,14 +267,7 @@ fn partition_rank(
             .map(|f| (dp.program.op(*f), &dp.ops[f.index()]));
         let imp = find_impl(op, attr, fwd, &dp.program);
         lower(&mut b, local, attr, imp, &dp.tensors)?;
-        sync_gradients(
-            &mut b,
-            op,
-            &marks.param_grad,
-            loss_avg_axes,
-            opts.scale_gradients,
-            &marks.zero,
-        )?;
+        sync.after_op(&mut b, op)?;
         let deferred = opts.defer_partial_sums
             && imp == DistImpl::MatmulColumn
             && op.ty == OpType::MatmulV2Grad
@@ -273,6 +282,7 @@ fn partition_rank(
         sync_amp_flag(&mut b, op);
         rz.after(&mut b, op);
     }
+    sync.buckets.close_all(&mut b);
     let issues = verify_program(&b.program);
     if let Some(first) = issues.first() {
         return Err(PartitionError::Layout(format!(

@@ -20,94 +20,122 @@ use super::rank::{PartitionError, RankBuilder};
 use crate::dist::MeshAxis;
 use crate::dist::MeshId;
 use crate::dist::{ReduceType, TensorDistAttr};
-use crate::ir::{Attr, Op, OpRole, OpType, Purpose, VarId};
+use crate::ir::{Attr, Attrs, Op, OpRole, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
 
-/// Inserts the synchronisation of the parameter gradients `op` produced: an in-place
-/// all-reduce (SUM) over each mesh axis the gradient is partial on, then, with gradient
-/// scaling on, `scale(1/N)` where N is the size of the mesh axes the loss is averaged over.
-///
-/// Why N and not the reduced group: every rank seeds its backward with d loss = 1, so every
-/// gradient it computes is a gradient of the *sum* of the per-rank losses. Dividing by the
-/// number of summed losses gives the gradient of their mean, also for a parameter whose
-/// gradient is not partial (its activations were gathered, say), which the seed's rule
-/// (scale by the reduced group only) would leave N times too large.
-pub fn sync_gradients(
-    b: &mut RankBuilder,
-    op: &Op,
-    is_param_grad: &[bool],
-    loss_avg_axes: &[MeshAxis],
-    scale: bool,
-    zero: &super::zero::ZeroLayout,
-) -> Result<(), PartitionError> {
-    let is_grad = |g: &VarId| is_param_grad.get(g.index()).copied().unwrap_or(false);
-    if op.role != OpRole::Backward || !op.all_outputs().any(|g| is_grad(&g)) {
-        return Ok(());
-    }
-    // Paddle visits an op's outputs by slot name (its OpDesc keeps them in a sorted map), so
-    // layer_norm_grad's Bias@GRAD is synchronised before its Scale@GRAD; so do we.
-    let (_, out_specs) = op.ty.slots();
-    let mut slots: Vec<usize> = (0..op.outputs.len()).collect();
-    slots.sort_by_key(|&i| out_specs.get(i).map(|s| s.name));
-    let grads: Vec<_> = slots
-        .into_iter()
-        .flat_map(|i| op.outputs[i].iter().copied())
-        .filter(is_grad)
-        .collect();
-    for g in grads {
-        let cur = b.cur[g.index()].clone();
-        // Under ZeRO the gradient is reduce-scattered into its shard, which is scaled; the
-        // whole local gradient keeps its unreduced (partial) value.
-        let zero_param = zero.by_grad(g);
-        if let Some(p) = zero_param.filter(|p| p.axes != cur.partial_axes()) {
-            return Err(PartitionError::Layout(format!(
-                "ZeRO planned to shard `{}` over mesh axes {:?}, but its gradient is partial \
-                 over {:?} when it is synchronised",
-                b.program.var(p.param).name,
-                p.axes,
-                cur.partial_axes()
-            )));
-        }
-        let (target, purpose) = match zero_param {
-            Some(p) => {
-                super::zero::reduce_scatter(b, p);
-                (p.grad_shard, Purpose::Sharding)
-            }
-            None => {
-                for axis in cur.partial_axes() {
-                    b.collective(
-                        OpType::AllReduce,
-                        g,
-                        g,
-                        &[axis],
-                        vec![("reduce_type", Attr::Str("SUM".into()))],
-                        Purpose::DataParallel,
-                    );
-                }
-                (g, Purpose::DataParallel)
-            }
-        };
-        let n: usize = loss_avg_axes.iter().map(|&a| b.mesh.axis_size(a)).product();
-        if scale && n > 1 {
-            let mut s = Op::new(OpType::Scale);
-            s.inputs = crate::slots![[target]];
-            s.outputs = crate::slots![[target]];
-            s.attrs = b
-                .gradient_scale
+/// What gradient synchronisation needs to know, and the rank's open gradient buckets.
+pub struct GradSync<'a> {
+    /// Per serial variable: is it a parameter gradient.
+    pub is_param_grad: &'a [bool],
+    /// The mesh axes the loss is averaged over.
+    pub loss_avg_axes: &'a [MeshAxis],
+    /// Scale by 1/N after the sum (Paddle's default).
+    pub scale: bool,
+    pub zero: &'a super::zero::ZeroLayout,
+    pub buckets: super::bucket::Buckets,
+}
+
+impl GradSync<'_> {
+    /// The data-parallel scale's attributes, or `None` without one: 1/N where N is the
+    /// size of the mesh axes the loss is averaged over.
+    ///
+    /// Why N and not the reduced group: every rank seeds its backward with d loss = 1, so
+    /// every gradient it computes is a gradient of the *sum* of the per-rank losses.
+    /// Dividing by the number of summed losses gives the gradient of their mean, also for a
+    /// parameter whose gradient is not partial (its activations were gathered, say), which
+    /// the seed's rule (scale by the reduced group only) would leave N times too large.
+    fn scale_attrs(&self, b: &mut RankBuilder) -> Option<Attrs> {
+        let n: usize = self
+            .loss_avg_axes
+            .iter()
+            .map(|&a| b.mesh.axis_size(a))
+            .product();
+        (self.scale && n > 1).then(|| {
+            b.gradient_scale
                 .get_or_insert_with(|| {
                     [("scale".to_string(), Attr::Float(1.0 / n as f64))]
                         .into_iter()
                         .collect()
                 })
-                .clone();
-            s.namescope = purpose.namescope().into();
-            b.local(s);
-        }
-        if zero_param.is_none() {
-            b.cur[g.index()] = DistProgram::settled(&cur);
-        }
+                .clone()
+        })
     }
-    Ok(())
+
+    /// Inserts the synchronisation of the parameter gradients `op` produced: an in-place
+    /// all-reduce (SUM) over each mesh axis the gradient is partial on, then the scale;
+    /// under ZeRO a reduce-scatter into the gradient's shard instead; with buckets, the
+    /// gradient joins its bucket.
+    pub fn after_op(&mut self, b: &mut RankBuilder, op: &Op) -> Result<(), PartitionError> {
+        let is_grad = |g: &VarId| self.is_param_grad.get(g.index()).copied().unwrap_or(false);
+        if op.role != OpRole::Backward || !op.all_outputs().any(|g| is_grad(&g)) {
+            return Ok(());
+        }
+        // Paddle visits an op's outputs by slot name (its OpDesc keeps them in a sorted
+        // map), so layer_norm_grad's Bias@GRAD is synchronised before its Scale@GRAD.
+        let (_, out_specs) = op.ty.slots();
+        let mut slots: Vec<usize> = (0..op.outputs.len()).collect();
+        slots.sort_by_key(|&i| out_specs.get(i).map(|s| s.name));
+        let grads: Vec<_> = slots
+            .into_iter()
+            .flat_map(|i| op.outputs[i].iter().copied())
+            .filter(is_grad)
+            .collect();
+        for g in grads {
+            self.sync_one(b, g)?;
+        }
+        Ok(())
+    }
+
+    fn sync_one(&mut self, b: &mut RankBuilder, g: VarId) -> Result<(), PartitionError> {
+        let cur = b.cur[g.index()].clone();
+        let scale = self.scale_attrs(b);
+        // Under ZeRO the gradient is reduce-scattered into its shard, which is scaled; the
+        // whole local gradient keeps its unreduced (partial) value.
+        if let Some(p) = self.zero.by_grad(g) {
+            if p.axes != cur.partial_axes() {
+                return Err(PartitionError::Layout(format!(
+                    "ZeRO planned to shard `{}` over mesh axes {:?}, but its gradient is \
+                     partial over {:?} when it is synchronised",
+                    b.program.var(p.param).name,
+                    p.axes,
+                    cur.partial_axes()
+                )));
+            }
+            super::zero::reduce_scatter(b, p);
+            push_scale(b, p.grad_shard, scale, Purpose::Sharding);
+            return Ok(());
+        }
+        let axes = cur.partial_axes();
+        if self.buckets.enabled() && !axes.is_empty() {
+            self.buckets.add(b, g, axes, scale);
+            return Ok(());
+        }
+        for axis in axes {
+            b.collective(
+                OpType::AllReduce,
+                g,
+                g,
+                &[axis],
+                vec![("reduce_type", Attr::Str("SUM".into()))],
+                Purpose::DataParallel,
+            );
+        }
+        push_scale(b, g, scale, Purpose::DataParallel);
+        b.cur[g.index()] = DistProgram::settled(&cur);
+        Ok(())
+    }
+}
+
+/// `scale(target)` in place with `attrs` (nothing without them).
+fn push_scale(b: &mut RankBuilder, target: VarId, attrs: Option<Attrs>, purpose: Purpose) {
+    if let Some(attrs) = attrs {
+        let mut s = Op::new(OpType::Scale);
+        s.inputs = crate::slots![[target]];
+        s.outputs = crate::slots![[target]];
+        s.attrs = attrs;
+        s.namescope = purpose.namescope().into();
+        b.local(s);
+    }
 }
 
 /// AMP's `found_inf` after `check_finite_and_unscale`: all-reduced (MAX) over the whole
