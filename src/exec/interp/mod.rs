@@ -382,16 +382,15 @@ impl<'a> Rank<'a> {
             OpType::ReduceScatter => return self.collective(op, comm, Collective::ReduceScatter),
             OpType::AllToAll => return self.collective(op, comm, Collective::AllToAll),
             OpType::CSoftmaxWithCrossEntropy => return self.vocab_ce(op, comm),
-            OpType::Send | OpType::Recv => {
-                return Err(
-                    "send/recv need a pipeline schedule, which this planner does not produce yet"
-                        .into(),
-                );
-            }
+            OpType::Send | OpType::Recv => return Err(NO_SCHEDULE.into()),
         }
         Ok(Progress::Next)
     }
 }
+
+/// Why a send or recv cannot run yet.
+const NO_SCHEDULE: &str =
+    "send/recv need a pipeline schedule, which this planner does not produce yet";
 
 fn perm(op: &Op, rank: usize) -> Result<Vec<usize>, String> {
     op.attr_ints("axis")

@@ -283,6 +283,11 @@ fn partition_rank(
         rz.after(&mut b, op);
     }
     sync.buckets.close_all(&mut b);
+    finish(b, rank)
+}
+
+/// The rank's program, verified, with its recipes.
+fn finish(b: RankBuilder, rank: u32) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
     let issues = verify_program(&b.program);
     if let Some(first) = issues.first() {
         return Err(PartitionError::Layout(format!(
