@@ -296,6 +296,9 @@ mod simulation {
             flops: 1e9,
             mem_bandwidth: 1e15,
             kernel_rate: 1e30,
+            kernel_rate_small: 1e30,
+            gemm_call_s: 0.0,
+            crowding: 1.0,
             mem_capacity: 1e9,
             link: Link {
                 alpha_s: 1e-6,
@@ -351,6 +354,9 @@ mod simulation {
             flops: 1e9,
             mem_bandwidth: 1e15,
             kernel_rate: 1e6,
+            kernel_rate_small: 1e6,
+            gemm_call_s: 0.0,
+            crowding: 1.0,
             mem_capacity: 1e9,
             link: Link {
                 alpha_s: 0.0,
@@ -376,6 +382,9 @@ mod simulation {
             flops: 1e9,
             mem_bandwidth: 1e15,
             kernel_rate: 1e30,
+            kernel_rate_small: 1e30,
+            gemm_call_s: 0.0,
+            crowding: 1.0,
             mem_capacity: 1e9,
             link: Link {
                 alpha_s: 1e-6,
@@ -459,6 +468,57 @@ mod simulation {
                 .unwrap()
                 .beta_bytes_per_s,
             450e9
+        );
+    }
+
+    /// The CPU's kernel rate moves log-linearly from its in-cache figure to its
+    /// from-memory one between the two sizes calibration measures; a batched matmul pays
+    /// the per-call cost once per batch (twice for its grad), a matrix weight once.
+    #[test]
+    fn the_cpu_model_has_a_cache_curve_and_a_gemm_call_cost() {
+        use shardlab::cost::device::{CpuKernels, LARGE_KERNEL_ELEMS, SMALL_KERNEL_ELEMS};
+        use shardlab::cost::simulate::compute_time;
+        let k = CpuKernels {
+            rate_small: 4e8,
+            rate_large: 1e8,
+            gemm_call_s: 1e-6,
+            crowding: 1.0,
+        };
+        assert_eq!(k.rate(100.0), 4e8);
+        assert_eq!(k.rate(LARGE_KERNEL_ELEMS * 2.0), 1e8);
+        let mid = (SMALL_KERNEL_ELEMS * LARGE_KERNEL_ELEMS).sqrt();
+        assert!((k.rate(mid) - 2e8).abs() < 1.0, "{}", k.rate(mid));
+        let topo = Topology::cpu(CpuCalibration {
+            devices: 1,
+            flops: 1e9,
+            mem_bandwidth: 1e15,
+            kernel_rate: 1e30,
+            kernel_rate_small: 1e30,
+            gemm_call_s: 1e-6,
+            crowding: 1.0,
+            mem_capacity: 1e9,
+            link: Link {
+                alpha_s: 0.0,
+                beta_bytes_per_s: 1e9,
+            },
+        });
+        let p = program(
+            "var q: f32[2, 3, 4, 8] input\nvar k: f32[2, 3, 8, 4] input\n\
+             var s: f32[2, 3, 4, 4] activation\nvar x: f32[2, 4, 8] input\n\
+             var w: f32[8, 8] parameter persistable\nvar y: f32[2, 4, 8] activation\n\
+             op matmul_v2(X=q, Y=k) -> (Out=s)\nop matmul_v2(X=x, Y=w) -> (Out=y)\n",
+        );
+        let t = |i: usize| compute_time(&p, &p.ops()[i], &topo, ComputeDType::F32);
+        // 6 batches of 2·4·4·8 FLOPs at 1 GFLOP/s, plus 6 calls; the weight's one call.
+        assert!(
+            (t(0) - (6.0 * 256.0 / 1e9 + 6e-6)).abs() < 1e-15,
+            "{}",
+            t(0)
+        );
+        assert!(
+            (t(1) - (2.0 * 8.0 * 8.0 * 8.0 / 1e9 + 1e-6)).abs() < 1e-15,
+            "{}",
+            t(1)
         );
     }
 

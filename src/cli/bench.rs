@@ -228,25 +228,15 @@ pub fn bench_cost(repeat: usize) -> Result<String, String> {
     let mut out = String::from(
         "cost model vs executor on this machine (predicted / measured; medians of runs)\n",
     );
-    let mut mp = vec!["x=dp,-,-".to_string()];
-    mp.extend(megatron_shards(4, "mp"));
-    let plans: Vec<(&str, Plan)> = vec![
-        ("gpt 2 layers, 1 rank", gpt_plan(2, "1:dp", &[])?),
-        (
-            "gpt 4 layers, dp 2",
-            gpt_plan(4, "2:dp", &["x=dp,-,-".to_string()])?,
-        ),
-        (
-            "gpt 4 layers, mp 4",
-            gpt_plan(4, "4:mp", &megatron_shards(4, "mp"))?,
-        ),
-        ("gpt 4 layers, dp 2 x mp 4", gpt_plan(4, "2x4:dp,mp", &mp)?),
-    ];
+    let plans = cost_plans()?;
     out.push_str(&format!(
         "{:<28} {:>12} {:>12} {:>7}\n",
         "step", "predicted", "measured", "ratio"
     ));
     let mut matmuls: Vec<(String, f64, f64)> = Vec::new();
+    let mut checked: Vec<bool> = Vec::new();
+    let within = |ratio: f64| (1.0 / 1.5..=1.5).contains(&ratio);
+    let mark = |ratio: f64| if within(ratio) { "ok" } else { "OFF" };
     for (name, plan) in &plans {
         let p = run_pipeline(plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
         let topo = super::cost::cpu_topology(p.partitioned.ranks.len());
@@ -267,11 +257,14 @@ pub fn bench_cost(repeat: usize) -> Result<String, String> {
             })
         };
         let measured = (time_steps(3)?.as_secs_f64() - time_steps(1)?.as_secs_f64()) / 2.0;
+        let ratio = predicted / measured;
+        checked.push(within(ratio));
         out.push_str(&format!(
-            "{name:<28} {:>10.2}ms {:>10.2}ms {:>7.2}\n",
+            "{name:<28} {:>10.2}ms {:>10.2}ms {:>7.2} {}\n",
             predicted * 1e3,
             measured * 1e3,
-            predicted / measured
+            ratio,
+            mark(ratio)
         ));
         if p.partitioned.ranks.len() == 1 {
             matmuls.extend(matmul_checks(
@@ -286,14 +279,40 @@ pub fn bench_cost(repeat: usize) -> Result<String, String> {
         "matmul (one rank)", "predicted", "measured", "ratio"
     ));
     for (what, predicted, measured) in matmuls {
+        let ratio = predicted / measured;
+        checked.push(within(ratio));
         out.push_str(&format!(
-            "{what:<40} {:>10.1}us {:>10.1}us {:>7.2}\n",
+            "{what:<40} {:>10.1}us {:>10.1}us {:>7.2} {}\n",
             predicted * 1e6,
             measured * 1e6,
-            predicted / measured
+            ratio,
+            mark(ratio)
         ));
     }
+    out.push_str(&format!(
+        "\n{} of {} predictions within 1.5x of the measurement\n",
+        checked.iter().filter(|&&c| c).count(),
+        checked.len()
+    ));
     Ok(out)
+}
+
+/// The plans `bench --what cost` predicts and measures.
+fn cost_plans() -> Result<Vec<(&'static str, Plan)>, String> {
+    let mut mp = vec!["x=dp,-,-".to_string()];
+    mp.extend(megatron_shards(4, "mp"));
+    Ok(vec![
+        ("gpt 2 layers, 1 rank", gpt_plan(2, "1:dp", &[])?),
+        (
+            "gpt 4 layers, dp 2",
+            gpt_plan(4, "2:dp", &["x=dp,-,-".to_string()])?,
+        ),
+        (
+            "gpt 4 layers, mp 4",
+            gpt_plan(4, "4:mp", &megatron_shards(4, "mp"))?,
+        ),
+        ("gpt 4 layers, dp 2 x mp 4", gpt_plan(4, "2x4:dp,mp", &mp)?),
+    ])
 }
 
 /// Each distinct matmul and matmul grad of `program`: the roofline's prediction and the

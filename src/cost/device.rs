@@ -68,10 +68,45 @@ pub struct Device {
     /// Memory bandwidth, bytes/s, and capacity, bytes.
     pub mem_bandwidth: f64,
     pub mem_capacity: f64,
-    /// Elements per second of the executor's kernels other than the matmuls (`cpu` only):
-    /// they loop over elements converting through f64, which neither the peak nor the
-    /// memory bandwidth describes.
-    pub kernel_rate: Option<f64>,
+    /// The executor's own kernels (`cpu` only): what neither the peak nor the memory
+    /// bandwidth describes.
+    pub kernels: Option<CpuKernels>,
+}
+
+/// How the CPU executor's kernels run, measured: element loops (which convert through f64)
+/// at a rate that depends on whether their data stays in cache, and a fixed cost per GEMM
+/// call (packing, dispatch) that small batched matmuls pay once per batch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CpuKernels {
+    /// Elements per second of an elementwise kernel on a few thousand elements (in cache)
+    /// and on millions (from memory).
+    pub rate_small: f64,
+    pub rate_large: f64,
+    /// Seconds per GEMM call beyond its FLOPs at the peak.
+    pub gemm_call_s: f64,
+    /// How many ranks share a core's cache: a kernel's working set counts this many times.
+    pub crowding: f64,
+}
+
+/// The element counts between which the kernel rate moves from `rate_small` to
+/// `rate_large` (log-linearly): the sizes the calibration measures.
+pub const SMALL_KERNEL_ELEMS: f64 = 8192.0;
+pub const LARGE_KERNEL_ELEMS: f64 = 2097152.0;
+
+impl CpuKernels {
+    /// Elements per second of an elementwise kernel over `elems` elements.
+    pub fn rate(&self, elems: f64) -> f64 {
+        let elems = elems * self.crowding.max(1.0);
+        if elems <= SMALL_KERNEL_ELEMS {
+            return self.rate_small;
+        }
+        if elems >= LARGE_KERNEL_ELEMS {
+            return self.rate_large;
+        }
+        let t = (elems.ln() - SMALL_KERNEL_ELEMS.ln())
+            / (LARGE_KERNEL_ELEMS.ln() - SMALL_KERNEL_ELEMS.ln());
+        (self.rate_small.ln() * (1.0 - t) + self.rate_large.ln() * t).exp()
+    }
 }
 
 impl Device {
@@ -137,7 +172,7 @@ fn h100() -> Device {
         peak_f32: 66.9e12,
         mem_bandwidth: 3.35e12,
         mem_capacity: 80e9,
-        kernel_rate: None,
+        kernels: None,
     }
 }
 
@@ -192,7 +227,7 @@ impl Topology {
                     peak_f32: 197e12,
                     mem_bandwidth: 819e9,
                     mem_capacity: 16.0 * (1u64 << 30) as f64,
-                    kernel_rate: None,
+                    kernels: None,
                 },
                 links: vec![LinkClass {
                     name: "ICI",
@@ -223,7 +258,12 @@ impl Topology {
                 peak_f32: c.flops,
                 mem_bandwidth: c.mem_bandwidth,
                 mem_capacity: c.mem_capacity,
-                kernel_rate: Some(c.kernel_rate),
+                kernels: Some(CpuKernels {
+                    rate_small: c.kernel_rate_small,
+                    rate_large: c.kernel_rate,
+                    gemm_call_s: c.gemm_call_s,
+                    crowding: c.crowding,
+                }),
             },
             links: vec![LinkClass {
                 name: "shared memory",
@@ -292,8 +332,14 @@ pub struct CpuCalibration {
     pub devices: usize,
     pub flops: f64,
     pub mem_bandwidth: f64,
-    /// Elements per second of an elementwise kernel (see `Device::kernel_rate`).
+    /// Elements per second of an elementwise kernel from memory (see `CpuKernels`).
     pub kernel_rate: f64,
+    /// The same on a cache-resident kernel.
+    pub kernel_rate_small: f64,
+    /// Seconds per GEMM call beyond its FLOPs.
+    pub gemm_call_s: f64,
+    /// How many ranks share each core's cache (1 when each rank has a core).
+    pub crowding: f64,
     pub mem_capacity: f64,
     pub link: Link,
 }
@@ -301,12 +347,17 @@ pub struct CpuCalibration {
 impl CpuCalibration {
     /// The figures each of `ranks` threads gets when they share `cores` cores: compute and
     /// memory throughput divided among them (the exchange between threads is unchanged).
+    ///
+    /// With more ranks than cores, the threads that take turns on a core share its cache:
+    /// a kernel's working set counts `ranks / cores` times (`crowding`).
     pub fn shared_by(&self, ranks: usize, cores: usize) -> CpuCalibration {
         let share = (cores.max(1) as f64 / ranks.max(1) as f64).min(1.0);
         CpuCalibration {
             flops: self.flops * share,
             mem_bandwidth: self.mem_bandwidth * share,
             kernel_rate: self.kernel_rate * share,
+            kernel_rate_small: self.kernel_rate_small * share,
+            crowding: 1.0 / share,
             ..self.clone()
         }
     }
@@ -323,6 +374,9 @@ impl Default for CpuCalibration {
             flops: 100e9,
             mem_bandwidth: 5e9,
             kernel_rate: 3e8,
+            kernel_rate_small: 6e8,
+            gemm_call_s: 2e-6,
+            crowding: 1.0,
             mem_capacity: 16e9,
             link: Link {
                 alpha_s: 20e-6,
