@@ -16,5 +16,6 @@ pub mod optimizer;
 pub mod partition;
 pub mod pipeline;
 pub mod recompute;
+pub mod schedule;
 
 pub use complete::{complete, complete_from, CompleteError, Completed};
