@@ -722,6 +722,81 @@ fn diff_compares_two_plans() {
     assert!(text(&out.stderr).contains("cannot read"));
 }
 
+/// `schedule`: each stage's jobs, bubble and time chart; bad sizes are usage errors.
+#[test]
+fn schedule_lays_a_pipeline_out_in_time() {
+    let out = shardlab(&[
+        "schedule",
+        "--schedule",
+        "1f1b",
+        "--stages",
+        "4",
+        "--micro-batches",
+        "8",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    expect_test::expect_file!["golden/schedule_1f1b_4x8.txt"].assert_eq(&text(&out.stdout));
+    let out = shardlab(&[
+        "schedule",
+        "--schedule",
+        "zbh1",
+        "--stages",
+        "2",
+        "--micro-batches",
+        "4",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["step"], 13.0);
+    let stage1: Vec<String> = v["jobs"][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| format!("{}{}", j["type"].as_str().unwrap(), j["micro_batch"]))
+        .collect();
+    assert_eq!(
+        stage1.join(" "),
+        "forward0 backward_b0 forward1 backward1 forward2 backward2 forward3 backward_b3 backward_w3 backward_w0 optimizer0"
+    );
+    for (args, want) in [
+        (
+            vec!["schedule", "--stages", "4", "--micro-batches", "2"],
+            "1f1b needs at least as many micro-batches as stages (2 < 4)",
+        ),
+        (
+            vec!["schedule", "--stages", "0"],
+            "a pipeline needs at least one stage",
+        ),
+        (
+            vec!["schedule", "--forward-time", "nan"],
+            "--forward-time NaN: expected a finite time of at least 0",
+        ),
+        (
+            vec!["schedule", "--weight-time", "3"],
+            "--weight-time 3 is more than --backward-time 2",
+        ),
+        (
+            vec![
+                "schedule",
+                "--stages",
+                "100000",
+                "--micro-batches",
+                "100000",
+            ],
+            "more than 1048576 jobs",
+        ),
+    ] {
+        let out = shardlab(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 /// A plan file's `options` statement sets the training options; flags override it.
 #[test]
 fn the_options_statement_and_flags_that_override_it() {

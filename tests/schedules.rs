@@ -6,6 +6,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use proptest::prelude::*;
+use shardlab::cost::pipeline::{pipeline_timeline, JobTimes};
 use shardlab::passes::schedule::{job_list, JobKind, Schedule, ScheduleError};
 
 fn oracle() -> serde_json::Value {
@@ -43,6 +44,55 @@ fn every_schedule_matches_paddle_job_for_job() {
             .collect();
         assert_eq!(ours, paddle, "{name} stage {stage}");
     }
+}
+
+/// The textbook bubbles, with forward F = 1, backward B = 2 and free transfers: GPipe and
+/// 1F1B take (m + p − 1)(F + B), a bubble of (p − 1)/(m + p − 1); interleaving v chunks
+/// shrinks the bubble time to (p − 1)(F + B)/v (Narayanan et al. 2021); zero bubble's
+/// split backward fills part of what remains.
+#[test]
+fn bubbles_match_the_closed_forms() {
+    let t = JobTimes::unit();
+    for (p, m) in [(2usize, 4usize), (4, 8), (4, 4), (8, 16)] {
+        let want = (m + p - 1) as f64 * 3.0;
+        for s in [Schedule::FThenB, Schedule::OneFOneB] {
+            let tl = pipeline_timeline(s, p, m, t).unwrap();
+            assert_eq!(tl.step, want, "{s:?} p={p} m={m}");
+            let bubble = (p - 1) as f64 / (m + p - 1) as f64;
+            assert!(
+                (tl.bubble[0] - bubble).abs() < 1e-12,
+                "{s:?}: {}",
+                tl.bubble[0]
+            );
+        }
+        let v = 2;
+        let vpp = pipeline_timeline(Schedule::Vpp { chunks: v }, p, m, t).unwrap();
+        let interleaved = m as f64 * 3.0 + (p - 1) as f64 * 3.0 / v as f64;
+        assert_eq!(vpp.step, interleaved, "vpp p={p} m={m}");
+        let zb = pipeline_timeline(Schedule::ZbH1, p, m, t).unwrap();
+        assert!(zb.step <= want, "zbh1 p={p} m={m}: {} > {want}", zb.step);
+    }
+    // Paddle's ZB-H1 on 2 stages and 4 micro-batches, traced by hand (b = w = 1): stage 1
+    // runs F0 [1,2] b0 [2,3] F1 [3,4] B1 [4,6] F2 [6,7] B2 [7,9] F3 [9,10] b3 [10,11]
+    // w3 [11,12] w0 [12,13]; stage 0 ends with B3 [11,13] once b3 arrives. 13 against
+    // 1F1B's 15: the split backwards send their input gradient a weight-gradient earlier.
+    let zb = pipeline_timeline(Schedule::ZbH1, 2, 4, t).unwrap();
+    assert_eq!(zb.step, 13.0);
+    assert_eq!(
+        pipeline_timeline(Schedule::OneFOneB, 2, 4, t).unwrap().step,
+        15.0
+    );
+    // A transfer time c: GPipe's first micro-batch crosses p − 1 links each way, so its step
+    // is (m + p − 1)(F + B) + 2(p − 1)c exactly; 1F1B's steady phase waits on transfers
+    // every cycle, so it is at least that.
+    let slow = JobTimes {
+        send_recv: 0.5,
+        ..t
+    };
+    let gpipe = pipeline_timeline(Schedule::FThenB, 4, 8, slow).unwrap();
+    assert_eq!(gpipe.step, 33.0 + 6.0 * 0.5);
+    let one_f = pipeline_timeline(Schedule::OneFOneB, 4, 8, slow).unwrap();
+    assert!(one_f.step >= gpipe.step, "{}", one_f.step);
 }
 
 #[test]

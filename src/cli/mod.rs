@@ -8,6 +8,7 @@ mod cost;
 mod diff;
 mod options;
 mod run;
+mod schedule;
 mod stages;
 mod training;
 
@@ -55,6 +56,8 @@ enum Command {
     Cost(cost::CostArgs),
     /// Compare two plan files: layouts, collectives per phase, bytes, memory and step time.
     Diff(diff::DiffArgs),
+    /// Lay a pipeline schedule out in time: each stage's jobs and bubble.
+    Schedule(schedule::ScheduleArgs),
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
@@ -294,6 +297,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Cost(args) => cost::cost(&args),
         Command::Diff(args) => diff::diff(&args),
+        Command::Schedule(args) => schedule::schedule(&args),
         Command::Bench {
             what,
             layers,

@@ -2,12 +2,13 @@
 //! collective under an α-β model (`collective.rs`), devices and links as presets
 //! (`device.rs`), a step simulated rank by rank (`simulate.rs`), and every rank's memory
 //! over the step (`memory.rs`); `estimate.rs` puts them together for a planned pipeline;
-//! `diff.rs` compares two plans. Pure core: it reads rank programs and returns numbers.
+//! `diff.rs` compares two plans; `pipeline.rs` lays a pipeline schedule out in time. Pure core: it reads rank programs and returns numbers.
 
 pub mod collective;
 pub mod device;
 pub mod diff;
 pub mod estimate;
 pub mod memory;
+pub mod pipeline;
 pub mod simulate;
 pub mod work;

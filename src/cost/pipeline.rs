@@ -1,0 +1,210 @@
+//! A pipeline schedule in time: every stage runs its job list in order; a job starts when
+//! its stage is free and what it needs has arrived. The result is each job's start and end,
+//! the step time, and each stage's bubble (the time it waits).
+//!
+//! Dependencies, over virtual stages (chunk `c` of stage `s` is virtual stage `c·p + s`,
+//! Megatron's interleaving): a forward needs the forward of the same micro-batch on the
+//! virtual stage before it; a backward (or its input half, `backward_b`) needs the backward
+//! on the virtual stage after it, and, on the last virtual stage, its own forward; a
+//! `backward_w` needs its `backward_b`. Crossing from one physical stage to another costs
+//! the send/recv time. `recv_forward` and `send_backward` jobs take no time of their own:
+//! the transfer is the edge. Job times are per micro-batch for a whole stage; a chunk's job
+//! takes 1/chunks of it.
+
+use crate::passes::schedule::{job_list, Job, JobKind, Schedule, ScheduleError};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// How long a stage's jobs take for one micro-batch (any consistent unit).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct JobTimes {
+    pub forward: f64,
+    /// A whole backward; a split one is `backward_b` + `backward_w`.
+    pub backward: f64,
+    /// The weight-gradient part of the backward (the rest is the input gradient).
+    pub backward_w: f64,
+    /// Moving an activation or its gradient to the next stage.
+    pub send_recv: f64,
+    pub optimizer: f64,
+}
+
+impl JobTimes {
+    /// The classic teaching figures: forward 1, backward 2 (half of it the weight
+    /// gradient), free transfers, no optimizer time.
+    pub fn unit() -> JobTimes {
+        JobTimes {
+            forward: 1.0,
+            backward: 2.0,
+            backward_w: 1.0,
+            send_recv: 0.0,
+            optimizer: 0.0,
+        }
+    }
+
+    fn of(&self, kind: JobKind) -> f64 {
+        match kind {
+            JobKind::Forward => self.forward,
+            JobKind::Backward => self.backward,
+            JobKind::BackwardB => self.backward - self.backward_w,
+            JobKind::BackwardW => self.backward_w,
+            JobKind::Optimizer => self.optimizer,
+            JobKind::RecvForward | JobKind::SendBackward => 0.0,
+        }
+    }
+}
+
+/// One job placed in time.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Placed {
+    pub job: Job,
+    pub start: f64,
+    pub end: f64,
+}
+
+/// A whole step of the pipeline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Timeline {
+    /// Per stage, its jobs in order.
+    pub stages: Vec<Vec<Placed>>,
+    /// When the last stage finishes.
+    pub step: f64,
+    /// Per stage, the fraction of the step it is not running a job.
+    pub bubble: Vec<f64>,
+}
+
+impl Timeline {
+    /// The largest stage bubble.
+    pub fn max_bubble(&self) -> f64 {
+        self.bubble.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Why a schedule cannot be laid out in time.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum PipelineTimeError {
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("stage {stage} waits forever at {job}: the schedule deadlocks")]
+    Deadlock { stage: usize, job: String },
+}
+
+/// (kind family, micro-batch, virtual stage): what a dependency names.
+type Key = (u8, usize, usize);
+
+fn family(kind: JobKind) -> Option<u8> {
+    match kind {
+        JobKind::Forward => Some(0),
+        JobKind::Backward | JobKind::BackwardB => Some(1),
+        JobKind::BackwardW => Some(2),
+        JobKind::RecvForward | JobKind::SendBackward | JobKind::Optimizer => None,
+    }
+}
+
+/// Lays `schedule` out in time for `stages` stages and `micro_batches` micro-batches.
+pub fn pipeline_timeline(
+    schedule: Schedule,
+    stages: usize,
+    micro_batches: usize,
+    times: JobTimes,
+) -> Result<Timeline, PipelineTimeError> {
+    if stages == 0 {
+        return Err(ScheduleError::Empty.into());
+    }
+    let lists: Vec<Vec<Job>> = (0..stages)
+        .map(|s| job_list(schedule, stages, s, micro_batches))
+        .collect::<Result<_, _>>()?;
+    let chunks = match schedule {
+        Schedule::Vpp { chunks } => chunks,
+        Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => 1,
+    };
+    let virtual_stages = stages * chunks;
+    let vstage = |s: usize, job: &Job| job.chunk.unwrap_or(0) * stages + s;
+    let mut done: HashMap<Key, f64> = HashMap::new();
+    let mut placed: Vec<Vec<Placed>> = vec![Vec::new(); stages];
+    let mut free = vec![0.0f64; stages];
+    let mut pc = vec![0usize; stages];
+    loop {
+        let mut progressed = false;
+        for s in 0..stages {
+            while let Some(job) = lists[s].get(pc[s]) {
+                let v = vstage(s, job);
+                let m = job.micro_batch;
+                // What the job needs: (key, the physical stage it comes from).
+                let needs: Vec<(Key, usize)> = match job.kind {
+                    JobKind::Forward if v > 0 => vec![((0, m, v - 1), (v - 1) % stages)],
+                    JobKind::Backward | JobKind::BackwardB if v + 1 < virtual_stages => {
+                        vec![((1, m, v + 1), (v + 1) % stages)]
+                    }
+                    JobKind::Backward | JobKind::BackwardB => vec![((0, m, v), s)],
+                    JobKind::BackwardW => vec![((1, m, v), s)],
+                    JobKind::Forward
+                    | JobKind::RecvForward
+                    | JobKind::SendBackward
+                    | JobKind::Optimizer => Vec::new(),
+                };
+                let mut ready = free[s];
+                let mut waiting = false;
+                for (key, from) in needs {
+                    match done.get(&key) {
+                        Some(&t) => {
+                            let hop = if from == s { 0.0 } else { times.send_recv };
+                            ready = ready.max(t + hop);
+                        }
+                        None => waiting = true,
+                    }
+                }
+                if waiting {
+                    break;
+                }
+                let dur = times.of(job.kind)
+                    / if job.chunk.is_some() {
+                        chunks as f64
+                    } else {
+                        1.0
+                    };
+                let end = ready + dur;
+                if let Some(f) = family(job.kind) {
+                    done.insert((f, m, v), end);
+                }
+                placed[s].push(Placed {
+                    job: *job,
+                    start: ready,
+                    end,
+                });
+                free[s] = end;
+                pc[s] += 1;
+                progressed = true;
+            }
+        }
+        if (0..stages).all(|s| pc[s] >= lists[s].len()) {
+            break;
+        }
+        if !progressed {
+            let s = (0..stages).find(|&s| pc[s] < lists[s].len()).unwrap_or(0);
+            return Err(PipelineTimeError::Deadlock {
+                stage: s,
+                job: lists[s]
+                    .get(pc[s])
+                    .map(|j| j.to_string())
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    let step = free.iter().copied().fold(0.0, f64::max);
+    let bubble = placed
+        .iter()
+        .map(|jobs| {
+            let busy: f64 = jobs.iter().map(|p| p.end - p.start).sum();
+            if step > 0.0 {
+                1.0 - busy / step
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Ok(Timeline {
+        stages: placed,
+        step,
+        bubble,
+    })
+}
