@@ -100,6 +100,33 @@ fn family(kind: JobKind) -> Option<u8> {
     }
 }
 
+/// What `job` (on physical stage `s`, virtual stage `v`) needs: (the job it waits for, the
+/// physical stage that job runs on).
+fn needs(job: &Job, v: usize, s: usize, stages: usize, virtual_stages: usize) -> Vec<(Key, usize)> {
+    let m = job.micro_batch;
+    match job.kind {
+        JobKind::Forward if v > 0 => vec![((0, m, v - 1), (v - 1) % stages)],
+        JobKind::Backward | JobKind::BackwardB if v + 1 < virtual_stages => {
+            vec![((1, m, v + 1), (v + 1) % stages)]
+        }
+        JobKind::Backward | JobKind::BackwardB => vec![((0, m, v), s)],
+        JobKind::BackwardW => vec![((1, m, v), s)],
+        JobKind::Forward | JobKind::RecvForward | JobKind::SendBackward | JobKind::Optimizer => {
+            Vec::new()
+        }
+    }
+}
+
+/// The fraction of `step` a stage running `jobs` is idle.
+fn bubble(jobs: &[Placed], step: f64) -> f64 {
+    let busy: f64 = jobs.iter().map(|p| p.end - p.start).sum();
+    if step > 0.0 {
+        1.0 - busy / step
+    } else {
+        0.0
+    }
+}
+
 /// Lays `schedule` out in time for `stages` stages and `micro_batches` micro-batches.
 pub fn pipeline_timeline(
     schedule: Schedule,
@@ -129,40 +156,17 @@ pub fn pipeline_timeline(
             while let Some(job) = lists[s].get(pc[s]) {
                 let v = vstage(s, job);
                 let m = job.micro_batch;
-                // What the job needs: (key, the physical stage it comes from).
-                let needs: Vec<(Key, usize)> = match job.kind {
-                    JobKind::Forward if v > 0 => vec![((0, m, v - 1), (v - 1) % stages)],
-                    JobKind::Backward | JobKind::BackwardB if v + 1 < virtual_stages => {
-                        vec![((1, m, v + 1), (v + 1) % stages)]
-                    }
-                    JobKind::Backward | JobKind::BackwardB => vec![((0, m, v), s)],
-                    JobKind::BackwardW => vec![((1, m, v), s)],
-                    JobKind::Forward
-                    | JobKind::RecvForward
-                    | JobKind::SendBackward
-                    | JobKind::Optimizer => Vec::new(),
-                };
-                let mut ready = free[s];
-                let mut waiting = false;
-                for (key, from) in needs {
-                    match done.get(&key) {
-                        Some(&t) => {
-                            let hop = if from == s { 0.0 } else { times.send_recv };
-                            ready = ready.max(t + hop);
-                        }
-                        None => waiting = true,
-                    }
-                }
-                if waiting {
+                let needs = needs(job, v, s, stages, virtual_stages);
+                // When what the job needs has arrived (None: not computed yet).
+                let arrived = needs.iter().try_fold(free[s], |ready, (key, from)| {
+                    let hop = if *from == s { 0.0 } else { times.send_recv };
+                    done.get(key).map(|&t| ready.max(t + hop))
+                });
+                let Some(ready) = arrived else {
                     break;
-                }
-                let dur = times.of(job.kind)
-                    / if job.chunk.is_some() {
-                        chunks as f64
-                    } else {
-                        1.0
-                    };
-                let end = ready + dur;
+                };
+                let share = job.chunk.map_or(1.0, |_| chunks as f64);
+                let end = ready + times.of(job.kind) / share;
                 if let Some(f) = family(job.kind) {
                     done.insert((f, m, v), end);
                 }
@@ -191,17 +195,7 @@ pub fn pipeline_timeline(
         }
     }
     let step = free.iter().copied().fold(0.0, f64::max);
-    let bubble = placed
-        .iter()
-        .map(|jobs| {
-            let busy: f64 = jobs.iter().map(|p| p.end - p.start).sum();
-            if step > 0.0 {
-                1.0 - busy / step
-            } else {
-                0.0
-            }
-        })
-        .collect();
+    let bubble = placed.iter().map(|jobs| bubble(jobs, step)).collect();
     Ok(Timeline {
         stages: placed,
         step,
