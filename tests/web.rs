@@ -246,12 +246,10 @@ async fn the_megatron_sums_toggle_replans_the_ledger() {
         "{}",
         backward_tp(&root)
     );
-    assert!(document()
-        .location()
-        .unwrap()
-        .hash()
-        .unwrap()
-        .contains("ms=1"));
+    // The link follows in an effect after the render: wait for it on a loaded machine.
+    let hash = || document().location().unwrap().hash().unwrap();
+    until(|| hash().contains("ms=1")).await;
+    assert!(hash().contains("ms=1"), "{}", hash());
 }
 
 #[wasm_bindgen_test]
