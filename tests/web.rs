@@ -169,19 +169,15 @@ async fn the_cost_panel_draws_time_and_memory_and_compares_with_a_pinned_plan() 
     assert!(text(&root, ".cost-summary").starts_with("step "));
     let before = text(&root, ".cost-summary");
     // Another topology re-prices the same plan.
+    let hash = || document().location().unwrap().hash().unwrap();
     select(&root, "#topology", "tpu-v5e-16");
-    settle().await;
+    until(|| text(&root, ".cost-summary") != before && hash().contains("topo=tpu-v5e-16")).await;
     assert_ne!(text(&root, ".cost-summary"), before);
-    assert!(document()
-        .location()
-        .unwrap()
-        .hash()
-        .unwrap()
-        .contains("topo=tpu-v5e-16"));
+    assert!(hash().contains("topo=tpu-v5e-16"), "{}", hash());
     // Pin, switch ZeRO on: the plan text carries it, the ledger shows the sharding
     // collectives, and the comparison lists what changed.
     click(&root, "#pin");
-    settle().await;
+    until(|| text(&root, "#pin") == "Unpin").await;
     assert_eq!(text(&root, "#pin"), "Unpin");
     select(&root, "#zero", "3");
     until(|| count(&root, ".diff-table tr.collective") > 0).await;
@@ -202,12 +198,8 @@ async fn the_cost_panel_draws_time_and_memory_and_compares_with_a_pinned_plan() 
         "{table}"
     );
     assert!(table.contains("backward reduce_scatter"), "{table}");
-    assert!(document()
-        .location()
-        .unwrap()
-        .hash()
-        .unwrap()
-        .contains("zero=3"));
+    until(|| hash().contains("zero=3")).await;
+    assert!(hash().contains("zero=3"), "{}", hash());
     // Peak memory per rank fell (the parameters are sharded): its row is marked better.
     let better = root.query_selector_all(".diff-table tr.better").unwrap();
     let rows: Vec<String> = (0..better.length())
