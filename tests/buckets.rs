@@ -8,8 +8,6 @@ mod common;
 use common::with_optimizer;
 use shardlab::cost::device::Topology;
 use shardlab::cost::simulate::simulate;
-use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
-use shardlab::exec::verify::verify;
 use shardlab::ir::{OpType, Purpose};
 use shardlab::models::scenarios::{scenarios, Scenario};
 use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
@@ -109,24 +107,8 @@ fn bucketed_steps_equal_the_serial_step() {
             let mut o = with_optimizer(optimizer, amp, clip);
             o.partition.bucket_bytes = (mib * 1048576.0) as u64;
             let p = run_pipeline(&plan, &o).unwrap();
-            let run = RunOptions {
-                steps: 2,
-                ..Default::default()
-            };
-            let serial = run_serial(&p, &run).unwrap();
-            let dist = run_distributed(&p, &run, false).unwrap();
-            let checks = verify(&serial, &dist);
-            assert_eq!(checks.len(), 2 + 2 * p.backward.param_grads.len());
-            let failed: Vec<_> = checks
-                .iter()
-                .filter(|c| !c.pass)
-                .map(|c| &c.tensor)
-                .collect();
-            assert!(
-                failed.is_empty(),
-                "{} {mib} MiB {optimizer}: {failed:?}",
-                scenario.name
-            );
+            common::verifies_against_serial(&p, 2)
+                .unwrap_or_else(|e| panic!("{} {mib} MiB {optimizer}: {e}", scenario.name));
         }
     }
 }

@@ -9,8 +9,6 @@ mod common;
 use common::{preset_plan, standard_configs, with_optimizer};
 use shardlab::cost::memory::{memory, Sizing};
 use shardlab::cost::work::{op_work, ElementBytes};
-use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
-use shardlab::exec::verify::verify;
 use shardlab::ir::{OpRole, VarId, VarKind};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::Model;
@@ -150,24 +148,8 @@ fn recomputed_steps_equal_the_serial_step() {
             o.recompute = r;
             o.partition.zero = zero;
             let p = run_pipeline(&plan, &o).unwrap();
-            let run = RunOptions {
-                steps: 2,
-                ..Default::default()
-            };
-            let serial = run_serial(&p, &run).unwrap();
-            let dist = run_distributed(&p, &run, false).unwrap();
-            let checks = verify(&serial, &dist);
-            assert_eq!(checks.len(), 2 + 2 * p.backward.param_grads.len());
-            let failed: Vec<_> = checks
-                .iter()
-                .filter(|c| !c.pass)
-                .map(|c| &c.tensor)
-                .collect();
-            assert!(
-                failed.is_empty(),
-                "{} {r:?} zero={zero}: {failed:?}",
-                scenario.name
-            );
+            common::verifies_against_serial(&p, 2)
+                .unwrap_or_else(|e| panic!("{} {r:?} zero={zero}: {e}", scenario.name));
         }
     }
 }

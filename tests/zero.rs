@@ -10,8 +10,6 @@ use common::{preset_plan, standard_configs, with_optimizer};
 use expect_test::{expect_file, ExpectFile};
 use shardlab::cost::memory::{memory, Sizing};
 use shardlab::cost::work::ElementBytes;
-use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
-use shardlab::exec::verify::verify;
 use shardlab::ir::{OpType, Purpose, VarId, VarKind};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::Model;
@@ -67,29 +65,6 @@ fn golden_rank_programs() {
     golden(&p, &[5], expect_file!["golden/zero3_gpt1_dp_mp.txt"]);
 }
 
-fn verifies(p: &Pipeline, steps: usize) -> Result<(), String> {
-    let run = RunOptions {
-        steps,
-        ..Default::default()
-    };
-    let serial = run_serial(p, &run).map_err(|e| e.to_string())?;
-    let dist = run_distributed(p, &run, false).map_err(|e| e.to_string())?;
-    let checks = verify(&serial, &dist);
-    if checks.len() != steps + 2 * p.backward.param_grads.len() {
-        return Err(format!("{} checks", checks.len()));
-    }
-    let failed: Vec<String> = checks
-        .iter()
-        .filter(|c| !c.pass)
-        .map(|c| c.tensor.clone())
-        .collect();
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(failed.join(", "))
-    }
-}
-
 #[test]
 fn every_stage_equals_the_serial_step() {
     let mut cases = 0;
@@ -120,7 +95,7 @@ fn every_stage_equals_the_serial_step() {
                         .iter()
                         .any(|e| e.purpose == Purpose::DataParallel && e.kind == "all_reduce"));
                 }
-                verifies(&p, 2).unwrap_or_else(|e| {
+                common::verifies_against_serial(&p, 2).unwrap_or_else(|e| {
                     panic!(
                         "{} zero={stage} {optimizer} amp={amp} clip={clip:?}: {e}",
                         scenario.name

@@ -3,7 +3,7 @@
 //! (`shardlab diff`, and the playground's pinned-plan comparison).
 
 use super::estimate::Estimate;
-use crate::dist::{ProcessMesh, TensorDistAttr};
+use crate::passes::complete::shard_text;
 use crate::passes::pipeline::Pipeline;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -60,40 +60,13 @@ pub struct PlanDiff {
     pub rank_peaks: Vec<(u32, Pair)>,
 }
 
-/// A layout in the plan format, every dim explicit: `[dp, -] partial(mp=SUM)`.
-pub fn layout_text(attr: &TensorDistAttr, mesh: &ProcessMesh) -> String {
-    let name = |a: crate::dist::MeshAxis| mesh.axis_name(a).to_string();
-    let dims: Vec<String> = attr
-        .dims
-        .iter()
-        .map(|axes| match axes.as_slice() {
-            [] => "-".to_string(),
-            [a] => name(*a),
-            many => format!(
-                "({})",
-                many.iter().map(|&a| name(a)).collect::<Vec<_>>().join(", ")
-            ),
-        })
-        .collect();
-    let mut out = format!("[{}]", dims.join(", "));
-    if attr.is_partial() {
-        let parts: Vec<String> = attr
-            .partial
-            .iter()
-            .map(|(a, r)| format!("{}={}", name(a), r))
-            .collect();
-        out.push_str(&format!(" partial({})", parts.join(", ")));
-    }
-    out
-}
-
 fn layouts(p: &Pipeline) -> Vec<(String, String)> {
     p.full
         .program
         .vars()
         .iter()
         .zip(&p.full.tensors)
-        .map(|(v, attr)| (v.name.to_string(), layout_text(attr, &p.full.mesh)))
+        .map(|(v, attr)| (v.name.to_string(), shard_text(attr, &p.full.mesh)))
         .collect()
 }
 

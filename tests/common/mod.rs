@@ -182,3 +182,33 @@ pub fn with_optimizer(
         ..Default::default()
     }
 }
+
+/// Runs `p` for `steps` steps serially and on every rank and compares them: `Err` names
+/// the failing tensors (or a check count that is not a loss per step plus a gradient and a
+/// parameter per parameter).
+pub fn verifies_against_serial(
+    p: &shardlab::passes::pipeline::Pipeline,
+    steps: usize,
+) -> Result<(), String> {
+    use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
+    let run = RunOptions {
+        steps,
+        ..Default::default()
+    };
+    let serial = run_serial(p, &run).map_err(|e| e.to_string())?;
+    let dist = run_distributed(p, &run, false).map_err(|e| e.to_string())?;
+    let checks = shardlab::exec::verify::verify(&serial, &dist);
+    if checks.len() != steps + 2 * p.backward.param_grads.len() {
+        return Err(format!("{} checks", checks.len()));
+    }
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| c.tensor.clone())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join(", "))
+    }
+}

@@ -14,7 +14,7 @@ mod print;
 pub mod trace;
 pub mod why_not;
 
-pub use print::{attrs_text, completed_json, completed_text, explain_text};
+pub use print::{attrs_text, completed_json, completed_text, explain_text, shard_text};
 pub use trace::{Conflict, Direction, Event, EventKind, Step, Trace};
 pub use why_not::{why_not_split, NotSplit};
 
