@@ -44,7 +44,15 @@ fn main() -> Result<(), String> {
         let grads: Vec<_> = b.param_grads.iter().map(|&(_, g)| g).collect();
         let axes: Vec<_> = full.tensors[b.loss.index()].partial.axes().collect();
         let opts = PartitionOptions::default();
-        let p = partition(&full, &b.forward_of, &grads, &axes, &opts).map_err(|e| e.to_string())?;
+        let p = partition(
+            &full,
+            &b.forward_of,
+            &grads,
+            &axes,
+            &opts,
+            &shardlab::dist::Stages::NONE,
+        )
+        .map_err(|e| e.to_string())?;
         marks.push(Instant::now());
         let entries = ledger(&p);
         marks.push(Instant::now());

@@ -282,6 +282,7 @@ mod simulation {
             program: program(&text),
             attrs: Arc::new(Vec::new()),
             origin: Arc::new(Vec::new()),
+            op_chunks: Default::default(),
         }
     }
 
@@ -404,6 +405,7 @@ mod simulation {
                 program: program(text),
                 attrs: Arc::new(Vec::new()),
                 origin: Arc::new(Vec::new()),
+                op_chunks: Default::default(),
             })
             .collect();
         let ops = ranks[0].program.ops();
@@ -433,6 +435,7 @@ mod simulation {
                 program: program(&tp),
                 attrs: Arc::new(Vec::new()),
                 origin: Arc::new(Vec::new()),
+                op_chunks: Default::default(),
             })
             .collect();
         let tp_over = simulate_with(&tp_ranks, &topo, ComputeDType::F32, on).unwrap();

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use shardlab::dist::{ProcessMesh, ReduceType, TensorDistAttr};
 use shardlab::ir::{Attr, DType, Op, OpRole, OpType, Program, TensorType, Var, VarId, VarKind};
 use shardlab::plan::{
-    parse_plan, verify_plan, Annotation, OptimizerKind, Plan, PlanOptions, Recompute,
+    parse_plan, verify_plan, Annotation, OptimizerKind, Plan, PlanOptions, Recompute, ScheduleKind,
 };
 use std::sync::Arc;
 
@@ -156,6 +156,7 @@ fn plan() -> impl Strategy<Value = Plan> {
             program,
             annotations,
             options: Default::default(),
+            stages: Vec::new(),
         }
     })
 }
@@ -171,6 +172,11 @@ fn options() -> impl Strategy<Value = PlanOptions> {
         0u8..4,
         prop::sample::select(vec![Recompute::Off, Recompute::Full, Recompute::Selective]),
         prop::option::of(prop_oneof![Just(25.0), 1e-3f64..1e3]),
+        (
+            prop::sample::select(ScheduleKind::ALL.to_vec()),
+            1usize..64,
+            1usize..4,
+        ),
     )
         .prop_map(
             |(
@@ -182,8 +188,12 @@ fn options() -> impl Strategy<Value = PlanOptions> {
                 zero,
                 recompute,
                 bucket_mb,
+                (schedule, micro_batches, chunks),
             )| {
                 PlanOptions {
+                    schedule,
+                    micro_batches,
+                    chunks,
                     optimizer,
                     amp,
                     clip_norm,

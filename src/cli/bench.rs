@@ -36,6 +36,7 @@ fn preset_plan(
         program,
         annotations,
         options: Default::default(),
+        stages: Vec::new(),
     })
 }
 

@@ -9,6 +9,7 @@ pub mod layout;
 pub mod mesh;
 pub mod mesh_table;
 pub mod notation;
+pub mod pipeline;
 
 pub use attr::{local_shape, DistAttrError, OperatorDistAttr, ReduceType, TensorDistAttr};
 pub use dist_impl::DistImpl;
@@ -16,3 +17,4 @@ pub use layout::{DimAxes, Dims, Layout, MeshAxis, Partial, MAX_MESH_NDIM};
 pub use mesh::{MeshError, ProcessMesh, MAX_MESH_SIZE};
 pub use mesh_table::{MeshId, MeshTable};
 pub use notation::{render, Notation};
+pub use pipeline::{corresponding_rank, p2p_sources, Stages, PP_AXIS};

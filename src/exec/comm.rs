@@ -11,8 +11,12 @@ use std::sync::{Condvar, Mutex};
 #[cfg(not(target_arch = "wasm32"))]
 use std::time::Duration;
 
-/// Identifies one exchange: the group and how many exchanges this group had before.
+/// Identifies one exchange: the group and how many exchanges this group had before (for a
+/// pipeline send/recv: [`P2P_TAG`] with the micro-batch, direction and count).
 pub type ExchangeKey = (Vec<u32>, u64);
+
+/// Marks a send/recv key, so it never meets a collective's.
+pub const P2P_TAG: u64 = 1 << 63;
 
 /// What an exchange returned.
 pub enum Exchange {
@@ -41,6 +45,15 @@ pub trait Communicator: Sync {
     /// Contributes `t` (once; repeated calls for the same key only poll) and returns the
     /// group's contributions when complete. Errors name the missing ranks on timeout.
     fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, CommError>;
+
+    /// A pipeline send: leaves `t` for the receiver of `key` and returns at once (buffered,
+    /// like `isend`: a schedule's sends never wait for their recvs, so 1F1B's crossing sends
+    /// cannot deadlock).
+    fn post(&self, key: &ExchangeKey, t: Tensor) -> Result<(), CommError>;
+
+    /// A pipeline recv: the tensor posted under `key`, waiting for it (threads) or pending
+    /// (cooperative). `key.0` is `[src, dst]`.
+    fn collect(&self, key: &ExchangeKey) -> Result<Exchange, CommError>;
 }
 
 #[derive(Default)]
@@ -53,9 +66,19 @@ struct Slot {
 #[derive(Default)]
 pub struct Mailbox {
     slots: HashMap<ExchangeKey, Slot>,
+    /// Posted sends not yet received.
+    posted: HashMap<ExchangeKey, Tensor>,
 }
 
 impl Mailbox {
+    fn post(&mut self, key: &ExchangeKey, t: Tensor) {
+        self.posted.entry(key.clone()).or_insert(t);
+    }
+
+    fn collect(&mut self, key: &ExchangeKey) -> Option<Tensor> {
+        self.posted.remove(key)
+    }
+
     fn offer(&mut self, rank: u32, key: &ExchangeKey, t: Tensor) {
         self.slots
             .entry(key.clone())
@@ -66,6 +89,12 @@ impl Mailbox {
     }
 
     fn missing(&self, key: &ExchangeKey) -> Vec<u32> {
+        if key.1 & P2P_TAG != 0 {
+            return match self.posted.contains_key(key) {
+                true => Vec::new(),
+                false => key.0.first().copied().into_iter().collect(),
+            };
+        }
         let have = self.slots.get(key).map(|s| &s.contributions);
         key.0
             .iter()
@@ -138,6 +167,35 @@ impl Communicator for ThreadComm {
                 .0;
         }
     }
+
+    fn post(&self, key: &ExchangeKey, t: Tensor) -> Result<(), CommError> {
+        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
+        mb.post(key, t);
+        self.arrived.notify_all();
+        Ok(())
+    }
+
+    fn collect(&self, key: &ExchangeKey) -> Result<Exchange, CommError> {
+        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
+        let deadline = std::time::Instant::now() + self.timeout;
+        loop {
+            if let Some(t) = mb.collect(key) {
+                return Ok(Exchange::Ready(vec![t]));
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(CommError::Timeout {
+                    after: self.timeout,
+                    missing: mb.missing(key),
+                });
+            }
+            mb = self
+                .arrived
+                .wait_timeout(mb, deadline - now)
+                .map_err(|_| CommError::Poisoned)?
+                .0;
+        }
+    }
 }
 
 /// Ranks stepped in turn on one thread (the browser): an incomplete exchange is pending.
@@ -152,6 +210,20 @@ impl Communicator for CoopComm {
         mb.offer(rank, key, t);
         Ok(match mb.take(key) {
             Some(all) => Exchange::Ready(all),
+            None => Exchange::Pending,
+        })
+    }
+
+    fn post(&self, key: &ExchangeKey, t: Tensor) -> Result<(), CommError> {
+        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
+        mb.post(key, t);
+        Ok(())
+    }
+
+    fn collect(&self, key: &ExchangeKey) -> Result<Exchange, CommError> {
+        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
+        Ok(match mb.collect(key) {
+            Some(t) => Exchange::Ready(vec![t]),
             None => Exchange::Pending,
         })
     }

@@ -7,9 +7,12 @@ pub mod comm;
 pub mod gather;
 pub mod init;
 pub mod interp;
+pub mod jobs;
 pub mod kernels;
 #[cfg(feature = "native")]
 pub mod npy;
+pub mod pipe;
 pub mod run;
+pub mod run_pipe;
 pub mod tensor;
 pub mod verify;

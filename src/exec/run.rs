@@ -157,9 +157,10 @@ pub fn initial_values(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Option<Tens
 }
 
 /// Reads one variable: its copies and its error bounds.
-type Reader<'r> = dyn Fn(VarId) -> Result<(Vec<Tensor>, f64, Option<Vec<f64>>), ExecError> + 'r;
+pub(super) type Reader<'r> =
+    dyn Fn(VarId) -> Result<(Vec<Tensor>, f64, Option<Vec<f64>>), ExecError> + 'r;
 
-fn snapshot(
+pub(super) fn snapshot(
     log: &mut Log,
     step: usize,
     p: &Pipeline,
@@ -209,6 +210,9 @@ fn snapshot(
 
 /// Runs the serial program for `opts.steps` steps.
 pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
+    if super::run_pipe::micro_batches(p) > 1 {
+        return super::run_pipe::run_serial_accumulated(p, opts);
+    }
     let program = &p.full.program;
     let env = initial_values(p, opts)?;
     let mut rank = Rank::new(0, program, env, None);
@@ -276,7 +280,7 @@ pub fn serial_bounds(
 }
 
 /// The environment of every rank: each source variable's shard.
-fn rank_envs(
+pub(super) fn rank_envs(
     p: &Pipeline,
     globals: &[Option<Tensor>],
 ) -> Result<Vec<Vec<Option<Tensor>>>, ExecError> {
@@ -337,7 +341,7 @@ fn member_index(
         .ok_or_else(|| ExecError::Setup(format!("rank {rank} is not on the mesh")))
 }
 
-fn placements(p: &Pipeline) -> Vec<Placement> {
+pub(super) fn placements(p: &Pipeline) -> Vec<Placement> {
     p.partitioned
         .ranks
         .iter()
@@ -404,10 +408,11 @@ fn unshard_pieces(
 
 /// Gathers every copy of serial variable `v` from every rank's environment (under ZeRO, a
 /// gradient, and a stage-3 parameter, from its shards).
-fn gather_var(
+pub(super) fn gather_var(
     p: &Pipeline,
     envs: &[&Vec<Option<Tensor>>],
     v: VarId,
+    holds: &dyn Fn(u32) -> bool,
 ) -> Result<Vec<Tensor>, ExecError> {
     if let Some((z, shard)) = p.partitioned.zero.value_in_shards(v) {
         let rebuilt = unshard_pieces(p, envs, v, z, shard)?;
@@ -430,6 +435,9 @@ fn gather_var(
     }
     let mut pieces = Vec::new();
     for (r, env) in p.partitioned.ranks.iter().zip(envs) {
+        if !holds(r.rank) {
+            continue;
+        }
         let value = env.get(v.index()).and_then(|t| t.as_ref()).ok_or_else(|| {
             ExecError::Setup(format!(
                 "rank {} has no value for `{}`",
@@ -454,6 +462,9 @@ fn gather_var(
 /// Runs every rank for `opts.steps` steps: on threads natively when `threads`, else
 /// cooperatively on this thread.
 pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+    if super::run_pipe::is_pipelined(p) && p.is_fully_partitioned() {
+        return super::run_pipe::run_pipelined(p, opts, threads);
+    }
     if !p.is_fully_partitioned() {
         return Err(ExecError::Setup(format!(
             "only ranks {:?} of the mesh were partitioned; running needs every rank",
@@ -494,7 +505,7 @@ pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result
         }
         let envs: Vec<&Vec<Option<Tensor>>> = ranks.iter().map(|r| &r.env).collect();
         snapshot(&mut log, step, p, opts.record, &|v| {
-            Ok((gather_var(p, &envs, v)?, 0.0, None))
+            Ok((gather_var(p, &envs, v, &|_| true)?, 0.0, None))
         })?;
     }
     Ok(log)

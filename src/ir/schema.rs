@@ -212,11 +212,12 @@ const ALL_TO_ALL_ATTRS: &[AttrSpec] = &[
     req("group", Ints),
     attr("ring_id", Int),
 ];
-const SEND_ATTRS: &[AttrSpec] = &[req("peer", Int), attr("ring_id", Int)];
+const SEND_ATTRS: &[AttrSpec] = &[req("peer", Int), attr("group", Ints), attr("ring_id", Int)];
 const RECV_ATTRS: &[AttrSpec] = &[
     req("peer", Int),
     req("shape", Ints),
     req("dtype", Str),
+    attr("group", Ints),
     attr("ring_id", Int),
 ];
 const SLICE_ATTRS: &[AttrSpec] = &[req("axes", Ints), req("starts", Ints), req("ends", Ints)];

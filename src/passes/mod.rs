@@ -17,5 +17,6 @@ pub mod partition;
 pub mod pipeline;
 pub mod recompute;
 pub mod schedule;
+pub mod stages;
 
 pub use complete::{complete, complete_from, CompleteError, Completed};

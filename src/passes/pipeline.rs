@@ -39,6 +39,7 @@ impl PipelineOptions {
                 defer_partial_sums: o.megatron_sums,
                 zero: o.zero,
                 bucket_bytes: o.bucket_bytes(),
+                micro_batches: o.micro_batches,
                 ..PartitionOptions::default()
             },
             recompute: o.recompute,
@@ -63,6 +64,10 @@ pub enum PipelineError {
     Partition(#[from] PartitionError),
     #[error("{0}")]
     Program(#[from] ProgramError),
+    #[error("pipeline stages: {0}")]
+    Stages(#[from] super::stages::StageError),
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// Every stage's result.
@@ -78,6 +83,9 @@ pub struct Pipeline {
     pub ledger: Vec<Entry>,
     /// The mesh axes the loss is averaged over (kept to re-partition).
     pub loss_avg_axes: Vec<MeshAxis>,
+    /// The pipeline stages (one stage, one chunk without a `pp` axis); each op's stage is in
+    /// its dist attr (`passes::stages`).
+    pub stages: crate::dist::Stages,
 }
 
 fn verify(stage: &'static str, program: &crate::ir::Program) -> Result<(), PipelineError> {
@@ -120,6 +128,7 @@ fn scale_loss(plan: &mut Plan) -> Result<(), PipelineError> {
 /// Runs every stage.
 pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, PipelineError> {
     let mut plan = plan.clone();
+    super::stages::split_if_unplaced(&mut plan)?;
     if opts.optimizer.amp {
         scale_loss(&mut plan)?;
     }
@@ -127,9 +136,18 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     let backward = append_backward(&plan.program)?;
     verify("backward", &backward.program)?;
     let mut full = complete_backward(&backward, &completed);
+    let stages = super::stages::assign_stages(
+        &mut full,
+        &plan,
+        &backward.forward_of,
+        backward.first_backward_op,
+    )?;
+    check_pipeline_options(&stages, opts)?;
     let backward = super::recompute::apply_recompute(&mut full, backward, opts.recompute)?;
     verify("recompute", &full.program)?;
+    let before_optimizer = full.program.ops().len();
     append_optimizer(&mut full, &backward.param_grads, &opts.optimizer)?;
+    super::stages::assign_optimizer_stages(&mut full, &stages, before_optimizer);
     verify("optimizer", &full.program)?;
     check_layouts(&full)?;
     let grads: Vec<_> = backward.param_grads.iter().map(|&(_, g)| g).collect();
@@ -146,6 +164,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         &grads,
         &loss_avg_axes,
         &opts.partition,
+        &stages,
     )?;
     let ledger = ledger(&partitioned);
     Ok(Pipeline {
@@ -156,6 +175,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         partitioned,
         ledger,
         loss_avg_axes,
+        stages,
     })
 }
 
@@ -178,6 +198,7 @@ impl Pipeline {
             &grads,
             &self.loss_avg_axes,
             opts,
+            &self.stages,
         )?;
         self.ledger = ledger(&self.partitioned);
         Ok(())
@@ -191,6 +212,32 @@ impl Pipeline {
     /// Whether `rank`'s program was built.
     pub fn has_rank(&self, rank: u32) -> bool {
         self.partitioned.ranks.iter().any(|r| r.rank == rank)
+    }
+}
+
+/// What pipeline stages do not combine with yet, said before anything is built: AMP's
+/// found-inf flag, the global norm and ZeRO's shards would need their sums and shards to
+/// span the stages (an all-reduce over the `pp` axis), which the partitioner does not insert.
+fn check_pipeline_options(
+    stages: &crate::dist::Stages,
+    opts: &PipelineOptions,
+) -> Result<(), PipelineError> {
+    if !stages.is_pipelined() {
+        return Ok(());
+    }
+    let unsupported = [
+        (opts.optimizer.amp, "AMP"),
+        (
+            opts.optimizer.clip_norm.is_some(),
+            "gradient clipping (clip_norm)",
+        ),
+        (opts.partition.zero > 0, "ZeRO"),
+    ];
+    match unsupported.iter().find(|(on, _)| *on) {
+        Some((_, what)) => Err(PipelineError::Unsupported(format!(
+            "{what} is not supported with pipeline stages yet: it needs a sum over every stage"
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -33,6 +33,16 @@ pub enum Schedule {
 }
 
 impl Schedule {
+    /// The schedule a plan's options name, with `chunks` model chunks per stage for vpp.
+    pub fn of(kind: crate::plan::ScheduleKind, chunks: usize) -> Schedule {
+        match kind {
+            crate::plan::ScheduleKind::FThenB => Schedule::FThenB,
+            crate::plan::ScheduleKind::OneFOneB => Schedule::OneFOneB,
+            crate::plan::ScheduleKind::Vpp => Schedule::Vpp { chunks },
+            crate::plan::ScheduleKind::ZbH1 => Schedule::ZbH1,
+        }
+    }
+
     /// Paddle's name: `fthenb`, `1f1b`, `vpp`, `zbh1`.
     pub fn name(self) -> &'static str {
         match self {

@@ -21,11 +21,17 @@ mod options;
 mod parse;
 mod print;
 mod spec;
+mod split;
+mod stage;
 
-pub use options::{parse_options, OptimizerKind, PlanOptions, Recompute, MAX_ZERO};
+pub use options::{
+    parse_options, OptimizerKind, PlanOptions, Recompute, ScheduleKind, MAX_MICRO_BATCHES, MAX_ZERO,
+};
 pub use parse::{parse_plan, SourceMap};
 pub use print::write_shard;
 pub use spec::{mesh_spec, parse_mesh_spec, parse_shard_spec, shard_spec, SpecError};
+pub use split::{split_evenly, split_layers};
+pub use stage::{parse_stage, StageLine, StagePlacement, StageTarget};
 
 use crate::dist::{MeshId, MeshTable, ProcessMesh, TensorDistAttr};
 use crate::ir::{verify_program, OpId, Program, Subject, VarId};
@@ -43,6 +49,8 @@ pub struct Plan {
     pub annotations: Vec<Annotation>,
     /// The planning options (the `options` statement).
     pub options: PlanOptions,
+    /// Pipeline stage placements (`stage` statements), in file order.
+    pub stages: Vec<StagePlacement>,
 }
 
 /// The user's annotation of one variable.
@@ -129,6 +137,7 @@ impl Plan {
             program,
             annotations: Vec::new(),
             options: PlanOptions::default(),
+            stages: Vec::new(),
         }
     }
 

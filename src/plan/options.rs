@@ -75,11 +75,51 @@ impl Recompute {
     }
 }
 
+/// A pipeline schedule (`passes::schedule` lays out its jobs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum ScheduleKind {
+    /// Every forward, then every backward (GPipe). The default: it is the one schedule
+    /// that runs with the default single micro-batch on any number of stages.
+    #[default]
+    FThenB,
+    OneFOneB,
+    /// Interleaved 1F1B over `chunks` model chunks per stage.
+    Vpp,
+    /// Zero bubble (ZB-H1): backwards split into input- and weight-gradient jobs.
+    ZbH1,
+}
+
+impl ScheduleKind {
+    pub const ALL: [ScheduleKind; 4] = [
+        ScheduleKind::FThenB,
+        ScheduleKind::OneFOneB,
+        ScheduleKind::Vpp,
+        ScheduleKind::ZbH1,
+    ];
+
+    /// Paddle's name, used in plan text and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleKind::FThenB => "fthenb",
+            ScheduleKind::OneFOneB => "1f1b",
+            ScheduleKind::Vpp => "vpp",
+            ScheduleKind::ZbH1 => "zbh1",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ScheduleKind> {
+        ScheduleKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// The most micro-batches or chunks a plan may ask for.
+pub const MAX_MICRO_BATCHES: usize = 1 << 16;
+
 /// The largest ZeRO stage.
 pub const MAX_ZERO: u8 = 3;
 
 /// The options statement's values.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlanOptions {
     pub optimizer: OptimizerKind,
     /// AMP dynamic loss scaling.
@@ -97,10 +137,34 @@ pub struct PlanOptions {
     /// Fuse data-parallel gradient all-reduces into buckets of this many MiB (DDP's
     /// `bucket_cap_mb`).
     pub bucket_mb: Option<f64>,
+    /// The pipeline schedule (meaningful with a `pp` mesh axis).
+    pub schedule: ScheduleKind,
+    /// Micro-batches per step (1: no gradient accumulation).
+    pub micro_batches: usize,
+    /// Model chunks per pipeline stage (virtual stages; `vpp` needs more than 1).
+    pub chunks: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            optimizer: OptimizerKind::default(),
+            amp: false,
+            clip_norm: None,
+            megatron_sums: false,
+            no_grad_scale: false,
+            zero: 0,
+            recompute: Recompute::default(),
+            bucket_mb: None,
+            schedule: ScheduleKind::default(),
+            micro_batches: 1,
+            chunks: 1,
+        }
+    }
 }
 
 /// The keys of the options statement, in canonical order.
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 11] = [
     "optimizer",
     "amp",
     "clip_norm",
@@ -109,6 +173,9 @@ pub const KEYS: [&str; 8] = [
     "zero",
     "recompute",
     "bucket_mb",
+    "schedule",
+    "micro_batches",
+    "chunks",
 ];
 
 impl PlanOptions {
@@ -143,6 +210,14 @@ impl PlanOptions {
     pub fn bucket_bytes(&self) -> u64 {
         self.bucket_mb
             .map_or(0, |mb| (mb * 1024.0 * 1024.0).ceil() as u64)
+    }
+
+    /// Checks a micro-batch or chunk count: 1 to [`MAX_MICRO_BATCHES`].
+    pub fn check_count(what: &str, n: i64) -> Result<usize, String> {
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| (1..=MAX_MICRO_BATCHES).contains(&n))
+            .ok_or_else(|| format!("{what} {n}: expected a count from 1 to {MAX_MICRO_BATCHES}"))
     }
 
     /// Checks a ZeRO stage.
@@ -182,6 +257,15 @@ impl fmt::Display for PlanOptions {
         if let Some(mb) = self.bucket_mb {
             write!(f, " bucket_mb={mb:?}")?;
         }
+        if self.schedule != ScheduleKind::default() {
+            write!(f, " schedule={}", self.schedule.name())?;
+        }
+        if self.micro_batches != 1 {
+            write!(f, " micro_batches={}", self.micro_batches)?;
+        }
+        if self.chunks != 1 {
+            write!(f, " chunks={}", self.chunks)?;
+        }
         Ok(())
     }
 }
@@ -214,9 +298,21 @@ fn value_text(cur: &mut Cursor) -> Result<String, ParseError> {
             return Err(cur.expected("the option's value (a name or a number)"))
         }
     }
+    let at = cur.col();
     Ok(match cur.bump() {
         Some(Tok::Ident(s)) => s,
-        Some(Tok::Int(i)) => i.to_string(),
+        Some(Tok::Int(i)) => {
+            // `1f1b` lexes as `1` then `f1b`: join a name written right after the number.
+            let digits = i.to_string();
+            match cur.peek() {
+                Some(Tok::Ident(rest)) if cur.col() == at + digits.len() => {
+                    let joined = format!("{digits}{rest}");
+                    cur.bump();
+                    joined
+                }
+                _ => digits,
+            }
+        }
         Some(Tok::Float(x)) => format!("{x:?}"),
         Some(Tok::Str(s)) => s,
         Some(Tok::Punct(c)) => c.to_string(),
@@ -266,6 +362,23 @@ fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), String
             let v = value.ok_or_else(|| needs("off|full|selective"))?;
             o.recompute = Recompute::from_name(v)
                 .ok_or_else(|| format!("recompute `{v}`: expected off, full or selective"))?;
+        }
+        "schedule" => {
+            let v = value.ok_or_else(|| needs("fthenb|1f1b|vpp|zbh1"))?;
+            o.schedule = ScheduleKind::from_name(v)
+                .ok_or_else(|| format!("schedule `{v}`: expected fthenb, 1f1b, vpp or zbh1"))?;
+        }
+        "micro_batches" | "chunks" => {
+            let v = value.ok_or_else(|| needs("N"))?;
+            let n: i64 = v
+                .parse()
+                .map_err(|_| format!("{key} `{v}`: expected a whole number"))?;
+            let n = PlanOptions::check_count(key, n)?;
+            if key == "chunks" {
+                o.chunks = n;
+            } else {
+                o.micro_batches = n;
+            }
         }
         _ => {
             return Err(format!(

@@ -19,6 +19,7 @@ pub struct SourceMap {
     pub var_lines: Vec<usize>,
     pub op_lines: Vec<usize>,
     pub annotation_lines: Vec<usize>,
+    pub stage_lines: Vec<usize>,
     /// The column of each statement's subject: a variable's name, an op's type, the
     /// annotated variable's name.
     pub var_cols: Vec<usize>,
@@ -54,10 +55,12 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
     let mut mesh: Option<Arc<ProcessMesh>> = None;
     let mut annotations = Vec::new();
     let mut options: Option<super::PlanOptions> = None;
+    let mut stages = Vec::new();
     let mut map = SourceMap::default();
     let errors = for_each_statement(text, |cur| {
         let line = cur.line();
-        let (kw, col) = cur.ident("a statement (`mesh`, `options`, `var`, `op` or `shard`)")?;
+        let (kw, col) =
+            cur.ident("a statement (`mesh`, `options`, `var`, `op`, `shard` or `stage`)")?;
         match kw.as_str() {
             "var" => {
                 let at = cur.col();
@@ -95,10 +98,16 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
                 map.annotation_lines.push(line);
                 map.annotation_cols.push(at);
             }
+            "stage" => {
+                stages.push(super::parse_stage(cur, &program)?);
+                map.stage_lines.push(line);
+            }
             _ => {
                 return Err(cur.error_at(
                     col,
-                    format!("expected `mesh`, `options`, `var`, `op` or `shard`, found `{kw}`"),
+                    format!(
+                        "expected `mesh`, `options`, `var`, `op`, `shard` or `stage`, found `{kw}`"
+                    ),
                 ))
             }
         }
@@ -111,6 +120,7 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
                 program,
                 annotations,
                 options: options.unwrap_or_default(),
+                stages,
             },
             map,
         ))

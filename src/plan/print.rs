@@ -28,6 +28,9 @@ impl fmt::Display for Plan {
             }
             f.write_char('\n')?;
         }
+        for s in &self.stages {
+            writeln!(f, "{}", super::StageLine(self, s))?;
+        }
         Ok(())
     }
 }

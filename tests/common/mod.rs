@@ -42,6 +42,7 @@ pub fn paddle_config_plan(config: &Value) -> Plan {
         program,
         annotations,
         options: Default::default(),
+        stages: Vec::new(),
     }
 }
 
@@ -66,6 +67,7 @@ pub fn plan_with<S: AsRef<str>>(program: shardlab::ir::Program, mesh: &str, shar
         program,
         annotations,
         options: Default::default(),
+        stages: Vec::new(),
     }
 }
 
@@ -163,6 +165,7 @@ pub fn random_plan_of(
             program,
             annotations,
             options: Default::default(),
+            stages: Vec::new(),
         }
     })
 }

@@ -85,6 +85,12 @@ pub struct Rank<'a> {
     /// Error bounds per variable (`bound.rs`), carried when the serial run is the
     /// reference of a verification.
     pub bounds: Option<Bounds>,
+    /// The ops to run, by index, in order (a pipeline job); every op when `None`.
+    pub order: Option<std::sync::Arc<Vec<usize>>>,
+    /// The micro-batch being run (part of a send/recv's key).
+    pub micro_batch: u64,
+    /// Sends and recvs so far per (ring, micro-batch, direction).
+    p2p_seq: HashMap<(Vec<u32>, u64, bool), u64>,
 }
 
 /// Error bounds of every variable: the max-norm bound, and per-element bounds where known.
@@ -135,13 +141,38 @@ impl<'a> Rank<'a> {
             replayed: 0,
             placement,
             bounds: None,
+            order: None,
+            micro_batch: 0,
+            p2p_seq: HashMap::new(),
         }
+    }
+
+    /// How many ops this run executes.
+    fn len(&self) -> usize {
+        self.order
+            .as_ref()
+            .map_or(self.program.ops().len(), |o| o.len())
+    }
+
+    /// The program index of the `pc`-th op run.
+    pub fn op_index(&self, pc: usize) -> usize {
+        self.order
+            .as_ref()
+            .map_or(pc, |o| o.get(pc).copied().unwrap_or(usize::MAX))
+    }
+
+    /// Whether every op of this run has executed.
+    pub fn finished(&self) -> bool {
+        self.pc >= self.len()
     }
 
     /// Runs ops until the end or until an exchange is pending.
     pub fn step(&mut self, comm: &dyn Communicator) -> Result<Status, ExecError> {
-        while self.pc < self.program.ops().len() {
-            let op = &self.program.ops()[self.pc];
+        while self.pc < self.len() {
+            let index = self.op_index(self.pc);
+            let Some(op) = self.program.ops().get(index) else {
+                return Err(ExecError::Setup(format!("no op {index} to run")));
+            };
             // Values an op overwrites in place, for its error bound.
             let before: Vec<(VarId, Tensor)> = match self.bounds {
                 Some(_) => op
@@ -156,7 +187,7 @@ impl<'a> Rank<'a> {
             self.replayed = 0;
             let progress = self.exec(op, comm).map_err(|message| ExecError::Op {
                 rank: self.rank,
-                op: self.pc,
+                op: index,
                 ty: op.ty,
                 message,
             })?;
@@ -302,6 +333,66 @@ impl<'a> Rank<'a> {
         }
     }
 
+    /// A pipeline send (posted, never waits) or recv (waits for its send). Keys count the
+    /// sends and recvs of each ring per micro-batch and direction: both ends run them in
+    /// the program's order, whatever the schedule interleaves between micro-batches.
+    fn p2p(&mut self, op: &Op, comm: &dyn Communicator, send: bool) -> Result<Progress, String> {
+        let group: Vec<u32> = op
+            .attr_ints("group")
+            .ok_or("missing group")?
+            .iter()
+            .map(|&r| r as u32)
+            .collect();
+        let key = match self.pending.take() {
+            Some(k) => k,
+            None => {
+                let backward = op.role == crate::ir::OpRole::Backward;
+                let n = self
+                    .p2p_seq
+                    .entry((group.clone(), self.micro_batch, backward))
+                    .or_insert(0);
+                *n += 1;
+                let tag = super::comm::P2P_TAG
+                    | (self.micro_batch & 0xff_ffff) << 32
+                    | u64::from(backward) << 31
+                    | (*n & 0x7fff_ffff);
+                (group.clone(), tag)
+            }
+        };
+        if send {
+            let x = self.slot(op, "X")?.clone();
+            comm.post(&key, x)
+                .map_err(|e| format!("send on {group:?}: {e}"))?;
+            return Ok(Progress::Next);
+        }
+        match comm
+            .collect(&key)
+            .map_err(|e| format!("recv on {group:?}: {e}"))?
+        {
+            Exchange::Ready(mut got) => {
+                let t = got.pop().ok_or("an empty send")?;
+                let want: Vec<usize> = op
+                    .attr_ints("shape")
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|&d| d as usize)
+                    .collect();
+                if t.shape != want {
+                    return Err(format!(
+                        "recv on {group:?}: got shape {:?}, expected {want:?}",
+                        t.shape
+                    ));
+                }
+                self.set(op, "Out", t);
+                Ok(Progress::Next)
+            }
+            Exchange::Pending => {
+                self.pending = Some(key);
+                Ok(Progress::Blocked)
+            }
+        }
+    }
+
     /// The values of every variable of input slot `name`.
     fn inputs(&self, op: &Op, name: &str) -> Result<Vec<&Tensor>, String> {
         op.input(name).iter().map(|&v| self.get(v)).collect()
@@ -382,15 +473,12 @@ impl<'a> Rank<'a> {
             OpType::ReduceScatter => return self.collective(op, comm, Collective::ReduceScatter),
             OpType::AllToAll => return self.collective(op, comm, Collective::AllToAll),
             OpType::CSoftmaxWithCrossEntropy => return self.vocab_ce(op, comm),
-            OpType::Send | OpType::Recv => return Err(NO_SCHEDULE.into()),
+            OpType::Send => return self.p2p(op, comm, true),
+            OpType::Recv => return self.p2p(op, comm, false),
         }
         Ok(Progress::Next)
     }
 }
-
-/// Why a send or recv cannot run yet.
-const NO_SCHEDULE: &str =
-    "send/recv need a pipeline schedule, which this planner does not produce yet";
 
 fn perm(op: &Op, rank: usize) -> Result<Vec<usize>, String> {
     op.attr_ints("axis")

@@ -5,6 +5,7 @@
 pub mod bucket;
 pub mod dist_ops;
 pub mod lower;
+pub mod p2p;
 pub mod rank;
 pub mod reshard;
 pub mod stamp;
@@ -34,6 +35,8 @@ pub struct RankProgram {
     pub attrs: Arc<Vec<TensorDistAttr>>,
     /// The serial variable each local variable holds a piece of (shared likewise).
     pub origin: Arc<Vec<VarId>>,
+    /// Each op's model chunk (all 0 without virtual pipeline stages; shared likewise).
+    pub op_chunks: Arc<Vec<u16>>,
 }
 
 /// Every rank's program and the job's communication groups.
@@ -67,6 +70,10 @@ pub struct PartitionOptions {
     /// Fuse data-parallel gradient all-reduces into buckets of at least this many bytes
     /// (0: one all-reduce per gradient; see `bucket.rs`).
     pub bucket_bytes: u64,
+    /// Micro-batches per step: the rank programs are one micro-batch's, and the loss
+    /// gradient's seed is 1/M so the accumulated gradients are the full batch's (Megatron
+    /// divides each micro-batch's loss by their number the same way).
+    pub micro_batches: usize,
 }
 
 impl Default for PartitionOptions {
@@ -78,6 +85,7 @@ impl Default for PartitionOptions {
             build_every_rank: false,
             zero: 0,
             bucket_bytes: 0,
+            micro_batches: 1,
         }
     }
 }
@@ -91,6 +99,7 @@ pub fn partition(
     param_grads: &[VarId],
     loss_avg_axes: &[MeshAxis],
     opts: &PartitionOptions,
+    stages: &crate::dist::Stages,
 ) -> Result<Partitioned, PartitionError> {
     let mut locals = rank::local_vars(&dp.mesh, &dp.program, &dp.tensors)?;
     let zero = Arc::new(ZeroLayout::plan(dp, &mut locals, opts.zero));
@@ -99,6 +108,9 @@ pub fn partition(
         summed: vec![false; dp.program.vars().len()],
         locals,
         zero: Arc::clone(&zero),
+        stages: stages
+            .is_pipelined()
+            .then(|| p2p::StagePlan::new(dp, stages)),
     };
     for g in param_grads {
         marks.param_grad[g.index()] = true;
@@ -129,35 +141,62 @@ pub fn partition(
             rank_program(r, g).map(|p| p.0)
         })?
     } else {
-        let Some((&first, rest)) = wanted.split_first() else {
-            return Ok(Partitioned {
-                ranks: Vec::new(),
-                groups,
-                zero,
-            });
-        };
-        let mut local = groups.fresh();
-        let registry = if groups.is_complete() {
-            &mut local
-        } else {
-            &mut groups
-        };
-        let (template, recipes) = rank_program(first, registry)?;
-        groups.merge(&local);
-        let stamped = build_each(rest, &mut groups, &|rank, registry| {
-            Ok(stamp::stamp(
-                &template,
-                &recipes,
-                &mut stamp::RankCtx::new(rank, &dp.mesh, registry),
-            ))
-        })?;
-        std::iter::once(template).chain(stamped).collect()
+        by_stage(dp, &wanted, stages, &mut groups, &rank_program)?
     };
     Ok(Partitioned {
         ranks,
         groups,
         zero,
     })
+}
+
+/// Ranks of one stage run one program up to their rank-dependent attributes: the first of
+/// each stage is built, the others stamped from it. Returned in `wanted`'s order.
+fn by_stage(
+    dp: &DistProgram,
+    wanted: &[u32],
+    stages: &crate::dist::Stages,
+    groups: &mut Groups,
+    rank_program: &(dyn Fn(u32, &mut Groups) -> Result<(RankProgram, stamp::Recipes), PartitionError>
+          + Sync),
+) -> Result<Vec<RankProgram>, PartitionError> {
+    let mut by_stage: Vec<Vec<u32>> = Vec::new();
+    let mut stage_of: Vec<usize> = Vec::new();
+    for &r in wanted {
+        let s = stages.stage_of(&dp.mesh, r);
+        match stage_of.iter().position(|&t| t == s) {
+            Some(i) => by_stage[i].push(r),
+            None => {
+                stage_of.push(s);
+                by_stage.push(vec![r]);
+            }
+        }
+    }
+    let mut all = Vec::with_capacity(wanted.len());
+    for members in &by_stage {
+        let Some((&first, rest)) = members.split_first() else {
+            continue;
+        };
+        let mut local = groups.fresh();
+        let (template, recipes) = if groups.is_complete() {
+            rank_program(first, &mut local)?
+        } else {
+            rank_program(first, groups)?
+        };
+        groups.merge(&local);
+        let stamped = build_each(rest, groups, &|rank, registry| {
+            Ok(stamp::stamp(
+                &template,
+                &recipes,
+                &mut stamp::RankCtx::new(rank, &dp.mesh, registry),
+            ))
+        })?;
+        all.push(template);
+        all.extend(stamped);
+    }
+    let order: HashMap<u32, usize> = wanted.iter().enumerate().map(|(i, &r)| (r, i)).collect();
+    all.sort_by_key(|r| order.get(&r.rank).copied().unwrap_or(usize::MAX));
+    Ok(all)
 }
 
 /// Builds every rank's program with `build`. With canonical ring ids the ranks are
@@ -242,24 +281,38 @@ fn partition_rank(
         zero: &marks.zero,
         buckets: bucket::Buckets::new(opts.bucket_bytes),
     };
+    let mut pipe = marks
+        .stages
+        .as_ref()
+        .map(|plan| p2p::RankPipe::new(plan, plan.stages.stage_of(&dp.mesh, rank)));
+    let mut seeded = false;
     for (i, op) in dp.program.ops().iter().enumerate() {
         let attr = &dp.ops[i];
+        b.role = op.role;
+        let mut local = Arc::clone(op);
+        if let Some(pipe) = &mut pipe {
+            if !pipe.before(&mut b, dp, i, &mut local)? {
+                continue;
+            }
+        }
         if op.role == OpRole::Optimize {
             // The optimizer reads the gradients: every bucket is synchronised before it.
             sync.buckets.close_all(&mut b);
         }
-        b.role = op.role;
-        if op.ty == OpType::Sum && op.role == OpRole::Optimize && global_norm_sum(&mut b, op)? {
+        if op.ty == OpType::FillConstant && op.role == OpRole::Backward && !seeded {
+            seeded = true;
+            seed_micro_batch(&mut local, opts.micro_batches);
+        }
+        if op.ty == OpType::Sum && op.role == OpRole::Optimize && global_norm_sum(&mut b, &local)? {
             continue;
         }
         if opts.defer_partial_sums
             && op.ty == OpType::Sum
             && op.role == OpRole::Backward
-            && sum_partials(&mut b, op, attr, marks)?
+            && sum_partials(&mut b, &local, attr, marks)?
         {
             continue;
         }
-        let mut local = Arc::clone(op);
         rz.before(&mut b, &mut local)?;
         reshard_inputs(&mut b, &mut local, attr, &rz)?;
         let fwd = forward_of
@@ -286,6 +339,18 @@ fn partition_rank(
     finish(b, rank)
 }
 
+/// The loss gradient's seed (the first backward `fill_constant`) is 1/M with M
+/// micro-batches: each micro-batch's gradients are then 1/M of its mean loss's, and their
+/// sum is the full batch's.
+fn seed_micro_batch(op: &mut Arc<Op>, micro_batches: usize) {
+    if micro_batches > 1 {
+        let value = op.attr_float("value", 1.0) / micro_batches as f64;
+        Arc::make_mut(op)
+            .attrs
+            .insert("value".into(), Attr::Float(value));
+    }
+}
+
 /// The rank's program, verified, with its recipes.
 fn finish(b: RankBuilder, rank: u32) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
     let issues = verify_program(&b.program);
@@ -301,6 +366,7 @@ fn finish(b: RankBuilder, rank: u32) -> Result<(RankProgram, stamp::Recipes), Pa
             program: b.program,
             attrs: Arc::new(b.cur),
             origin: Arc::new(b.origin),
+            op_chunks: Arc::new(b.op_chunks),
         },
         b.recipes,
     ))
@@ -340,6 +406,8 @@ struct Marks {
     /// ZeRO shard variables.
     locals: Vec<crate::ir::Var>,
     zero: Arc<ZeroLayout>,
+    /// Each op's and variable's pipeline stage (`None` without a pipeline).
+    stages: Option<p2p::StagePlan>,
 }
 
 /// A backward sum whose inputs are all partial over the same mesh axes (SUM) and already in

@@ -23,6 +23,10 @@ pub struct Groups {
     /// are numbered as they appear, and ranks must share one registry (see `is_complete`).
     complete: bool,
     extra: usize,
+    /// Point-to-point rings (one per direction between two ranks) are numbered after the
+    /// table: `p2p_base + src · p2p_stride + dst`, canonical without enumerating them.
+    p2p_base: usize,
+    p2p_stride: usize,
 }
 
 impl PartialEq for Groups {
@@ -63,11 +67,19 @@ impl Groups {
                 table.entry(g).or_insert(next);
             }
         }
+        let p2p_stride = mesh
+            .process_ids()
+            .iter()
+            .max()
+            .map_or(1, |&m| m as usize + 1);
+        let p2p_base = table.len();
         Groups {
             rings: BTreeMap::new(),
-            extra: table.len(),
+            extra: p2p_base + p2p_stride * p2p_stride,
             table: Arc::new(table),
             complete,
+            p2p_base,
+            p2p_stride,
         }
     }
 
@@ -77,7 +89,9 @@ impl Groups {
             rings: BTreeMap::new(),
             table: Arc::clone(&self.table),
             complete: self.complete,
-            extra: self.table.len(),
+            extra: self.p2p_base + self.p2p_stride * self.p2p_stride,
+            p2p_base: self.p2p_base,
+            p2p_stride: self.p2p_stride,
         }
     }
 
@@ -102,6 +116,14 @@ impl Groups {
             },
         };
         self.rings.insert(id, g);
+        id
+    }
+
+    /// The ring from `src` to `dst` (a pipeline send/recv; each direction has its own, as
+    /// Paddle gives each its own two-rank ring), recording it as in use as `[src, dst]`.
+    pub fn p2p_ring(&mut self, src: u32, dst: u32) -> usize {
+        let id = self.p2p_base + src as usize * self.p2p_stride + dst as usize;
+        self.rings.insert(id, vec![src, dst]);
         id
     }
 
@@ -198,6 +220,10 @@ pub struct RankBuilder<'a> {
     pub reshard_cache: HashMap<(VarId, Layout), VarId>,
     /// The ops whose attributes depend on the rank, and how to compute them.
     pub recipes: Recipes,
+    /// The model chunk (virtual stage `chunk · pp + stage`) of the op being lowered; every op
+    /// appended for it records it in `op_chunks` (the executor's jobs run one chunk's ops).
+    pub chunk: u16,
+    pub op_chunks: Vec<u16>,
     /// The attributes of the data-parallel gradient scale (the same 1/N for every gradient
     /// of the rank), built at its first use.
     pub gradient_scale: Option<Attrs>,
@@ -226,6 +252,8 @@ impl<'a> RankBuilder<'a> {
             reshard_cache: HashMap::new(),
             recipes: Vec::new(),
             gradient_scale: None,
+            chunk: 0,
+            op_chunks: Vec::new(),
         }
     }
 
@@ -316,5 +344,6 @@ impl<'a> RankBuilder<'a> {
             Arc::make_mut(&mut op).role = self.role;
         }
         self.program.push_shared(op);
+        self.op_chunks.push(self.chunk);
     }
 }

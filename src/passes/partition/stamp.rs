@@ -39,6 +39,14 @@ pub enum RankAttrs {
     /// The vocab-parallel cross-entropy over the classes split on `axes` in blocks of
     /// `cols`: `start_index`, and the group's `ring_id`, `rank`, `nranks` and `group`.
     VocabCrossEntropy { axes: DimAxes, cols: usize },
+    /// A pipeline send (or recv) to (from) the rank of stage `stage` along the `pp` axis at
+    /// this rank's coordinates on the other axes: `peer`, the ordered two-rank `group`
+    /// `[src, dst]` and its `ring_id` (one ring per direction).
+    P2P {
+        pp: MeshAxis,
+        stage: usize,
+        send: bool,
+    },
 }
 
 /// What computing rank-dependent attributes needs: the rank, its mesh, the job's group
@@ -126,6 +134,22 @@ impl RankAttrs {
                 let start = ctx.block(axes) * rows;
                 attrs.insert("start_index".into(), Attr::Int(start as i64));
             }
+            RankAttrs::P2P { pp, stage, send } => {
+                let mut coords = ctx.coords.clone();
+                if let Some(c) = coords.get_mut(pp.index()) {
+                    *c = *stage;
+                }
+                let peer = ctx.mesh.process_at(&coords).unwrap_or(ctx.rank);
+                let (src, dst) = if *send {
+                    (ctx.rank, peer)
+                } else {
+                    (peer, ctx.rank)
+                };
+                let ring = ctx.groups.p2p_ring(src, dst);
+                attrs.insert("peer".into(), Attr::Int(i64::from(peer)));
+                attrs.insert("group".into(), ints(&[src, dst]));
+                attrs.insert("ring_id".into(), Attr::Int(ring as i64));
+            }
             RankAttrs::VocabCrossEntropy { axes, cols } => {
                 let group = ctx.group(axes);
                 let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
@@ -160,6 +184,7 @@ pub fn stamp(template: &RankProgram, recipes: &Recipes, ctx: &mut RankCtx) -> Ra
         program,
         attrs: template.attrs.clone(),
         origin: template.origin.clone(),
+        op_chunks: template.op_chunks.clone(),
     }
 }
 

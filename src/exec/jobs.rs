@@ -1,0 +1,153 @@
+//! A rank's program cut into a pipeline schedule's jobs: per model chunk, its forward ops,
+//! its backward ops, and the backward split into input-gradient (B) and weight-gradient
+//! (W) parts for the zero-bubble schedule; then the optimizer job.
+//!
+//! - Forward: ops of role forward or loss (with the recvs that feed them and the sends of
+//!   what they produce).
+//! - Backward: ops of role backward, except data-parallel gradient synchronisation and
+//!   ZeRO's reduce-scatters (and gradient buckets): those run once, in the optimizer job,
+//!   on the gradients accumulated over every micro-batch (Megatron's and Paddle's gradient
+//!   merge: one all-reduce per step, not per micro-batch).
+//! - B/W: an op whose outputs are all parameter gradients is W; one whose outputs are all
+//!   other gradients is B; an op with both (a matmul's grad: dX and dW) is run twice, once
+//!   with only its input-gradient outputs (in B) and once with only its weight-gradient
+//!   outputs (in W). The two copies are appended to the job program; the rank program is
+//!   unchanged.
+
+use crate::ir::{OpRole, OpType, Program, Purpose, VarId};
+use crate::passes::partition::RankProgram;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Op indices of one job, in program order.
+pub type OpList = Arc<Vec<usize>>;
+
+/// A rank's jobs.
+#[derive(Clone, Debug)]
+pub struct RankJobs {
+    /// The rank program plus the B and W copies of split ops.
+    pub program: Program,
+    /// Per chunk.
+    pub forward: Vec<OpList>,
+    pub backward: Vec<OpList>,
+    pub backward_b: Vec<OpList>,
+    pub backward_w: Vec<OpList>,
+    pub optimizer: OpList,
+    /// Variables each micro-batch has its own copy of: data inputs, and everything forward
+    /// and backward jobs write.
+    pub per_micro_batch: Vec<VarId>,
+    /// Gradients summed over micro-batches (written by backward jobs, read by the
+    /// optimizer job).
+    pub accumulated: Vec<VarId>,
+}
+
+/// The variables each micro-batch has its own copy of, and the gradients accumulated over
+/// micro-batches, both sorted.
+fn variables(
+    program: &Program,
+    forward: &[Vec<usize>],
+    backward: &[Vec<usize>],
+    optimizer: &[usize],
+) -> (Vec<VarId>, Vec<VarId>) {
+    let written = |lists: &[Vec<usize>]| -> HashSet<VarId> {
+        lists
+            .iter()
+            .flatten()
+            .flat_map(|&i| program.ops()[i].all_outputs().collect::<Vec<_>>())
+            .collect()
+    };
+    let fwd_written = written(forward);
+    let bwd_written = written(backward);
+    let opt_read: HashSet<VarId> = optimizer
+        .iter()
+        .flat_map(|&i| program.ops()[i].all_inputs().collect::<Vec<_>>())
+        .collect();
+    let per_micro_batch: Vec<VarId> = (0..program.vars().len() as u32)
+        .map(VarId)
+        .filter(|v| {
+            matches!(
+                program.var(*v).kind,
+                crate::ir::VarKind::Input | crate::ir::VarKind::Label
+            ) || fwd_written.contains(v)
+                || bwd_written.contains(v)
+        })
+        .collect();
+    let mut accumulated: Vec<VarId> = bwd_written.intersection(&opt_read).copied().collect();
+    accumulated.sort();
+    (per_micro_batch, accumulated)
+}
+
+/// Whether `op` waits for the optimizer job (runs once on accumulated gradients).
+fn deferred(op: &crate::ir::Op) -> bool {
+    matches!(op.ty, OpType::CoalesceTensor | OpType::UncoalesceTensor)
+        || (op.role == OpRole::Backward
+            && matches!(
+                op.purpose(),
+                Some(Purpose::DataParallel | Purpose::Sharding)
+            ))
+}
+
+/// Cuts `r` into jobs over `chunks` chunks. `param_grads` are the serial program's
+/// parameter gradients (what W computes).
+pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> RankJobs {
+    let chunks = chunks.max(1);
+    let mut program = r.program.clone();
+    let is_weight = |v: VarId| {
+        r.origin
+            .get(v.index())
+            .is_some_and(|o| param_grads.contains(o))
+    };
+    let mut forward = vec![Vec::new(); chunks];
+    let mut backward = vec![Vec::new(); chunks];
+    let mut b_ops = vec![Vec::new(); chunks];
+    let mut w_ops = vec![Vec::new(); chunks];
+    let mut optimizer = Vec::new();
+    let ops: Vec<_> = r.program.ops().to_vec();
+    for (i, op) in ops.iter().enumerate() {
+        let c = r
+            .op_chunks
+            .get(i)
+            .map_or(0, |&c| c as usize)
+            .min(chunks - 1);
+        if op.role == OpRole::Optimize || deferred(op) {
+            optimizer.push(i);
+            continue;
+        }
+        if op.role != OpRole::Backward {
+            forward[c].push(i);
+            continue;
+        }
+        backward[c].push(i);
+        let outs: Vec<VarId> = op.all_outputs().collect();
+        let weights = outs.iter().filter(|&&v| is_weight(v)).count();
+        if weights == 0 || outs.is_empty() {
+            b_ops[c].push(i);
+        } else if weights == outs.len() {
+            w_ops[c].push(i);
+        } else {
+            let keep = |op: &crate::ir::Op, weight: bool| {
+                let mut copy = op.clone();
+                for slot in &mut copy.outputs {
+                    slot.retain(|v| is_weight(*v) == weight);
+                }
+                copy
+            };
+            b_ops[c].push(program.ops().len());
+            program.push_op(keep(op, false));
+            w_ops[c].push(program.ops().len());
+            program.push_op(keep(op, true));
+        }
+    }
+    let (per_micro_batch, accumulated) = variables(&program, &forward, &backward, &optimizer);
+    let arc = |v: Vec<Vec<usize>>| v.into_iter().map(Arc::new).collect();
+    RankJobs {
+        program,
+        forward: arc(forward),
+        backward: arc(backward),
+        backward_b: arc(b_ops),
+        backward_w: arc(w_ops),
+        optimizer: Arc::new(optimizer),
+        per_micro_batch,
+        accumulated,
+    }
+}

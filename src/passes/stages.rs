@@ -1,0 +1,276 @@
+//! Pipeline stages of every op: completion's mesh propagation for plans whose mesh has a
+//! `pp` axis. Each op's dist attr gets its stage's mesh (`MeshId(1 + stage)`; the job mesh
+//! stays `MeshId::JOB`) and its `chunk_id`, as Paddle's completer gives every op a
+//! `process_mesh` and a `chunk_id`; inserted ops copy them (the partitioner, like Paddle's
+//! `set_comm_op_dist_attr_for_program`).
+//!
+//! The rules, over virtual stages (`stage k` of `pp × chunks`):
+//! - a forward op in a `stage K ops A to B` range is on `K`;
+//! - any other forward op is on the latest stage among the tensors it reads: a tensor's
+//!   stage is its producer's, raised by a `stage K var T` statement (Paddle's "annotate `h`
+//!   on stage 1's mesh"); an op that reads no computed tensor stays with the op before it;
+//! - a grad op is on its forward op's stage; other backward ops (sums of gradient
+//!   contributions, the loss gradient's seed) on the latest stage among what they read,
+//!   else their first consumer's;
+//! - an optimizer op on the stage of the gradient it reads.
+//!
+//! Activations only move to later stages: a placed op reading a tensor computed on a later
+//! stage is an error, as is a parameter read on two stages (tied weights would need their
+//! gradients summed across stages, which we do not do).
+
+use super::dist_program::DistProgram;
+use crate::dist::{MeshId, Stages};
+use crate::ir::{OpId, OpRole, VarKind};
+use crate::plan::{Plan, StageTarget};
+use std::collections::HashMap;
+
+/// Why stages cannot be assigned.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StageError {
+    #[error("`stage` statements need a mesh with a `pp` axis (the pipeline axis)")]
+    NoPipelineAxis,
+    #[error("stage {stage} does not exist: the plan has {count} (virtual) stages, 0 to {}", count - 1)]
+    NoSuchStage { stage: usize, count: usize },
+    #[error(
+        "op{op} ({ty}) is on stage {stage} but reads `{var}` from stage {from}: activations \
+         only move to later stages"
+    )]
+    Backwards {
+        op: usize,
+        ty: String,
+        stage: usize,
+        var: String,
+        from: usize,
+    },
+    #[error(
+        "parameter `{param}` is read on stages {first} and {second}: a parameter must live on \
+         one stage (tied weights across stages are not supported)"
+    )]
+    SharedParameter {
+        param: String,
+        first: usize,
+        second: usize,
+    },
+    #[error("{0}")]
+    Split(String),
+    #[error(
+        "stage {stage} of {count} has no ops: place ops on every stage (`stage {stage} ops A \
+         to B`), or use fewer stages"
+    )]
+    Empty { stage: usize, count: usize },
+}
+
+/// The mesh id of an op on physical stage `stage` (`JOB` without a pipeline).
+pub fn stage_mesh_id(stages: &Stages, stage: usize) -> MeshId {
+    if stages.stages > 1 {
+        MeshId(1 + stage as u16)
+    } else {
+        MeshId::JOB
+    }
+}
+
+/// The virtual stage an op attr records.
+pub fn virtual_stage(stages: &Stages, attr: &crate::dist::OperatorDistAttr) -> usize {
+    let physical = (attr.mesh.0 as usize).saturating_sub(1);
+    attr.chunk_id * stages.stages + physical.min(stages.stages.saturating_sub(1))
+}
+
+/// Assigns every op of `full` (forward and backward, before the optimizer) its stage.
+/// `first_backward` is the index of the first backward op.
+pub fn assign_stages(
+    full: &mut DistProgram,
+    plan: &Plan,
+    forward_of: &HashMap<OpId, OpId>,
+    first_backward: usize,
+) -> Result<Stages, StageError> {
+    let stages = Stages::of(&full.mesh, plan.options.chunks);
+    if !plan.stages.is_empty() && stages.axis.is_none() {
+        return Err(StageError::NoPipelineAxis);
+    }
+    let count = stages.virtual_count();
+    let (placed, raised) = placements(plan, count)?;
+    let ops = full.program.ops().len();
+    let mut stage: Vec<Option<usize>> = vec![None; ops];
+    // The stage each variable was last written on.
+    let mut written: Vec<Option<usize>> = vec![None; full.program.vars().len()];
+    for i in 0..ops {
+        let op = full.program.op(OpId(i as u32));
+        let fwd = forward_of.get(&OpId(i as u32)).map(|f| f.index());
+        let read = op
+            .all_inputs()
+            .filter_map(|v| {
+                let w = written[v.index()];
+                let r = raised.get(&v.index()).copied();
+                w.max(r)
+            })
+            .max();
+        let s = if i < first_backward {
+            match placed.get(&i) {
+                Some(&p) => {
+                    if let Some((v, from)) = op
+                        .all_inputs()
+                        .filter_map(|v| written[v.index()].map(|w| (v, w)))
+                        .find(|&(_, w)| w > p)
+                    {
+                        return Err(StageError::Backwards {
+                            op: i,
+                            ty: op.ty.to_string(),
+                            stage: p,
+                            var: full.program.var(v).name.to_string(),
+                            from,
+                        });
+                    }
+                    Some(p)
+                }
+                // An op reading no computed tensor stays with the op before it.
+                None => read.or_else(|| Some(i.checked_sub(1).and_then(|j| stage[j]).unwrap_or(0))),
+            }
+        } else {
+            fwd.and_then(|f| stage[f]).or(read)
+        };
+        stage[i] = s;
+        if let Some(s) = s {
+            for v in op.all_outputs() {
+                written[v.index()] = Some(s);
+            }
+        }
+    }
+    fill_from_consumers(full, &mut stage);
+    check_parameters(full, &stage, first_backward)?;
+    for (i, s) in stage.iter().enumerate() {
+        set_stage(full, &stages, i, s.unwrap_or(0));
+    }
+    if stages.is_pipelined() {
+        for k in 0..count {
+            if !stage[..first_backward].contains(&Some(k)) {
+                return Err(StageError::Empty { stage: k, count });
+            }
+        }
+    }
+    Ok(stages)
+}
+
+/// Without `stage` statements, a plan whose mesh has a `pp` axis is split evenly
+/// (`plan::split_evenly`): the split becomes the plan's statements, so it prints.
+pub fn split_if_unplaced(plan: &mut Plan) -> Result<(), StageError> {
+    let Some(mesh) = plan.mesh() else {
+        return Ok(());
+    };
+    let stages = Stages::of(mesh, plan.options.chunks);
+    if plan.stages.is_empty() && stages.is_pipelined() {
+        plan.stages = crate::plan::split_evenly(&plan.program, stages.virtual_count())
+            .map_err(StageError::Split)?;
+    }
+    Ok(())
+}
+
+/// The plan's `stage` statements: op index → stage, and variable index → stage.
+type Placements = (HashMap<usize, usize>, HashMap<usize, usize>);
+
+fn placements(plan: &Plan, count: usize) -> Result<Placements, StageError> {
+    let mut placed: HashMap<usize, usize> = HashMap::new();
+    let mut raised: HashMap<usize, usize> = HashMap::new();
+    for s in &plan.stages {
+        if s.stage >= count {
+            return Err(StageError::NoSuchStage {
+                stage: s.stage,
+                count,
+            });
+        }
+        match s.target {
+            StageTarget::Ops { first, last } => {
+                for i in first.index()..=last.index() {
+                    placed.insert(i, s.stage);
+                }
+            }
+            StageTarget::Var(v) => {
+                raised.insert(v.index(), s.stage);
+            }
+        }
+    }
+    Ok((placed, raised))
+}
+
+/// Ops that read no computed tensor take the stage of their first consumer (stage 0 when
+/// nothing consumes them).
+fn fill_from_consumers(full: &DistProgram, stage: &mut [Option<usize>]) {
+    let ops = full.program.ops();
+    for i in (0..ops.len()).rev() {
+        if stage[i].is_some() {
+            continue;
+        }
+        let outs: Vec<_> = ops[i].all_outputs().collect();
+        let consumer = (i + 1..ops.len())
+            .find(|&j| ops[j].all_inputs().any(|v| outs.contains(&v)))
+            .and_then(|j| stage[j]);
+        stage[i] = Some(consumer.unwrap_or(0));
+    }
+}
+
+/// A parameter read by forward ops on two stages is an error.
+fn check_parameters(
+    full: &DistProgram,
+    stage: &[Option<usize>],
+    first_backward: usize,
+) -> Result<(), StageError> {
+    let mut home: HashMap<usize, usize> = HashMap::new();
+    for (i, op) in full.program.ops().iter().enumerate().take(first_backward) {
+        let s = stage[i].unwrap_or(0);
+        for v in op.all_inputs() {
+            if full.program.var(v).kind != VarKind::Parameter {
+                continue;
+            }
+            let first = *home.entry(v.index()).or_insert(s);
+            if first != s {
+                return Err(StageError::SharedParameter {
+                    param: full.program.var(v).name.to_string(),
+                    first: first.min(s),
+                    second: first.max(s),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn set_stage(full: &mut DistProgram, stages: &Stages, op: usize, k: usize) {
+    let (physical, chunk) = stages.split(k);
+    if let Some(attr) = full.ops.get_mut(op) {
+        attr.mesh = stage_mesh_id(stages, physical);
+        attr.chunk_id = chunk;
+    }
+}
+
+/// Stages for the ops the optimizer pass appended (from `first`): each on the latest stage
+/// of the tensors it reads (the gradient's, for an update), else its first consumer's.
+pub fn assign_optimizer_stages(full: &mut DistProgram, stages: &Stages, first: usize) {
+    if !stages.is_pipelined() {
+        return;
+    }
+    let ops = full.program.ops().len();
+    let mut written: Vec<Option<usize>> = vec![None; full.program.vars().len()];
+    let mut stage: Vec<Option<usize>> = vec![None; ops];
+    for i in 0..ops {
+        let op = full.program.op(OpId(i as u32));
+        let s = if i < first {
+            Some(virtual_stage(stages, &full.ops[i]))
+        } else {
+            let reads = op.all_inputs().filter_map(|v| written[v.index()]).max();
+            if op.role == OpRole::Optimize {
+                reads
+            } else {
+                reads.or(Some(0))
+            }
+        };
+        stage[i] = s;
+        if let Some(s) = s {
+            for v in op.all_outputs() {
+                written[v.index()] = Some(s);
+            }
+        }
+    }
+    fill_from_consumers(full, &mut stage);
+    for (i, s) in stage.iter().enumerate().skip(first) {
+        set_stage(full, stages, i, s.unwrap_or(0));
+    }
+}
