@@ -100,10 +100,10 @@ pub(crate) struct CostArgs {
 
 /// Plans, simulates and prints.
 pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
-    let Some(mut plan) = args.source.resolve()? else {
+    let Some(mut plan) = args.source.resolve(args.training.micro_batches())? else {
         return Ok(ExitCode::from(1));
     };
-    args.training.apply(&mut plan.options)?;
+    args.training.apply(&mut plan)?;
     let e = match args.devices.costed(&plan, &args.max_memory)? {
         Ok((_, e)) => e,
         Err(err) => {

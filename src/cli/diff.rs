@@ -44,8 +44,8 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode, String> {
     let (Some(mut a), Some(mut b)) = (load(&args.a), load(&args.b)) else {
         return Ok(ExitCode::from(1));
     };
-    args.training.apply(&mut a.options)?;
-    args.training.apply(&mut b.options)?;
+    args.training.apply(&mut a)?;
+    args.training.apply(&mut b)?;
     let mut costed = Vec::new();
     for (file, plan) in [(&args.a, &a), (&args.b, &b)] {
         if plan.mesh().is_none() {

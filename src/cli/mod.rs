@@ -165,7 +165,8 @@ pub(crate) struct PlanSource {
 
 impl PlanSource {
     /// The plan, or `None` when the file has problems (already reported).
-    pub(crate) fn resolve(&self) -> Result<Option<Plan>, String> {
+    /// A preset is built at the micro-batch's size (`--batch` / `micro_batches`).
+    pub(crate) fn resolve(&self, micro_batches: usize) -> Result<Option<Plan>, String> {
         resolve_plan(
             &self.file,
             &self.preset,
@@ -173,6 +174,7 @@ impl PlanSource {
             &self.sizes,
             self.mesh.as_deref(),
             &self.shards,
+            micro_batches,
         )
     }
 }
@@ -328,12 +330,45 @@ fn build_plan(
     sizes: &SizeArgs,
     mesh: Option<&str>,
     shards: &[String],
+    micro_batches: usize,
 ) -> Result<Plan, String> {
     let model = Model::from_name(preset).map_err(|e| e.to_string())?;
+    let mut cfg = sizes.config(model)?;
+    let global = cfg.batch;
+    if global % micro_batches != 0 {
+        return Err(format!(
+            "--batch {global} must divide by --micro-batches {micro_batches} (--batch is the \
+             global batch)"
+        ));
+    }
+    cfg.batch = global / micro_batches;
     let program = model
-        .build(&sizes.config(model)?)
+        .build(&cfg)
         .map_err(|e| format!("preset {preset}: {e}"))?;
-    add_mesh_and_shards(Plan::from_program(program), mesh, shards)
+    let plan = add_mesh_and_shards(Plan::from_program(program), mesh, shards)?;
+    let dp = data_parallel_degree(&plan);
+    if cfg.batch % dp != 0 {
+        return Err(format!(
+            "--batch {global} must divide by the data-parallel degree ({dp}) × micro-batches \
+             ({micro_batches}) = {}",
+            dp * micro_batches
+        ));
+    }
+    Ok(plan)
+}
+
+/// How many ways the batch is split: the mesh axes on dim 0 of the first annotated input.
+fn data_parallel_degree(plan: &Plan) -> usize {
+    let Some(mesh) = plan.mesh() else {
+        return 1;
+    };
+    plan.annotations
+        .iter()
+        .find(|a| plan.program.var(a.var).kind == crate::ir::VarKind::Input)
+        .and_then(|a| a.attr.dims.first().copied())
+        .map_or(1, |axes| {
+            axes.iter().map(|&ax| mesh.axis_size(ax)).product()
+        })
 }
 
 fn add_mesh_and_shards(
@@ -365,6 +400,7 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
         &args.sizes,
         args.mesh.as_deref(),
         &args.shards,
+        1,
     )?;
     if let Err(e) = budget::check(
         "printing",
@@ -406,6 +442,7 @@ fn resolve_plan(
     sizes: &SizeArgs,
     mesh: Option<&str>,
     shards: &[String],
+    micro_batches: usize,
 ) -> Result<Option<Plan>, String> {
     let sizes_given = sizes.given();
     if preset.is_none() {
@@ -438,7 +475,7 @@ fn resolve_plan(
             }
             Err(_) => return Ok(None),
         },
-        (None, Some(preset), _) => build_plan(preset, sizes, mesh, shards)?,
+        (None, Some(preset), _) => build_plan(preset, sizes, mesh, shards, micro_batches)?,
         (None, None, Some(name)) => {
             let scenario = crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
                 let names: Vec<&str> = crate::models::scenarios::scenarios()
@@ -468,12 +505,13 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         &args.sizes,
         args.mesh.as_deref(),
         &args.shards,
+        args.training.micro_batches(),
     )? {
         Some(plan) => plan,
         None => return Ok(ExitCode::from(1)),
     };
     let mut plan = plan;
-    args.training.apply(&mut plan.options)?;
+    args.training.apply(&mut plan)?;
     let budget = budget::budget(&args.max_memory)?;
     if let (Some(r), Some(mesh)) = (args.rank, plan.mesh()) {
         if !mesh.process_ids().contains(&r) {

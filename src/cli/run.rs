@@ -84,10 +84,10 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if args.dump.as_deref().is_some_and(|d| d.trim().is_empty()) {
         return Err("--dump needs a directory name".into());
     }
-    let Some(mut plan) = args.source.resolve()? else {
+    let Some(mut plan) = args.source.resolve(args.training.micro_batches())? else {
         return Ok(ExitCode::from(1));
     };
-    args.training.apply(&mut plan.options)?;
+    args.training.apply(&mut plan)?;
     let budget = super::budget::budget(&args.max_memory)?;
     if let Err(e) = super::budget::check(
         "planning",

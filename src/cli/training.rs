@@ -2,7 +2,7 @@
 //! `options` statement: a flag given wins, a flag left out keeps the file's value.
 
 use super::options::OptimizerName;
-use crate::plan::PlanOptions;
+use crate::plan::{Plan, PlanOptions};
 use clap::Args;
 
 #[derive(Args, Debug, Default)]
@@ -35,11 +35,68 @@ pub(crate) struct TrainingArgs {
     /// bucket_cap_mb, 25 there by default).
     #[arg(long, value_name = "MIB")]
     bucket_mb: Option<f64>,
+    /// Micro-batches per step (default 1). With a preset, --batch stays the global batch
+    /// and must divide by the data-parallel degree × M; a plan file's program is one
+    /// micro-batch's.
+    #[arg(long, value_name = "M")]
+    micro_batches: Option<i64>,
+    /// The pipeline schedule: fthenb (GPipe, the default), 1f1b, vpp (interleaved 1F1B,
+    /// with --chunks) or zbh1 (zero bubble).
+    #[arg(long, value_name = "NAME")]
+    schedule: Option<String>,
+    /// Model chunks (virtual stages) per pipeline stage, for vpp.
+    #[arg(long, value_name = "V")]
+    chunks: Option<i64>,
+    /// Layers per (virtual) pipeline stage, e.g. 3,3,2 (default: as even as they go, the
+    /// embedding on the first stage, the head and loss on the last).
+    #[arg(long, value_name = "N,N,...")]
+    pp_split: Option<String>,
 }
 
 impl TrainingArgs {
-    /// `options` with the flags given on the command line applied.
-    pub(crate) fn apply(&self, options: &mut PlanOptions) -> Result<(), String> {
+    /// The --micro-batches given (1 without), for building a preset at the micro-batch's
+    /// size.
+    pub(crate) fn micro_batches(&self) -> usize {
+        self.micro_batches
+            .and_then(|m| usize::try_from(m).ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// The plan with the flags given on the command line applied to its options and its
+    /// stage placement, then its pipeline checked (a usage error names the flag).
+    pub(crate) fn apply(&self, plan: &mut Plan) -> Result<(), String> {
+        self.apply_options(&mut plan.options)?;
+        if let Some(split) = &self.pp_split {
+            let per: Vec<usize> = split
+                .split(',')
+                .map(|n| n.trim().parse::<usize>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| format!("--pp-split {split}: expected layer counts like 3,3,2"))?;
+            let stages = plan
+                .mesh()
+                .map(|m| crate::dist::Stages::of(m, plan.options.chunks))
+                .filter(|s| s.is_pipelined())
+                .ok_or("--pp-split needs a mesh with a `pp` axis")?;
+            if per.len() != stages.virtual_count() {
+                return Err(format!(
+                    "--pp-split {split}: {} counts for {} (virtual) stages",
+                    per.len(),
+                    stages.virtual_count()
+                ));
+            }
+            plan.stages = crate::plan::split_layers(&plan.program, &per)
+                .map_err(|e| format!("--pp-split {split}: {e}"))?;
+        }
+        if let Some(mesh) = plan.mesh() {
+            let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
+            crate::passes::stages::check_schedule(&stages, &plan.options)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn apply_options(&self, options: &mut PlanOptions) -> Result<(), String> {
         if let Some(o) = self.optimizer {
             options.optimizer = o.kind();
         }
@@ -58,6 +115,17 @@ impl TrainingArgs {
                 PlanOptions::check_bucket_mb(mb)
                     .map_err(|e| format!("--{e}").replace("_mb", "-mb"))?,
             );
+        }
+        if let Some(m) = self.micro_batches {
+            options.micro_batches =
+                PlanOptions::check_count("micro_batches", m).map_err(|e| format!("--{e}"))?;
+        }
+        if let Some(c) = self.chunks {
+            options.chunks = PlanOptions::check_count("chunks", c).map_err(|e| format!("--{e}"))?;
+        }
+        if let Some(name) = &self.schedule {
+            options.schedule = crate::plan::ScheduleKind::from_name(name)
+                .ok_or_else(|| format!("--schedule {name}: expected fthenb, 1f1b, vpp or zbh1"))?;
         }
         if let Some(r) = &self.recompute {
             options.recompute = crate::plan::Recompute::from_name(r)

@@ -129,6 +129,10 @@ fn scale_loss(plan: &mut Plan) -> Result<(), PipelineError> {
 pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, PipelineError> {
     let mut plan = plan.clone();
     super::stages::split_if_unplaced(&mut plan)?;
+    if let Some(mesh) = plan.mesh() {
+        let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
+        super::stages::check_schedule(&stages, &plan.options)?;
+    }
     if opts.optimizer.amp {
         scale_loss(&mut plan)?;
     }

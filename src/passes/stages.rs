@@ -53,6 +53,8 @@ pub enum StageError {
     },
     #[error("{0}")]
     Split(String),
+    #[error("schedule: {0}")]
+    Schedule(String),
     #[error(
         "stage {stage} of {count} has no ops: place ops on every stage (`stage {stage} ops A \
          to B`), or use fewer stages"
@@ -148,6 +150,38 @@ pub fn assign_stages(
         }
     }
     Ok(stages)
+}
+
+/// Checks a plan's schedule options against its stages: `chunks` only with `vpp` (which
+/// needs 2 or more), and micro-batches: at least the stages for 1F1B, VPP and ZB-H1, and a
+/// multiple of them for VPP (its rounds of `pp` micro-batches).
+pub fn check_schedule(stages: &Stages, o: &crate::plan::PlanOptions) -> Result<(), StageError> {
+    use crate::plan::ScheduleKind;
+    let (p, m, v) = (stages.stages, o.micro_batches, o.chunks);
+    let name = o.schedule.name();
+    let problem = match o.schedule {
+        ScheduleKind::Vpp if v < 2 => {
+            Some("vpp needs 2 or more chunks per stage (--chunks)".into())
+        }
+        ScheduleKind::FThenB | ScheduleKind::OneFOneB | ScheduleKind::ZbH1 if v > 1 => Some(
+            format!("chunks={v} needs the vpp schedule (interleaved 1F1B), not {name}"),
+        ),
+        ScheduleKind::Vpp if m % p != 0 => Some(format!(
+            "vpp runs micro-batches in rounds of the {p} stages: {m} micro-batches is not a \
+             multiple of {p}"
+        )),
+        ScheduleKind::OneFOneB | ScheduleKind::Vpp | ScheduleKind::ZbH1 if m < p => Some(format!(
+            "{name} needs at least as many micro-batches as stages ({m} < {p}); use more \
+             micro-batches or fthenb"
+        )),
+        ScheduleKind::FThenB | ScheduleKind::OneFOneB | ScheduleKind::Vpp | ScheduleKind::ZbH1 => {
+            None
+        }
+    };
+    match problem {
+        Some(p) => Err(StageError::Schedule(p)),
+        None => Ok(()),
+    }
 }
 
 /// Without `stage` statements, a plan whose mesh has a `pp` axis is split evenly
