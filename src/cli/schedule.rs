@@ -44,6 +44,11 @@ pub(crate) struct ScheduleArgs {
     /// Moving an activation or gradient between stages.
     #[arg(long, default_value_t = 0.0)]
     send_recv_time: f64,
+    /// A hand-written job order instead of a named schedule: stages separated by `|`, jobs
+    /// F<m> forward, B<m> backward, b<m>/W<m> its input and weight halves, `.c` for chunk c
+    /// (e.g. "F0 F1 B0 B1 | F0 B0 F1 B1"). Checked: a deadlock is reported with its cycle.
+    #[arg(long, value_name = "ORDER")]
+    jobs: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -185,9 +190,48 @@ fn text(args: &ScheduleArgs, tl: &Timeline, schedule: Schedule) -> String {
     out
 }
 
+/// A hand-written order laid out: its stages, micro-batches and chunks are what it names.
+fn custom(order: &str, times: JobTimes) -> Result<Result<Timeline, String>, String> {
+    let lists =
+        crate::passes::schedule_check::parse_jobs(order).map_err(|e| format!("--jobs: {e}"))?;
+    let jobs = lists.iter().flatten();
+    let m = jobs.clone().map(|j| j.micro_batch + 1).max().unwrap_or(1);
+    let chunks = jobs
+        .filter_map(|j| j.chunk)
+        .map(|c| c + 1)
+        .max()
+        .unwrap_or(1);
+    Ok(
+        crate::cost::pipeline::lay_out(&lists, m, chunks, &vec![times; lists.len()])
+            .map_err(|e| e.to_string()),
+    )
+}
+
 /// Prints the schedule.
 pub fn schedule(args: &ScheduleArgs) -> Result<ExitCode, String> {
     let (schedule, times) = args.checked()?;
+    if let Some(order) = &args.jobs {
+        return match custom(order, times)? {
+            Ok(tl) => {
+                let stages: Vec<String> = tl
+                    .stages
+                    .iter()
+                    .enumerate()
+                    .map(|(s, _)| format!("{s:>5} {:>6.1}%", 100.0 * tl.bubble[s]))
+                    .collect();
+                super::emit(&format!(
+                    "the order runs: step {}\nstage  bubble\n{}\n",
+                    tl.step,
+                    stages.join("\n")
+                ));
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::from(1))
+            }
+        };
+    }
     let tl = pipeline_timeline(schedule, args.stages, args.micro_batches, times)
         .map_err(|e| e.to_string())?;
     let out = match args.format {

@@ -12,6 +12,7 @@
 //! takes 1/chunks of it.
 
 use crate::passes::schedule::{job_list, Job, JobKind, Schedule, ScheduleError};
+use crate::passes::schedule_check::{check_order, family, needs, virtual_of, DepKey, OrderError};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -84,37 +85,10 @@ impl Timeline {
 pub enum PipelineTimeError {
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
-    #[error("stage {stage} waits forever at {job}: the schedule deadlocks")]
-    Deadlock { stage: usize, job: String },
-}
-
-/// (kind family, micro-batch, virtual stage): what a dependency names.
-type Key = (u8, usize, usize);
-
-fn family(kind: JobKind) -> Option<u8> {
-    match kind {
-        JobKind::Forward => Some(0),
-        JobKind::Backward | JobKind::BackwardB => Some(1),
-        JobKind::BackwardW => Some(2),
-        JobKind::RecvForward | JobKind::SendBackward | JobKind::Optimizer => None,
-    }
-}
-
-/// What `job` (on physical stage `s`, virtual stage `v`) needs: (the job it waits for, the
-/// physical stage that job runs on).
-fn needs(job: &Job, v: usize, s: usize, stages: usize, virtual_stages: usize) -> Vec<(Key, usize)> {
-    let m = job.micro_batch;
-    match job.kind {
-        JobKind::Forward if v > 0 => vec![((0, m, v - 1), (v - 1) % stages)],
-        JobKind::Backward | JobKind::BackwardB if v + 1 < virtual_stages => {
-            vec![((1, m, v + 1), (v + 1) % stages)]
-        }
-        JobKind::Backward | JobKind::BackwardB => vec![((0, m, v), s)],
-        JobKind::BackwardW => vec![((1, m, v), s)],
-        JobKind::Forward | JobKind::RecvForward | JobKind::SendBackward | JobKind::Optimizer => {
-            Vec::new()
-        }
-    }
+    #[error(transparent)]
+    Order(#[from] OrderError),
+    #[error("{0} stages but job times for {1}")]
+    Times(usize, usize),
 }
 
 /// The fraction of `step` a stage running `jobs` is idle.
@@ -127,7 +101,8 @@ fn bubble(jobs: &[Placed], step: f64) -> f64 {
     }
 }
 
-/// Lays `schedule` out in time for `stages` stages and `micro_batches` micro-batches.
+/// Lays `schedule` out in time for `stages` stages and `micro_batches` micro-batches, every
+/// stage taking `times`.
 pub fn pipeline_timeline(
     schedule: Schedule,
     stages: usize,
@@ -144,29 +119,46 @@ pub fn pipeline_timeline(
         Schedule::Vpp { chunks } => chunks,
         Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => 1,
     };
-    let virtual_stages = stages * chunks;
-    let vstage = |s: usize, job: &Job| job.chunk.unwrap_or(0) * stages + s;
-    let mut done: HashMap<Key, f64> = HashMap::new();
+    lay_out(&lists, micro_batches, chunks, &vec![times; stages])
+}
+
+/// Lays job lists (one per stage, e.g. hand-written) out in time, stage `s` taking
+/// `times[s]`. The order is checked first (`schedule_check`): a deadlock is an error
+/// naming its cycle.
+pub fn lay_out(
+    lists: &[Vec<Job>],
+    micro_batches: usize,
+    chunks: usize,
+    times: &[JobTimes],
+) -> Result<Timeline, PipelineTimeError> {
+    let stages = lists.len();
+    if times.len() != stages {
+        return Err(PipelineTimeError::Times(stages, times.len()));
+    }
+    check_order(lists, micro_batches, chunks)?;
+    let virtual_stages = stages * chunks.max(1);
+    let mut done: HashMap<DepKey, f64> = HashMap::new();
     let mut placed: Vec<Vec<Placed>> = vec![Vec::new(); stages];
     let mut free = vec![0.0f64; stages];
     let mut pc = vec![0usize; stages];
-    loop {
-        let mut progressed = false;
+    while (0..stages).any(|s| pc[s] < lists[s].len()) {
         for s in 0..stages {
             while let Some(job) = lists[s].get(pc[s]) {
-                let v = vstage(s, job);
+                let v = virtual_of(job, s, stages);
                 let m = job.micro_batch;
-                let needs = needs(job, v, s, stages, virtual_stages);
                 // When what the job needs has arrived (None: not computed yet).
-                let arrived = needs.iter().try_fold(free[s], |ready, (key, from)| {
-                    let hop = if *from == s { 0.0 } else { times.send_recv };
-                    done.get(key).map(|&t| ready.max(t + hop))
-                });
+                let arrived = needs(job, v, s, stages, virtual_stages).iter().try_fold(
+                    free[s],
+                    |ready, (key, from)| {
+                        let hop = if *from == s { 0.0 } else { times[s].send_recv };
+                        done.get(key).map(|&t| ready.max(t + hop))
+                    },
+                );
                 let Some(ready) = arrived else {
                     break;
                 };
                 let share = job.chunk.map_or(1.0, |_| chunks as f64);
-                let end = ready + times.of(job.kind) / share;
+                let end = ready + times[s].of(job.kind) / share;
                 if let Some(f) = family(job.kind) {
                     done.insert((f, m, v), end);
                 }
@@ -177,21 +169,7 @@ pub fn pipeline_timeline(
                 });
                 free[s] = end;
                 pc[s] += 1;
-                progressed = true;
             }
-        }
-        if (0..stages).all(|s| pc[s] >= lists[s].len()) {
-            break;
-        }
-        if !progressed {
-            let s = (0..stages).find(|&s| pc[s] < lists[s].len()).unwrap_or(0);
-            return Err(PipelineTimeError::Deadlock {
-                stage: s,
-                job: lists[s]
-                    .get(pc[s])
-                    .map(|j| j.to_string())
-                    .unwrap_or_default(),
-            });
         }
     }
     let step = free.iter().copied().fold(0.0, f64::max);

@@ -17,6 +17,7 @@ pub mod partition;
 pub mod pipeline;
 pub mod recompute;
 pub mod schedule;
+pub mod schedule_check;
 pub mod stages;
 
 pub use complete::{complete, complete_from, CompleteError, Completed};

@@ -284,7 +284,7 @@ pub fn assign_optimizer_stages(full: &mut DistProgram, stages: &Stages, first: u
     let ops = full.program.ops().len();
     let mut written: Vec<Option<usize>> = vec![None; full.program.vars().len()];
     let mut stage: Vec<Option<usize>> = vec![None; ops];
-    for i in 0..ops {
+    for (i, slot) in stage.iter_mut().enumerate() {
         let op = full.program.op(OpId(i as u32));
         let s = if i < first {
             Some(virtual_stage(stages, &full.ops[i]))
@@ -296,7 +296,7 @@ pub fn assign_optimizer_stages(full: &mut DistProgram, stages: &Stages, first: u
                 reads.or(Some(0))
             }
         };
-        stage[i] = s;
+        *slot = s;
         if let Some(s) = s {
             for v in op.all_outputs() {
                 written[v.index()] = Some(s);

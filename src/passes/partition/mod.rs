@@ -150,6 +150,10 @@ pub fn partition(
     })
 }
 
+/// Builds one rank's program (the template of its stage) with its recipes.
+type RankBuild<'a> =
+    dyn Fn(u32, &mut Groups) -> Result<(RankProgram, stamp::Recipes), PartitionError> + Sync + 'a;
+
 /// Ranks of one stage run one program up to their rank-dependent attributes: the first of
 /// each stage is built, the others stamped from it. Returned in `wanted`'s order.
 fn by_stage(
@@ -157,8 +161,7 @@ fn by_stage(
     wanted: &[u32],
     stages: &crate::dist::Stages,
     groups: &mut Groups,
-    rank_program: &(dyn Fn(u32, &mut Groups) -> Result<(RankProgram, stamp::Recipes), PartitionError>
-          + Sync),
+    rank_program: &RankBuild<'_>,
 ) -> Result<Vec<RankProgram>, PartitionError> {
     let mut by_stage: Vec<Vec<u32>> = Vec::new();
     let mut stage_of: Vec<usize> = Vec::new();
