@@ -104,12 +104,13 @@ impl Serialize for PipelineDoc<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let p = self.pipeline;
         // Fields in name order, as a JSON object value prints them.
-        let mut map = s.serialize_map(Some(7))?;
+        let mut map = s.serialize_map(Some(8))?;
         map.serialize_entry("backward", &dist_json(&p.backward_dist()))?;
         map.serialize_entry("complete", &completed_json(&p.plan.program, &p.completed))?;
         map.serialize_entry("groups", &p.partitioned.groups.rings)?;
         map.serialize_entry("ledger", &p.ledger)?;
         map.serialize_entry("optimizer", &dist_json(&p.full))?;
+        map.serialize_entry("pipeline", &schedule_json(p))?;
         map.serialize_entry(
             "ranks",
             &Ranks {
@@ -119,6 +120,19 @@ impl Serialize for PipelineDoc<'_> {
         )?;
         map.serialize_entry("schema_version", &SCHEMA_VERSION)?;
         map.end()
+    }
+}
+
+/// A pipelined plan's schedule in ideal units (forward 1, backward 2, free transfers; the
+/// cost model's seconds are in `shardlab cost --format json`), or null.
+fn schedule_json(p: &Pipeline) -> Value {
+    if !p.is_pipelined() || !p.is_fully_partitioned() {
+        return Value::Null;
+    }
+    let elem = crate::cost::work::ElementBytes(4.0);
+    match crate::cost::pipeline_cost::pipeline_cost(p, None, elem) {
+        Ok(c) => crate::cost::estimate::pipeline_json(&c),
+        Err(e) => json!({ "error": e.to_string() }),
     }
 }
 

@@ -42,6 +42,24 @@ pub(crate) struct DeviceArgs {
     overlap: bool,
 }
 
+/// A planned pipeline's schedule priced on `topology` (the outer error is a usage error).
+pub(crate) fn priced_pipeline(
+    p: &Pipeline,
+    topology: &str,
+) -> Result<Result<crate::cost::pipeline_cost::PipelineCost, String>, String> {
+    let topo = if topology == "cpu" {
+        cpu_topology(p.partitioned.ranks.len())
+    } else {
+        Topology::preset(topology).map_err(|e| format!("--topology: {e}"))?
+    };
+    let e = match estimate(p, &topo, topo.default_dtype, CostOptions::default()) {
+        Ok(e) => e,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    Ok(e.pipeline
+        .ok_or_else(|| "the plan has no pipeline".to_string()))
+}
+
 impl DeviceArgs {
     /// Plans `plan` (its options already applied) and costs it. The outer error is a usage
     /// error (exit 2); the inner one a problem with the plan (reported, exit 1).
@@ -167,7 +185,7 @@ fn text(e: &Estimate) -> String {
         e.topology,
         e.placement,
         e.dtype.name(),
-        ms(e.step.step_s),
+        ms(e.step_s()),
         e.mfu * 100.0,
         e.step.critical_rank
     );
@@ -191,6 +209,12 @@ fn text(e: &Estimate) -> String {
             mb(m.peak),
             parts.join(", ")
         ));
+    }
+    if let Some(c) = &e.pipeline {
+        out.push_str(
+            "(per rank: one micro-batch through its program; the step follows the schedule)\n",
+        );
+        out.push_str(&crate::cost::pipeline_cost::gantt_text(c, 72));
     }
     out
 }

@@ -136,6 +136,17 @@ struct PlanArgs {
     /// Explain why each dim of this variable is split the way it is.
     #[arg(long, value_name = "VAR")]
     explain: Option<String>,
+    /// Print the pipeline schedule as a text Gantt chart with each stage's bubble fraction
+    /// (job times from the cost model on --topology, or ideal units with --ideal).
+    #[arg(long)]
+    gantt: bool,
+    /// With --gantt: ideal durations (forward 1, backward 2, free transfers), whose bubble
+    /// is the textbook's closed form.
+    #[arg(long, requires = "gantt")]
+    ideal: bool,
+    /// With --gantt: the devices job times are priced on (see `shardlab cost`).
+    #[arg(long, default_value = "cpu")]
+    topology: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -543,6 +554,9 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
     }
+    if args.gantt {
+        return gantt(args, &plan);
+    }
     if !partitioned {
         return print_completion(args, &plan);
     }
@@ -578,6 +592,50 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `plan --gantt`: the schedule in time, per stage, with its bubble fraction.
+fn gantt(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
+    let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+    let p = match crate::passes::pipeline::run_pipeline(plan, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if !p.is_pipelined() {
+        return Err(
+            "--gantt needs a pipeline: a mesh axis named pp, or --micro-batches above 1".into(),
+        );
+    }
+    let cost = if args.ideal {
+        crate::cost::pipeline_cost::pipeline_cost(&p, None, crate::cost::work::ElementBytes(4.0))
+            .map_err(|e| e.to_string())
+    } else {
+        cost::priced_pipeline(&p, &args.topology)?
+    };
+    match cost {
+        Ok(c) => {
+            let text = match args.format {
+                Format::Text => crate::cost::pipeline_cost::gantt_text(&c, 72),
+                Format::Json => {
+                    let mut doc = crate::cost::estimate::pipeline_json(&c);
+                    doc["schema_version"] = serde_json::json!(crate::report::SCHEMA_VERSION);
+                    format!(
+                        "{}\n",
+                        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+                    )
+                }
+            };
+            emit(&text);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(1))
+        }
+    }
 }
 
 fn print_completion(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {

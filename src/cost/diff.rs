@@ -142,8 +142,8 @@ pub fn diff(pa: &Pipeline, ea: &Estimate, pb: &Pipeline, eb: &Estimate) -> PlanD
             b: bytes(pb),
         },
         step_time_s: Pair {
-            a: ea.step.step_s,
-            b: eb.step.step_s,
+            a: ea.step_s(),
+            b: eb.step_s(),
         },
         peak_memory: Pair {
             a: peak(ea),

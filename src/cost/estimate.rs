@@ -20,6 +20,19 @@ pub struct Estimate {
     pub memory: Vec<Memory>,
     pub mfu: f64,
     pub overlap_grad_sync: bool,
+    /// With pipeline stages or micro-batches: the schedule in time. `step` is then one
+    /// micro-batch's pass through every rank's program, and the step time is the
+    /// schedule's.
+    pub pipeline: Option<super::pipeline_cost::PipelineCost>,
+}
+
+impl Estimate {
+    /// The step time: the pipeline schedule's when there is one, else the simulated step's.
+    pub fn step_s(&self) -> f64 {
+        self.pipeline
+            .as_ref()
+            .map_or(self.step.step_s, |c| c.timeline.step)
+    }
 }
 
 /// How a pipeline is costed.
@@ -31,13 +44,22 @@ pub struct CostOptions {
     pub overlap_grad_sync: bool,
 }
 
+/// Why a plan could not be costed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum EstimateError {
+    #[error(transparent)]
+    Simulate(#[from] SimulateError),
+    #[error(transparent)]
+    Pipeline(#[from] super::pipeline::PipelineTimeError),
+}
+
 /// Costs `p` on `topo` at `dtype`.
 pub fn estimate(
     p: &Pipeline,
     topo: &Topology,
     dtype: ComputeDType,
     opts: CostOptions,
-) -> Result<Estimate, SimulateError> {
+) -> Result<Estimate, EstimateError> {
     let sim = SimOptions {
         overlap_grad_sync: opts.overlap_grad_sync,
     };
@@ -53,7 +75,25 @@ pub fn estimate(
             .into_iter()
             .map(|m| (*m).clone())
             .collect();
-    let mfu = mfu(model_flops(&p.full.program, dtype), &step, topo, dtype);
+    let pipeline = if p.is_pipelined() {
+        Some(super::pipeline_cost::pipeline_cost(
+            p,
+            Some(&step),
+            ElementBytes(dtype.bytes()),
+        )?)
+    } else {
+        None
+    };
+    // A pipelined step runs every micro-batch: M times the model FLOPs in the schedule's time.
+    let flops = model_flops(&p.full.program, dtype) * p.micro_batches() as f64;
+    let timed = match &pipeline {
+        Some(c) => StepTime {
+            step_s: c.timeline.step,
+            ..step.clone()
+        },
+        None => step.clone(),
+    };
+    let mfu = mfu(flops, &timed, topo, dtype);
     Ok(Estimate {
         topology: topo.name,
         placement: topo.placement,
@@ -62,6 +102,7 @@ pub fn estimate(
         memory,
         mfu,
         overlap_grad_sync: opts.overlap_grad_sync,
+        pipeline,
     })
 }
 
@@ -92,10 +133,52 @@ pub fn estimate_json(e: &Estimate) -> Value {
         "topology": e.topology,
         "placement": e.placement,
         "compute_dtype": e.dtype.name(),
-        "step_time_s": e.step.step_s,
+        "step_time_s": e.step_s(),
         "mfu": e.mfu,
         "critical_rank": e.step.critical_rank,
         "overlap_grad_sync": e.overlap_grad_sync,
         "ranks": ranks,
+        "pipeline": e.pipeline.as_ref().map(pipeline_json),
+    })
+}
+
+/// The pipeline's schedule in time: per stage its job times, activations held and bubble,
+/// and its jobs in execution order with their start and end.
+pub fn pipeline_json(c: &super::pipeline_cost::PipelineCost) -> Value {
+    let schedule: Vec<Value> = c
+        .timeline
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(s, jobs)| {
+            let st = &c.stages[s];
+            json!({
+                "stage": s,
+                "rank": st.rank,
+                "bubble_fraction": c.timeline.bubble[s],
+                "job_times_s": st.times,
+                "activation_bytes_per_micro_batch": st.activation_bytes,
+                "micro_batches_in_flight": st.in_flight,
+                "peak_activation_bytes": st.peak_activation_bytes,
+                "jobs": jobs.iter().filter(|p| !matches!(p.job.kind,
+                        crate::passes::schedule::JobKind::RecvForward
+                        | crate::passes::schedule::JobKind::SendBackward))
+                    .map(|p| json!({
+                        "kind": p.job.kind.name(),
+                        "micro_batch": p.job.micro_batch,
+                        "chunk": p.job.chunk.unwrap_or(0),
+                        "start_s": p.start,
+                        "end_s": p.end,
+                    })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "schedule_name": c.schedule,
+        "micro_batches": c.micro_batches,
+        "chunks": c.chunks,
+        "step_s": c.timeline.step,
+        "bubble_fraction": c.bubble,
+        "schedule": schedule,
     })
 }

@@ -10,5 +10,6 @@ pub mod diff;
 pub mod estimate;
 pub mod memory;
 pub mod pipeline;
+pub mod pipeline_cost;
 pub mod simulate;
 pub mod work;

@@ -7,7 +7,6 @@ pub mod comm;
 pub mod gather;
 pub mod init;
 pub mod interp;
-pub mod jobs;
 pub mod kernels;
 #[cfg(feature = "native")]
 pub mod npy;

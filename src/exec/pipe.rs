@@ -6,9 +6,9 @@
 
 use super::comm::Communicator;
 use super::interp::{ExecError, Rank, Status};
-use super::jobs::RankJobs;
 use super::tensor::Tensor;
 use crate::ir::VarId;
+use crate::passes::jobs::RankJobs;
 use crate::passes::schedule::{Job, JobKind};
 
 /// One rank running its jobs.
@@ -114,9 +114,9 @@ impl<'a> PipeRank<'a> {
 
     /// The ops of `job`; `None` for the recv/send jobs (our recvs and sends are ops of the
     /// forward and backward jobs).
-    fn ops(&self, job: &Job) -> Option<super::jobs::OpList> {
+    fn ops(&self, job: &Job) -> Option<crate::passes::jobs::OpList> {
         let c = job.chunk.unwrap_or(0);
-        let pick = |lists: &[super::jobs::OpList]| lists.get(c).cloned();
+        let pick = |lists: &[crate::passes::jobs::OpList]| lists.get(c).cloned();
         match job.kind {
             JobKind::Forward => pick(&self.jobs.forward),
             JobKind::Backward => pick(&self.jobs.backward),

@@ -210,7 +210,7 @@ pub(super) fn snapshot(
 
 /// Runs the serial program for `opts.steps` steps.
 pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
-    if super::run_pipe::micro_batches(p) > 1 {
+    if p.micro_batches() > 1 {
         return super::run_pipe::run_serial_accumulated(p, opts);
     }
     let program = &p.full.program;
@@ -462,7 +462,7 @@ pub(super) fn gather_var(
 /// Runs every rank for `opts.steps` steps: on threads natively when `threads`, else
 /// cooperatively on this thread.
 pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
-    if super::run_pipe::is_pipelined(p) && p.is_fully_partitioned() {
+    if p.is_pipelined() && p.is_fully_partitioned() {
         return super::run_pipe::run_pipelined(p, opts, threads);
     }
     if !p.is_fully_partitioned() {

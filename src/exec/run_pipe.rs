@@ -9,32 +9,21 @@
 use super::comm::CoopComm;
 use super::init::initial_value;
 use super::interp::{Bounds, ExecError, Rank, Status};
-use super::jobs::{cut, RankJobs};
 use super::pipe::PipeRank;
 use super::run::{
     gather_var, initial_values, placements, rank_envs, reported_loss, snapshot, Log, RunOptions,
 };
 use super::tensor::Tensor;
 use crate::ir::{DType, OpRole, VarId, VarKind};
+use crate::passes::jobs::{cut, RankJobs};
 use crate::passes::partition::p2p::StagePlan;
 use crate::passes::pipeline::Pipeline;
-use crate::passes::schedule::{job_list, Schedule};
+use crate::passes::schedule::job_list;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// The plan's micro-batch count.
-pub fn micro_batches(p: &Pipeline) -> usize {
-    p.plan.options.micro_batches.max(1)
-}
-
-/// Whether a run needs the job machinery.
-pub fn is_pipelined(p: &Pipeline) -> bool {
-    p.stages.is_pipelined() || micro_batches(p) > 1
-}
-
-/// The plan's schedule.
-pub fn schedule(p: &Pipeline) -> Schedule {
-    Schedule::of(p.plan.options.schedule, p.stages.chunks)
+fn micro_batches(p: &Pipeline) -> usize {
+    p.micro_batches()
 }
 
 /// Each micro-batch's data inputs (global values), by variable.
@@ -216,7 +205,7 @@ fn all_jobs(p: &Pipeline) -> Vec<RankJobs> {
 /// Runs every rank's job list for `opts.steps` steps.
 pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
     let mesh = &p.full.mesh;
-    let schedule = schedule(p);
+    let schedule = p.schedule();
     let m = micro_batches(p);
     let plan = StagePlan::new(&p.full, &p.stages);
     let globals = initial_values(p, opts)?;

@@ -11,6 +11,7 @@ pub mod complete;
 pub mod complete_backward;
 pub mod dist_program;
 pub mod grad_parts;
+pub mod jobs;
 pub mod ledger;
 pub mod optimizer;
 pub mod partition;

@@ -184,6 +184,21 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
 }
 
 impl Pipeline {
+    /// Micro-batches per step (the plan's options).
+    pub fn micro_batches(&self) -> usize {
+        self.plan.options.micro_batches.max(1)
+    }
+
+    /// Whether a step runs as jobs (pipeline stages, or several micro-batches).
+    pub fn is_pipelined(&self) -> bool {
+        self.stages.is_pipelined() || self.micro_batches() > 1
+    }
+
+    /// The plan's schedule.
+    pub fn schedule(&self) -> super::schedule::Schedule {
+        super::schedule::Schedule::of(self.plan.options.schedule, self.stages.chunks)
+    }
+
     /// Forward + backward with dist attrs: a prefix of `full`, since the optimizer pass
     /// only appends (copied on demand, to keep re-planning free of a whole-program clone).
     pub fn backward_dist(&self) -> DistProgram {

@@ -202,7 +202,7 @@ pub fn CostPanel() -> Html {
         Ok(e) => html! {
             <>
                 <p class="cost-summary">
-                    { format!("step {} · MFU {:.1}% · critical rank {}", human_seconds(e.step.step_s), 100.0 * e.mfu, e.step.critical_rank) }
+                    { format!("step {} · MFU {:.1}% · critical rank {}", human_seconds(e.step_s()), 100.0 * e.mfu, e.step.critical_rank) }
                 </p>
                 { bars(e) }
                 <h3>{ format!("Memory of rank {}", s.selected_rank) }</h3>

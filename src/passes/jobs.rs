@@ -39,6 +39,8 @@ pub struct RankJobs {
     /// Gradients summed over micro-batches (written by backward jobs, read by the
     /// optimizer job).
     pub accumulated: Vec<VarId>,
+    /// For each appended B or W copy (op `rank_ops + k`), the op it was copied from.
+    pub copied_from: Vec<usize>,
 }
 
 /// The variables each micro-batch has its own copy of, and the gradients accumulated over
@@ -102,6 +104,7 @@ pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> Rank
     let mut b_ops = vec![Vec::new(); chunks];
     let mut w_ops = vec![Vec::new(); chunks];
     let mut optimizer = Vec::new();
+    let mut copied_from = Vec::new();
     let ops: Vec<_> = r.program.ops().to_vec();
     for (i, op) in ops.iter().enumerate() {
         let c = r
@@ -136,6 +139,7 @@ pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> Rank
             program.push_op(keep(op, false));
             w_ops[c].push(program.ops().len());
             program.push_op(keep(op, true));
+            copied_from.extend([i, i]);
         }
     }
     let (per_micro_batch, accumulated) = variables(&program, &forward, &backward, &optimizer);
@@ -149,5 +153,6 @@ pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> Rank
         optimizer: Arc::new(optimizer),
         per_micro_batch,
         accumulated,
+        copied_from,
     }
 }
