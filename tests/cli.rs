@@ -1145,3 +1145,123 @@ fn cost_prints_time_and_memory_per_rank() {
         text(&out.stderr)
     );
 }
+
+/// Pipelines from the command line: the ideal Gantt's bubble is the closed form, a run with
+/// micro-batches and a schedule verifies, bad combinations are usage errors naming the
+/// flag, a hand-written order that deadlocks exits 1 naming its cycle.
+#[test]
+fn pipeline_flags_gantt_and_orders() {
+    let base = [
+        "plan",
+        "--preset",
+        "gpt",
+        "--layers",
+        "4",
+        "--batch",
+        "16",
+        "--mesh",
+        "4:pp",
+        "--micro-batches",
+        "8",
+        "--schedule",
+        "1f1b",
+        "--gantt",
+        "--ideal",
+    ];
+    let out = shardlab(&base);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    expect_test::expect_file!["golden/gantt_1f1b_4x8.txt"].assert_eq(&text(&out.stdout));
+    let out = shardlab(&[
+        "run",
+        "--preset",
+        "gpt",
+        "--layers",
+        "2",
+        "--batch",
+        "8",
+        "--mesh",
+        "2x2:pp,dp",
+        "--shard",
+        "x=dp,-,-",
+        "--micro-batches",
+        "2",
+        "--schedule",
+        "zbh1",
+        "--dtype",
+        "f64",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("PASS"), "{}", text(&out.stdout));
+    for (args, want) in [
+        (
+            vec!["--batch", "10", "--micro-batches", "4"],
+            "--batch 10 must divide by --micro-batches 4",
+        ),
+        (
+            vec![
+                "--batch",
+                "12",
+                "--micro-batches",
+                "2",
+                "--shard",
+                "x=dp,-,-",
+            ],
+            "--batch 12 must divide by the data-parallel degree (4) × micro-batches (2) = 8",
+        ),
+        (
+            vec![
+                "--micro-batches",
+                "3",
+                "--schedule",
+                "vpp",
+                "--chunks",
+                "2",
+                "--batch",
+                "12",
+            ],
+            "3 micro-batches is not a multiple of 2",
+        ),
+        (
+            vec!["--schedule", "1f1b"],
+            "1f1b needs at least as many micro-batches as stages",
+        ),
+        (
+            vec!["--schedule", "warp"],
+            "--schedule warp: expected fthenb",
+        ),
+        (
+            vec!["--pp-split", "1,1,1"],
+            "--pp-split 1,1,1: 3 counts for 2 (virtual) stages",
+        ),
+        (
+            vec!["--pp-split", "3,1"],
+            "places 4 layers, but the program has 2",
+        ),
+    ] {
+        let mesh = if args.contains(&"x=dp,-,-") {
+            "2x4:pp,dp"
+        } else {
+            "2:pp"
+        };
+        let mut all = vec!["plan", "--preset", "gpt", "--layers", "2", "--mesh", mesh];
+        all.extend(args.iter().copied());
+        let out = shardlab(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(want),
+            "{all:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = shardlab(&["schedule", "--jobs", "F0 B0 F1 B1 | F1 B1 F0 B0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "the schedule deadlocks: stage 0 at backward(0) waits for backward(0) of virtual \
+             stage 1 on stage 1, stage 1 at forward(1) waits for forward(1) of virtual stage 0 \
+             on stage 0"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}

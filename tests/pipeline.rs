@@ -268,6 +268,7 @@ fn every_schedule_equals_the_serial_step() {
             (ScheduleKind::OneFOneB, 1),
             (ScheduleKind::Vpp, 2),
             (ScheduleKind::ZbH1, 1),
+            (ScheduleKind::ZbH1Paper, 1),
         ] {
             let p = with_schedule(gpt(4, mesh, shards), schedule, 4, chunks);
             let planned = plan(&p);
@@ -418,4 +419,117 @@ fn presets_split_layers_evenly() {
     assert!(last.first().unwrap().starts_with("h2."), "{last:?}");
     assert!(last.iter().any(|n| n == "logits"));
     assert_eq!(p.plan.stages.len(), 1, "{:?}", p.plan.stages);
+}
+
+/// In ideal units the planner's schedule has the textbook bubble: (p−1)/(M+p−1) for FThenB
+/// and 1F1B, (p−1)/(V·M+p−1) interleaved, and ZB-H1's (p−1)(T_F+T_B−T_W) idle per stage
+/// against 1F1B's (p−1)(T_F+T_B+T_W) (with T_B and T_W the input and weight halves).
+#[test]
+fn ideal_bubbles_match_the_closed_forms() {
+    use shardlab::cost::pipeline_cost::pipeline_cost;
+    use shardlab::cost::work::ElementBytes;
+    let (p, m) = (4usize, 8usize);
+    let cost = |schedule, chunks| {
+        let plan = with_schedule(gpt(8, "4:pp", &[]), schedule, m, chunks);
+        pipeline_cost(&self::plan(&plan), None, ElementBytes(8.0)).unwrap()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    let classic = (p - 1) as f64 / (m + p - 1) as f64;
+    for s in [ScheduleKind::FThenB, ScheduleKind::OneFOneB] {
+        let c = cost(s, 1);
+        assert!(
+            close(c.bubble, classic),
+            "{}: {} vs {classic}",
+            s.name(),
+            c.bubble
+        );
+        assert!(c.timeline.bubble.iter().all(|&b| close(b, classic)));
+    }
+    let v = 2;
+    let c = cost(ScheduleKind::Vpp, v);
+    let interleaved = (p - 1) as f64 / (v * m + p - 1) as f64;
+    assert!(
+        close(c.bubble, interleaved),
+        "vpp: {} vs {interleaved}",
+        c.bubble
+    );
+    // ZB-H1 in the paper's order: T_F = 1, T_B = T_W = 1 (the unit backward of 2, split in
+    // halves). Paddle's order splits fewer backwards and idles more, but less than 1F1B.
+    let zb = cost(ScheduleKind::ZbH1Paper, 1);
+    let paddle = cost(ScheduleKind::ZbH1, 1);
+    let one = cost(ScheduleKind::OneFOneB, 1);
+    let idle = |c: &shardlab::cost::pipeline_cost::PipelineCost| c.timeline.step - (m * 3) as f64;
+    assert!(
+        close(idle(&zb), (p - 1) as f64 * (1.0 + 1.0 - 1.0)),
+        "zbh1 idle {}",
+        idle(&zb)
+    );
+    assert!(
+        close(idle(&one), (p - 1) as f64 * (1.0 + 1.0 + 1.0)),
+        "1f1b idle {}",
+        idle(&one)
+    );
+    assert!(
+        idle(&zb) < idle(&paddle) && idle(&paddle) < idle(&one),
+        "{}",
+        idle(&paddle)
+    );
+}
+
+/// 1F1B holds at most p − stage micro-batches' activations, FThenB all M.
+#[test]
+fn activation_memory_follows_the_schedule() {
+    use shardlab::cost::pipeline_cost::pipeline_cost;
+    use shardlab::cost::work::ElementBytes;
+    let held = |schedule| -> Vec<usize> {
+        let plan = with_schedule(gpt(4, "4:pp", &[]), schedule, 8, 1);
+        let c = pipeline_cost(&self::plan(&plan), None, ElementBytes(8.0)).unwrap();
+        assert!(c.stages.iter().all(|s| s.activation_bytes > 0.0));
+        assert!(c
+            .stages
+            .iter()
+            .all(|s| s.peak_activation_bytes == s.activation_bytes * s.in_flight as f64));
+        c.stages.iter().map(|s| s.in_flight).collect()
+    };
+    assert_eq!(held(ScheduleKind::OneFOneB), [4, 3, 2, 1]);
+    assert_eq!(held(ScheduleKind::FThenB), [8, 8, 8, 8]);
+}
+
+/// Gradient accumulation over micro-batches is the full batch's step: the serial reference
+/// on 4 micro-batches of 2 equals the serial program built at batch 8.
+#[test]
+fn accumulated_micro_batches_equal_the_full_batch() {
+    use shardlab::exec::run::{run_serial, RunOptions};
+    let build = |batch: usize, m: usize| {
+        let cfg = ModelConfig {
+            layers: 2,
+            batch,
+            seq: 4,
+            hidden: 8,
+            heads: 2,
+            dtype: DType::F64,
+            ..Model::Gpt.default_config()
+        };
+        let mut p = common::plan_with(Model::Gpt.build(&cfg).unwrap(), "1:dp", &[] as &[&str]);
+        p.options.micro_batches = m;
+        plan(&p)
+    };
+    let full = run_serial(&build(8, 1), &RunOptions::default()).unwrap();
+    let micro = run_serial(&build(2, 4), &RunOptions::default()).unwrap();
+    assert!(
+        (full.losses[0] - micro.losses[0]).abs() < 1e-12,
+        "{:?} {:?}",
+        full.losses,
+        micro.losses
+    );
+    for (a, b) in full.grads.iter().zip(&micro.grads) {
+        assert_eq!(a.name, b.name);
+        let (x, y) = (a.value().unwrap().to_f64(), b.value().unwrap().to_f64());
+        let worst = x
+            .iter()
+            .zip(&y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-12, "{}: {worst}", a.name);
+    }
 }

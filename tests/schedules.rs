@@ -71,6 +71,12 @@ fn bubbles_match_the_closed_forms() {
         assert_eq!(vpp.step, interleaved, "vpp p={p} m={m}");
         let zb = pipeline_timeline(Schedule::ZbH1, p, m, t).unwrap();
         assert!(zb.step <= want, "zbh1 p={p} m={m}: {} > {want}", zb.step);
+        // The paper's H1 order: exactly its bubble (p−1)(T_F + T_B − T_W) per stage, with
+        // T_B the input half (backward − weight).
+        let paper = pipeline_timeline(Schedule::ZbH1Paper, p, m, t).unwrap();
+        let (f, b, w) = (t.forward, t.backward - t.backward_w, t.backward_w);
+        let ideal = m as f64 * (f + b + w) + (p - 1) as f64 * (f + b - w);
+        assert_eq!(paper.step, ideal, "zbh1_paper p={p} m={m}");
     }
     // Paddle's ZB-H1 on 2 stages and 4 micro-batches, traced by hand (b = w = 1): stage 1
     // runs F0 [1,2] b0 [2,3] F1 [3,4] B1 [4,6] F2 [6,7] B2 [7,9] F3 [9,10] b3 [10,11]
@@ -156,4 +162,40 @@ proptest! {
             }
         }
     }
+}
+
+/// A hand-written order whose stages wait on each other is reported with the cycle, and
+/// never run; one that leaves a job out, or waits for a job nobody runs, says so.
+#[test]
+fn deadlocks_are_found_statically_with_their_cycle() {
+    use shardlab::passes::schedule_check::{check_order, parse_jobs, OrderError};
+    let lists = parse_jobs("F0 B0 F1 B1 | F1 B1 F0 B0").unwrap();
+    match check_order(&lists, 2, 1) {
+        Err(OrderError::Deadlock(waits)) => {
+            let stages: Vec<(usize, usize)> = waits.iter().map(|w| (w.stage, w.on)).collect();
+            assert_eq!(stages, [(0, 1), (1, 0)], "{waits:?}");
+            assert_eq!(waits[0].job, "backward(0)");
+            assert_eq!(waits[1].job, "forward(1)");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Every named schedule passes the same check.
+    for (s, p, m) in [
+        (Schedule::FThenB, 4, 8),
+        (Schedule::OneFOneB, 4, 8),
+        (Schedule::Vpp { chunks: 2 }, 4, 8),
+        (Schedule::ZbH1, 4, 8),
+        (Schedule::ZbH1Paper, 4, 8),
+    ] {
+        let lists: Vec<_> = (0..p).map(|st| job_list(s, p, st, m).unwrap()).collect();
+        check_order(&lists, m, s.chunks()).unwrap_or_else(|e| panic!("{s:?}: {e}"));
+    }
+    let err = check_order(&parse_jobs("F0 B0 | F0").unwrap(), 1, 1).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "stage 1: micro-batch 0 (chunk 0) lacks its forward or backward"
+    );
+    let err = check_order(&parse_jobs("F0 F0 B0 | F0 B0").unwrap(), 1, 1).unwrap_err();
+    assert!(err.to_string().contains("forward(0) runs twice"), "{err}");
+    assert!(parse_jobs("F0 X1").unwrap_err().contains("stage 0, `X1`"));
 }

@@ -353,11 +353,23 @@ fn build_plan(
         ));
     }
     cfg.batch = global / micro_batches;
-    let program = model
-        .build(&cfg)
-        .map_err(|e| format!("preset {preset}: {e}"))?;
-    let plan = add_mesh_and_shards(Plan::from_program(program), mesh, shards)?;
-    let dp = data_parallel_degree(&plan);
+    let built = |batch: usize| -> Result<Plan, String> {
+        let program = model
+            .build(&ModelConfig {
+                batch,
+                ..cfg.clone()
+            })
+            .map_err(|e| format!("preset {preset}: {e}"))?;
+        add_mesh_and_shards(Plan::from_program(program), mesh, shards)
+    };
+    let plan = built(cfg.batch);
+    // The data-parallel degree comes from the annotations of the whole batch's plan (the
+    // micro-batch's may not even divide).
+    let dp = match (&plan, micro_batches > 1) {
+        (Ok(p), _) => data_parallel_degree(p),
+        (Err(_), true) => built(global).map_or(1, |p| data_parallel_degree(&p)),
+        (Err(_), false) => 1,
+    };
     if cfg.batch % dp != 0 {
         return Err(format!(
             "--batch {global} must divide by the data-parallel degree ({dp}) × micro-batches \
@@ -365,7 +377,7 @@ fn build_plan(
             dp * micro_batches
         ));
     }
-    Ok(plan)
+    plan
 }
 
 /// How many ways the batch is split: the mesh axes on dim 0 of the first annotated input.

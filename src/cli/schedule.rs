@@ -16,6 +16,8 @@ pub enum ScheduleName {
     OneFOneB,
     Vpp,
     Zbh1,
+    #[value(name = "zbh1_paper")]
+    Zbh1Paper,
 }
 
 #[derive(Args, Debug)]
@@ -66,6 +68,7 @@ impl ScheduleArgs {
                 chunks: self.chunks,
             },
             ScheduleName::Zbh1 => Schedule::ZbH1,
+            ScheduleName::Zbh1Paper => Schedule::ZbH1Paper,
         };
         let jobs = self
             .stages
@@ -136,7 +139,7 @@ fn text(args: &ScheduleArgs, tl: &Timeline, schedule: Schedule) -> String {
         args.micro_batches,
         match schedule {
             Schedule::Vpp { chunks } => format!(", {chunks} chunks"),
-            Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => String::new(),
+            Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 | Schedule::ZbH1Paper => String::new(),
         },
         tl.step,
         args.forward_time,
@@ -146,7 +149,7 @@ fn text(args: &ScheduleArgs, tl: &Timeline, schedule: Schedule) -> String {
     );
     out.push_str(match schedule {
         Schedule::Vpp { .. } => "stage  bubble  jobs (kind, micro-batch:chunk)\n",
-        Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => {
+        Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 | Schedule::ZbH1Paper => {
             "stage  bubble  jobs (kind, micro-batch)\n"
         }
     });
@@ -175,7 +178,7 @@ fn text(args: &ScheduleArgs, tl: &Timeline, schedule: Schedule) -> String {
     .fold(f64::INFINITY, f64::min)
         / match schedule {
             Schedule::Vpp { chunks } => chunks.max(1) as f64,
-            Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => 1.0,
+            Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 | Schedule::ZbH1Paper => 1.0,
         };
     if tl.step > 0.0 && shortest.is_finite() {
         let columns = ((tl.step / shortest).ceil() as usize).clamp(1, 160);

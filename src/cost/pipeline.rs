@@ -115,10 +115,7 @@ pub fn pipeline_timeline(
     let lists: Vec<Vec<Job>> = (0..stages)
         .map(|s| job_list(schedule, stages, s, micro_batches))
         .collect::<Result<_, _>>()?;
-    let chunks = match schedule {
-        Schedule::Vpp { chunks } => chunks,
-        Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => 1,
-    };
+    let chunks = schedule.chunks();
     lay_out(&lists, micro_batches, chunks, &vec![times; stages])
 }
 

@@ -14,7 +14,7 @@ use super::work::ElementBytes;
 use crate::ir::{OpType, VarId};
 use crate::passes::jobs::{cut, RankJobs};
 use crate::passes::pipeline::Pipeline;
-use crate::passes::schedule::{job_list, Job, JobKind, Schedule};
+use crate::passes::schedule::{job_list, Job, JobKind};
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -129,10 +129,7 @@ pub fn pipeline_cost(
     let ideal = step.is_none();
     let schedule = p.schedule();
     let (stages, m) = (p.stages.stages, p.micro_batches());
-    let chunks = match schedule {
-        Schedule::Vpp { chunks } => chunks,
-        Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => 1,
-    };
+    let chunks = schedule.chunks();
     let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
     let mut costs = Vec::with_capacity(stages);
     let mut lists = Vec::with_capacity(stages);

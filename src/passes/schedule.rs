@@ -30,9 +30,23 @@ pub enum Schedule {
         chunks: usize,
     },
     ZbH1,
+    /// The zero-bubble paper's own H1 order (Qi et al. 2023): every backward split, each
+    /// stage's weight halves filling its idle time, at most `p − stage` micro-batches in
+    /// flight (1F1B's memory). Its bubble is the paper's (p−1)(T_F + T_B − T_W); Paddle's
+    /// order (`ZbH1`) splits only some backwards and runs their weight halves last, which
+    /// leaves more idle time on deep pipelines.
+    ZbH1Paper,
 }
 
 impl Schedule {
+    /// Model chunks per stage (1 unless interleaved).
+    pub fn chunks(self) -> usize {
+        match self {
+            Schedule::Vpp { chunks } => chunks,
+            Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 | Schedule::ZbH1Paper => 1,
+        }
+    }
+
     /// The schedule a plan's options name, with `chunks` model chunks per stage for vpp.
     pub fn of(kind: crate::plan::ScheduleKind, chunks: usize) -> Schedule {
         match kind {
@@ -40,6 +54,7 @@ impl Schedule {
             crate::plan::ScheduleKind::OneFOneB => Schedule::OneFOneB,
             crate::plan::ScheduleKind::Vpp => Schedule::Vpp { chunks },
             crate::plan::ScheduleKind::ZbH1 => Schedule::ZbH1,
+            crate::plan::ScheduleKind::ZbH1Paper => Schedule::ZbH1Paper,
         }
     }
 
@@ -50,6 +65,7 @@ impl Schedule {
             Schedule::OneFOneB => "1f1b",
             Schedule::Vpp { .. } => "vpp",
             Schedule::ZbH1 => "zbh1",
+            Schedule::ZbH1Paper => "zbh1_paper",
         }
     }
 }
@@ -140,10 +156,7 @@ pub fn job_list(
     stage: usize,
     micro_batches: usize,
 ) -> Result<Vec<Job>, ScheduleError> {
-    let chunks = match schedule {
-        Schedule::Vpp { chunks } => chunks,
-        Schedule::FThenB | Schedule::OneFOneB | Schedule::ZbH1 => 1,
-    };
+    let chunks = schedule.chunks();
     if stages == 0 || micro_batches == 0 || chunks == 0 {
         return Err(ScheduleError::Empty);
     }
@@ -162,6 +175,7 @@ pub fn job_list(
         Schedule::OneFOneB => one_f_one_b(stages, stage, micro_batches),
         Schedule::Vpp { chunks } => vpp(stages, stage, micro_batches, chunks),
         Schedule::ZbH1 => zbh1(stages, stage, micro_batches),
+        Schedule::ZbH1Paper => zbh1_paper(stages, micro_batches).swap_remove(stage),
     };
     jobs.push(Job::new(JobKind::Optimizer, 0, None));
     Ok(jobs)
@@ -295,4 +309,52 @@ fn zbh1(stages: usize, stage: usize, micro_batches: usize) -> Vec<Job> {
     }
     jobs.extend((0..stage).map(|m| Job::new(JobKind::BackwardW, m, None)));
     jobs
+}
+
+/// The paper's H1, built by running every stage in unit time steps (forward, input-grad
+/// and weight-grad halves each one step, transfers free): a free stage runs the next input
+/// gradient if it has arrived, else the next forward if it has arrived and fewer than
+/// `p − stage` micro-batches are in flight, else a pending weight gradient. The order is
+/// then fixed whatever the real job times are.
+fn zbh1_paper(stages: usize, micro_batches: usize) -> Vec<Vec<Job>> {
+    let (p, m) = (stages, micro_batches);
+    // Per stage: when each micro-batch's forward and input gradient finished.
+    let mut f_done = vec![vec![usize::MAX; m]; p];
+    let mut b_done = vec![vec![usize::MAX; m]; p];
+    let (mut nf, mut nb) = (vec![0usize; p], vec![0usize; p]);
+    let mut w_queue: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); p];
+    let mut lists: Vec<Vec<Job>> = vec![Vec::new(); p];
+    let mut t = 0usize;
+    let total = 3 * m * p;
+    while lists.iter().map(Vec::len).sum::<usize>() < total && t < 4 * total + 4 {
+        for s in 0..p {
+            let b_ready = nb[s] < m && {
+                let k = nb[s];
+                if s + 1 == p {
+                    f_done[s][k] <= t
+                } else {
+                    b_done[s + 1][k] <= t
+                }
+            };
+            let f_ready =
+                nf[s] < m && nf[s] - nb[s] < p - s && (s == 0 || f_done[s - 1][nf[s]] <= t);
+            let job = if b_ready {
+                b_done[s][nb[s]] = t + 1;
+                w_queue[s].push_back(nb[s]);
+                nb[s] += 1;
+                Job::new(JobKind::BackwardB, nb[s] - 1, None)
+            } else if f_ready {
+                f_done[s][nf[s]] = t + 1;
+                nf[s] += 1;
+                Job::new(JobKind::Forward, nf[s] - 1, None)
+            } else if let Some(w) = w_queue[s].pop_front() {
+                Job::new(JobKind::BackwardW, w, None)
+            } else {
+                continue;
+            };
+            lists[s].push(job);
+        }
+        t += 1;
+    }
+    lists
 }

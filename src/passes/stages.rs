@@ -163,20 +163,36 @@ pub fn check_schedule(stages: &Stages, o: &crate::plan::PlanOptions) -> Result<(
         ScheduleKind::Vpp if v < 2 => {
             Some("vpp needs 2 or more chunks per stage (--chunks)".into())
         }
-        ScheduleKind::FThenB | ScheduleKind::OneFOneB | ScheduleKind::ZbH1 if v > 1 => Some(
-            format!("chunks={v} needs the vpp schedule (interleaved 1F1B), not {name}"),
-        ),
+        ScheduleKind::FThenB
+        | ScheduleKind::OneFOneB
+        | ScheduleKind::ZbH1
+        | ScheduleKind::ZbH1Paper
+            if v > 1 =>
+        {
+            Some(format!(
+                "chunks={v} needs the vpp schedule (interleaved 1F1B), not {name}"
+            ))
+        }
         ScheduleKind::Vpp if m % p != 0 => Some(format!(
             "vpp runs micro-batches in rounds of the {p} stages: {m} micro-batches is not a \
              multiple of {p}"
         )),
-        ScheduleKind::OneFOneB | ScheduleKind::Vpp | ScheduleKind::ZbH1 if m < p => Some(format!(
-            "{name} needs at least as many micro-batches as stages ({m} < {p}); use more \
+        ScheduleKind::OneFOneB
+        | ScheduleKind::Vpp
+        | ScheduleKind::ZbH1
+        | ScheduleKind::ZbH1Paper
+            if m < p =>
+        {
+            Some(format!(
+                "{name} needs at least as many micro-batches as stages ({m} < {p}); use more \
              micro-batches or fthenb"
-        )),
-        ScheduleKind::FThenB | ScheduleKind::OneFOneB | ScheduleKind::Vpp | ScheduleKind::ZbH1 => {
-            None
+            ))
         }
+        ScheduleKind::FThenB
+        | ScheduleKind::OneFOneB
+        | ScheduleKind::Vpp
+        | ScheduleKind::ZbH1
+        | ScheduleKind::ZbH1Paper => None,
     };
     match problem {
         Some(p) => Err(StageError::Schedule(p)),

@@ -85,16 +85,20 @@ pub enum ScheduleKind {
     OneFOneB,
     /// Interleaved 1F1B over `chunks` model chunks per stage.
     Vpp,
-    /// Zero bubble (ZB-H1): backwards split into input- and weight-gradient jobs.
+    /// Zero bubble (ZB-H1) in Paddle's order: backwards split into input- and
+    /// weight-gradient jobs.
     ZbH1,
+    /// Zero bubble (ZB-H1) in the paper's order (every backward split).
+    ZbH1Paper,
 }
 
 impl ScheduleKind {
-    pub const ALL: [ScheduleKind; 4] = [
+    pub const ALL: [ScheduleKind; 5] = [
         ScheduleKind::FThenB,
         ScheduleKind::OneFOneB,
         ScheduleKind::Vpp,
         ScheduleKind::ZbH1,
+        ScheduleKind::ZbH1Paper,
     ];
 
     /// Paddle's name, used in plan text and on the command line.
@@ -104,6 +108,7 @@ impl ScheduleKind {
             ScheduleKind::OneFOneB => "1f1b",
             ScheduleKind::Vpp => "vpp",
             ScheduleKind::ZbH1 => "zbh1",
+            ScheduleKind::ZbH1Paper => "zbh1_paper",
         }
     }
 
@@ -365,8 +370,9 @@ fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), String
         }
         "schedule" => {
             let v = value.ok_or_else(|| needs("fthenb|1f1b|vpp|zbh1"))?;
-            o.schedule = ScheduleKind::from_name(v)
-                .ok_or_else(|| format!("schedule `{v}`: expected fthenb, 1f1b, vpp or zbh1"))?;
+            o.schedule = ScheduleKind::from_name(v).ok_or_else(|| {
+                format!("schedule `{v}`: expected fthenb, 1f1b, vpp, zbh1 or zbh1_paper")
+            })?;
         }
         "micro_batches" | "chunks" => {
             let v = value.ok_or_else(|| needs("N"))?;
