@@ -113,6 +113,68 @@ pub fn bench_pipeline(layers: &[usize], repeat: usize) -> Result<String, String>
     Ok(out)
 }
 
+/// Planning with pipeline stages: gpt (global batch 64) on [4, 2, 4] (pp, dp, mp), 16
+/// micro-batches of 4, 1F1B — every rank planned (4 stage templates built, 28 ranks
+/// stamped) and the schedule laid out — against the same model on [2, 4] (dp, mp) without
+/// stages, alternating in one process so both see the same machine.
+pub fn bench_stages(layers: &[usize], repeat: usize) -> Result<String, String> {
+    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    let mut out = String::from(
+        "whole pipeline of gpt (batch 64) with stages on [4, 2, 4] (pp, dp, mp), 16 \
+         micro-batches, 1f1b, all 32 ranks + the schedule, against [2, 4] (dp, mp) without \
+         stages, all 8 ranks; medians\n",
+    );
+    out.push_str(&format!(
+        "{:>6} {:>12} {:>12} {:>8}\n",
+        "layers", "with stages", "without", "ratio"
+    ));
+    for &l in layers {
+        let mut shards = vec!["x=dp,-,-".to_string()];
+        shards.extend(megatron_shards(l, "mp"));
+        let whole = ModelConfig {
+            layers: l,
+            batch: 64,
+            ..Model::Gpt.default_config()
+        };
+        let flat = preset_plan(Model::Gpt, &whole, "2x4:dp,mp", &shards)?;
+        let micro = ModelConfig {
+            batch: 64 / 16,
+            ..whole.clone()
+        };
+        let mut staged = preset_plan(Model::Gpt, &micro, "4x2x4:pp,dp,mp", &shards)?;
+        staged.options.micro_batches = 16;
+        staged.options.schedule = crate::plan::ScheduleKind::OneFOneB;
+        let run = |plan: &Plan| -> Result<(), String> {
+            let p = run_pipeline(plan, &PipelineOptions::from_plan(&plan.options))
+                .map_err(|e| e.to_string())?;
+            if p.is_pipelined() {
+                crate::cost::pipeline_cost::pipeline_cost(
+                    &p,
+                    None,
+                    crate::cost::work::ElementBytes(4.0),
+                )
+                .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..repeat.max(1) {
+            a.push(median(1, || run(&staged))?);
+            b.push(median(1, || run(&flat))?);
+        }
+        a.sort_unstable();
+        b.sort_unstable();
+        let (a, b) = (a[a.len() / 2], b[b.len() / 2]);
+        out.push_str(&format!(
+            "{l:>6} {:>10.2}ms {:>10.2}ms {:>7.2}x\n",
+            a.as_secs_f64() * 1e3,
+            b.as_secs_f64() * 1e3,
+            a.as_secs_f64() / b.as_secs_f64()
+        ));
+    }
+    Ok(out)
+}
+
 /// f32 GEMM throughput (matrixmultiply's sgemm, one thread) at n = 256, 512, 1024.
 pub fn bench_gemm(repeat: usize) -> Result<String, String> {
     use crate::exec::kernels::matmul::matmul;

@@ -320,6 +320,7 @@ pub fn main() -> ExitCode {
             BenchWhat::Step => bench::bench_step(repeat),
             BenchWhat::Cost => bench::bench_cost(repeat),
             BenchWhat::Pipeline => bench::bench_pipeline(&layers, repeat),
+            BenchWhat::Stages => bench::bench_stages(&layers, repeat),
             BenchWhat::Complete => bench::bench_complete(&layers, repeat),
         }
         .map(|t| {

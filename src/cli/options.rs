@@ -64,6 +64,9 @@ pub enum BenchWhat {
     Complete,
     /// The whole pipeline, all ranks.
     Pipeline,
+    /// The whole pipeline with pipeline stages (96-layer gpt on [4, 2, 4] pp x dp x mp, 16
+    /// micro-batches, 1F1B), beside the same model on [2, 4] in the same process.
+    Stages,
     /// The executor's GEMM.
     Gemm,
     /// One training step of every rank.

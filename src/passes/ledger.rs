@@ -84,6 +84,8 @@ pub struct Reason {
     /// reshard.
     op: Option<&'static str>,
     vocab_cross_entropy: bool,
+    /// A pipeline send's (true) or recv's peer rank.
+    peer: Option<(bool, i64)>,
 }
 
 impl fmt::Display for Reason {
@@ -110,7 +112,16 @@ impl fmt::Display for Reason {
             ),
             Purpose::AmpFlag => f.write_str("agree on found_inf across the mesh"),
             Purpose::GlobalNorm => f.write_str("sum the squared-norm shards of the gradients"),
-            Purpose::Pipeline => write!(f, "move {t} to the next pipeline stage"),
+            Purpose::Pipeline => match self.peer {
+                Some((true, p)) => write!(f, "send {t} to rank {p}, on the stage that reads it"),
+                Some((false, p)) => {
+                    write!(
+                        f,
+                        "receive {t} from rank {p}, on the stage that computes it"
+                    )
+                }
+                None => write!(f, "move {t} between pipeline stages"),
+            },
             Purpose::Sharding => write!(f, "ZeRO: {t} between its shards and the whole"),
         }
     }
@@ -127,7 +138,13 @@ fn reason(program: &Program, ops: &[Arc<Op>], i: usize, purpose: Purpose) -> Rea
     let vocab_cross_entropy = op.ty == OpType::CSoftmaxWithCrossEntropy;
     let x = if vocab_cross_entropy { "Logits" } else { "X" };
     let input = op.input(x).first().copied();
-    let tensor = input.map_or_else(|| Arc::from(""), |v| program.var(v).name.clone());
+    let tensor = input
+        .or_else(|| {
+            (op.ty == OpType::Recv)
+                .then(|| op.output("Out").first().copied())
+                .flatten()
+        })
+        .map_or_else(|| Arc::from(""), |v| program.var(v).name.clone());
     let named = match purpose {
         Purpose::TensorParallel if !vocab_cross_entropy => ops[..i]
             .iter()
@@ -145,11 +162,14 @@ fn reason(program: &Program, ops: &[Arc<Op>], i: usize, purpose: Purpose) -> Rea
         | Purpose::Pipeline
         | Purpose::Sharding => None,
     };
+    let peer = matches!(op.ty, OpType::Send | OpType::Recv)
+        .then(|| (op.ty == OpType::Send, op.attr_int("peer", -1)));
     Reason {
         purpose,
         tensor,
         op: named,
         vocab_cross_entropy,
+        peer,
     }
 }
 
@@ -192,6 +212,7 @@ pub fn ledger(parts: &Partitioned) -> Vec<Entry> {
                 tensor: op
                     .input(x)
                     .first()
+                    .or_else(|| op.output("Out").first().filter(|_| op.ty == OpType::Recv))
                     .map_or_else(|| Arc::from(""), |&v| r.program.var(v).name.clone()),
                 bytes_per_rank: bytes_per_rank(&r.program, op),
                 phase: phase(op.role),
