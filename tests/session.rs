@@ -538,3 +538,68 @@ mod link_codec {
         }
     }
 }
+
+/// The pipeline panel's model: a `pp` axis makes stages; the schedule, micro-batches and
+/// chunks re-plan; the ideal Gantt's bubble is the closed form; stage boundaries move and
+/// survive links; the browser run of a pipelined plan verifies.
+#[test]
+fn pipeline_schedule_boundaries_and_links() {
+    use shardlab::plan::ScheduleKind;
+    let s = Session::from_hash("s=megatron_mlp&mesh=2x2:pp,mp").unwrap();
+    assert!(s.is_pipelined(), "{:?}", s.plan_error);
+    assert_eq!(s.stage_starts(), vec![0, 3]);
+    let s = s
+        .reduce(Action::SetMicroBatches(4))
+        .reduce(Action::SetSchedule(ScheduleKind::OneFOneB))
+        .reduce(Action::SetGanttIdeal(true));
+    let c = s.pipeline_cost().unwrap();
+    assert!((c.bubble - 1.0 / 5.0).abs() < 1e-12, "{}", c.bubble);
+    // More micro-batches shrink the bubble as (p−1)/(M+p−1).
+    let s = s.reduce(Action::SetMicroBatches(8));
+    assert!((s.pipeline_cost().unwrap().bubble - 1.0 / 9.0).abs() < 1e-12);
+    // vpp needs a multiple of the stages and 2+ chunks: an odd count is the plan's error.
+    let odd = s
+        .clone()
+        .reduce(Action::SetChunks(2))
+        .reduce(Action::SetSchedule(ScheduleKind::Vpp))
+        .reduce(Action::SetMicroBatches(3));
+    assert!(
+        odd.plan_error
+            .as_deref()
+            .is_some_and(|e| e.contains("not a multiple of 2")),
+        "{:?}",
+        odd.plan_error
+    );
+    // A boundary moves, within its neighbours only, and the link keeps it.
+    let moved = s.clone().reduce(Action::MoveStageBoundary {
+        stage: 1,
+        first_op: 2,
+    });
+    assert_eq!(moved.stage_starts(), vec![0, 2]);
+    let bad = moved.clone().reduce(Action::MoveStageBoundary {
+        stage: 1,
+        first_op: 0,
+    });
+    assert!(bad
+        .message
+        .as_deref()
+        .is_some_and(|m| m.contains("must start after op 0")));
+    assert_eq!(bad.stage_starts(), vec![0, 2]);
+    let hash = moved.to_hash();
+    assert!(
+        hash.contains("sched=1f1b") && hash.contains("mb=8") && hash.contains("pps=0,2"),
+        "{hash}"
+    );
+    let back = Session::from_hash(&hash).unwrap();
+    assert_eq!(back.stage_starts(), vec![0, 2]);
+    assert_eq!(back.to_hash(), hash);
+    assert!(Session::from_hash(&format!("{hash}&pps=0,9")).is_err());
+    // The browser's run of every rank's jobs verifies against the serial step.
+    let run = moved.reduce(Action::Run);
+    let r = run.run.as_ref().expect("a run");
+    assert!(
+        !r.checks.is_empty() && r.checks.iter().all(|c| c.pass),
+        "{:?}",
+        r.checks
+    );
+}

@@ -454,6 +454,84 @@ async fn mesh_view_draws_every_device_with_its_process_id() {
     assert_eq!(labels, ["mp →", "pp×dp →"]);
     assert_eq!(
         text(&root, "figcaption"),
-        "mesh [2, 2, 2] (pp, dp, mp) ids [7, 6, 5, 4, 3, 2, 1, 0]: 8 devices"
+        "mesh [2, 2, 2] (pp, dp, mp) ids [7, 6, 5, 4, 3, 2, 1, 0]: 8 devices · 2 pipeline \
+         stages (S0–S1), one per `pp` coordinate"
     );
+}
+
+fn slide(root: &Element, selector: &str, value: &str) {
+    let i: web_sys::HtmlInputElement = q(root, selector).dyn_into().unwrap();
+    i.set_value(value);
+    i.dispatch_event(&Event::new("input").unwrap()).unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn the_pipeline_panel_draws_the_gantt_and_follows_the_controls() {
+    let root = app("#s=megatron_mlp&mesh=2x2:pp,mp&ideal=1").await;
+    // The pp axis colours the mesh by stage; the Gantt has a row per stage.
+    assert_eq!(count(&root, ".mesh-view .device.stage-0"), 2);
+    assert_eq!(count(&root, ".mesh-view .device.stage-1"), 2);
+    until(|| count(&root, ".gantt .stage-row") == 2).await;
+    assert_eq!(count(&root, ".gantt .stage-row"), 2);
+    // One micro-batch (fthenb): a forward and a backward per stage, and the optimizer.
+    assert_eq!(count(&root, ".gantt .job.forward"), 2);
+    assert_eq!(count(&root, ".gantt .job.backward"), 2);
+    assert_eq!(text(&root, "#bubble-fraction"), "0.500");
+    // 4 micro-batches, 1F1B: the bubble follows (p−1)/(M+p−1) = 1/5.
+    slide(&root, "#micro-batches", "4");
+    until(|| text(&root, "#bubble-fraction") == "0.200").await;
+    select(&root, "#schedule", "1f1b");
+    until(|| count(&root, ".gantt .job.forward") == 8).await;
+    assert_eq!(count(&root, ".gantt .job.forward"), 8);
+    assert_eq!(text(&root, "#bubble-fraction"), "0.200");
+    let hash = || document().location().unwrap().hash().unwrap();
+    until(|| hash().contains("sched=1f1b") && hash().contains("mb=4")).await;
+    assert!(
+        hash().contains("sched=1f1b") && hash().contains("mb=4"),
+        "{}",
+        hash()
+    );
+    // Zero bubble splits backwards into input and weight halves.
+    select(&root, "#schedule", "zbh1_paper");
+    until(|| count(&root, ".gantt .job.backward_w") == 8).await;
+    assert_eq!(count(&root, ".gantt .job.backward_b"), 8);
+    // Held activations: 1F1B's first stage holds p micro-batches, the last one.
+    select(&root, "#schedule", "1f1b");
+    until(|| count(&root, ".gantt .job.backward") == 8).await;
+    assert_eq!(
+        text(&root, ".pipeline-stats tr[data-stage='0'] td:nth-child(3)"),
+        "2"
+    );
+    assert_eq!(
+        text(&root, ".pipeline-stats tr[data-stage='1'] td:nth-child(3)"),
+        "1"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn stage_boundaries_move_in_the_program_view() {
+    let root = app("#s=megatron_mlp&mesh=2x2:pp,mp").await;
+    until(|| count(&root, ".stage-boundary") == 1).await;
+    assert_eq!(count(&root, ".stage-boundary"), 1);
+    // The boundary sits before stage 1's first op (op 3), and the marks agree.
+    let marks = |i: usize| text(&root, &format!("li.op[data-op='{i}'] .stage-mark"));
+    assert_eq!((marks(2), marks(3)), ("S0".to_string(), "S1".to_string()));
+    click(&root, ".stage-boundary .earlier");
+    until(|| marks(2) == "S1").await;
+    assert_eq!(marks(2), "S1");
+    let hash = || document().location().unwrap().hash().unwrap();
+    until(|| hash().contains("pps=0,2")).await;
+    assert!(hash().contains("pps=0,2"), "{}", hash());
+    // Dropping the boundary on op 4 (a drag from the boundary onto an op row).
+    let dt = web_sys::DataTransfer::new().unwrap();
+    dt.set_data("application/x-shardlab-stage", "1").unwrap();
+    let init = web_sys::DragEventInit::new();
+    init.set_bubbles(true);
+    init.set_data_transfer(Some(&dt));
+    let drop = web_sys::DragEvent::new_with_event_init_dict("drop", &init).unwrap();
+    q(&root, "li.op[data-op='4']")
+        .dispatch_event(&drop)
+        .unwrap();
+    until(|| marks(3) == "S0").await;
+    assert_eq!((marks(3), marks(4)), ("S0".to_string(), "S1".to_string()));
 }

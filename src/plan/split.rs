@@ -18,7 +18,7 @@ fn layer_of(program: &Program, op: usize) -> Option<usize> {
 }
 
 /// The forward ops (up to and including the loss).
-fn forward_ops(program: &Program) -> usize {
+pub fn forward_ops(program: &Program) -> usize {
     program
         .ops()
         .iter()
@@ -60,7 +60,7 @@ pub fn split_layers(program: &Program, per_stage: &[usize]) -> Result<Vec<StageP
 
 /// `stage` statements for ops `starts[k]..starts[k+1]` on stage `k`, for `k ≥ 1` (the ops
 /// before stage 1's first are on stage 0 by default).
-fn ranges(starts: &[usize], n: usize) -> Vec<StagePlacement> {
+pub fn ranges(starts: &[usize], n: usize) -> Vec<StagePlacement> {
     let mut out = Vec::new();
     for (k, &start) in starts.iter().enumerate().skip(1) {
         let end = starts.get(k + 1).copied().unwrap_or(n);

@@ -20,7 +20,10 @@ pub struct Pinned {
 }
 
 /// `p` with every rank partitioned (a copy if it had only some).
-fn all_ranks(p: &Arc<Pipeline>, opts: &PartitionOptions) -> Result<Arc<Pipeline>, String> {
+pub(super) fn all_ranks(
+    p: &Arc<Pipeline>,
+    opts: &PartitionOptions,
+) -> Result<Arc<Pipeline>, String> {
     if p.is_fully_partitioned() {
         return Ok(Arc::clone(p));
     }

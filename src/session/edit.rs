@@ -62,6 +62,11 @@ impl Session {
                 Err(e) => dropped.push(e.to_string()),
             }
         }
+        let stages = |m: &ProcessMesh| crate::dist::Stages::of(m, 1).stages;
+        if self.mesh().is_none_or(|old| stages(old) != stages(&mesh)) {
+            // Another number of pipeline stages: the boundaries are split again.
+            self.plan.stages.clear();
+        }
         self.plan.set_mesh(mesh);
         self.plan.annotations = kept;
         if !dropped.is_empty() {

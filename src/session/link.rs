@@ -36,6 +36,12 @@ impl Session {
         if self.topology != TOPOLOGIES[0] {
             parts.push(format!("topo={}", encode(&self.topology)));
         }
+        if self.scenario != "custom" {
+            parts.extend(self.pipeline_link());
+        }
+        if self.gantt_ideal {
+            parts.push("ideal=1".into());
+        }
         parts.join("&")
     }
 
@@ -67,6 +73,67 @@ impl Session {
                 return Err(format!("the link's topology `{}` is unknown", clip(t)));
             }
             self.topology = t.clone();
+        }
+        self = self.with_pipeline_link(fields)?;
+        Ok(self)
+    }
+
+    /// A scenario link's pipeline fields: schedule, micro-batches, chunks, stage starts.
+    fn pipeline_link(&self) -> Vec<String> {
+        let o = &self.plan.options;
+        let mut parts = Vec::new();
+        if o.schedule != crate::plan::ScheduleKind::default() {
+            parts.push(format!("sched={}", o.schedule.name()));
+        }
+        if o.micro_batches != 1 {
+            parts.push(format!("mb={}", o.micro_batches));
+        }
+        if o.chunks != 1 {
+            parts.push(format!("v={}", o.chunks));
+        }
+        if !self.plan.stages.is_empty() {
+            let starts: Vec<String> = self.stage_starts().iter().map(|s| s.to_string()).collect();
+            parts.push(format!("pps={}", starts.join(",")));
+        }
+        parts
+    }
+
+    fn with_pipeline_link(
+        mut self,
+        fields: &std::collections::HashMap<String, String>,
+    ) -> Result<Session, String> {
+        let count = |key: &str, v: &str| {
+            v.parse::<i64>()
+                .map_err(|_| format!("the link's `{key}` must be a count, not `{}`", clip(v)))
+        };
+        if let Some(v) = fields.get("sched") {
+            let k = crate::plan::ScheduleKind::from_name(v)
+                .ok_or_else(|| format!("the link's schedule `{}` is unknown", clip(v)))?;
+            self.plan.options.schedule = k;
+        }
+        if let Some(v) = fields.get("mb") {
+            self.plan.options.micro_batches =
+                crate::plan::PlanOptions::check_count("mb", count("mb", v)?)
+                    .map_err(|e| format!("the link's {e}"))?;
+        }
+        if let Some(v) = fields.get("v") {
+            self.plan.options.chunks = crate::plan::PlanOptions::check_count("v", count("v", v)?)
+                .map_err(|e| format!("the link's {e}"))?;
+        }
+        if fields.contains_key("sched") || fields.contains_key("mb") || fields.contains_key("v") {
+            self.plan_changed();
+        }
+        if let Some(v) = fields.get("pps") {
+            let starts: Vec<usize> = v
+                .split(',')
+                .map(|x| x.parse::<usize>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| format!("the link's `pps` must be op numbers, not `{}`", clip(v)))?;
+            self.set_stage_starts(starts)
+                .map_err(|m| format!("the link's stage boundaries: {m}"))?;
+        }
+        if fields.get("ideal").map(String::as_str) == Some("1") {
+            self.gantt_ideal = true;
         }
         Ok(self)
     }

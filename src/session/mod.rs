@@ -14,6 +14,7 @@ use std::sync::Arc;
 mod cost;
 mod edit;
 mod link;
+mod pipe;
 mod replay;
 mod run;
 
@@ -93,6 +94,19 @@ pub enum Action {
     SetZero(u8),
     /// The topology preset the cost panel prices the plan on.
     SetTopology(String),
+    /// The pipeline schedule of the plan's options.
+    SetSchedule(crate::plan::ScheduleKind),
+    /// Micro-batches per step (the plan's options).
+    SetMicroBatches(usize),
+    /// Model chunks per pipeline stage (the plan's options; vpp).
+    SetChunks(usize),
+    /// The Gantt chart in ideal units (forward 1, backward 2) instead of the cost model's.
+    SetGanttIdeal(bool),
+    /// Pipeline (virtual) stage `stage` starts at forward op `first_op` (a dragged boundary).
+    MoveStageBoundary {
+        stage: usize,
+        first_op: usize,
+    },
     /// Pin the current plan to compare later plans against; unpin.
     Pin,
     Unpin,
@@ -136,6 +150,8 @@ pub struct Session {
     pub topology: String,
     /// A plan pinned for comparison.
     pub pinned: Option<Pinned>,
+    /// The Gantt chart in ideal units.
+    pub gantt_ideal: bool,
 }
 
 impl PartialEq for Session {
@@ -154,6 +170,7 @@ impl PartialEq for Session {
             && self.plan_error == other.plan_error
             && self.megatron_sums == other.megatron_sums
             && self.topology == other.topology
+            && self.gantt_ideal == other.gantt_ideal
             && match (&self.pinned, &other.pinned) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(&a.pipeline, &b.pipeline),
@@ -204,6 +221,7 @@ impl Session {
             megatron_sums: false,
             topology: TOPOLOGIES[0].to_string(),
             pinned: None,
+            gantt_ideal: false,
         };
         s.replan();
         s
@@ -368,6 +386,13 @@ impl Session {
                 } else {
                     self.message = Some(format!("unknown topology `{t}`"));
                 }
+            }
+            Action::SetSchedule(k) => self.set_options(|o| o.schedule = k),
+            Action::SetMicroBatches(m) => self.set_options(|o| o.micro_batches = m),
+            Action::SetChunks(v) => self.set_options(|o| o.chunks = v),
+            Action::SetGanttIdeal(on) => self.gantt_ideal = on,
+            Action::MoveStageBoundary { stage, first_op } => {
+                self.move_stage_boundary(stage, first_op)
             }
             Action::Pin => self.pin(),
             Action::Unpin => self.pinned = None,

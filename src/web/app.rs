@@ -6,6 +6,7 @@ use super::editor::Editor;
 use super::inspector::Inspector;
 use super::ledger_view::LedgerView;
 use super::mesh_editor::MeshEditor;
+use super::pipeline_view::PipelinePanel;
 use super::program_view::ProgramView;
 use super::rank_lens::RankLens;
 use super::run_panel::RunPanel;
@@ -94,6 +95,7 @@ fn right_column(ctx: &AppCtx) -> Html {
         <aside class="column right">
             if ctx.shows("rank") { <RankLens /> }
             if ctx.shows("cost") { <CostPanel /> }
+            if ctx.shows("pipeline") { <PipelinePanel /> }
             if ctx.shows("ledger") { <LedgerView /> }
             if ctx.shows("run") { <RunPanel /> }
         </aside>

@@ -38,17 +38,25 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
         .iter()
         .map(String::as_str)
         .collect();
+    // A `pp` axis colours each pipeline stage's sub-mesh.
+    let stages = crate::dist::Stages::of(mesh, 1);
+    let stage_of = |pid: u32| stages.axis.map(|_| stages.stage_of(mesh, pid));
     let devices = mesh.process_ids().iter().enumerate().map(|(i, &pid)| {
         let (r, c) = (i / cols, i % cols);
         let x = MARGIN + c as f64 * (CELL + GAP);
         let y = MARGIN + r as f64 * (CELL + GAP);
         let onclick = props.on_select.clone().map(|cb| Callback::from(move |_: MouseEvent| cb.emit(pid)));
-        let class = classes!("device", (props.selected == Some(pid)).then_some("selected"), props.lit.contains(&pid).then_some("lit"));
+        let stage = stage_of(pid);
+        let class = classes!("device", (props.selected == Some(pid)).then_some("selected"), props.lit.contains(&pid).then_some("lit"),
+            stage.map(|s| format!("stage stage-{}", s % 6)));
         html! {
             <g {class} data-rank={pid.to_string()} {onclick}>
                 <title>{ format!("rank {pid}: coordinates {:?}", mesh.coords_of(pid).unwrap_or_default()) }</title>
                 <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="7" />
                 <text x={(x + CELL / 2.0).to_string()} y={(y + CELL / 2.0 + 5.0).to_string()} text-anchor="middle">{ format!("{pid}") }</text>
+                if let Some(s) = stage {
+                    <text class="stage-tag" x={(x + 4.0).to_string()} y={(y + 11.0).to_string()}>{ format!("S{s}") }</text>
+                }
             </g>
         }
     });
@@ -71,7 +79,12 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
                 { row_label }
                 { for devices }
             </svg>
-            <figcaption>{ format!("mesh {mesh}: {} devices", mesh.size()) }</figcaption>
+            <figcaption>
+                { format!("mesh {mesh}: {} devices", mesh.size()) }
+                if stages.stages > 1 {
+                    { format!(" · {} pipeline stages (S0–S{}), one per `pp` coordinate", stages.stages, stages.stages - 1) }
+                }
+            </figcaption>
         </figure>
     }
 }

@@ -9,6 +9,7 @@ mod inspector;
 mod ledger_view;
 mod mesh_editor;
 mod mesh_view;
+mod pipeline_view;
 mod program_view;
 mod rank_lens;
 mod run_panel;

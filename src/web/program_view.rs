@@ -155,7 +155,15 @@ pub fn ProgramView() -> Html {
         .filter_map(|o| block_of(program, o))
         .max()
         .unwrap_or(0);
-    let fold = blocks >= 1 && !*unfold && program.ops().len() > 60;
+    // Pipeline stages: a mark per op, and (forward view) a draggable boundary before each
+    // stage's first op. Folding would hide boundaries, so a staged program is not folded.
+    let staged = p.stages.is_pipelined();
+    let starts = if staged && s.stage == Stage::Forward {
+        s.stage_starts()
+    } else {
+        Vec::new()
+    };
+    let fold = blocks >= 1 && !*unfold && program.ops().len() > 60 && !staged;
     let mut rows = Vec::new();
     let mut folded = 0;
     for (i, op) in program.ops().iter().enumerate() {
@@ -190,6 +198,15 @@ pub fn ProgramView() -> Html {
                 )
             }),
         };
+        if let Some(k) = starts.iter().skip(1).position(|&st| st == i).map(|k| k + 1) {
+            rows.push(boundary(&ctx, k, i, &starts));
+        }
+        let stage_mark = match s.stage {
+            Stage::Forward | Stage::Backward if staged => Some(format!("S{}", s.stage_of_op(i))),
+            Stage::Forward | Stage::Backward | Stage::Partition => None,
+        };
+        let drop = (!starts.is_empty() && i < crate::plan::forward_ops(program))
+            .then(|| drop_handlers(&ctx, i));
         let conflict = conflicts.get(&i).map(|w| w.join("\n"));
         let class = classes!(
             "op",
@@ -198,8 +215,10 @@ pub fn ProgramView() -> Html {
             conflict.is_some().then_some("conflict"),
             format!("role-{}", op.role.name())
         );
+        let (ondragover, ondrop) = drop.unzip();
         rows.push(html! {
-            <li {class} data-op={i.to_string()}>
+            <li {class} data-op={i.to_string()} {ondragover} {ondrop}>
+                if let Some(m) = stage_mark { <span class="stage-mark">{ m }</span> }
                 <span class="index">{ format!("{i}") }</span>
                 <span class="type">{ op.ty.name() }</span>
                 if let Some(m) = impl_name { <span class="impl">{ m }</span> }
@@ -227,6 +246,54 @@ pub fn ProgramView() -> Html {
             <div class="legend"><span class="comm tp">{ "tensor parallel" }</span><span class="comm dp">{ "data parallel" }</span><span class="comm reshard">{ "reshard" }</span><span class="comm amp">{ "AMP" }</span><span class="comm norm">{ "global norm" }</span><span class="comm zero">{ "ZeRO" }</span></div>
             <ol class="ops">{ for rows }</ol>
         </section>
+    }
+}
+
+/// The drag type of a stage boundary (its stage number).
+const STAGE_DRAG_TYPE: &str = "application/x-shardlab-stage";
+
+/// A forward op row as a drop target for a stage boundary: the stage then starts here.
+fn drop_handlers(ctx: &AppCtx, i: usize) -> (Callback<DragEvent>, Callback<DragEvent>) {
+    let over = Callback::from(|e: DragEvent| e.prevent_default());
+    let state = ctx.state.clone();
+    let drop = Callback::from(move |e: DragEvent| {
+        e.prevent_default();
+        let stage = e
+            .data_transfer()
+            .and_then(|t| t.get_data(STAGE_DRAG_TYPE).ok())
+            .and_then(|d| d.parse::<usize>().ok());
+        if let Some(stage) = stage {
+            state.dispatch(Action::MoveStageBoundary { stage, first_op: i });
+        }
+    });
+    (over, drop)
+}
+
+/// The boundary before stage `k`'s first op `i`: drag it onto another op, or nudge it.
+fn boundary(ctx: &AppCtx, k: usize, i: usize, starts: &[usize]) -> Html {
+    let ondragstart = Callback::from(move |e: DragEvent| {
+        if let Some(t) = e.data_transfer() {
+            let _ = t.set_data(STAGE_DRAG_TYPE, &k.to_string());
+        }
+    });
+    let lo = starts.get(k - 1).map_or(1, |&p| p + 1);
+    let earlier = (i > lo).then(|| {
+        ctx.on(move |_: MouseEvent| Action::MoveStageBoundary {
+            stage: k,
+            first_op: i - 1,
+        })
+    });
+    let later = ctx.on(move |_: MouseEvent| Action::MoveStageBoundary {
+        stage: k,
+        first_op: i + 1,
+    });
+    html! {
+        <li class="stage-boundary" draggable="true" {ondragstart} data-stage-boundary={k.to_string()}
+            title="drag onto an op to start the stage there">
+            { format!("stage {k} starts here ⇕ ") }
+            <button class="small earlier" aria-label={format!("stage {k} starts one op earlier")} disabled={earlier.is_none()} onclick={earlier}>{ "▲" }</button>
+            <button class="small later" aria-label={format!("stage {k} starts one op later")} onclick={later}>{ "▼" }</button>
+        </li>
     }
 }
 
