@@ -2,7 +2,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use shardlab::dist::Notation;
-use shardlab::session::{decode, encode, Action, DimChoice, Session, Stage};
+use shardlab::session::{decode, encode, Action, DimChoice, PipelineAction, Session, Stage};
 
 fn megatron() -> Session {
     Session::from_scenario("megatron_mlp").unwrap()
@@ -415,6 +415,16 @@ mod random_actions {
             "[ -~\n]{0,40}".prop_map(Action::EditText),
             any::<bool>().prop_map(Action::SetMegatronSums),
             Just(Action::Dismiss),
+            (0usize..70).prop_map(|m| Action::Pipeline(PipelineAction::SetMicroBatches(m))),
+            (0usize..10).prop_map(|v| Action::Pipeline(PipelineAction::SetChunks(v))),
+            (0usize..5).prop_map(|k| Action::Pipeline(PipelineAction::SetSchedule(
+                shardlab::plan::ScheduleKind::ALL[k]
+            ))),
+            (0usize..6, 0usize..40).prop_map(|(stage, first_op)| Action::Pipeline(
+                PipelineAction::MoveStageBoundary { stage, first_op }
+            )),
+            Just(Action::SetMeshShape(vec![2, 2])),
+            Just(Action::RenameAxis(0, "pp".into())),
         ]
     }
 
@@ -549,20 +559,24 @@ fn pipeline_schedule_boundaries_and_links() {
     assert!(s.is_pipelined(), "{:?}", s.plan_error);
     assert_eq!(s.stage_starts(), vec![0, 3]);
     let s = s
-        .reduce(Action::SetMicroBatches(4))
-        .reduce(Action::SetSchedule(ScheduleKind::OneFOneB))
-        .reduce(Action::SetGanttIdeal(true));
+        .reduce(Action::Pipeline(PipelineAction::SetMicroBatches(4)))
+        .reduce(Action::Pipeline(PipelineAction::SetSchedule(
+            ScheduleKind::OneFOneB,
+        )))
+        .reduce(Action::Pipeline(PipelineAction::SetGanttIdeal(true)));
     let c = s.pipeline_cost().unwrap();
     assert!((c.bubble - 1.0 / 5.0).abs() < 1e-12, "{}", c.bubble);
     // More micro-batches shrink the bubble as (p−1)/(M+p−1).
-    let s = s.reduce(Action::SetMicroBatches(8));
+    let s = s.reduce(Action::Pipeline(PipelineAction::SetMicroBatches(8)));
     assert!((s.pipeline_cost().unwrap().bubble - 1.0 / 9.0).abs() < 1e-12);
     // vpp needs a multiple of the stages and 2+ chunks: an odd count is the plan's error.
     let odd = s
         .clone()
-        .reduce(Action::SetChunks(2))
-        .reduce(Action::SetSchedule(ScheduleKind::Vpp))
-        .reduce(Action::SetMicroBatches(3));
+        .reduce(Action::Pipeline(PipelineAction::SetChunks(2)))
+        .reduce(Action::Pipeline(PipelineAction::SetSchedule(
+            ScheduleKind::Vpp,
+        )))
+        .reduce(Action::Pipeline(PipelineAction::SetMicroBatches(3)));
     assert!(
         odd.plan_error
             .as_deref()
@@ -571,15 +585,19 @@ fn pipeline_schedule_boundaries_and_links() {
         odd.plan_error
     );
     // A boundary moves, within its neighbours only, and the link keeps it.
-    let moved = s.clone().reduce(Action::MoveStageBoundary {
-        stage: 1,
-        first_op: 2,
-    });
+    let moved = s
+        .clone()
+        .reduce(Action::Pipeline(PipelineAction::MoveStageBoundary {
+            stage: 1,
+            first_op: 2,
+        }));
     assert_eq!(moved.stage_starts(), vec![0, 2]);
-    let bad = moved.clone().reduce(Action::MoveStageBoundary {
-        stage: 1,
-        first_op: 0,
-    });
+    let bad = moved
+        .clone()
+        .reduce(Action::Pipeline(PipelineAction::MoveStageBoundary {
+            stage: 1,
+            first_op: 0,
+        }));
     assert!(bad
         .message
         .as_deref()

@@ -117,7 +117,9 @@ pub fn estimated_run_bytes(p: &Pipeline) -> f64 {
         .flat_map(|r| r.program.vars())
         .map(|v| bytes(&v.ty))
         .sum();
-    serial + ranks + 4.0 * 8.0 * largest
+    // Pipelined runs keep every micro-batch's variables until its backward (at most all M).
+    let micro_batches = p.micro_batches() as f64;
+    serial * micro_batches.min(2.0) + ranks * micro_batches + 4.0 * 8.0 * largest
 }
 
 /// The loss to report: the plan's loss (under AMP, the loss before scaling).

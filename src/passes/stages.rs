@@ -10,8 +10,8 @@
 //!   stage is its producer's, raised by a `stage K var T` statement (Paddle's "annotate `h`
 //!   on stage 1's mesh"); an op that reads no computed tensor stays with the op before it;
 //! - a grad op is on its forward op's stage; other backward ops (sums of gradient
-//!   contributions, the loss gradient's seed) on the latest stage among what they read,
-//!   else their first consumer's;
+//!   contributions) on the earliest stage among what they read (gradients move only to
+//!   earlier stages), else (the loss gradient's seed) their first consumer's;
 //! - an optimizer op on the stage of the gradient it reads.
 //!
 //! Activations only move to later stages: a placed op reading a tensor computed on a later
@@ -128,7 +128,10 @@ pub fn assign_stages(
                 None => read.or_else(|| Some(i.checked_sub(1).and_then(|j| stage[j]).unwrap_or(0))),
             }
         } else {
-            fwd.and_then(|f| stage[f]).or(read)
+            // A backward op of no forward op (a sum of gradient contributions) runs on the
+            // earliest stage it reads from: gradients only move to earlier stages.
+            let earliest = op.all_inputs().filter_map(|v| written[v.index()]).min();
+            fwd.and_then(|f| stage[f]).or(earliest)
         };
         stage[i] = s;
         if let Some(s) = s {

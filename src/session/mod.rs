@@ -94,6 +94,17 @@ pub enum Action {
     SetZero(u8),
     /// The topology preset the cost panel prices the plan on.
     SetTopology(String),
+    /// The pipeline panel and the stage boundaries (see [`PipelineAction`]).
+    Pipeline(PipelineAction),
+    /// Pin the current plan to compare later plans against; unpin.
+    Pin,
+    Unpin,
+    Dismiss,
+}
+
+/// What the pipeline panel and the program view's stage boundaries do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PipelineAction {
     /// The pipeline schedule of the plan's options.
     SetSchedule(crate::plan::ScheduleKind),
     /// Micro-batches per step (the plan's options).
@@ -103,14 +114,7 @@ pub enum Action {
     /// The Gantt chart in ideal units (forward 1, backward 2) instead of the cost model's.
     SetGanttIdeal(bool),
     /// Pipeline (virtual) stage `stage` starts at forward op `first_op` (a dragged boundary).
-    MoveStageBoundary {
-        stage: usize,
-        first_op: usize,
-    },
-    /// Pin the current plan to compare later plans against; unpin.
-    Pin,
-    Unpin,
-    Dismiss,
+    MoveStageBoundary { stage: usize, first_op: usize },
 }
 
 /// A finished browser run.
@@ -387,13 +391,7 @@ impl Session {
                     self.message = Some(format!("unknown topology `{t}`"));
                 }
             }
-            Action::SetSchedule(k) => self.set_options(|o| o.schedule = k),
-            Action::SetMicroBatches(m) => self.set_options(|o| o.micro_batches = m),
-            Action::SetChunks(v) => self.set_options(|o| o.chunks = v),
-            Action::SetGanttIdeal(on) => self.gantt_ideal = on,
-            Action::MoveStageBoundary { stage, first_op } => {
-                self.move_stage_boundary(stage, first_op)
-            }
+            Action::Pipeline(a) => self.pipeline_action(a),
             Action::Pin => self.pin(),
             Action::Unpin => self.pinned = None,
             Action::Dismiss => {}

@@ -9,6 +9,19 @@ use crate::plan::PlanOptions;
 pub const MAX_BROWSER_MICRO_BATCHES: usize = 64;
 
 impl Session {
+    /// The pipeline panel's actions.
+    pub(super) fn pipeline_action(&mut self, action: PipelineAction) {
+        match action {
+            PipelineAction::SetSchedule(k) => self.set_options(|o| o.schedule = k),
+            PipelineAction::SetMicroBatches(m) => self.set_options(|o| o.micro_batches = m),
+            PipelineAction::SetChunks(v) => self.set_options(|o| o.chunks = v),
+            PipelineAction::SetGanttIdeal(on) => self.gantt_ideal = on,
+            PipelineAction::MoveStageBoundary { stage, first_op } => {
+                self.move_stage_boundary(stage, first_op)
+            }
+        }
+    }
+
     /// Changes the plan's options with `f` and re-plans (an invalid combination shows as
     /// the plan's error, which names what to change).
     pub(super) fn set_options(&mut self, f: impl FnOnce(&mut PlanOptions)) {

@@ -9,7 +9,7 @@ use crate::cost::diff::human_seconds;
 use crate::cost::pipeline_cost::PipelineCost;
 use crate::passes::schedule::JobKind;
 use crate::plan::ScheduleKind;
-use crate::session::Action;
+use crate::session::{Action, PipelineAction};
 use web_sys::{HtmlInputElement, HtmlSelectElement};
 use yew::prelude::*;
 
@@ -132,12 +132,19 @@ pub fn PipelinePanel() -> Html {
     let session = s.clone();
     let computed = use_memo(key, move |_| session.pipeline_cost());
     let on_schedule = ctx.on(|e: Event| {
-        Action::SetSchedule(ScheduleKind::from_name(&select_value(&e)).unwrap_or_default())
+        Action::Pipeline(PipelineAction::SetSchedule(
+            ScheduleKind::from_name(&select_value(&e)).unwrap_or_default(),
+        ))
     });
-    let on_mb = ctx.on(|e: InputEvent| Action::SetMicroBatches(input_value(&e)));
-    let on_chunks = ctx.on(|e: Event| Action::SetChunks(select_value(&e).parse().unwrap_or(1)));
+    let on_mb =
+        ctx.on(|e: InputEvent| Action::Pipeline(PipelineAction::SetMicroBatches(input_value(&e))));
+    let on_chunks = ctx.on(|e: Event| {
+        Action::Pipeline(PipelineAction::SetChunks(
+            select_value(&e).parse().unwrap_or(1),
+        ))
+    });
     let ideal = s.gantt_ideal;
-    let on_ideal = ctx.on(move |_: Event| Action::SetGanttIdeal(!ideal));
+    let on_ideal = ctx.on(move |_: Event| Action::Pipeline(PipelineAction::SetGanttIdeal(!ideal)));
     let body = match &*computed {
         Ok(c) => html! {
             <>

@@ -6,7 +6,7 @@ use super::app::AppCtx;
 use crate::dist::{render, TensorDistAttr};
 use crate::ir::{Op, OpClass, Program, Purpose, VarId};
 use crate::passes::complete::EventKind;
-use crate::session::{Action, Stage};
+use crate::session::{Action, PipelineAction, Stage};
 use yew::prelude::*;
 
 /// The CSS class of a communication op's purpose.
@@ -176,28 +176,7 @@ pub fn ProgramView() -> Html {
             folded = 0;
         }
         let current = event.is_some_and(|e| e.op.index() == i);
-        let impl_name = match s.stage {
-            Stage::Forward => p.completed.ops.get(i).map(|a| {
-                let (container, index) = a.imp.paddle_id();
-                format!("{container} #{index}")
-            }),
-            Stage::Backward => p.full.ops.get(i).map(|a| {
-                let (container, index) = a.imp.paddle_id();
-                format!("{container} #{index}")
-            }),
-            // Inserted communication shows what it costs: group, reduce type, bytes sent.
-            Stage::Partition => op.attr_ints("group").map(|g| {
-                let reduce = op
-                    .attr_str("reduce_type")
-                    .map(|r| format!(" · {r}"))
-                    .unwrap_or_default();
-                let sent = crate::passes::ledger::bytes_per_rank(program, op);
-                format!(
-                    "group {g:?}{reduce} · {} sent",
-                    super::ledger_view::bytes(sent)
-                )
-            }),
-        };
+        let impl_name = impl_label(s, &p, program, op, i);
         if let Some(k) = starts.iter().skip(1).position(|&st| st == i).map(|k| k + 1) {
             rows.push(boundary(&ctx, k, i, &starts));
         }
@@ -249,6 +228,39 @@ pub fn ProgramView() -> Html {
     }
 }
 
+/// What an op row says after its type: the chosen implementation, or for inserted
+/// communication its group, reduce type and bytes sent.
+fn impl_label(
+    s: &crate::session::Session,
+    p: &crate::passes::pipeline::Pipeline,
+    program: &Program,
+    op: &crate::ir::Op,
+    i: usize,
+) -> Option<String> {
+    match s.stage {
+        Stage::Forward => p.completed.ops.get(i).map(|a| {
+            let (container, index) = a.imp.paddle_id();
+            format!("{container} #{index}")
+        }),
+        Stage::Backward => p.full.ops.get(i).map(|a| {
+            let (container, index) = a.imp.paddle_id();
+            format!("{container} #{index}")
+        }),
+        // Inserted communication shows what it costs: group, reduce type, bytes sent.
+        Stage::Partition => op.attr_ints("group").map(|g| {
+            let reduce = op
+                .attr_str("reduce_type")
+                .map(|r| format!(" · {r}"))
+                .unwrap_or_default();
+            let sent = crate::passes::ledger::bytes_per_rank(program, op);
+            format!(
+                "group {g:?}{reduce} · {} sent",
+                super::ledger_view::bytes(sent)
+            )
+        }),
+    }
+}
+
 /// The drag type of a stage boundary (its stage number).
 const STAGE_DRAG_TYPE: &str = "application/x-shardlab-stage";
 
@@ -263,7 +275,10 @@ fn drop_handlers(ctx: &AppCtx, i: usize) -> (Callback<DragEvent>, Callback<DragE
             .and_then(|t| t.get_data(STAGE_DRAG_TYPE).ok())
             .and_then(|d| d.parse::<usize>().ok());
         if let Some(stage) = stage {
-            state.dispatch(Action::MoveStageBoundary { stage, first_op: i });
+            state.dispatch(Action::Pipeline(PipelineAction::MoveStageBoundary {
+                stage,
+                first_op: i,
+            }));
         }
     });
     (over, drop)
@@ -278,14 +293,18 @@ fn boundary(ctx: &AppCtx, k: usize, i: usize, starts: &[usize]) -> Html {
     });
     let lo = starts.get(k - 1).map_or(1, |&p| p + 1);
     let earlier = (i > lo).then(|| {
-        ctx.on(move |_: MouseEvent| Action::MoveStageBoundary {
-            stage: k,
-            first_op: i - 1,
+        ctx.on(move |_: MouseEvent| {
+            Action::Pipeline(PipelineAction::MoveStageBoundary {
+                stage: k,
+                first_op: i - 1,
+            })
         })
     });
-    let later = ctx.on(move |_: MouseEvent| Action::MoveStageBoundary {
-        stage: k,
-        first_op: i + 1,
+    let later = ctx.on(move |_: MouseEvent| {
+        Action::Pipeline(PipelineAction::MoveStageBoundary {
+            stage: k,
+            first_op: i + 1,
+        })
     });
     html! {
         <li class="stage-boundary" draggable="true" {ondragstart} data-stage-boundary={k.to_string()}

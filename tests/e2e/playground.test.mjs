@@ -123,3 +123,37 @@ test('the cost panel draws time and memory, toggles ZeRO and compares with a pin
   await embed.screenshot({ path: `${screenshotDir}/cost-embed.png` });
   assert.deepEqual(errors, []);
 });
+
+test('the pipeline panel: schedules switch and the bubble follows the closed form', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = await open(page, `${server.url}#s=gpt_dp_mp&mesh=4x2:pp,dp&ideal=1`);
+  await page.waitForSelector('.gantt .stage-row');
+  assert.equal(await page.locator('.gantt .stage-row').count(), 4);
+  assert.equal(await page.locator('.mesh-panel .device.stage-3').count(), 2);
+  const bubble = async () => Number(await page.locator('#bubble-fraction').innerText());
+  const waitBubble = async (want) => {
+    await page.waitForFunction((w) => {
+      const el = document.querySelector('#bubble-fraction');
+      return el && Math.abs(Number(el.innerText) - w) < 5e-4;
+    }, want, { timeout: 20000 });
+    return bubble();
+  };
+  // p = 4 stages; fthenb with M micro-batches idles (p−1)/(M+p−1).
+  await page.fill('#micro-batches', '8');
+  assert.ok(Math.abs(await waitBubble(3 / 11) - 3 / 11) < 5e-4);
+  await page.selectOption('#schedule', '1f1b');
+  assert.ok(Math.abs(await waitBubble(3 / 11) - 3 / 11) < 5e-4);
+  // Interleaved with 2 chunks: (p−1)/(V·M+p−1).
+  await page.selectOption('#chunks', '2');
+  await page.selectOption('#schedule', 'vpp');
+  assert.ok(Math.abs(await waitBubble(3 / 19) - 3 / 19) < 5e-4);
+  // The paper's zero bubble (T_F = T_B = T_W = 1 in ideal units): (p−1)(T_F+T_B−T_W)
+  // idle per stage in a step of M·3 + 3.
+  await page.selectOption('#chunks', '1');
+  await page.selectOption('#schedule', 'zbh1_paper');
+  assert.ok(Math.abs(await waitBubble(3 / 27) - 3 / 27) < 5e-4);
+  await page.locator('.pipeline-panel').screenshot({ path: `${screenshotDir}/pipeline-panel.png` });
+  await page.screenshot({ path: `${screenshotDir}/playground-pipeline.png`, fullPage: false });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
