@@ -127,6 +127,11 @@ fn statement() -> impl Strategy<Value = String> {
         3 => (name(), list(dim(), "[", "]"), prop::option::of(prop::sample::select(vec!["partial(dp=SUM)", "partial(mp=MAX, dp=SUM)", "partial(q=AVG)", "partial()"])))
             .prop_map(|(n, d, p)| format!("shard {n} {d} {}", p.unwrap_or(""))),
         2 => prop::collection::vec(option(), 0..5).prop_map(|o| format!("options {}", o.join(" "))),
+        2 => (number(), prop_oneof![
+                (number(), number()).prop_map(|(a, b)| format!("ops {a} to {b}")),
+                name().prop_map(|n| format!("var {n}")),
+                "[ -~]{0,12}",
+            ]).prop_map(|(k, t)| format!("stage {k} {t}")),
         1 => "[ -~]{0,40}",
     ]
 }
@@ -141,11 +146,26 @@ fn option() -> impl Strategy<Value = String> {
         "no_grad_scale",
         "zero",
         "warp",
+        "schedule",
+        "micro_batches",
+        "chunks",
     ]);
     let value = prop::option::of(prop_oneof![
         number(),
         prop::sample::select(vec![
-            "adam", "sgd", "adamw", "momentum", "lamb", "1e-3", "nan"
+            "adam",
+            "sgd",
+            "adamw",
+            "momentum",
+            "lamb",
+            "1e-3",
+            "nan",
+            "1f1b",
+            "vpp",
+            "zbh1",
+            "zbh1_paper",
+            "fthenb",
+            "65537"
         ])
         .prop_map(String::from),
     ]);
@@ -167,6 +187,8 @@ fn mutated_plan() -> impl Strategy<Value = String> {
         ("mesh [4] (dp)\n", vec!["dp"]),
         ("mesh [2, 4] (dp, mp)\n", vec!["dp", "mp"]),
         ("mesh [2, 2, 2] (dp, mp, pp)\n", vec!["dp", "mp", "pp"]),
+        ("mesh [2, 2] (pp, dp)\n", vec!["dp"]),
+        ("mesh [4] (pp)\n", vec![]),
         ("mesh [3] (dp)\n", vec!["dp"]),
         ("mesh [2, 2] (dp, mp) ids [3, 1, 2, 0]\n", vec!["dp", "mp"]),
         ("", vec![]),
@@ -199,6 +221,9 @@ fn mutated_plan() -> impl Strategy<Value = String> {
             "options optimizer=momentum megatron_sums zero=2\n",
             "options recompute=full zero=3\n",
             "options recompute=selective bucket_mb=0.001\n",
+            "options schedule=1f1b micro_batches=4\n",
+            "options schedule=vpp micro_batches=4 chunks=2\n",
+            "options schedule=zbh1_paper micro_batches=2\n",
         ]),
     )
         .prop_map(|(base, (mesh, axes), edits, extra, annotations, options)| {
