@@ -533,3 +533,43 @@ fn accumulated_micro_batches_equal_the_full_batch() {
         assert!(worst < 1e-12, "{}: {worst}", a.name);
     }
 }
+
+/// Interleaved stages: virtual stage k runs on stage k % p as chunk k / p; every op's dist
+/// attr has its mesh and chunk, and the ops the partitioner inserts carry the chunk of the
+/// job that runs them (a send its producer's, a recv its consumer's).
+#[test]
+fn chunk_ids_reach_every_inserted_op() {
+    let p = plan(&with_schedule(gpt(4, "2:pp", &[]), ScheduleKind::Vpp, 2, 2));
+    assert_eq!(p.stages.virtual_count(), 4);
+    let forward = shardlab::plan::forward_ops(&p.full.program);
+    let chunks: Vec<(u16, usize)> = p.full.ops[..forward]
+        .iter()
+        .map(|a| (a.mesh.0, a.chunk_id))
+        .collect();
+    // Four virtual stages in program order: (mesh 1, chunk 0), (2, 0), (1, 1), (2, 1).
+    let mut seen: Vec<(u16, usize)> = Vec::new();
+    for c in chunks {
+        if seen.last() != Some(&c) {
+            seen.push(c);
+        }
+    }
+    assert_eq!(seen, [(1, 0), (2, 0), (1, 1), (2, 1)]);
+    let rank0 = &p.partitioned.ranks[0];
+    let ops = rank0.program.ops();
+    let chunk_of = |ty: OpType, role: OpRole| -> Vec<u16> {
+        ops.iter()
+            .zip(rank0.op_chunks.iter())
+            .filter(|(o, _)| o.ty == ty && o.role == role)
+            .map(|(_, &c)| c)
+            .collect()
+    };
+    // Rank 0 runs virtual stages 0 and 2. Forward: it sends v0's output (chunk 0) and v2's
+    // (chunk 1) to stage 1, and receives v1's output for v2 (chunk 1). Backward, in reverse:
+    // it receives v3's gradient for v2 (chunk 1), sends v2's to v1 (chunk 1), receives
+    // v1's for v0 (chunk 0).
+    assert_eq!(chunk_of(OpType::Send, OpRole::Forward), [0, 1]);
+    assert_eq!(chunk_of(OpType::Recv, OpRole::Forward), [1]);
+    assert_eq!(chunk_of(OpType::Recv, OpRole::Backward), [1, 0]);
+    assert_eq!(chunk_of(OpType::Send, OpRole::Backward), [1]);
+    verifies_against_serial(&p, 1).unwrap();
+}

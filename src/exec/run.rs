@@ -138,22 +138,31 @@ pub fn initial_values(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Option<Tens
     program
         .vars()
         .iter()
-        .map(|v| match opts.feeds.get(&*v.name) {
-            Some(t) => {
-                if t.shape[..] != v.ty.shape[..]
-                    || (t.dtype() == DType::I64) != (v.ty.dtype == DType::I64)
-                {
-                    return Err(ExecError::Setup(format!(
-                        "the value given for `{}` is {:?} {:?}, but the variable is {}",
-                        v.name,
-                        t.dtype(),
-                        t.shape,
-                        v.ty
-                    )));
+        .map(|v| {
+            match opts.feeds.get(&*v.name).filter(|_| {
+                // With micro-batches a fed input is the whole batch, split in `run_pipe.rs`.
+                p.micro_batches() == 1
+                    || !matches!(
+                        v.kind,
+                        crate::ir::VarKind::Input | crate::ir::VarKind::Label
+                    )
+            }) {
+                Some(t) => {
+                    if t.shape[..] != v.ty.shape[..]
+                        || (t.dtype() == DType::I64) != (v.ty.dtype == DType::I64)
+                    {
+                        return Err(ExecError::Setup(format!(
+                            "the value given for `{}` is {:?} {:?}, but the variable is {}",
+                            v.name,
+                            t.dtype(),
+                            t.shape,
+                            v.ty
+                        )));
+                    }
+                    Ok(Some(Tensor::float(v.ty.dtype, t.shape.clone(), t.to_f64())))
                 }
-                Ok(Some(Tensor::float(v.ty.dtype, t.shape.clone(), t.to_f64())))
+                None => Ok(initial_value(program, v, &opts.init)),
             }
-            None => Ok(initial_value(program, v, &opts.init)),
         })
         .collect()
 }
