@@ -61,7 +61,12 @@ const NO_EFFECT: &[(&str, &str, &str, Why)] = &[
 fn inserted(op: &Op) -> bool {
     matches!(
         op.ty,
-        OpType::AllReduce | OpType::AllGather | OpType::ReduceScatter | OpType::AllToAll
+        OpType::AllReduce
+            | OpType::AllGather
+            | OpType::ReduceScatter
+            | OpType::AllToAll
+            | OpType::Send
+            | OpType::Recv
     ) || shardlab::passes::partition::sync::is_data_parallel_scale_op(op)
 }
 
@@ -97,6 +102,16 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
             ));
         }
     }
+    // Pipeline stages with data parallelism inside them, two micro-batches under 1F1B: every
+    // send, recv and stage-local gradient sync deleted.
+    let mut pp = f64_plan(Model::Gpt, 2, "2x2:pp,dp", &["x=dp,-,-".to_string()]);
+    pp.options.micro_batches = 2;
+    pp.options.schedule = shardlab::plan::ScheduleKind::OneFOneB;
+    out.push((
+        "gpt pp x dp 1f1b".into(),
+        pp.clone(),
+        PipelineOptions::from_plan(&pp.options),
+    ));
     // AMP, global-norm clipping (binding on this data) and Adam on the dp x mp block.
     let s = shardlab::models::scenarios::Scenario::by_name("gpt_dp_mp").unwrap();
     out.push((

@@ -214,11 +214,17 @@ pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<L
     let jobs = all_jobs(p);
     let places = placements(p);
     let loss = reported_loss(p);
+    // The order is proven deadlock-free before anything waits on it.
+    let lists: Vec<Vec<crate::passes::schedule::Job>> = (0..p.stages.stages)
+        .map(|s| job_list(schedule, p.stages.stages, s, m))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ExecError::Setup(format!("the schedule: {e}")))?;
+    crate::passes::schedule_check::check_order(&lists, m, schedule.chunks())
+        .map_err(|e| ExecError::Setup(e.to_string()))?;
     let mut ranks: Vec<PipeRank> = Vec::with_capacity(jobs.len());
     for (((r, env), rj), pl) in p.partitioned.ranks.iter().zip(envs).zip(&jobs).zip(&places) {
         let stage = p.stages.stage_of(mesh, r.rank);
-        let list = job_list(schedule, p.stages.stages, stage, m)
-            .map_err(|e| ExecError::Setup(format!("the schedule: {e}")))?;
+        let list = lists.get(stage).cloned().unwrap_or_default();
         let mut per_mb = Vec::with_capacity(m);
         for mb in &inputs {
             let mut mine = Vec::new();
