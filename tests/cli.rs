@@ -998,6 +998,15 @@ mod flag_fuzz {
             "::",
             "x=",
             "=",
+            "1f1b",
+            "vpp",
+            "zbh1_paper",
+            "2:pp",
+            "4x2:pp,dp",
+            "3,1",
+            "F0 B0 | F0 B0",
+            "F0 B0 F1 B1 | F1 B1 F0 B0",
+            "F99999999",
         ])
         .prop_map(str::to_string)
     }
@@ -1029,6 +1038,12 @@ mod flag_fuzz {
             "--max-memory",
             "--inputs",
             "--compute-dtype",
+            "--micro-batches",
+            "--schedule",
+            "--chunks",
+            "--pp-split",
+            "--jobs",
+            "--stages",
         ]);
         let bare = prop::sample::select(vec![
             "--amp",
@@ -1036,6 +1051,8 @@ mod flag_fuzz {
             "--megatron-sums",
             "--no-grad-scale",
             "--bogus",
+            "--gantt",
+            "--ideal",
         ]);
         prop_oneof![
             4 => (name, value()).prop_map(|(n, v)| vec![n.to_string(), v]),
@@ -1051,7 +1068,7 @@ mod flag_fuzz {
         })]
         #[test]
         fn the_tool_never_panics(
-            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "nonsense"]),
+            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "schedule", "nonsense"]),
             flags in prop::collection::vec(flag(), 0..6),
             topology in prop::sample::select(vec!["h100x8", "h100x8x4", "tpu-v5e-16", "v100"]),
         ) {
