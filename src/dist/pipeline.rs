@@ -237,6 +237,28 @@ mod tests {
         assert_eq!(corresponding_rank(&meshes, &s0, 6), 0);
     }
 
+    /// The seed computes a gradient-sync group on the op's stage mesh, mapping a rank that
+    /// is not in it with `_get_corresponding_rank`; the partitioner takes the group along
+    /// `dp` on the job mesh at the peer's coordinates. The two agree for every rank and
+    /// every stage.
+    #[test]
+    fn sync_groups_match_the_seeds_corresponding_rank_path() {
+        let job = ProcessMesh::with_names(&[2, 2, 2], &["pp", "dp", "mp"]).unwrap();
+        let s = Stages::of(&job, 1);
+        let subs: Vec<ProcessMesh> = (0..2).map(|k| s.stage_mesh(&job, k).unwrap()).collect();
+        let refs: Vec<&ProcessMesh> = subs.iter().collect();
+        let dp_job = job.axis_by_name("dp").unwrap();
+        for &rank in job.process_ids() {
+            for (k, sub) in subs.iter().enumerate() {
+                let mapped = corresponding_rank(&refs, sub, rank);
+                let seed = sub.group_of(mapped, &[sub.axis_by_name("dp").unwrap()]);
+                let peer = s.peer(&job, rank, k).unwrap();
+                let ours = job.group_of(peer, &[dp_job]);
+                assert_eq!(seed, ours, "rank {rank}, stage {k}");
+            }
+        }
+    }
+
     #[test]
     fn equal_stage_meshes_pair_equal_coordinates() {
         let src = mesh(&[2, 2], &[0, 1, 2, 3], &["dp", "mp"]);
