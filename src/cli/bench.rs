@@ -144,32 +144,40 @@ pub fn bench_stages(layers: &[usize], repeat: usize) -> Result<String, String> {
         let mut staged = preset_plan(Model::Gpt, &micro, "4x2x4:pp,dp,mp", &shards)?;
         staged.options.micro_batches = 16;
         staged.options.schedule = crate::plan::ScheduleKind::OneFOneB;
-        let run = |plan: &Plan| -> Result<(), String> {
-            let p = run_pipeline(plan, &PipelineOptions::from_plan(&plan.options))
-                .map_err(|e| e.to_string())?;
-            if p.is_pipelined() {
-                crate::cost::pipeline_cost::pipeline_cost(
-                    &p,
-                    None,
-                    crate::cost::work::ElementBytes(4.0),
-                )
-                .map_err(|e| e.to_string())?;
-            }
-            Ok(())
+        let plan_only = |plan: &Plan| -> Result<(), String> {
+            run_pipeline(plan, &PipelineOptions::from_plan(&plan.options))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         };
-        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let planned = run_pipeline(&staged, &PipelineOptions::from_plan(&staged.options))
+            .map_err(|e| e.to_string())?;
+        let schedule_only = || -> Result<(), String> {
+            crate::cost::pipeline_cost::pipeline_cost(
+                &planned,
+                None,
+                crate::cost::work::ElementBytes(4.0),
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..repeat.max(1) {
-            a.push(median(1, || run(&staged))?);
-            b.push(median(1, || run(&flat))?);
+            a.push(median(1, || plan_only(&staged))?);
+            c.push(median(1, schedule_only)?);
+            b.push(median(1, || plan_only(&flat))?);
         }
-        a.sort_unstable();
-        b.sort_unstable();
-        let (a, b) = (a[a.len() / 2], b[b.len() / 2]);
+        for v in [&mut a, &mut b, &mut c] {
+            v.sort_unstable();
+        }
+        let (a, b, c) = (a[a.len() / 2], b[b.len() / 2], c[c.len() / 2]);
+        let staged_total = a + c;
         out.push_str(&format!(
-            "{l:>6} {:>10.2}ms {:>10.2}ms {:>7.2}x\n",
-            a.as_secs_f64() * 1e3,
+            "{l:>6} {:>10.2}ms {:>10.2}ms {:>7.2}x   (planning {:.2}ms + schedule {:.2}ms)\n",
+            staged_total.as_secs_f64() * 1e3,
             b.as_secs_f64() * 1e3,
-            a.as_secs_f64() / b.as_secs_f64()
+            staged_total.as_secs_f64() / b.as_secs_f64(),
+            a.as_secs_f64() * 1e3,
+            c.as_secs_f64() * 1e3,
         ));
     }
     Ok(out)
