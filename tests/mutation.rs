@@ -102,13 +102,16 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
             ));
         }
     }
-    // Pipeline stages with data parallelism inside them, two micro-batches under 1F1B: every
-    // send, recv and stage-local gradient sync deleted.
+    // Pipeline stages with data parallelism inside them, two micro-batches under 1F1B, AMP
+    // and a binding clip norm: every send, recv, stage-local gradient sync and the global
+    // norm's and AMP flag's all-reduces across the stages deleted.
     let mut pp = f64_plan(Model::Gpt, 2, "2x2:pp,dp", &["x=dp,-,-".to_string()]);
     pp.options.micro_batches = 2;
     pp.options.schedule = shardlab::plan::ScheduleKind::OneFOneB;
+    pp.options.amp = true;
+    pp.options.clip_norm = Some(1e-4);
     out.push((
-        "gpt pp x dp 1f1b".into(),
+        "gpt pp x dp 1f1b amp clip".into(),
         pp.clone(),
         PipelineOptions::from_plan(&pp.options),
     ));

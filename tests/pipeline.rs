@@ -573,3 +573,68 @@ fn chunk_ids_reach_every_inserted_op() {
     assert_eq!(chunk_of(OpType::Send, OpRole::Backward), [1]);
     verifies_against_serial(&p, 1).unwrap();
 }
+
+/// AMP's found-inf flag and the global norm span the stages: each stage checks and sums its
+/// own gradients, the flag is all-reduced (MAX) over the whole mesh and the squared norm
+/// (SUM) over the `pp` axis, and the clip factor and the loss scale's update run on every
+/// stage. With a binding clip norm, every schedule still equals the serial step.
+#[test]
+fn amp_and_clipping_span_the_stages() {
+    for (schedule, chunks) in [(ScheduleKind::OneFOneB, 1), (ScheduleKind::Vpp, 2)] {
+        let mut p = with_schedule(
+            gpt(4, "2x2x2:pp,dp,mp", &["x=dp,-,-", "h0.mlp.fc1.w=-,mp"]),
+            schedule,
+            4,
+            chunks,
+        );
+        p.options.amp = true;
+        p.options.clip_norm = Some(1e-4);
+        p.options.optimizer = shardlab::plan::OptimizerKind::Adam;
+        let planned = plan(&p);
+        verifies_against_serial(&planned, 2).unwrap_or_else(|e| panic!("{}: {e}", schedule.name()));
+        let rank0 = &planned.partitioned.ranks[0];
+        let groups: Vec<(String, Vec<i64>)> = rank0
+            .program
+            .ops()
+            .iter()
+            .filter(|o| o.role == OpRole::Optimize && o.ty == OpType::AllReduce)
+            .map(|o| {
+                (
+                    o.namescope.to_string(),
+                    o.attr_ints("group").unwrap().to_vec(),
+                )
+            })
+            .collect();
+        assert!(groups.contains(&(
+            "/auto_parallel/global_norm_synchronization".into(),
+            vec![0, 4]
+        )));
+        assert!(groups.contains(&(
+            "/auto_parallel/amp_flag_synchronization".into(),
+            (0..8).collect()
+        )));
+        // Each stage checks only its own gradients.
+        let check = rank0
+            .program
+            .ops()
+            .iter()
+            .find(|o| o.ty == OpType::CheckFiniteAndUnscale)
+            .unwrap();
+        let stage0_grads = planned
+            .backward
+            .param_grads
+            .iter()
+            .filter(|&&(param, _)| {
+                rank0
+                    .program
+                    .ops()
+                    .iter()
+                    .any(|o| o.role == OpRole::Forward && o.all_inputs().any(|v| v == param))
+            })
+            .count();
+        assert_eq!(check.input("X").len(), stage0_grads);
+    }
+    let mut p = gpt(2, "2:pp", &[]);
+    p.options.zero = 1;
+    assert!(error_of(&p).contains("ZeRO is not supported with pipeline stages"));
+}

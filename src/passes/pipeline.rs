@@ -234,9 +234,9 @@ impl Pipeline {
     }
 }
 
-/// What pipeline stages do not combine with yet, said before anything is built: AMP's
-/// found-inf flag, the global norm and ZeRO's shards would need their sums and shards to
-/// span the stages (an all-reduce over the `pp` axis), which the partitioner does not insert.
+/// What pipeline stages do not combine with yet, said before anything is built: ZeRO's
+/// shards would have to be laid out per stage. (AMP's found-inf flag and the global norm
+/// are summed over every stage: `stages.rs` runs them on every stage.)
 fn check_pipeline_options(
     stages: &crate::dist::Stages,
     opts: &PipelineOptions,
@@ -244,17 +244,11 @@ fn check_pipeline_options(
     if !stages.is_pipelined() {
         return Ok(());
     }
-    let unsupported = [
-        (opts.optimizer.amp, "AMP"),
-        (
-            opts.optimizer.clip_norm.is_some(),
-            "gradient clipping (clip_norm)",
-        ),
-        (opts.partition.zero > 0, "ZeRO"),
-    ];
+    let unsupported = [(opts.partition.zero > 0, "ZeRO")];
     match unsupported.iter().find(|(on, _)| *on) {
         Some((_, what)) => Err(PipelineError::Unsupported(format!(
-            "{what} is not supported with pipeline stages yet: it needs a sum over every stage"
+            "{what} is not supported with pipeline stages yet: its shards would have to be laid \
+             out per stage"
         ))),
         None => Ok(()),
     }

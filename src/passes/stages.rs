@@ -20,7 +20,7 @@
 
 use super::dist_program::DistProgram;
 use crate::dist::{MeshId, Stages};
-use crate::ir::{OpId, OpRole, VarKind};
+use crate::ir::{OpId, VarKind};
 use crate::plan::{Plan, StageTarget};
 use std::collections::HashMap;
 
@@ -71,8 +71,17 @@ pub fn stage_mesh_id(stages: &Stages, stage: usize) -> MeshId {
     }
 }
 
-/// The virtual stage an op attr records.
+/// The stage of an op that runs on every stage: an optimizer-phase op reading several
+/// stages' tensors (AMP's check of every gradient, the global norm's sum), each rank taking
+/// its own stage's share, or one that reads only such results (the clip factor, the loss
+/// scale's update). Its dist attr has the job mesh.
+pub const ALL_STAGES: usize = usize::MAX;
+
+/// The virtual stage an op attr records ([`ALL_STAGES`] for the job mesh in a pipeline).
 pub fn virtual_stage(stages: &Stages, attr: &crate::dist::OperatorDistAttr) -> usize {
+    if stages.stages > 1 && attr.mesh == MeshId::JOB {
+        return ALL_STAGES;
+    }
     let physical = (attr.mesh.0 as usize).saturating_sub(1);
     attr.chunk_id * stages.stages + physical.min(stages.stages.saturating_sub(1))
 }
@@ -294,36 +303,49 @@ fn set_stage(full: &mut DistProgram, stages: &Stages, op: usize, k: usize) {
     }
 }
 
-/// Stages for the ops the optimizer pass appended (from `first`): each on the latest stage
-/// of the tensors it reads (the gradient's, for an update), else its first consumer's.
+/// Stages for the ops the optimizer pass appended (from `first`): an op reading one stage's
+/// tensors (an update reads its gradient) runs there; one reading several stages' or none
+/// (besides sources and every-stage results) runs on every stage ([`ALL_STAGES`]). An
+/// every-stage op writing a stage's tensor in place (AMP's unscale of each gradient) leaves
+/// it on that stage.
 pub fn assign_optimizer_stages(full: &mut DistProgram, stages: &Stages, first: usize) {
     if !stages.is_pipelined() {
         return;
     }
-    let ops = full.program.ops().len();
     let mut written: Vec<Option<usize>> = vec![None; full.program.vars().len()];
-    let mut stage: Vec<Option<usize>> = vec![None; ops];
-    for (i, slot) in stage.iter_mut().enumerate() {
+    for i in 0..full.program.ops().len() {
         let op = full.program.op(OpId(i as u32));
         let s = if i < first {
-            Some(virtual_stage(stages, &full.ops[i]))
+            virtual_stage(stages, &full.ops[i])
         } else {
-            let reads = op.all_inputs().filter_map(|v| written[v.index()]).max();
-            if op.role == OpRole::Optimize {
-                reads
-            } else {
-                reads.or(Some(0))
+            let mut read: Vec<usize> = op
+                .all_inputs()
+                .filter_map(|v| written[v.index()])
+                .filter(|&s| s != ALL_STAGES)
+                .collect();
+            read.sort_unstable();
+            read.dedup();
+            match read[..] {
+                [one] => one,
+                [] | [_, _, ..] => ALL_STAGES,
             }
         };
-        *slot = s;
-        if let Some(s) = s {
-            for v in op.all_outputs() {
+        let inputs: Vec<_> = op.all_inputs().collect();
+        for v in op.all_outputs() {
+            if s != ALL_STAGES || !inputs.contains(&v) {
                 written[v.index()] = Some(s);
             }
         }
-    }
-    fill_from_consumers(full, &mut stage);
-    for (i, s) in stage.iter().enumerate().skip(first) {
-        set_stage(full, stages, i, s.unwrap_or(0));
+        if i >= first {
+            match s {
+                ALL_STAGES => {
+                    if let Some(attr) = full.ops.get_mut(i) {
+                        attr.mesh = MeshId::JOB;
+                        attr.chunk_id = 0;
+                    }
+                }
+                k => set_stage(full, stages, i, k),
+            }
+        }
     }
 }

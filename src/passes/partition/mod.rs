@@ -288,16 +288,21 @@ fn partition_rank(
         .stages
         .as_ref()
         .map(|plan| p2p::RankPipe::new(plan, plan.stages.stage_of(&dp.mesh, rank)));
+    let pp = marks
+        .stages
+        .as_ref()
+        .and_then(|s| s.stages.axis.filter(|_| s.stages.stages > 1));
     let mut seeded = false;
     for (i, op) in dp.program.ops().iter().enumerate() {
-        let attr = &dp.ops[i];
+        let mut attr = std::borrow::Cow::Borrowed(&dp.ops[i]);
         b.role = op.role;
         let mut local = Arc::clone(op);
         if let Some(pipe) = &mut pipe {
-            if !pipe.before(&mut b, dp, i, &mut local)? {
+            if !pipe.before(&mut b, dp, i, &mut local, &mut attr)? {
                 continue;
             }
         }
+        let attr: &OperatorDistAttr = &attr;
         if op.role == OpRole::Optimize {
             // The optimizer reads the gradients: every bucket is synchronised before it.
             sync.buckets.close_all(&mut b);
@@ -306,14 +311,7 @@ fn partition_rank(
             seeded = true;
             seed_micro_batch(&mut local, opts.micro_batches);
         }
-        if op.ty == OpType::Sum && op.role == OpRole::Optimize && global_norm_sum(&mut b, &local)? {
-            continue;
-        }
-        if opts.defer_partial_sums
-            && op.ty == OpType::Sum
-            && op.role == OpRole::Backward
-            && sum_partials(&mut b, &local, attr, marks)?
-        {
+        if special_sum(&mut b, &local, attr, marks, opts, pp)? {
             continue;
         }
         rz.before(&mut b, &mut local)?;
@@ -324,15 +322,7 @@ fn partition_rank(
         let imp = find_impl(op, attr, fwd, &dp.program);
         lower(&mut b, local, attr, imp, &dp.tensors)?;
         sync.after_op(&mut b, op)?;
-        let deferred = opts.defer_partial_sums
-            && imp == DistImpl::MatmulColumn
-            && op.ty == OpType::MatmulV2Grad
-            && op
-                .outputs
-                .first()
-                .and_then(|s| s.first())
-                .is_some_and(|g| marks.summed[g.index()]);
-        if !deferred {
+        if !defers_its_sum(opts, imp, op, marks) {
             after(&mut b, op, imp);
         }
         sync_amp_flag(&mut b, op);
@@ -340,6 +330,41 @@ fn partition_rank(
     }
     sync.buckets.close_all(&mut b);
     finish(b, rank)
+}
+
+/// The global norm's sum of squares, or (Megatron sums) a backward sum of partial values:
+/// emitted here; true when `op` was one.
+fn special_sum(
+    b: &mut RankBuilder,
+    op: &Arc<Op>,
+    attr: &OperatorDistAttr,
+    marks: &Marks,
+    opts: &PartitionOptions,
+    pp: Option<MeshAxis>,
+) -> Result<bool, PartitionError> {
+    if op.ty != OpType::Sum {
+        return Ok(false);
+    }
+    if op.role == OpRole::Optimize {
+        return global_norm_sum(b, op, pp);
+    }
+    if opts.defer_partial_sums && op.role == OpRole::Backward {
+        return sum_partials(b, op, attr, marks);
+    }
+    Ok(false)
+}
+
+/// Megatron sums: a column-parallel matmul's input gradient that is summed later stays
+/// partial until the sum.
+fn defers_its_sum(opts: &PartitionOptions, imp: DistImpl, op: &Op, marks: &Marks) -> bool {
+    opts.defer_partial_sums
+        && imp == DistImpl::MatmulColumn
+        && op.ty == OpType::MatmulV2Grad
+        && op
+            .outputs
+            .first()
+            .and_then(|s| s.first())
+            .is_some_and(|g| marks.summed[g.index()])
 }
 
 /// The loss gradient's seed (the first backward `fill_constant`) is 1/M with M

@@ -20,7 +20,7 @@ use super::stamp::RankAttrs;
 use crate::dist::Stages;
 use crate::ir::{Attr, Op, OpRole, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
-use crate::passes::stages::virtual_stage;
+use crate::passes::stages::{virtual_stage, ALL_STAGES};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -76,14 +76,36 @@ impl StagePlan {
         self.physical(k)
     }
 
-    /// The physical stage of virtual stage `k`.
+    /// The physical stage of virtual stage `k` ([`ALL_STAGES`] stays itself).
     pub fn physical(&self, k: usize) -> usize {
+        if k == ALL_STAGES {
+            return ALL_STAGES;
+        }
         self.stages.split(k).0
     }
 
-    /// The chunk of virtual stage `k`.
+    /// The chunk of virtual stage `k` (0 for every-stage ops).
     pub fn chunk(&self, k: usize) -> u16 {
+        if k == ALL_STAGES {
+            return 0;
+        }
         self.stages.split(k).1 as u16
+    }
+}
+
+/// Keeps the entries of each slot that `keep` marks.
+fn filter_slots<S, T>(slots: &mut [S], keep: &[Vec<bool>])
+where
+    S: AsMut<[T]> + Extend<T> + IntoIterator<Item = T> + Default,
+{
+    for (slot, marks) in slots.iter_mut().zip(keep) {
+        let kept: Vec<T> = std::mem::take(slot)
+            .into_iter()
+            .zip(marks.iter().chain(std::iter::repeat(&true)))
+            .filter(|(_, &k)| k)
+            .map(|(v, _)| v)
+            .collect();
+        slot.extend(kept);
     }
 }
 
@@ -116,8 +138,14 @@ impl<'a> RankPipe<'a> {
         dp: &DistProgram,
         i: usize,
         local: &mut Arc<Op>,
+        attr: &mut std::borrow::Cow<'_, crate::dist::OperatorDistAttr>,
     ) -> Result<bool, PartitionError> {
         let k = self.plan.op_stage[i];
+        if k == ALL_STAGES {
+            b.chunk = 0;
+            self.keep_own_stage(local, attr);
+            return Ok(true);
+        }
         let to = self.plan.physical(k);
         let role = b.role;
         let inputs: Vec<VarId> = local.all_inputs().collect();
@@ -126,7 +154,7 @@ impl<'a> RankPipe<'a> {
                 continue;
             };
             let from = self.plan.physical(h);
-            if from == to {
+            if from == to || from == ALL_STAGES {
                 continue;
             }
             if self.me == from && self.sent.insert((v, to)) {
@@ -155,6 +183,39 @@ impl<'a> RankPipe<'a> {
             }
         }
         Ok(true)
+    }
+
+    /// An every-stage op keeps the variables of its slots that live on this rank's stage
+    /// (or on every stage, or are sources), and its dist attr the same slot entries: each
+    /// stage checks, sums or scales its own share.
+    fn keep_own_stage(
+        &self,
+        local: &mut Arc<Op>,
+        attr: &mut std::borrow::Cow<'_, crate::dist::OperatorDistAttr>,
+    ) {
+        let mine = |v: VarId| match self.plan.home.get(v.index()).copied().flatten() {
+            None => true,
+            Some(h) => {
+                let s = self.plan.physical(h);
+                s == ALL_STAGES || s == self.me
+            }
+        };
+        if local.all_inputs().chain(local.all_outputs()).all(mine) {
+            return;
+        }
+        let keep = |slots: &[crate::ir::Slot]| -> Vec<Vec<bool>> {
+            slots
+                .iter()
+                .map(|s| s.iter().map(|&v| mine(v)).collect())
+                .collect()
+        };
+        let (ins, outs) = (keep(&local.inputs), keep(&local.outputs));
+        let op = Arc::make_mut(local);
+        filter_slots(&mut op.inputs, &ins);
+        filter_slots(&mut op.outputs, &outs);
+        let a = attr.to_mut();
+        filter_slots(&mut a.inputs, &ins);
+        filter_slots(&mut a.outputs, &outs);
     }
 
     fn recipe(&self, stage: usize, send: bool) -> Result<RankAttrs, PartitionError> {

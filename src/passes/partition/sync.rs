@@ -159,8 +159,13 @@ pub fn sync_amp_flag(b: &mut RankBuilder, op: &Op) {
 
 /// Global-norm clipping's sum of squared norms: norms sharded over the same mesh axes are
 /// summed locally and all-reduced once (global-norm synchronisation), then all are added.
-/// Returns false if `op` is not that sum.
-pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionError> {
+/// With pipeline stages each stage sums its own gradients' squares, and the stage sums are
+/// all-reduced over the `pp` axis. Returns false if `op` is not that sum.
+pub fn global_norm_sum(
+    b: &mut RankBuilder,
+    op: &Op,
+    pp: Option<MeshAxis>,
+) -> Result<bool, PartitionError> {
     let inputs = op.input("X").to_vec();
     let Some(&out) = op.output("Out").first() else {
         return Ok(false);
@@ -206,6 +211,16 @@ pub fn global_norm_sum(b: &mut RankBuilder, op: &Op) -> Result<bool, PartitionEr
     sum.inputs = crate::slots![totals];
     sum.outputs = crate::slots![[out]];
     b.local(sum);
+    if let Some(pp) = pp {
+        b.collective(
+            OpType::AllReduce,
+            out,
+            out,
+            &[pp],
+            vec![("reduce_type", Attr::Str("SUM".into()))],
+            Purpose::GlobalNorm,
+        );
+    }
     b.cur[out.index()] = TensorDistAttr::replicated(MeshId::JOB, 0);
     Ok(true)
 }
