@@ -634,7 +634,34 @@ fn amp_and_clipping_span_the_stages() {
             .count();
         assert_eq!(check.input("X").len(), stage0_grads);
     }
-    let mut p = gpt(2, "2:pp", &[]);
-    p.options.zero = 1;
-    assert!(error_of(&p).contains("ZeRO is not supported with pipeline stages"));
+}
+
+/// ZeRO inside each stage: the shards are over each stage's own data-parallel ranks, the
+/// reduce-scatter runs once on the accumulated gradients (the optimizer job), and stage 3's
+/// gathers run per micro-batch before forward and backward use.
+#[test]
+fn zero_stages_inside_pipeline_stages() {
+    for zero in 1..=3u8 {
+        for (schedule, chunks) in [(ScheduleKind::OneFOneB, 1), (ScheduleKind::ZbH1, 1)] {
+            let mut p = with_schedule(gpt(4, "2x2:pp,dp", &["x=dp,-,-"]), schedule, 4, chunks);
+            p.options.zero = zero;
+            p.options.optimizer = shardlab::plan::OptimizerKind::Adam;
+            p.options.clip_norm = Some(1e-4);
+            let planned = plan(&p);
+            verifies_against_serial(&planned, 2)
+                .unwrap_or_else(|e| panic!("zero {zero} {}: {e}", schedule.name()));
+            // Rank 2 (stage 1) reduce-scatters over its stage's dp group only.
+            let groups: Vec<Vec<i64>> = planned.partitioned.ranks[2]
+                .program
+                .ops()
+                .iter()
+                .filter(|o| o.ty == OpType::ReduceScatter)
+                .map(|o| o.attr_ints("group").unwrap().to_vec())
+                .collect();
+            assert!(
+                !groups.is_empty() && groups.iter().all(|g| g == &[2, 3]),
+                "{groups:?}"
+            );
+        }
+    }
 }

@@ -377,6 +377,7 @@ fn unshard_pieces(
     v: VarId,
     z: &crate::passes::partition::zero::ZeroParam,
     shard: VarId,
+    holds: &dyn Fn(u32) -> bool,
 ) -> Result<Vec<Tensor>, ExecError> {
     let index: std::collections::HashMap<u32, usize> = p
         .partitioned
@@ -389,6 +390,7 @@ fn unshard_pieces(
     p.partitioned
         .ranks
         .iter()
+        .filter(|r| holds(r.rank))
         .map(|r| {
             let group = p.full.mesh.group_of(r.rank, &z.axes).unwrap_or_default();
             let mut flat: Vec<f64> = Vec::with_capacity(z.padded());
@@ -426,12 +428,13 @@ pub(super) fn gather_var(
     holds: &dyn Fn(u32) -> bool,
 ) -> Result<Vec<Tensor>, ExecError> {
     if let Some((z, shard)) = p.partitioned.zero.value_in_shards(v) {
-        let rebuilt = unshard_pieces(p, envs, v, z, shard)?;
+        let rebuilt = unshard_pieces(p, envs, v, z, shard, holds)?;
         let attr = crate::passes::dist_program::DistProgram::settled(&p.full.tensors[v.index()]);
         let pieces: Vec<Piece> = p
             .partitioned
             .ranks
             .iter()
+            .filter(|r| holds(r.rank))
             .zip(&rebuilt)
             .map(|(r, value)| Piece {
                 rank: r.rank,

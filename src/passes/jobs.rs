@@ -79,14 +79,17 @@ fn variables(
     (per_micro_batch, accumulated)
 }
 
-/// Whether `op` waits for the optimizer job (runs once on accumulated gradients).
-fn deferred(op: &crate::ir::Op) -> bool {
+/// Whether `op` waits for the optimizer job (runs once on accumulated gradients): gradient
+/// buckets, and the data-parallel and ZeRO synchronisation of a parameter gradient (not
+/// ZeRO stage 3's gathers of a parameter before its backward use).
+fn deferred(op: &crate::ir::Op, is_weight: &dyn Fn(VarId) -> bool) -> bool {
     matches!(op.ty, OpType::CoalesceTensor | OpType::UncoalesceTensor)
         || (op.role == OpRole::Backward
             && matches!(
                 op.purpose(),
                 Some(Purpose::DataParallel | Purpose::Sharding)
-            ))
+            )
+            && op.all_inputs().any(is_weight))
 }
 
 /// Cuts `r` into jobs over `chunks` chunks. `param_grads` are the serial program's
@@ -112,7 +115,7 @@ pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> Rank
             .get(i)
             .map_or(0, |&c| c as usize)
             .min(chunks - 1);
-        if op.role == OpRole::Optimize || deferred(op) {
+        if op.role == OpRole::Optimize || deferred(op, &is_weight) {
             optimizer.push(i);
             continue;
         }

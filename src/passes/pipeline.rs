@@ -66,8 +66,6 @@ pub enum PipelineError {
     Program(#[from] ProgramError),
     #[error("pipeline stages: {0}")]
     Stages(#[from] super::stages::StageError),
-    #[error("{0}")]
-    Unsupported(String),
 }
 
 /// Every stage's result.
@@ -146,7 +144,6 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         &backward.forward_of,
         backward.first_backward_op,
     )?;
-    check_pipeline_options(&stages, opts)?;
     let backward = super::recompute::apply_recompute(&mut full, backward, opts.recompute)?;
     verify("recompute", &full.program)?;
     let before_optimizer = full.program.ops().len();
@@ -231,26 +228,6 @@ impl Pipeline {
     /// Whether `rank`'s program was built.
     pub fn has_rank(&self, rank: u32) -> bool {
         self.partitioned.ranks.iter().any(|r| r.rank == rank)
-    }
-}
-
-/// What pipeline stages do not combine with yet, said before anything is built: ZeRO's
-/// shards would have to be laid out per stage. (AMP's found-inf flag and the global norm
-/// are summed over every stage: `stages.rs` runs them on every stage.)
-fn check_pipeline_options(
-    stages: &crate::dist::Stages,
-    opts: &PipelineOptions,
-) -> Result<(), PipelineError> {
-    if !stages.is_pipelined() {
-        return Ok(());
-    }
-    let unsupported = [(opts.partition.zero > 0, "ZeRO")];
-    match unsupported.iter().find(|(on, _)| *on) {
-        Some((_, what)) => Err(PipelineError::Unsupported(format!(
-            "{what} is not supported with pipeline stages yet: its shards would have to be laid \
-             out per stage"
-        ))),
-        None => Ok(()),
     }
 }
 
