@@ -343,6 +343,10 @@ fn stage_placement_errors_name_the_problem() {
             base.replace("mesh [2] (pp)", "mesh [3] (pp)"),
             "stage 2 of 3 has no ops",
         ),
+        (
+            format!("{base}shard x [pp, -]\n"),
+            "shard: `x` uses the `pp` axis, which makes pipeline stages",
+        ),
     ];
     for (text, want) in cases {
         let p = parse_plan(&text).unwrap().0;

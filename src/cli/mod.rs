@@ -436,10 +436,16 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
     }
     let issues = verify_plan(&plan);
     if let Some(first) = issues.first() {
-        return Err(format!(
-            "internal error: preset {} does not verify: {first}",
-            args.preset
-        ));
+        // An annotation the user gave can be invalid; the preset itself cannot.
+        return Err(match first.subject {
+            crate::plan::PlanSubject::Annotation(_) => {
+                format!("--shard: {}", first.message.trim_start_matches("shard: "))
+            }
+            crate::plan::PlanSubject::Op(_) | crate::plan::PlanSubject::Var(_) => format!(
+                "internal error: preset {} does not verify: {first}",
+                args.preset
+            ),
+        });
     }
     emit(&plan.to_string());
     Ok(ExitCode::SUCCESS)

@@ -55,6 +55,12 @@ const fn list(name: &'static str) -> SlotSpec {
         arity: Arity::List,
     }
 }
+const fn many(name: &'static str) -> SlotSpec {
+    SlotSpec {
+        name,
+        arity: Arity::Many,
+    }
+}
 const fn attr(name: &'static str, kind: AttrKind) -> AttrSpec {
     AttrSpec {
         name,
@@ -125,20 +131,22 @@ const ADAM: Slots = (
         one("Beta2PowOut"),
     ],
 );
+// X may be empty: with pipeline stages each stage checks (and on overflow zeroes) only its
+// own gradients, and a stage can have none.
 const CHECK_FINITE: Slots = (
-    &[list("X"), one("Scale")],
-    &[list("Out"), one("FoundInfinite")],
+    &[many("X"), one("Scale")],
+    &[many("Out"), one("FoundInfinite")],
 );
 const UPDATE_SCALING: Slots = (
     &[
-        list("X"),
+        many("X"),
         one("FoundInfinite"),
         one("PrevLossScaling"),
         one("InGoodSteps"),
         one("InBadSteps"),
     ],
     &[
-        list("Out"),
+        many("Out"),
         one("LossScaling"),
         one("OutGoodSteps"),
         one("OutBadSteps"),

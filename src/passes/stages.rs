@@ -20,7 +20,7 @@
 
 use super::dist_program::DistProgram;
 use crate::dist::{MeshId, Stages};
-use crate::ir::{OpId, VarKind};
+use crate::ir::{OpId, OpType, VarKind};
 use crate::plan::{Plan, StageTarget};
 use std::collections::HashMap;
 
@@ -53,6 +53,7 @@ pub enum StageError {
     },
     #[error("{0}")]
     Split(String),
+
     #[error("schedule: {0}")]
     Schedule(String),
     #[error(
@@ -325,9 +326,16 @@ pub fn assign_optimizer_stages(full: &mut DistProgram, stages: &Stages, first: u
                 .collect();
             read.sort_unstable();
             read.dedup();
+            // AMP's check and update and the global norm's sum span every stage even when
+            // the gradients they read all live on one: every stage takes part in their
+            // all-reduces.
+            let spans = matches!(
+                op.ty,
+                OpType::CheckFiniteAndUnscale | OpType::UpdateLossScaling
+            ) || op.ty == OpType::Sum;
             match read[..] {
-                [one] => one,
-                [] | [_, _, ..] => ALL_STAGES,
+                [one] if !spans => one,
+                [_] | [] | [_, _, ..] => ALL_STAGES,
             }
         };
         let inputs: Vec<_> = op.all_inputs().collect();

@@ -189,6 +189,24 @@ pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
                 ),
             });
         }
+        let pp = plan
+            .meshes
+            .get(ann.attr.mesh)
+            .and_then(|m| m.axis_by_name(crate::dist::PP_AXIS));
+        if let Some(pp) = pp {
+            let uses =
+                ann.attr.dims.iter().any(|d| d.contains(&pp)) || ann.attr.partial.get(pp).is_some();
+            if uses {
+                issues.push(PlanIssue {
+                    subject: PlanSubject::Annotation(i),
+                    message: format!(
+                        "shard: `{}` uses the `pp` axis, which makes pipeline stages (each stage \
+                         holds whole tensors); split it over another axis",
+                        var.name
+                    ),
+                });
+            }
+        }
         if !seen.insert(ann.var) {
             issues.push(PlanIssue {
                 subject: PlanSubject::Annotation(i),

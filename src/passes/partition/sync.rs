@@ -207,10 +207,22 @@ pub fn global_norm_sum(
         b.cur[group_sum.index()] = DistProgram::settled(&partial_attr);
         totals.push(group_sum);
     }
-    let mut sum = Op::new(OpType::Sum);
-    sum.inputs = crate::slots![totals];
-    sum.outputs = crate::slots![[out]];
-    b.local(sum);
+    if totals.is_empty() {
+        // A pipeline stage without parameters adds nothing to the norm.
+        let ty = b.program.var(out).ty.clone();
+        let mut zero = Op::new(OpType::FillConstant);
+        zero.outputs = crate::slots![[out]];
+        zero.attrs.insert("shape".into(), Attr::Ints(Vec::new()));
+        zero.attrs.insert("value".into(), Attr::Float(0.0));
+        zero.attrs
+            .insert("dtype".into(), Attr::Str(ty.dtype.name().into()));
+        b.local(zero);
+    } else {
+        let mut sum = Op::new(OpType::Sum);
+        sum.inputs = crate::slots![totals];
+        sum.outputs = crate::slots![[out]];
+        b.local(sum);
+    }
     if let Some(pp) = pp {
         b.collective(
             OpType::AllReduce,
