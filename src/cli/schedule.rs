@@ -2,7 +2,8 @@
 //! stage's bubble.
 
 use super::options::Format;
-use crate::cost::pipeline::{pipeline_timeline, JobTimes, Placed, Timeline};
+use crate::cost::pipeline::{pipeline_timeline, JobTimes, Timeline};
+use crate::cost::pipeline_cost::{chart_row, letter};
 use crate::passes::schedule::{JobKind, Schedule};
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -109,28 +110,6 @@ impl ScheduleArgs {
     }
 }
 
-fn letter(kind: JobKind) -> char {
-    match kind {
-        JobKind::Forward => 'F',
-        JobKind::Backward => 'B',
-        JobKind::BackwardB => 'b',
-        JobKind::BackwardW => 'w',
-        JobKind::RecvForward | JobKind::SendBackward | JobKind::Optimizer => ' ',
-    }
-}
-
-/// One row of the time chart: per column, the job running at its middle.
-fn chart_row(jobs: &[Placed], columns: usize, width: f64) -> String {
-    (0..columns)
-        .map(|c| {
-            let t = (c as f64 + 0.5) * width;
-            jobs.iter()
-                .find(|p| p.start <= t && t < p.end)
-                .map_or('.', |p| letter(p.job.kind))
-        })
-        .collect()
-}
-
 fn text(args: &ScheduleArgs, tl: &Timeline, schedule: Schedule) -> String {
     let mut out = format!(
         "{} on {} stages, {} micro-batches{}: step {} (forward {}, backward {}, weight {}, transfer {})\n",
@@ -156,7 +135,12 @@ fn text(args: &ScheduleArgs, tl: &Timeline, schedule: Schedule) -> String {
     for (s, jobs) in tl.stages.iter().enumerate() {
         let list: Vec<String> = jobs
             .iter()
-            .filter(|p| letter(p.job.kind) != ' ')
+            .filter(|p| {
+                !matches!(
+                    p.job.kind,
+                    JobKind::Optimizer | JobKind::RecvForward | JobKind::SendBackward
+                )
+            })
             .map(|p| match p.job.chunk {
                 Some(c) => format!("{}{}:{c}", letter(p.job.kind), p.job.micro_batch),
                 None => format!("{}{}", letter(p.job.kind), p.job.micro_batch),

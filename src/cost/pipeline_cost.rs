@@ -184,7 +184,9 @@ pub fn pipeline_cost(
     })
 }
 
-fn letter(kind: JobKind) -> char {
+/// A job's letter in text charts: F forward, B backward, b/w its input and weight halves, o
+/// the optimizer (space for the recv and send jobs, which take no time).
+pub fn letter(kind: JobKind) -> char {
     match kind {
         JobKind::Forward => 'F',
         JobKind::Backward => 'B',
