@@ -139,17 +139,18 @@ impl ThreadComm {
             timeout,
         }
     }
-}
 
-#[cfg(not(target_arch = "wasm32"))]
-impl Communicator for ThreadComm {
-    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, CommError> {
-        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
-        mb.offer(rank, key, t);
-        self.arrived.notify_all();
+    /// Waits (up to the timeout) until `ready` takes what `key` waits for from the mailbox
+    /// `mb`; a timeout names the ranks still missing.
+    fn wait_for(
+        &self,
+        mut mb: std::sync::MutexGuard<'_, Mailbox>,
+        key: &ExchangeKey,
+        mut ready: impl FnMut(&mut Mailbox) -> Option<Vec<Tensor>>,
+    ) -> Result<Exchange, CommError> {
         let deadline = std::time::Instant::now() + self.timeout;
         loop {
-            if let Some(all) = mb.take(key) {
+            if let Some(all) = ready(&mut mb) {
                 self.arrived.notify_all();
                 return Ok(Exchange::Ready(all));
             }
@@ -167,6 +168,16 @@ impl Communicator for ThreadComm {
                 .0;
         }
     }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Communicator for ThreadComm {
+    fn exchange(&self, rank: u32, key: &ExchangeKey, t: Tensor) -> Result<Exchange, CommError> {
+        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
+        mb.offer(rank, key, t);
+        self.arrived.notify_all();
+        self.wait_for(mb, key, |m| m.take(key))
+    }
 
     fn post(&self, key: &ExchangeKey, t: Tensor) -> Result<(), CommError> {
         let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
@@ -176,25 +187,8 @@ impl Communicator for ThreadComm {
     }
 
     fn collect(&self, key: &ExchangeKey) -> Result<Exchange, CommError> {
-        let mut mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
-        let deadline = std::time::Instant::now() + self.timeout;
-        loop {
-            if let Some(t) = mb.collect(key) {
-                return Ok(Exchange::Ready(vec![t]));
-            }
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return Err(CommError::Timeout {
-                    after: self.timeout,
-                    missing: mb.missing(key),
-                });
-            }
-            mb = self
-                .arrived
-                .wait_timeout(mb, deadline - now)
-                .map_err(|_| CommError::Poisoned)?
-                .0;
-        }
+        let mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
+        self.wait_for(mb, key, |m| m.collect(key).map(|t| vec![t]))
     }
 }
 
