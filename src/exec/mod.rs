@@ -13,5 +13,6 @@ pub mod npy;
 pub mod pipe;
 pub mod run;
 pub mod run_pipe;
+pub mod step;
 pub mod tensor;
 pub mod verify;

@@ -82,9 +82,9 @@ impl<'a> PipeRank<'a> {
     }
 
     /// How far the rank has come (for deadlock detection).
-    pub fn progress(&self) -> (usize, usize, usize) {
+    pub fn progress(&self) -> [usize; 3] {
         let (pc, ex) = self.rank.progress();
-        (self.at, pc, ex)
+        [self.at, pc, ex]
     }
 
     /// The job it is at, for reports.
@@ -234,4 +234,23 @@ pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor, ExecError> {
             .map(|(x, y)| x + y)
             .collect(),
     ))
+}
+
+impl super::step::Stepper for PipeRank<'_> {
+    fn step(&mut self, comm: &dyn Communicator) -> Result<Status, ExecError> {
+        PipeRank::step(self, comm)
+    }
+
+    fn progress(&self) -> [usize; 3] {
+        PipeRank::progress(self)
+    }
+
+    fn waiting(&self, comm: &super::comm::CoopComm) -> String {
+        let job = self.current().map(|j| j.to_string()).unwrap_or_default();
+        format!(
+            "rank {} in {job}{}",
+            self.rank.rank,
+            super::step::waiting_for(&self.rank, comm)
+        )
+    }
 }

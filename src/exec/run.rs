@@ -1,8 +1,6 @@
 //! Running a planned step: serially, and on every rank (threads natively, cooperative
 //! stepping in the browser), then comparing the two.
 
-#[cfg(not(target_arch = "wasm32"))]
-use super::comm::Communicator;
 use super::comm::CoopComm;
 use super::gather::{gather, shard, Piece};
 use super::init::{initial_value, InitOptions};
@@ -514,8 +512,8 @@ pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result
             r.rewind();
         }
         match &threaded {
-            Some(comm) => step_threads(&mut ranks, comm)?,
-            None => step_coop(&mut ranks, &coop)?,
+            Some(comm) => threads_or_error(&mut ranks, comm)?,
+            None => super::step::step_coop(&mut ranks, &coop)?,
         }
         let envs: Vec<&Vec<Option<Tensor>>> = ranks.iter().map(|r| &r.env).collect();
         snapshot(&mut log, step, p, opts.record, &|v| {
@@ -525,73 +523,21 @@ pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result
     Ok(log)
 }
 
+/// Steps `ranks` on threads (natively; the browser has none).
 #[cfg(not(target_arch = "wasm32"))]
-fn step_threads(ranks: &mut [Rank], comm: &(dyn Communicator + Sync)) -> Result<(), ExecError> {
-    let results: Vec<Result<Status, ExecError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = ranks
-            .iter_mut()
-            .map(|r| s.spawn(move || r.step(comm)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
-    // Report the first real failure (a timeout elsewhere is usually its consequence).
-    let mut errors: Vec<ExecError> = results.into_iter().filter_map(Result::err).collect();
-    errors.sort_by_key(|e| e.to_string().contains("timed out"));
-    match errors.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+pub(super) fn threads_or_error<S: super::step::Stepper>(
+    ranks: &mut [S],
+    comm: &(dyn super::comm::Communicator + Sync),
+) -> Result<(), ExecError> {
+    super::step::step_threads(ranks, comm)
 }
 
 #[cfg(target_arch = "wasm32")]
-fn step_threads(_: &mut [Rank], _: &CoopComm) -> Result<(), ExecError> {
+pub(super) fn threads_or_error<S: super::step::Stepper>(
+    _: &mut [S],
+    _: &CoopComm,
+) -> Result<(), ExecError> {
     Err(ExecError::Setup(
         "threads are not available in the browser".into(),
     ))
-}
-
-/// Steps ranks in turn until all are done; a round in which nobody moves is a deadlock.
-fn step_coop(ranks: &mut [Rank], comm: &CoopComm) -> Result<(), ExecError> {
-    let mut done = vec![false; ranks.len()];
-    loop {
-        let mut moved = false;
-        for (i, r) in ranks.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            let before = r.progress();
-            match r.step(comm)? {
-                Status::Done => {
-                    done[i] = true;
-                    moved = true;
-                }
-                Status::Blocked => moved |= r.progress() != before,
-            }
-        }
-        if done.iter().all(|&d| d) {
-            return Ok(());
-        }
-        if !moved {
-            let stuck: Vec<String> = ranks
-                .iter()
-                .filter(|r| r.pc < r.program.ops().len())
-                .map(|r| {
-                    let waiting = r
-                        .pending_key()
-                        .map(|k| format!(" waiting for {:?}", super::comm::missing(comm, k)))
-                        .unwrap_or_default();
-                    format!(
-                        "rank {} at op{} ({}){waiting}",
-                        r.rank,
-                        r.pc,
-                        r.program.ops()[r.pc].ty
-                    )
-                })
-                .collect();
-            return Err(ExecError::Setup(format!("deadlock: {}", stuck.join("; "))));
-        }
-    }
 }

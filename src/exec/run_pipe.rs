@@ -258,8 +258,8 @@ pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<L
             r.rewind();
         }
         match &threaded {
-            Some(comm) => step_threads(&mut ranks, comm)?,
-            None => step_coop(&mut ranks, &CoopComm::default())?,
+            Some(comm) => super::run::threads_or_error(&mut ranks, comm)?,
+            None => super::step::step_coop(&mut ranks, &CoopComm::default())?,
         }
         let envs: Vec<&Vec<Option<Tensor>>> = ranks.iter().map(|r| &r.rank.env).collect();
         snapshot(&mut log, step, p, opts.record, &|v| {
@@ -267,76 +267,4 @@ pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<L
         })?;
     }
     Ok(log)
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-fn step_threads(
-    ranks: &mut [PipeRank],
-    comm: &(dyn super::comm::Communicator + Sync),
-) -> Result<(), ExecError> {
-    let results: Vec<Result<Status, ExecError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = ranks
-            .iter_mut()
-            .map(|r| s.spawn(move || r.step(comm)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
-    let mut errors: Vec<ExecError> = results.into_iter().filter_map(Result::err).collect();
-    errors.sort_by_key(|e| e.to_string().contains("timed out"));
-    match errors.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-fn step_threads(_: &mut [PipeRank], _: &CoopComm) -> Result<(), ExecError> {
-    Err(ExecError::Setup(
-        "threads are not available in the browser".into(),
-    ))
-}
-
-/// Steps ranks in turn until all are done; a round in which nobody moves is a deadlock,
-/// reported with each waiting rank's job.
-fn step_coop(ranks: &mut [PipeRank], comm: &CoopComm) -> Result<(), ExecError> {
-    let mut done = vec![false; ranks.len()];
-    loop {
-        let mut moved = false;
-        for (i, r) in ranks.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            let before = r.progress();
-            match r.step(comm)? {
-                Status::Done => {
-                    done[i] = true;
-                    moved = true;
-                }
-                Status::Blocked => moved |= r.progress() != before,
-            }
-        }
-        if done.iter().all(|&d| d) {
-            return Ok(());
-        }
-        if !moved {
-            let stuck: Vec<String> = ranks
-                .iter()
-                .zip(&done)
-                .filter(|(_, d)| !**d)
-                .map(|(r, _)| {
-                    let job = r.current().map(|j| j.to_string()).unwrap_or_default();
-                    let waiting = r
-                        .rank
-                        .pending_key()
-                        .map(|k| format!(" waiting for {:?}", super::comm::missing(comm, k)))
-                        .unwrap_or_default();
-                    format!("rank {} in {job}{waiting}", r.rank.rank)
-                })
-                .collect();
-            return Err(ExecError::Setup(format!("deadlock: {}", stuck.join("; "))));
-        }
-    }
 }
