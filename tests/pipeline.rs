@@ -669,3 +669,30 @@ fn zero_stages_inside_pipeline_stages() {
         }
     }
 }
+
+/// One stage holding every parameter (`mlp_mse` split by op count: both matmuls on stage 0):
+/// the other stage still takes part in the global norm's and AMP flag's all-reduces, with an
+/// empty share (found by the random verification, which deadlocked here).
+#[test]
+fn a_stage_without_parameters_joins_the_norm_and_the_flag() {
+    let cfg = ModelConfig {
+        dtype: DType::F64,
+        ..Model::MlpMse.default_config()
+    };
+    let mut p = common::plan_with(
+        Model::MlpMse.build(&cfg).unwrap(),
+        "2x2:pp,dp",
+        &["batch.x=dp,-"],
+    );
+    p.options.amp = true;
+    p.options.clip_norm = Some(1e-3);
+    p.options.optimizer = shardlab::plan::OptimizerKind::Adam;
+    let planned = plan(&p);
+    let stage1 = &planned.partitioned.ranks[2];
+    assert!(!stage1
+        .program
+        .ops()
+        .iter()
+        .any(|o| o.ty.class() == shardlab::ir::OpClass::Optimizer));
+    verifies_against_serial(&planned, 2).unwrap();
+}
