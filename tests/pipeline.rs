@@ -72,25 +72,22 @@ fn two_stage_mlp_matches_paddle_op_for_op() {
         assert_eq!(got.len(), want.len(), "rank {rank}: op count");
         for (i, (op, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(paddle_type(op.ty), w["type"], "rank {rank} op{i}");
-            for (slot, vars) in w["inputs"].as_object().unwrap() {
-                let mine: Vec<String> = op.input(slot).iter().map(|&v| name(v)).collect();
-                let theirs: Vec<String> = vars
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| normalize(v.as_str().unwrap()))
-                    .collect();
-                assert_eq!(mine, theirs, "rank {rank} op{i} ({}) input {slot}", op.ty);
-            }
-            for (slot, vars) in w["outputs"].as_object().unwrap() {
-                let mine: Vec<String> = op.output(slot).iter().map(|&v| name(v)).collect();
-                let theirs: Vec<String> = vars
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| normalize(v.as_str().unwrap()))
-                    .collect();
-                assert_eq!(mine, theirs, "rank {rank} op{i} ({}) output {slot}", op.ty);
+            for (side, key) in [("input", "inputs"), ("output", "outputs")] {
+                for (slot, vars) in w[key].as_object().unwrap() {
+                    let ours = if side == "input" {
+                        op.input(slot)
+                    } else {
+                        op.output(slot)
+                    };
+                    let mine: Vec<String> = ours.iter().map(|&v| name(v)).collect();
+                    let theirs: Vec<String> = vars
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| normalize(v.as_str().unwrap()))
+                        .collect();
+                    assert_eq!(mine, theirs, "rank {rank} op{i} ({}) {side} {slot}", op.ty);
+                }
             }
             let backward = w["attrs"]["op_role"].as_i64().unwrap() & 1 == 1;
             assert_eq!(
