@@ -21,6 +21,7 @@
 pub mod cost;
 pub mod dist;
 pub mod exec;
+pub mod export;
 pub mod ir;
 pub mod models;
 pub mod passes;

@@ -6,6 +6,7 @@ mod budget;
 mod calibrate;
 mod cost;
 mod diff;
+mod export;
 mod options;
 mod run;
 mod schedule;
@@ -56,6 +57,8 @@ enum Command {
     Cost(cost::CostArgs),
     /// Compare two plan files: layouts, collectives per phase, bytes, memory and step time.
     Diff(diff::DiffArgs),
+    /// Export a plan as a self-contained JAX script (gspmd or shard_map mode).
+    Export(export::ExportArgs),
     /// Lay a pipeline schedule out in time: each stage's jobs and bubble.
     Schedule(schedule::ScheduleArgs),
     /// Time the planner on growing models (medians; see also the closing notes).
@@ -311,6 +314,7 @@ pub fn main() -> ExitCode {
         Command::Cost(args) => cost::cost(&args),
         Command::Diff(args) => diff::diff(&args),
         Command::Schedule(args) => schedule::schedule(&args),
+        Command::Export(args) => export::export(&args),
         Command::Bench {
             what,
             layers,

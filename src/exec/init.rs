@@ -56,56 +56,71 @@ fn int_range(program: &Program, var: &Var) -> i64 {
     2
 }
 
-/// The initial global value of a source variable (None for other kinds).
-pub fn initial_value(program: &Program, var: &Var, opts: &InitOptions) -> Option<Tensor> {
+/// How a source variable's initial value is drawn: `value(i)` for flat index `i`, with
+/// `u(i)` the seeded uniform number of the variable's name (`uniform(seed, i)`). Exported
+/// scripts reproduce the values from this recipe (`export`), so it is the one definition.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum InitRecipe {
+    /// `floor(u(i) · hi)`, at most `hi − 1` (ids and hard labels).
+    Ints { seed: u64, hi: i64 },
+    /// `bound · (2 u(i) − 1)` (float inputs with bound 1; parameters with 1/√fan_in).
+    Uniform { seed: u64, bound: f64 },
+    /// One value everywhere (optimizer state: learning rate, β powers, loss scale, zeros).
+    Const(f64),
+}
+
+/// The recipe of a source variable's initial value (None for other kinds).
+pub fn init_recipe(program: &Program, var: &Var, opts: &InitOptions) -> Option<InitRecipe> {
     let seed = name_seed(opts.seed, &var.name);
-    let n = var.ty.numel();
-    let shape = var.ty.shape.to_vec();
-    let u = |i: usize| uniform(seed, i as u64);
     let fan_in = if var.ty.rank() >= 2 {
         var.ty.shape[var.ty.rank() - 2]
     } else {
         var.ty.shape.first().copied().unwrap_or(1)
     };
-    let scalar = |v: f64| Some(Tensor::float(var.ty.dtype, shape.clone(), vec![v; n]));
     match var.kind {
-        VarKind::Input | VarKind::Label if var.ty.dtype == DType::I64 => {
-            let hi = int_range(program, var).max(1);
-            Some(Tensor::float(
-                DType::I64,
-                shape,
-                (0..n)
-                    .map(|i| (u(i) * hi as f64).floor().min(hi as f64 - 1.0))
-                    .collect(),
-            ))
-        }
-        VarKind::Input | VarKind::Label => Some(Tensor::float(
-            var.ty.dtype,
-            shape,
-            (0..n).map(|i| 2.0 * u(i) - 1.0).collect(),
-        )),
-        VarKind::Parameter => {
-            let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
-            Some(Tensor::float(
-                var.ty.dtype,
-                shape,
-                (0..n).map(|i| bound * (2.0 * u(i) - 1.0)).collect(),
-            ))
-        }
+        VarKind::Input | VarKind::Label if var.ty.dtype == DType::I64 => Some(InitRecipe::Ints {
+            seed,
+            hi: int_range(program, var).max(1),
+        }),
+        VarKind::Input | VarKind::Label => Some(InitRecipe::Uniform { seed, bound: 1.0 }),
+        VarKind::Parameter => Some(InitRecipe::Uniform {
+            seed,
+            bound: 1.0 / (fan_in.max(1) as f64).sqrt(),
+        }),
         VarKind::OptimizerState => {
             let name = &*var.name;
-            if name.starts_with("learning_rate") {
-                scalar(opts.lr)
+            Some(InitRecipe::Const(if name.starts_with("learning_rate") {
+                opts.lr
             } else if name.contains("beta1_pow") {
-                scalar(opts.beta1)
+                opts.beta1
             } else if name.contains("beta2_pow") {
-                scalar(opts.beta2)
+                opts.beta2
             } else if name.starts_with("loss_scaling") {
-                scalar(opts.loss_scale)
+                opts.loss_scale
             } else {
-                scalar(0.0)
-            }
+                0.0
+            }))
         }
         VarKind::Activation | VarKind::Gradient => None,
     }
+}
+
+/// The initial global value of a source variable (None for other kinds).
+pub fn initial_value(program: &Program, var: &Var, opts: &InitOptions) -> Option<Tensor> {
+    let n = var.ty.numel();
+    let shape = var.ty.shape.to_vec();
+    let values: Vec<f64> = match init_recipe(program, var, opts)? {
+        InitRecipe::Ints { seed, hi } => (0..n)
+            .map(|i| {
+                (uniform(seed, i as u64) * hi as f64)
+                    .floor()
+                    .min(hi as f64 - 1.0)
+            })
+            .collect(),
+        InitRecipe::Uniform { seed, bound } => (0..n)
+            .map(|i| bound * (2.0 * uniform(seed, i as u64) - 1.0))
+            .collect(),
+        InitRecipe::Const(c) => vec![c; n],
+    };
+    Some(Tensor::float(var.ty.dtype, shape, values))
 }

@@ -16,7 +16,7 @@ pub enum Binary {
 }
 
 /// Y's shape aligned to X for Paddle's legacy `axis` attribute.
-fn aligned_y(x: &[usize], y: &[usize], axis: i64) -> Vec<usize> {
+pub fn aligned_y(x: &[usize], y: &[usize], axis: i64) -> Vec<usize> {
     if axis == -1 || y.len() == x.len() {
         return y.to_vec();
     }

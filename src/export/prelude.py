@@ -1,0 +1,697 @@
+# ---------------------------------------------------------------------------------------
+# The runtime every exported script carries (shardlab/src/export/prelude.py): the ops in
+# jax.numpy with ShardLab's semantics, the seeded initial values, putting each rank's
+# piece together, and counting XLA's collectives. Nothing in it depends on the plan.
+# ---------------------------------------------------------------------------------------
+import argparse
+import json
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+FLOAT = {"f32": np.float32, "f64": np.float64}
+RUN = {"dtype": np.float32, "int": np.int32}
+
+
+def dt(name):
+    """A plan dtype name as the dtype this run computes in (floats follow --dtype)."""
+    if name == "i64":
+        return RUN["int"]
+    return RUN["dtype"]
+
+
+# --- elementwise -----------------------------------------------------------------------
+def binary(kind, x, y, y_shape):
+    y = jnp.reshape(y, y_shape)
+    if kind == "add":
+        return x + y
+    if kind == "sub":
+        return x - y
+    if kind == "mul":
+        return x * y
+    if kind == "div":
+        return x / y
+    return jnp.maximum(x, y)
+
+
+SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def gelu(x, approximate):
+    if approximate:
+        return 0.5 * x * (1.0 + jnp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1.0 + jax.scipy.special.erf(x / np.sqrt(2.0).astype(x.dtype)))
+
+
+def silu(x):
+    return x / (1.0 + jnp.exp(-x))
+
+
+def scale(x, s, bias, bias_after):
+    return s * x + bias if bias_after else s * (x + bias)
+
+
+def vjp(f, primals, dout):
+    """The gradients of f at primals for the output gradient dout (a grad op's math)."""
+    return jax.vjp(f, *primals)[1](dout)
+
+
+# --- shapes ----------------------------------------------------------------------------
+def split(x, axis, sizes):
+    cuts = np.cumsum(sizes)[:-1].tolist()
+    return tuple(jnp.split(x, cuts, axis=axis))
+
+
+def slice_(x, axis, start, size):
+    return lax.dynamic_slice_in_dim(x, start, size, axis=axis)
+
+
+def flatten_pad(x, numel):
+    flat = jnp.reshape(x, (-1,))
+    return jnp.pad(flat, (0, numel - flat.shape[0]))
+
+
+def unpad_reshape(x, shape):
+    n = int(np.prod(shape, dtype=np.int64))
+    return jnp.reshape(x[:n], shape)
+
+
+def coalesce(xs):
+    return jnp.concatenate([jnp.reshape(x, (-1,)) for x in xs])
+
+
+def uncoalesce(fused, likes):
+    out, start = [], 0
+    for like in likes:
+        n = like.size
+        out.append(jnp.reshape(fused[start:start + n], like.shape))
+        start += n
+    return tuple(out)
+
+
+# --- normalisation and losses ----------------------------------------------------------
+def softmax(x, axis):
+    return jax.nn.softmax(x, axis=axis)
+
+
+def causal_softmax(x):
+    rows, cols = x.shape[-2], x.shape[-1]
+    keep = np.arange(cols)[None, :] <= np.arange(rows)[:, None]
+    return jax.nn.softmax(jnp.where(keep, x, -jnp.inf), axis=-1)
+
+
+def softmax_grad(y, dy, axis):
+    return y * (dy - jnp.sum(dy * y, axis=axis, keepdims=True))
+
+
+def layer_norm(x, s, b, begin, eps):
+    axes = tuple(range(begin, x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean((x - mean) ** 2, axis=axes, keepdims=True)
+    y = (x - mean) / jnp.sqrt(var + eps)
+    width = x.shape[begin:]
+    if s is not None:
+        y = y * jnp.reshape(s, width)
+    if b is not None:
+        y = y + jnp.reshape(b, width)
+    stats = x.shape[:begin]
+    return y, jnp.reshape(mean, stats), jnp.reshape(var, stats)
+
+
+def layer_norm_grad(x, s, b, dy, begin, eps):
+    """(dX, dScale, dBias): the vjp of layer_norm's Y."""
+    prim = [a for a in (x, s, b) if a is not None]
+
+    def f(*args):
+        it = iter(args)
+        xx = next(it)
+        ss = next(it) if s is not None else None
+        bb = next(it) if b is not None else None
+        return layer_norm(xx, ss, bb, begin, eps)[0]
+
+    grads = iter(vjp(f, prim, dy))
+    dx = next(grads)
+    ds = next(grads) if s is not None else None
+    db = next(grads) if b is not None else None
+    return dx, ds, db
+
+
+def lookup(w, ids, padding_idx):
+    rows = jnp.take(w, jnp.clip(ids, 0, w.shape[0] - 1), axis=0)
+    return jnp.where((ids == padding_idx)[..., None], 0.0, rows).astype(w.dtype)
+
+
+def c_embedding(w, ids, start):
+    local = ids - start
+    inside = (local >= 0) & (local < w.shape[0])
+    rows = jnp.take(w, jnp.clip(local, 0, w.shape[0] - 1), axis=0)
+    return jnp.where(inside[..., None], rows, 0.0).astype(w.dtype)
+
+
+def softmax_ce(logits, label, axis, soft):
+    sm = jax.nn.softmax(logits, axis=axis)
+    tiny = jnp.finfo(logits.dtype).tiny
+    if soft:
+        loss = -jnp.sum(label * jnp.log(jnp.maximum(sm, tiny)), axis=axis, keepdims=True)
+    else:
+        picked = jnp.take_along_axis(sm, label.astype(RUN["int"]), axis=axis)
+        loss = -jnp.log(jnp.maximum(picked, tiny))
+    return sm, loss
+
+
+def softmax_ce_grad(sm, label, dloss, axis, soft):
+    if soft:
+        return dloss * (sm * jnp.sum(label, axis=axis, keepdims=True) - label)
+    classes = lax.broadcasted_iota(RUN["int"], sm.shape, axis % sm.ndim)
+    return dloss * (sm - (classes == label).astype(sm.dtype))
+
+
+def c_softmax_ce(logits, label, start, axes):
+    """The vocab-parallel cross-entropy: all_reduce MAX of the row max, SUM of the target
+    logit, SUM of the exp-sums, over the class axis' mesh axes."""
+    m = lax.pmax(jnp.max(logits, axis=-1, keepdims=True), axes)
+    local = label - start
+    inside = (local >= 0) & (local < logits.shape[-1])
+    picked = jnp.take_along_axis(logits, jnp.clip(local, 0, logits.shape[-1] - 1), axis=-1)
+    t = lax.psum(jnp.where(inside, picked - m, 0.0).astype(logits.dtype), axes)
+    e = jnp.exp(logits - m)
+    s = lax.psum(jnp.sum(e, axis=-1, keepdims=True), axes)
+    return e / s, jnp.log(s) - t
+
+
+def c_softmax_ce_grad(sm, label, dloss, start):
+    cols = lax.broadcasted_iota(RUN["int"], sm.shape, sm.ndim - 1)
+    return dloss * (sm - (cols == (label - start)).astype(sm.dtype))
+
+
+def squared_l2_norm(x):
+    return jnp.sum(x * x)
+
+
+# --- optimizers and loss scaling -------------------------------------------------------
+def sgd(p, g, lr):
+    return p - lr * g
+
+
+def momentum(p, g, v, lr, mu, nesterov):
+    v = mu * v + g
+    return (p - lr * (g + mu * v) if nesterov else p - lr * v), v
+
+
+def adam(p, g, m1, m2, b1p, b2p, lr, beta1, beta2, eps, coeff):
+    """Paddle's Adam (AdamW with coeff): returns (param, m1, m2, beta1_pow, beta2_pow)."""
+    lr_t = lr * jnp.sqrt(1.0 - b2p) / (1.0 - b1p)
+    if coeff != 0.0:
+        p = p - lr * coeff * p
+    m1 = beta1 * m1 + (1.0 - beta1) * g
+    m2 = beta2 * m2 + (1.0 - beta2) * g * g
+    p = p - lr_t * m1 / (jnp.sqrt(m2) + eps * jnp.sqrt(jnp.abs(1.0 - b2p)))
+    return p, m1, m2, b1p * beta1, b2p * beta2
+
+
+def check_finite_and_unscale(xs, s):
+    found = jnp.zeros((), bool)
+    for x in xs:
+        found = found | ~jnp.all(jnp.isfinite(x))
+    inv = 1.0 / s
+    return tuple(x * inv for x in xs), found.astype(RUN["dtype"])
+
+
+def update_loss_scaling(xs, found, s, good, bad, incr_every, decr_every, incr, decr):
+    bad_step = found != 0
+    bad1 = jnp.where(bad_step, bad + 1.0, 0.0)
+    good1 = jnp.where(bad_step, 0.0, good + 1.0)
+    shrink = bad_step & (bad1 >= decr_every)
+    grow = (~bad_step) & (good1 >= incr_every)
+    s = jnp.where(shrink, jnp.maximum(s * decr, 1.0), jnp.where(grow, s * incr, s))
+    bad1 = jnp.where(shrink, 0.0, bad1)
+    good1 = jnp.where(grow, 0.0, good1)
+    outs = tuple(jnp.where(bad_step, jnp.zeros_like(x), x) for x in xs)
+    return outs, s, good1, bad1
+
+
+# --- collectives (inside shard_map; `axes` are mesh axis names) ------------------------
+def all_reduce(x, kind, axes):
+    if kind == "SUM":
+        return lax.psum(x, axes)
+    if kind == "MAX":
+        return lax.pmax(x, axes)
+    if kind == "MIN":
+        return lax.pmin(x, axes)
+    return lax.pmean(x, axes)
+
+
+def all_gather(x, axis, axes):
+    return lax.all_gather(x, axes, axis=axis, tiled=True)
+
+
+def reduce_scatter(x, axis, axes):
+    return lax.psum_scatter(x, axes, scatter_dimension=axis, tiled=True)
+
+
+def all_to_all(x, split_axis, concat_axis, axes):
+    return lax.all_to_all(x, axes, split_axis, concat_axis, tiled=True)
+
+
+# --- seeded values (ShardLab's exec/init.rs: splitmix64 of the name's FNV hash) --------
+M64 = (1 << 64) - 1
+
+
+def name_seed(seed, name):
+    h = seed ^ 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & M64
+    return h
+
+
+def uniform(seed, index):
+    """ShardLab's uniform numbers in [0, 1) for flat indices (numpy uint64, wrapping)."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + index.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def initial_value(name, spec):
+    """A source variable's initial global value from its recipe (see SOURCES)."""
+    shape, dtype, (kind, a) = spec
+    n = int(np.prod(shape, dtype=np.int64))
+    if kind == "const":
+        vals = np.full(n, a, np.float64)
+    else:
+        u = uniform(name_seed(SEED, name), np.arange(n, dtype=np.uint64))
+        if kind == "ints":
+            vals = np.minimum(np.floor(u * a), a - 1.0)
+        else:
+            vals = a * (2.0 * u - 1.0)
+    if dtype == "i64":
+        return vals.astype(np.int64).reshape(shape)
+    return vals.astype(FLOAT[dtype]).reshape(shape)
+
+
+def dropout_mask(seed, p, shape):
+    u = uniform(seed, np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.uint64))
+    return np.where(u >= p, 1.0 / (1.0 - p), 0.0).reshape(shape)
+
+
+# --- the mesh and each rank's pieces ---------------------------------------------------
+def make_mesh(shape, axes, ranks):
+    devices = jax.devices()
+    if len(devices) < len(ranks):
+        raise SystemExit(
+            f"error: the plan's mesh needs {len(ranks)} devices, JAX has {len(devices)} "
+            f"({devices[0].platform}); set XLA_FLAGS=--xla_force_host_platform_device_count="
+            f"{len(ranks)} before starting Python"
+        )
+    picked = np.array([devices[r] for r in ranks], dtype=object).reshape(shape)
+    return Mesh(picked, axes)
+
+
+def coords(pos, shape):
+    return [int(c) for c in np.unravel_index(pos, shape)]
+
+
+def block_index(c, axes, shape):
+    b = 0
+    for a in axes:
+        b = b * shape[a] + c[a]
+    return b
+
+
+def shard(x, dims, c, shape):
+    """The block of global x that mesh coordinates c hold, dims[d] splitting dim d."""
+    for d, axes in enumerate(dims):
+        n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+        if n > 1:
+            piece = x.shape[d] // n
+            b = block_index(c, axes, shape)
+            x = np.take(x, np.arange(b * piece, (b + 1) * piece), axis=d)
+    return x
+
+
+def group_members(pos, axes, shape):
+    """The mesh positions of pos's group along axes, in collective order."""
+    c = coords(pos, shape)
+    out = []
+    for q in range(int(np.prod(shape, dtype=np.int64))):
+        d = coords(q, shape)
+        if all(d[a] == c[a] for a in range(len(shape)) if a not in axes):
+            out.append((block_index(d, axes, shape), q))
+    return [q for _, q in sorted(out)]
+
+
+def feed(value, recipe, pos, shape):
+    """What mesh position pos starts with for one fed variable."""
+    c = coords(pos, shape)
+    local = shard(value, recipe["dims"], c, shape)
+    zero = recipe.get("zero")
+    if zero is None:
+        return local
+    member = group_members(pos, zero["axes"], shape).index(pos)
+    flat = np.zeros(zero["shard"] * len(group_members(pos, zero["axes"], shape)), local.dtype)
+    flat[: local.size] = local.reshape(-1)
+    return flat[member * zero["shard"]:(member + 1) * zero["shard"]]
+
+
+REDUCE = {"SUM": np.add, "AVG": np.add, "MAX": np.maximum, "MIN": np.minimum}
+
+
+def gather(locals_, recipe, global_shape, shape):
+    """Every replica of a variable from each mesh position's local value (ShardLab's
+    exec/gather.rs): blocks placed, partial values reduced, one copy per coordinate on
+    the axes that neither split nor reduce it. Coordinate 0's copy comes first."""
+    zero = recipe.get("zero")
+    if zero is not None:
+        rebuilt = []
+        for pos in range(len(locals_)):
+            members = group_members(pos, zero["axes"], shape)
+            flat = np.concatenate([np.reshape(locals_[q], -1) for q in members])
+            rebuilt.append(flat[: zero["numel"]].reshape(zero["local_shape"]))
+        locals_ = rebuilt
+    dims, partial = recipe["dims"], recipe["partial"]
+    split_axes = {a for axes in dims for a in axes}
+    partial_axes = {a for a, _ in partial}
+    kinds = {k for _, k in partial}
+    op = REDUCE[kinds.pop()] if kinds else None
+    copies = {}
+    for pos, local in enumerate(locals_):
+        c = coords(pos, shape)
+        key = tuple(c[a] for a in range(len(shape)) if a not in split_axes | partial_axes)
+        out = copies.setdefault(key, [np.zeros(global_shape, np.float64), None])
+        index = []
+        for d, axes in enumerate(dims):
+            n = local.shape[d]
+            b = block_index(c, axes, shape)
+            index.append(slice(b * n, (b + 1) * n))
+        block = np.asarray(local, np.float64)
+        if op is None:
+            out[0][tuple(index)] = block
+        else:
+            seen = out[1] if out[1] is not None else np.zeros(global_shape, bool)
+            region = out[0][tuple(index)]
+            out[0][tuple(index)] = np.where(seen[tuple(index)], op(region, block), block)
+            seen[tuple(index)] = True
+            out[1] = seen
+    count = int(np.prod([shape[a] for a in partial_axes], dtype=np.int64)) if partial else 1
+    result = []
+    for key in sorted(copies):
+        value = copies[key][0]
+        if partial and partial[0][1] == "AVG":
+            value = value / count
+        result.append(value)
+    return result
+
+
+# --- XLA's collectives -----------------------------------------------------------------
+KINDS = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"]
+INSTR = re.compile(
+    r"=\s*(\([^=]*?\)|\S+)\s+(all-reduce|all-gather|reduce-scatter|all-to-all|"
+    r"collective-permute)(-start)?\("
+)
+
+
+def replica_groups(line, ranks):
+    """The groups of one HLO collective as rank lists (explicit or iota form)."""
+    m = re.search(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}", line)
+    if m:
+        groups = [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m.group(1))]
+    else:
+        m = re.search(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
+        if not m:
+            pairs = re.search(r"source_target_pairs=\{(.*?)\}\}?", line)
+            if pairs:
+                return [[int(a), int(b)] for a, b in re.findall(r"\{(\d+),(\d+)\}", line)]
+            return [list(range(len(ranks)))]
+        out = [int(x) for x in m.group(1).split(",")]
+        dims = [int(x) for x in m.group(2).split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if m.group(3):
+            ids = ids.transpose([int(x) for x in m.group(3).split(",")])
+        groups = ids.reshape(out).tolist()
+    return [[ranks[i] for i in g] for g in groups]
+
+
+def count_collectives(hlo, ranks):
+    """XLA's collectives per kind from optimised HLO text: a tuple all-reduce counts as
+    its logical elements, and the -start form of an async collective counts once."""
+    counts = {k: {"count": 0, "groups": []} for k in KINDS}
+    for line in hlo.splitlines():
+        m = INSTR.search(line)
+        if not m:
+            continue
+        kind = m.group(2)
+        result = m.group(1)
+        elements = result.count("[") if result.startswith("(") else 1
+        if m.group(3) and result.startswith("("):
+            # An async start returns (operands, results[, context]): its logical count is
+            # that of its operands.
+            elements = max(1, elements // 2)
+        counts[kind]["count"] += elements
+        g = replica_groups(line, ranks)
+        if g not in counts[kind]["groups"]:
+            counts[kind]["groups"].append(g)
+    return counts
+
+
+# --- files -----------------------------------------------------------------------------
+def read_inputs(directory):
+    """Global values from <var>.npy files, for the variables this plan reads."""
+    import os
+
+    found = {}
+    for name in SOURCES:
+        path = os.path.join(directory, name + ".npy")
+        if os.path.exists(path):
+            value = np.load(path)
+            want = tuple(SOURCES[name][0])
+            if value.shape != want:
+                raise SystemExit(f"error: {path} has shape {value.shape}, `{name}` is {list(want)}")
+            found[name] = value
+    return found
+
+
+def write_npy(directory, name, value, dtype):
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    np.save(os.path.join(directory, name + ".npy"), np.asarray(value, dtype=FLOAT[dtype]))
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--inputs", metavar="DIR", help="read <var>.npy global values from DIR")
+    ap.add_argument("--dump", metavar="DIR", help="write loss.npy, grad.<param>.npy, <param>.npy")
+    ap.add_argument("--dump-init", metavar="DIR", help="write every initial global value")
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--dtype", choices=["f32", "f64"], default=PLAN_DTYPE)
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        ap.error("--steps must be at least 1")
+    if args.dtype == "f64":
+        jax.config.update("jax_enable_x64", True)
+        RUN["dtype"], RUN["int"] = np.float64, np.int64
+    else:
+        jax.config.update("jax_enable_x64", False)
+        RUN["dtype"], RUN["int"] = np.float32, np.int32
+    return args
+
+
+def initial_globals(args):
+    given = read_inputs(args.inputs) if args.inputs else {}
+    values = {}
+    for name, spec in SOURCES.items():
+        v = given.get(name)
+        if v is None:
+            v = initial_value(name, spec)
+        if spec[1] == "i64":
+            values[name] = np.asarray(v).astype(RUN["int"])
+        else:
+            values[name] = np.asarray(v).astype(RUN["dtype"])
+    if args.dump_init:
+        for name, v in values.items():
+            import os
+
+            os.makedirs(args.dump_init, exist_ok=True)
+            np.save(os.path.join(args.dump_init, name + ".npy"), v)
+    return values
+
+
+def matmul(x, y, tx, ty):
+    if tx and x.ndim >= 2:
+        x = jnp.swapaxes(x, -1, -2)
+    if ty and y.ndim >= 2:
+        y = jnp.swapaxes(y, -1, -2)
+    return jnp.matmul(x, y)
+
+
+def add_n(xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out
+
+
+# --- running -----------------------------------------------------------------------------
+def stacked_feed(name, values, positions, shape):
+    """Each mesh position's starting value of fed variable `name`, stacked on axis 0."""
+    recipe = FEEDS[name]
+    if "mask" in recipe:
+        seed, p = recipe["mask"]
+        whole = dropout_mask(seed, p, recipe["global_shape"]).astype(RUN["dtype"])
+    else:
+        whole = values[recipe["source"]]
+    return np.stack([feed(whole, recipe, pos, shape) for pos in positions])
+
+
+def assemble(stacked, recipe, shape):
+    """Every replica of one recorded variable from its per-rank stack."""
+    locals_ = [np.asarray(stacked[i]) for i in range(stacked.shape[0])]
+    return gather(locals_, recipe, recipe["global_shape"], shape)
+
+
+def replica_spread(copies):
+    worst = 0.0
+    for c in copies[1:]:
+        d = np.max(np.abs(c - copies[0])) if c.size else 0.0
+        worst = max(worst, float(d) if np.isfinite(d) else float("inf"))
+    return worst
+
+
+def record_names():
+    names = [RECORDS["loss"]["var"]]
+    names += [r["var"] for _, r in RECORDS["grads"]] + [r["var"] for _, r in RECORDS["params"]]
+    return names
+
+
+def finish(args, first, last, losses, counts, shape):
+    """Writes the dump and prints the JSON line from per-rank stacks of the first step
+    (`first`) and the last (`last`)."""
+    spread = 0.0
+    dump = {}
+    copies = assemble(first[RECORDS["loss"]["var"]], RECORDS["loss"], shape)
+    spread = max(spread, replica_spread(copies))
+    dump["loss"] = copies[0]
+    for param, r in RECORDS["grads"]:
+        copies = assemble(first[r["var"]], r, shape)
+        spread = max(spread, replica_spread(copies))
+        dump["grad." + param] = copies[0]
+    for param, r in RECORDS["params"]:
+        copies = assemble(last[r["var"]], r, shape)
+        spread = max(spread, replica_spread(copies))
+        dump[param] = copies[0]
+    if args.dump:
+        for name, value in dump.items():
+            write_npy(args.dump, name, value, args.dtype)
+    print(json.dumps({
+        "mode": MODE,
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "losses": losses,
+        "max_replica_difference": spread,
+        "simulated_devices": SIMULATED,
+        "collectives": counts,
+    }))
+
+
+def run_shard_map(args):
+    values = initial_globals(args)
+    mesh = make_mesh(MESH_SHAPE, AXES, RANKS)
+    positions = range(len(RANKS))
+    names = list(FEEDS)
+    spec = NamedSharding(mesh, P(tuple(AXES)))
+    ins = [jax.device_put(stacked_feed(k, values, positions, MESH_SHAPE), spec) for k in names]
+    outs = list(dict.fromkeys(STATE + record_names()))
+
+    def body(*xs):
+        v = {k: x[0] for k, x in zip(names, xs)}
+        v = rank_step(v, lax.axis_index(tuple(AXES)))
+        return tuple(v[k][None] for k in outs)
+
+    step = jax.jit(jax.shard_map(
+        body, mesh=mesh, in_specs=(P(tuple(AXES)),) * len(names),
+        out_specs=(P(tuple(AXES)),) * len(outs), check_vma=False))
+    counts = count_collectives(step.lower(*ins).compile().as_text(), RANKS)
+    first, losses = None, []
+    loss_var = RECORDS["loss"]
+    for s in range(args.steps):
+        got = dict(zip(outs, step(*ins)))
+        got = {k: np.asarray(x) for k, x in got.items()}
+        losses.append(float(assemble(got[loss_var["var"]], loss_var, MESH_SHAPE)[0]))
+        if first is None:
+            first = got
+        ins = [jax.device_put(got[k], spec) if k in STATE else x for k, x in zip(names, ins)]
+    finish(args, first, got, losses, counts, MESH_SHAPE)
+
+
+CURRENT = {}
+
+
+def constrain(x, spec):
+    """Pins x to a layout (gspmd mode): XLA must honour it at this point."""
+    return lax.with_sharding_constraint(x, NamedSharding(CURRENT["mesh"], P(*spec)))
+
+
+def run_gspmd(args):
+    values = initial_globals(args)
+    mesh = make_mesh(MESH_SHAPE, AXES, RANKS)
+    CURRENT["mesh"] = mesh
+
+    def sh(spec):
+        return NamedSharding(mesh, P(*spec))
+
+    for name, (seed, p, shape) in MASKS.items():
+        values[name] = dropout_mask(seed, p, shape).astype(RUN["dtype"])
+    state = {k: jax.device_put(values[k], sh(s)) for k, s in STATE.items()}
+    consts = {k: jax.device_put(values[k], sh(s)) for k, s in CONSTS.items()}
+
+    def train_step(state, consts):
+        params = {k: state[k] for k in PARAMS}
+        rest = dict(consts)
+        rest.update({k: x for k, x in state.items() if k not in params})
+
+        def loss_fn(params):
+            v = forward({**rest, **params})
+            return v[LOSS], v[REPORTED]
+
+        (_, reported), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        v = {**rest, **params, REPORTED: reported}
+        for p, g in GRADS.items():
+            v[g] = grads[p]
+        v = optimizer(v)
+        return {k: v[k] for k in STATE}, v[REPORTED], {p: v[g] for p, g in GRADS.items()}
+
+    state_sh = {k: sh(s) for k, s in STATE.items()}
+    step = jax.jit(
+        train_step,
+        in_shardings=(state_sh, {k: sh(s) for k, s in CONSTS.items()}),
+        out_shardings=(state_sh, sh(()), {p: state_sh[p] for p in GRADS}),
+    )
+    counts = count_collectives(step.lower(state, consts).compile().as_text(), RANKS)
+    losses, dump = [], {}
+    for s in range(args.steps):
+        state, loss, grads = step(state, consts)
+        losses.append(float(np.asarray(loss)))
+        if s == 0:
+            dump["loss"] = np.asarray(loss)
+            for p, g in grads.items():
+                dump["grad." + p] = np.asarray(g)
+    for p in GRADS:
+        dump[p] = np.asarray(state[p])
+    if args.dump:
+        for name, value in dump.items():
+            write_npy(args.dump, name, value, args.dtype)
+    print(json.dumps({
+        "mode": MODE,
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "losses": losses,
+        "max_replica_difference": 0.0,
+        "simulated_devices": SIMULATED,
+        "collectives": counts,
+    }))

@@ -1,0 +1,42 @@
+//! `SOURCES`: every variable a step reads before writing (inputs, labels, parameters,
+//! optimizer state), with its global shape, dtype and the recipe of its seeded initial
+//! value (`exec::init::init_recipe`, the one definition the executor uses too).
+
+use super::py;
+use super::ExportError;
+use crate::exec::init::{init_recipe, InitOptions, InitRecipe};
+use crate::passes::pipeline::Pipeline;
+
+/// The `SOURCES = {...}` statement.
+pub fn table(p: &Pipeline, init: &InitOptions) -> Result<String, ExportError> {
+    let program = &p.full.program;
+    let mut out = String::from(
+        "# Every variable the step reads before writing: global shape, dtype, and how its\n\
+         # initial value is drawn (\"uniform\": bound * (2u - 1); \"ints\": floor(u * hi);\n\
+         # \"const\"), u being ShardLab's seeded uniform numbers for the variable's name.\n\
+         SOURCES = {\n",
+    );
+    for v in program.vars().iter().filter(|v| v.kind.is_source()) {
+        let recipe = match init_recipe(program, v, init) {
+            Some(InitRecipe::Ints { hi, .. }) => format!("(\"ints\", {hi}.0)"),
+            Some(InitRecipe::Uniform { bound, .. }) => {
+                format!("(\"uniform\", {})", py::float(bound))
+            }
+            Some(InitRecipe::Const(c)) => format!("(\"const\", {})", py::float(c)),
+            None => {
+                return Err(ExportError::Plan(format!(
+                    "`{}` is a source variable without an initial value",
+                    v.name
+                )))
+            }
+        };
+        out.push_str(&format!(
+            "    {}: ({}, {}, {recipe}),\n",
+            py::string(&v.name),
+            py::ints(v.ty.shape.iter()),
+            py::string(v.ty.dtype.name()),
+        ));
+    }
+    out.push_str("}\n");
+    Ok(out)
+}
