@@ -19,7 +19,8 @@ use shardlab::exec::tensor::Tensor;
 use shardlab::exec::verify::compare;
 use shardlab::export::{export_jax, Constrain, ExportMode, ExportOptions};
 use shardlab::ir::DType;
-use shardlab::models::{scenarios, Model, ModelConfig};
+use shardlab::models::scenarios::scenarios;
+use shardlab::models::{Model, ModelConfig};
 use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use shardlab::plan::Plan;
 use std::path::{Path, PathBuf};
@@ -177,6 +178,7 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
     std::fs::create_dir_all(&dir).unwrap();
     let mut prepared = Vec::new();
     let mut jobs = Vec::new();
+    let mut export_failures = Vec::new();
     for case in cases(dtype) {
         let pipeline = run_pipeline(&case.plan, &PipelineOptions::from_plan(&case.plan.options))
             .unwrap_or_else(|e| panic!("{}: {e}", case.name));
@@ -195,8 +197,13 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
                 source: case.name.clone(),
                 init: Default::default(),
             };
-            let script = export_jax(&pipeline, &opts)
-                .unwrap_or_else(|e| panic!("{} ({}): {e}", case.name, mode.name()));
+            let script = match export_jax(&pipeline, &opts) {
+                Ok(s) => s,
+                Err(e) => {
+                    export_failures.push(format!("{} ({}): {e}", case.name, mode.name()));
+                    continue;
+                }
+            };
             let name = format!("{}.{}", case.name, mode.name());
             let path = dir.join(format!("{name}.py"));
             std::fs::write(&path, script).unwrap();
@@ -227,7 +234,7 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
     assert!(status.success(), "{} failed", runner.display());
     let results: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&results_file).unwrap()).unwrap();
-    let mut failures = Vec::new();
+    let mut failures = export_failures;
     for (prep, result) in prepared.iter().zip(&results) {
         if let Some(err) = result.get("error").and_then(|e| e.as_str()) {
             failures.push(format!("{}: the script failed:\n{err}", prep.name));

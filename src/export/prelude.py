@@ -411,7 +411,7 @@ def gather(locals_, recipe, global_shape, shape):
 # --- XLA's collectives -----------------------------------------------------------------
 KINDS = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"]
 INSTR = re.compile(
-    r"=\s*(\([^=]*?\)|\S+)\s+(all-reduce|all-gather|reduce-scatter|all-to-all|"
+    r"=\s*(\([^()]*\)|\S+)\s+(all-reduce|all-gather|reduce-scatter|all-to-all|"
     r"collective-permute)(-start)?\("
 )
 
@@ -448,9 +448,9 @@ def count_collectives(hlo, ranks):
         kind = m.group(2)
         result = m.group(1)
         elements = result.count("[") if result.startswith("(") else 1
-        if m.group(3) and result.startswith("("):
-            # An async start returns (operands, results[, context]): its logical count is
-            # that of its operands.
+        if m.group(3) and kind != "all-reduce" and result.startswith("("):
+            # An async all-gather (or permute) start returns (operands, results[, context]):
+            # its logical count is that of its operands. all-reduce-start returns results.
             elements = max(1, elements // 2)
         counts[kind]["count"] += elements
         g = replica_groups(line, ranks)
@@ -692,6 +692,178 @@ def run_gspmd(args):
         "steps": args.steps,
         "losses": losses,
         "max_replica_difference": 0.0,
+        "simulated_devices": SIMULATED,
+        "collectives": counts,
+    }))
+
+
+def run_pipeline_shard_map(args):
+    """Stage by stage: each job's pieces jitted on the stage's devices, sends moved to the
+    receiving stage with device_put, micro-batches in order, then the optimizer jobs in
+    lockstep (the host runs the collectives that span stages between their pieces)."""
+    values = initial_globals(args)
+    meshes = [make_mesh(st["shape"], st["axes"], st["ranks"]) for st in STAGES]
+    specs = [NamedSharding(m, P(tuple(st["axes"]))) for m, st in zip(meshes, STAGES)]
+    n_stages = len(STAGES)
+    env = [{} for _ in STAGES]
+    for s, st in enumerate(STAGES):
+        positions = range(len(st["ranks"]))
+        for name, recipe in FEEDS[s].items():
+            if recipe.get("micro_batch"):
+                continue
+            env[s][name] = jax.device_put(
+                stacked_feed_of(FEEDS[s], name, values, positions, st["shape"]), specs[s])
+    compiled, counts = {}, {k: {"count": 0, "groups": []} for k in KINDS}
+    fns = globals()
+
+    def jitted(s, piece):
+        name = piece["fn"]
+        if name not in compiled:
+            body_fn, ins, outs = fns[name], piece["ins"], piece["outs"]
+            axes = tuple(STAGES[s]["axes"])
+
+            def body(*xs):
+                v = {k: x[0] for k, x in zip(ins, xs)}
+                v = body_fn(v, lax.axis_index(axes))
+                return tuple(v[k][None] for k in outs)
+
+            compiled[name] = jax.jit(jax.shard_map(
+                body, mesh=meshes[s], in_specs=(P(axes),) * len(ins),
+                out_specs=(P(axes),) * len(outs), check_vma=False))
+            compiled[name + ".counted"] = False
+        return compiled[name]
+
+    def run_piece(s, piece, m, mb, mailbox):
+        per_mb = set(PER_MICRO_BATCH[s])
+        args_ = []
+        for k in piece["ins"]:
+            if k.startswith("__recv_op"):
+                args_.append(mailbox.pop((s, k, m)))
+            elif k in per_mb and m is not None:
+                args_.append(mb[m][s][k])
+            else:
+                args_.append(env[s][k])
+        fn = jitted(s, piece)
+        if not compiled[piece["fn"] + ".counted"]:
+            got = count_collectives(fn.lower(*args_).compile().as_text(), STAGES[s]["ranks"])
+            for kind in KINDS:
+                counts[kind]["count"] += got[kind]["count"]
+                for g in got[kind]["groups"]:
+                    if g not in counts[kind]["groups"]:
+                        counts[kind]["groups"].append(g)
+            compiled[piece["fn"] + ".counted"] = True
+        for k, x in zip(piece["outs"], fn(*args_)):
+            if k.startswith("__send_op"):
+                t, recv = ROUTES[(s, k)]
+                mailbox[(t, recv, m)] = jax.device_put(x, specs[t])
+            elif k in per_mb and m is not None:
+                mb[m][s][k] = x
+            else:
+                env[s][k] = x
+
+    def run_host(pieces_by_stage):
+        """One collective spanning stages: every rank's value reduced over its group."""
+        local = [np.asarray(env[s][p["x"]]) for s, p in pieces_by_stage]
+        for (s, p), _ in zip(pieces_by_stage, local):
+            red = REDUCE[p["host"]]
+            out = []
+            for pos, group in enumerate(p["groups"]):
+                acc = None
+                for t, q in group:
+                    x = np.asarray(env[t][p["x"]])[q]
+                    acc = x if acc is None else red(acc, x)
+                if p["host"] == "AVG":
+                    acc = acc / len(group)
+                out.append(acc)
+            env[s]["__host_" + p["out"]] = np.stack(out)
+        for s, p in pieces_by_stage:
+            env[s][p["out"]] = jax.device_put(env[s].pop("__host_" + p["out"]), specs[s])
+
+    losses, first = [], None
+    whole = {k: values[k] for k in values}
+    for step in range(args.steps):
+        mb = [[{} for _ in STAGES] for _ in range(MICRO_BATCHES)]
+        mailbox, acc = {}, [{} for _ in STAGES]
+        for m in range(MICRO_BATCHES):
+            for s, st in enumerate(STAGES):
+                positions = range(len(st["ranks"]))
+                for name, recipe in FEEDS[s].items():
+                    if recipe.get("micro_batch"):
+                        full = whole[recipe["source"]]
+                        rows = full.shape[0] // MICRO_BATCHES
+                        piece = full[m * rows:(m + 1) * rows]
+                        mb[m][s][name] = jax.device_put(np.stack(
+                            [feed(piece, recipe, pos, st["shape"]) for pos in positions]), specs[s])
+            for c in range(CHUNKS):
+                for s in range(n_stages):
+                    for piece in JOBS[s]["forward%d" % c]:
+                        run_piece(s, piece, m, mb, mailbox)
+            for c in reversed(range(CHUNKS)):
+                for s in reversed(range(n_stages)):
+                    for piece in JOBS[s]["backward%d" % c]:
+                        run_piece(s, piece, m, mb, mailbox)
+            for s in range(n_stages):
+                for k in ACCUMULATED[s]:
+                    if k in mb[m][s]:
+                        acc[s][k] = mb[m][s][k] if k not in acc[s] else acc[s][k] + mb[m][s][k]
+        for s in range(n_stages):
+            env[s].update(acc[s])
+        ls = LOSS_STAGE
+        env[ls][LOSS] = sum(mb[m][ls][LOSS] for m in range(MICRO_BATCHES)) / MICRO_BATCHES
+        steps = max(len(JOBS[s]["optimizer"]) for s in range(n_stages))
+        for k in range(steps):
+            host = []
+            for s in range(n_stages):
+                piece = JOBS[s]["optimizer"][k] if k < len(JOBS[s]["optimizer"]) else None
+                if piece is None:
+                    continue
+                if "host" in piece:
+                    host.append((s, piece))
+                else:
+                    run_piece(s, piece, None, mb, mailbox)
+            if host:
+                run_host(host)
+        snap = [{k: np.asarray(x) for k, x in e.items()} for e in env]
+        rec = RECORDS["loss"]
+        losses.append(float(gather([snap[rec["stage"]][rec["var"]][i] for i in range(len(STAGES[rec["stage"]]["ranks"]))], rec, rec["global_shape"], STAGES[rec["stage"]]["shape"])[0]))
+        if first is None:
+            first = snap
+    finish_staged(args, first, snap, losses, counts)
+
+
+def stacked_feed_of(feeds, name, values, positions, shape):
+    recipe = feeds[name]
+    if "mask" in recipe:
+        seed, p = recipe["mask"]
+        whole = dropout_mask(seed, p, recipe["global_shape"]).astype(RUN["dtype"])
+    else:
+        whole = values[recipe["source"]]
+    return np.stack([feed(whole, recipe, pos, shape) for pos in positions])
+
+
+def finish_staged(args, first, last, losses, counts):
+    def value(snap, rec):
+        st = STAGES[rec["stage"]]
+        stacked = snap[rec["stage"]][rec["var"]]
+        copies = gather([stacked[i] for i in range(stacked.shape[0])], rec, rec["global_shape"], st["shape"])
+        return copies
+
+    spread, dump = 0.0, {}
+    for key, snap, rec in [("loss", first, RECORDS["loss"])] + [
+            ("grad." + p, first, r) for p, r in RECORDS["grads"]] + [
+            (p, last, r) for p, r in RECORDS["params"]]:
+        copies = value(snap, rec)
+        spread = max(spread, replica_spread(copies))
+        dump[key] = copies[0]
+    if args.dump:
+        for name, v in dump.items():
+            write_npy(args.dump, name, v, args.dtype)
+    print(json.dumps({
+        "mode": MODE,
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "losses": losses,
+        "max_replica_difference": spread,
         "simulated_devices": SIMULATED,
         "collectives": counts,
     }))

@@ -27,8 +27,17 @@ pub fn script(p: &Pipeline) -> Result<String, ExportError> {
     let body = body(&env, "rank_step", None)?;
     let template = env.programs[0];
     let rank0 = &p.partitioned.ranks[position_index(p, env.ranks[0])?];
-    out.push_str(&feeds(p, template, &env, rank0, &all_ops(template))?);
-    out.push_str(&records(p, rank0)?);
+    let map = AxisMap::identity(mesh.ndim());
+    out.push_str(&feeds(
+        p,
+        template,
+        &env,
+        rank0,
+        &all_ops(template),
+        &map,
+        false,
+    )?);
+    out.push_str(&records(p, &|_| Ok((rank0, 0)), &map)?);
     out.push_str(&body);
     out.push_str("\n\ndef main(argv):\n    run_shard_map(parse_args(argv))\n");
     Ok(out)
@@ -93,20 +102,44 @@ pub(super) fn body(
 
 /// A layout as Python: `"dims"` (per tensor dim, the mesh axes splitting it) and
 /// `"partial"` ([axis, reduce type] pairs).
-pub(super) fn layout(attr: &TensorDistAttr) -> String {
+pub(super) fn layout(attr: &TensorDistAttr, map: &AxisMap) -> String {
     let dims = py::list(
         attr.layout
             .axis_lists()
             .into_iter()
-            .map(|axes| py::ints(axes.iter())),
+            .map(|axes| py::ints(axes.iter().map(|&a| map.sub(a)))),
     );
     let partial = py::list(
         attr.layout
             .partial
             .iter()
-            .map(|(a, r)| format!("[{}, {}]", a.index(), py::string(r.name()))),
+            .map(|(a, r)| format!("[{}, {}]", map.sub(a.index()), py::string(r.name()))),
     );
     format!("\"dims\": {dims}, \"partial\": {partial}")
+}
+
+/// Mesh axis indices of the whole mesh as indices of a stage's sub-mesh (the `pp` axis
+/// dropped); the identity without stages. No tensor is split over `pp`, so the dropped
+/// axis never appears in a layout.
+pub(super) struct AxisMap(pub Vec<usize>);
+
+impl AxisMap {
+    pub fn identity(ndim: usize) -> AxisMap {
+        AxisMap((0..ndim).collect())
+    }
+
+    /// Without axis `dropped`.
+    pub fn without(ndim: usize, dropped: usize) -> AxisMap {
+        AxisMap(
+            (0..ndim)
+                .map(|a| if a > dropped { a - 1 } else { a })
+                .collect(),
+        )
+    }
+
+    pub fn sub(&self, a: usize) -> usize {
+        self.0.get(a).copied().unwrap_or(a)
+    }
 }
 
 /// The variables `ops` read before writing, in first-read order.
@@ -134,14 +167,18 @@ pub(super) fn feeds(
     env: &RanksEnv,
     rank: &crate::passes::partition::RankProgram,
     ops: &[usize],
+    map: &AxisMap,
+    staged: bool,
 ) -> Result<String, ExportError> {
     let serial = &p.full.program;
     let zero = &p.partitioned.zero;
-    let mut out = String::from(
+    let mut out = String::from(if staged {
+        "    {\n"
+    } else {
         "# What each rank starts with: the source variable its value is a piece of, the\n\
          # layout that cuts the piece, and for ZeRO the flat shard of it the rank keeps.\n\
-         FEEDS = {\n",
-    );
+         FEEDS = {\n"
+    });
     let fed = read_first(program, ops);
     for &v in &fed {
         let name = &program.var(v).name;
@@ -150,15 +187,25 @@ pub(super) fn feeds(
             format!(
                 "{{\"source\": {}, {}, \"zero\": {{\"axes\": {}, \"shard\": {}}}}}",
                 py::string(&serial.var(whole).name),
-                layout(&p.full.tensors[whole.index()]),
-                py::ints(z.axes.iter().map(|a| a.index())),
+                layout(&p.full.tensors[whole.index()], map),
+                py::ints(z.axes.iter().map(|a| map.sub(a.index()))),
                 z.shard
             )
         } else if v.index() < serial.vars().len() && serial.var(v).kind.is_source() {
+            let per_mb = staged
+                && matches!(
+                    serial.var(v).kind,
+                    crate::ir::VarKind::Input | crate::ir::VarKind::Label
+                );
             format!(
-                "{{\"source\": {}, {}}}",
+                "{{\"source\": {}, {}{}}}",
                 py::string(&serial.var(v).name),
-                layout(&p.full.tensors[v.index()])
+                layout(&p.full.tensors[v.index()], map),
+                if per_mb {
+                    ", \"micro_batch\": True"
+                } else {
+                    ""
+                }
             )
         } else {
             return Err(ExportError::Plan(format!(
@@ -187,8 +234,11 @@ pub(super) fn feeds(
             op.attr_int("seed", 0),
             py::float(op.attr_float("dropout_prob", 0.5)),
             py::ints(serial.var(origin).ty.shape.iter()),
-            layout(&attr)
+            layout(&attr, map)
         ));
+    }
+    if staged {
+        return Ok(out + "    },\n");
     }
     out.push_str("}\n");
     let written: HashSet<VarId> = ops
@@ -214,16 +264,18 @@ pub(super) fn record(
     p: &Pipeline,
     rank: &crate::passes::partition::RankProgram,
     v: VarId,
+    map: &AxisMap,
+    stage: usize,
 ) -> Result<String, ExportError> {
     let serial = &p.full.program;
     let global = py::ints(serial.var(v).ty.shape.iter());
     if let Some((z, shard)) = p.partitioned.zero.value_in_shards(v) {
         let settled = crate::passes::dist_program::DistProgram::settled(&p.full.tensors[v.index()]);
         return Ok(format!(
-            "{{\"var\": {}, {}, \"global_shape\": {global}, \"zero\": {{\"axes\": {}, \"numel\": {}, \"local_shape\": {}}}}}",
+            "{{\"var\": {}, {}, \"global_shape\": {global}, \"stage\": {stage}, \"zero\": {{\"axes\": {}, \"numel\": {}, \"local_shape\": {}}}}}",
             py::string(&rank.program.var(shard).name),
-            layout(&settled),
-            py::ints(z.axes.iter().map(|a| a.index())),
+            layout(&settled, map),
+            py::ints(z.axes.iter().map(|a| map.sub(a.index()))),
             z.numel,
             py::ints(rank.program.var(v).ty.shape.iter())
         ));
@@ -233,28 +285,33 @@ pub(super) fn record(
         .get(v.index())
         .ok_or_else(|| ExportError::Plan(format!("`{}` has no layout", serial.var(v).name)))?;
     Ok(format!(
-        "{{\"var\": {}, {}, \"global_shape\": {global}}}",
+        "{{\"var\": {}, {}, \"global_shape\": {global}, \"stage\": {stage}}}",
         py::string(&rank.program.var(v).name),
-        layout(attr)
+        layout(attr, map)
     ))
 }
 
 /// `RECORDS`: the loss, each parameter's gradient and each parameter.
-pub(super) fn records(
-    p: &Pipeline,
-    rank: &crate::passes::partition::RankProgram,
-) -> Result<String, ExportError> {
+/// The template rank program of the stage holding a variable, and the stage.
+pub(super) type Holder<'a> =
+    dyn Fn(VarId) -> Result<(&'a crate::passes::partition::RankProgram, usize), ExportError> + 'a;
+
+pub(super) fn records(p: &Pipeline, holder: &Holder, map: &AxisMap) -> Result<String, ExportError> {
     let serial = &p.full.program;
     let loss = crate::exec::run::reported_loss(p);
+    let rec = |v: VarId| -> Result<String, ExportError> {
+        let (rank, stage) = holder(v)?;
+        record(p, rank, v, map, stage)
+    };
     let mut out = format!(
         "# What the dump holds, and where each rank keeps its piece of it.\nRECORDS = {{\n    \"loss\": {},\n    \"grads\": [\n",
-        record(p, rank, loss)?
+        rec(loss)?
     );
     for &(param, grad) in &p.backward.param_grads {
         out.push_str(&format!(
             "        [{}, {}],\n",
             py::string(&serial.var(param).name),
-            record(p, rank, grad)?
+            rec(grad)?
         ));
     }
     out.push_str("    ],\n    \"params\": [\n");
@@ -262,7 +319,7 @@ pub(super) fn records(
         out.push_str(&format!(
             "        [{}, {}],\n",
             py::string(&serial.var(param).name),
-            record(p, rank, param)?
+            rec(param)?
         ));
     }
     out.push_str("    ],\n}\n");

@@ -5,6 +5,7 @@
 use super::py;
 use super::ExportError;
 use crate::exec::init::{init_recipe, InitOptions, InitRecipe};
+use crate::ir::VarKind;
 use crate::passes::pipeline::Pipeline;
 
 /// The `SOURCES = {...}` statement.
@@ -30,10 +31,18 @@ pub fn table(p: &Pipeline, init: &InitOptions) -> Result<String, ExportError> {
                 )))
             }
         };
+        // With micro-batches an input is the whole batch (`exec::run_pipe`): M times the
+        // program's rows, micro-batch i taking the i-th block.
+        let mut shape = v.ty.shape.to_vec();
+        if p.micro_batches() > 1 && matches!(v.kind, VarKind::Input | VarKind::Label) {
+            if let Some(rows) = shape.first_mut() {
+                *rows *= p.micro_batches();
+            }
+        }
         out.push_str(&format!(
             "    {}: ({}, {}, {recipe}),\n",
             py::string(&v.name),
-            py::ints(v.ty.shape.iter()),
+            py::ints(shape.iter()),
             py::string(v.ty.dtype.name()),
         ));
     }
