@@ -148,7 +148,7 @@ pub fn script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError>
 
 /// The tensors `with_sharding_constraint` pins: the annotated ones the forward pass
 /// computes, or every forward output with a layout a `PartitionSpec` can say.
-fn pinned(p: &Pipeline, constrain: Constrain) -> HashSet<VarId> {
+pub(super) fn pinned(p: &Pipeline, constrain: Constrain) -> HashSet<VarId> {
     let program = &p.full.program;
     match constrain {
         Constrain::Annotated => p.plan.annotations.iter().map(|a| a.var).collect(),
@@ -163,7 +163,7 @@ fn pinned(p: &Pipeline, constrain: Constrain) -> HashSet<VarId> {
 }
 
 /// `PARAMS`, `STATE`, `CONSTS` (with their shardings), `LOSS`, `REPORTED`, `GRADS`.
-fn tables(
+pub(super) fn tables(
     p: &Pipeline,
     forward: &[usize],
     optimizer: &[usize],

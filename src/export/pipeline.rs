@@ -369,8 +369,141 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
 
 /// The script's plan part for `gspmd` mode (see the module doc).
 pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError> {
-    let _ = (p, constrain, spec, SerialEnv::program, VarKind::Input);
-    Err(ExportError::Plan(
-        "gspmd mode does not export pipeline plans yet; use --mode shard_map".into(),
-    ))
+    let program = &p.full.program;
+    let mesh = &p.full.mesh;
+    let plan = crate::passes::partition::p2p::StagePlan::new(&p.full, &p.stages);
+    let first_backward = p.backward.first_backward_op.min(program.ops().len());
+    let virtual_count = p.stages.virtual_count();
+    let env = SerialEnv {
+        program,
+        masks: std::cell::RefCell::new(Vec::new()),
+    };
+    let pinned = super::gspmd::pinned(p, constrain);
+    let params: HashSet<VarId> = p.backward.param_grads.iter().map(|&(v, _)| v).collect();
+    let mut per_stage: Vec<Vec<usize>> = vec![Vec::new(); virtual_count];
+    for i in 0..first_backward {
+        let k = plan.op_stage[i];
+        let slot = per_stage.get_mut(k).ok_or_else(|| ExportError::Op {
+            index: i,
+            ty: program.ops()[i].ty.to_string(),
+            message: "a forward op on every stage".into(),
+        })?;
+        slot.push(i);
+    }
+    // Which later stages read what each stage writes.
+    let mut read_later: HashSet<VarId> = HashSet::new();
+    let mut bodies = String::new();
+    let mut table = String::from("# Each virtual stage's forward: its physical stage, inputs (the differentiable ones:\n# parameters and activations from earlier stages) and outputs.\nVSTAGES = [\n");
+    let loss = p.backward.loss;
+    let reported = crate::exec::run::reported_loss(p);
+    let mut outs_of: Vec<Vec<VarId>> = Vec::new();
+    for k in (0..virtual_count).rev() {
+        let ops = &per_stage[k];
+        let written: HashSet<VarId> = ops
+            .iter()
+            .flat_map(|&i| program.ops()[i].all_outputs().collect::<Vec<_>>())
+            .collect();
+        let mut outs: Vec<VarId> = written
+            .iter()
+            .copied()
+            .filter(|v| read_later.contains(v) || *v == loss || *v == reported)
+            .collect();
+        outs.sort();
+        outs_of.push(outs);
+        read_later.extend(read_first(program, ops));
+    }
+    outs_of.reverse();
+    for (k, ops) in per_stage.iter().enumerate() {
+        let (s, _) = p.stages.split(k);
+        let ins = read_first(program, ops);
+        let diff: Vec<VarId> = ins
+            .iter()
+            .copied()
+            .filter(|&v| {
+                let var = program.var(v);
+                params.contains(&v)
+                    || (!var.kind.is_source() && var.ty.dtype != crate::ir::DType::I64)
+            })
+            .collect();
+        let names = |vs: &[VarId]| py::list(vs.iter().map(|&v| py::string(&program.var(v).name)));
+        table.push_str(&format!(
+            "    {{\"stage\": {s}, \"fn\": \"vstage{k}\", \"ins\": {}, \"diff\": {}, \"outs\": {}}},\n",
+            names(&ins),
+            names(&diff),
+            names(&outs_of[k])
+        ));
+        bodies.push_str(&format!("\n\ndef vstage{k}(v):\n    \"\"\"Virtual stage {k}'s forward ops (physical stage {s}).\"\"\"\n"));
+        for &i in ops {
+            for line in emit(&env, i, &program.ops()[i])? {
+                bodies.push_str(&format!("    {line}\n"));
+            }
+            for v in program.ops()[i].all_outputs() {
+                if pinned.contains(&v) {
+                    bodies.push_str(&format!(
+                        "    v[{0}] = constrain(v[{0}], {1})\n",
+                        py::string(&program.var(v).name),
+                        spec(&p.full.tensors[v.index()], mesh, &[])
+                    ));
+                }
+            }
+        }
+        bodies.push_str("    return v\n");
+    }
+    table.push_str("]\n");
+    let optimizer: Vec<usize> = (first_backward..program.ops().len())
+        .filter(|&i| program.ops()[i].role == OpRole::Optimize)
+        .collect();
+    bodies.push_str("\n\ndef optimizer(v):\n    \"\"\"The serial program's optimizer-phase ops, on the whole mesh.\"\"\"\n");
+    for &i in &optimizer {
+        for line in emit(&env, i, &program.ops()[i])? {
+            bodies.push_str(&format!("    {line}\n"));
+        }
+    }
+    bodies.push_str("    return v\n");
+    let mut out = format!(
+        "MESH_SHAPE = {}\nAXES = {}\nRANKS = {}\nMICRO_BATCHES = {}\nSTAGES = [\n",
+        py::ints(mesh.shape().iter()),
+        py::tuple(mesh.dim_names().iter().map(|n| py::string(n))),
+        py::ints(mesh.process_ids().iter()),
+        p.micro_batches()
+    );
+    for s in 0..p.stages.stages {
+        let sub = p
+            .stages
+            .stage_mesh(mesh, s)
+            .ok_or_else(|| ExportError::Plan(format!("stage {s} has no sub-mesh")))?;
+        out.push_str(&format!(
+            "    {{\"shape\": {}, \"axes\": {}, \"ranks\": {}}},\n",
+            py::ints(sub.shape().iter()),
+            py::tuple(sub.dim_names().iter().map(|n| py::string(n))),
+            py::ints(sub.process_ids().iter())
+        ));
+    }
+    out.push_str("]\n");
+    out.push_str(&table);
+    let mut all_forward: Vec<usize> = (0..first_backward).collect();
+    all_forward.extend(&optimizer);
+    let _ = all_forward;
+    let forward: Vec<usize> = (0..first_backward).collect();
+    out.push_str(&super::gspmd::tables(p, &forward, &optimizer, &env)?);
+    let specs: Vec<String> = program
+        .vars()
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.kind.is_source() || matches!(v.kind, VarKind::Input | VarKind::Label))
+        .map(|(i, v)| {
+            format!(
+                "    {}: {},\n",
+                py::string(&v.name),
+                spec(&p.full.tensors[i], mesh, &[])
+            )
+        })
+        .collect();
+    out.push_str(&format!(
+        "# The completed layout of every computed tensor and data input.\nSPECS = {{\n{}}}\n",
+        specs.concat()
+    ));
+    out.push_str(&bodies);
+    out.push_str("\n\ndef main(argv):\n    run_pipeline_gspmd(parse_args(argv))\n");
+    Ok(out)
 }

@@ -867,3 +867,141 @@ def finish_staged(args, first, last, losses, counts):
         "simulated_devices": SIMULATED,
         "collectives": counts,
     }))
+
+
+def run_pipeline_gspmd(args):
+    """Each virtual stage's forward jitted on its stage's devices, its backward the vjp of
+    the same function (recomputing the forward), activations and their gradients moved
+    between stages with device_put; gradients summed over micro-batches; the optimizer
+    step jitted once over the whole mesh."""
+    values = initial_globals(args)
+    full = make_mesh(MESH_SHAPE, AXES, RANKS)
+    CURRENT["mesh"] = full
+    meshes = [make_mesh(st["shape"], st["axes"], st["ranks"]) for st in STAGES]
+    data = [k for k in SPECS if k in SOURCES]
+
+    def on(mesh, spec):
+        return NamedSharding(mesh, P(*spec))
+
+    def spec_of(name):
+        return STATE.get(name, CONSTS.get(name, SPECS.get(name, ())))
+
+    for name, (seed, p, shape) in MASKS.items():
+        values[name] = dropout_mask(seed, p, shape).astype(RUN["dtype"])
+    state = {k: jax.device_put(values[k], on(full, s)) for k, s in STATE.items()}
+    consts = {k: jax.device_put(values[k], on(full, s)) for k, s in CONSTS.items() if k not in data}
+    counts = {k: {"count": 0, "groups": []} for k in KINDS}
+    compiled = {}
+
+    def add_counts(fn, a, ranks):
+        got = count_collectives(fn.lower(*a).compile().as_text(), ranks)
+        for kind in KINDS:
+            counts[kind]["count"] += got[kind]["count"]
+            for g in got[kind]["groups"]:
+                if g not in counts[kind]["groups"]:
+                    counts[kind]["groups"].append(g)
+
+    def stage_fns(k):
+        if k in compiled:
+            return compiled[k]
+        vs = VSTAGES[k]
+        body, diff = globals()[vs["fn"]], vs["diff"]
+        rest = [n for n in vs["ins"] if n not in diff]
+
+        def fwd(d, r):
+            v = body({**dict(zip(rest, r)), **dict(zip(diff, d))})
+            return tuple(v[n] for n in vs["outs"])
+
+        def bwd(d, r, cts):
+            return jax.vjp(lambda dd: fwd(dd, r), d)[1](cts)[0]
+
+        CURRENT["mesh"] = meshes[vs["stage"]]
+        compiled[k] = (jax.jit(fwd), jax.jit(bwd), rest)
+        return compiled[k]
+
+    losses, dump = [], {}
+    for step in range(args.steps):
+        acc = {}
+        reported = []
+        for m in range(MICRO_BATCHES):
+            acts = {}
+            for name in data:
+                whole = values[name]
+                rows = whole.shape[0] // MICRO_BATCHES
+                acts[name] = whole[m * rows:(m + 1) * rows]
+            saved = []
+            for k, vs in enumerate(VSTAGES):
+                fwd, _, rest = stage_fns(k)
+                mesh = meshes[vs["stage"]]
+
+                def get(n):
+                    x = state[n] if n in state else consts[n] if n in consts else acts[n]
+                    return jax.device_put(x, on(mesh, spec_of(n)))
+
+                d = tuple(get(n) for n in vs["diff"])
+                r = tuple(get(n) for n in rest)
+                CURRENT["mesh"] = mesh
+                if step == 0 and m == 0:
+                    add_counts(fwd, (d, r), STAGES[vs["stage"]]["ranks"])
+                outs = fwd(d, r)
+                acts.update(zip(vs["outs"], outs))
+                saved.append((d, r, outs))
+            reported.append(np.asarray(acts[REPORTED]))
+            cts = {LOSS: None}
+            for k in reversed(range(len(VSTAGES))):
+                vs = VSTAGES[k]
+                _, bwd, _ = stage_fns(k)
+                mesh = meshes[vs["stage"]]
+                d, r, outs = saved[k]
+                ct = []
+                for n, o in zip(vs["outs"], outs):
+                    if n == LOSS:
+                        ct.append(jnp.full(o.shape, 1.0 / MICRO_BATCHES, o.dtype))
+                    elif cts.get(n) is not None:
+                        ct.append(jax.device_put(cts[n], o.sharding))
+                    else:
+                        ct.append(jnp.zeros(o.shape, o.dtype))
+                CURRENT["mesh"] = mesh
+                if step == 0 and m == 0:
+                    add_counts(bwd, (d, r, tuple(ct)), STAGES[vs["stage"]]["ranks"])
+                grads = bwd(d, r, tuple(ct))
+                for n, g in zip(vs["diff"], grads):
+                    if n in GRADS:
+                        acc[n] = g if n not in acc else acc[n] + g
+                    else:
+                        prev = cts.get(n)
+                        cts[n] = g if prev is None else jax.device_put(prev, g.sharding) + g
+        CURRENT["mesh"] = full
+        grads_full = {p: jax.device_put(acc[p], on(full, STATE[p])) for p in GRADS}
+        loss_full = jax.device_put(np.mean(np.stack(reported), axis=0).astype(RUN["dtype"]), on(full, ()))
+
+        if "opt" not in compiled:
+            def opt_step(state, consts, grads, reported_loss):
+                v = {**consts, **state, REPORTED: reported_loss}
+                for p, g in GRADS.items():
+                    v[g] = grads[p]
+                v = optimizer(v)
+                return {k: v[k] for k in STATE}, {p: v[g] for p, g in GRADS.items()}
+
+            compiled["opt"] = jax.jit(opt_step)
+            add_counts(compiled["opt"], (state, consts, grads_full, loss_full), RANKS)
+        state, final_grads = compiled["opt"](state, consts, grads_full, loss_full)
+        losses.append(float(np.asarray(loss_full)))
+        if step == 0:
+            dump["loss"] = np.asarray(loss_full)
+            for p, g in final_grads.items():
+                dump["grad." + p] = np.asarray(g)
+    for p in GRADS:
+        dump[p] = np.asarray(state[p])
+    if args.dump:
+        for name, value in dump.items():
+            write_npy(args.dump, name, value, args.dtype)
+    print(json.dumps({
+        "mode": MODE,
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "losses": losses,
+        "max_replica_difference": 0.0,
+        "simulated_devices": SIMULATED,
+        "collectives": counts,
+    }))
