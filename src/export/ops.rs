@@ -389,11 +389,12 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
         OpType::CSoftmaxWithCrossEntropy => Ok(e.assign(
             &[e.out("Softmax"), e.out("Loss")],
             format!(
-                "c_softmax_ce({}, {}, {}, {})",
+                "c_softmax_ce({}, {}, {}, {}, tag={})",
                 e.x("Logits")?,
                 e.x("Label")?,
                 e.env.rank_int(e.index, "start_index", 0)?,
-                e.env.axes(e.index)?
+                e.env.axes(e.index)?,
+                e.index
             ),
         )),
         OpType::FillConstant => {
@@ -522,18 +523,20 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
             Ok(lines)
         }
         OpType::AllReduce => simple(format!(
-            "all_reduce({}, {}, {})",
+            "all_reduce({}, {}, {}, tag={})",
             e.x("X")?,
             py::string(op.attr_str("reduce_type").unwrap_or("SUM")),
-            e.env.axes(e.index)?
+            e.env.axes(e.index)?,
+            e.index
         )),
         OpType::AllGather => {
             let x = e.input("X")?;
             simple(format!(
-                "all_gather({}, {}, {})",
+                "all_gather({}, {}, {}, tag={})",
                 e.var(x),
                 e.axis_of(x, "axis", 0)?,
-                e.env.axes(e.index)?
+                e.env.axes(e.index)?,
+                e.index
             ))
         }
         OpType::ReduceScatter => {
@@ -545,20 +548,22 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
                 )));
             }
             simple(format!(
-                "reduce_scatter({}, {}, {})",
+                "reduce_scatter({}, {}, {}, tag={})",
                 e.var(x),
                 e.axis_of(x, "axis", 0)?,
-                e.env.axes(e.index)?
+                e.env.axes(e.index)?,
+                e.index
             ))
         }
         OpType::AllToAll => {
             let x = e.input("X")?;
             simple(format!(
-                "all_to_all({}, {}, {}, {})",
+                "all_to_all({}, {}, {}, {}, tag={})",
                 e.var(x),
                 e.axis_of(x, "split_axis", 0)?,
                 e.axis_of(x, "concat_axis", 0)?,
-                e.env.axes(e.index)?
+                e.env.axes(e.index)?,
+                e.index
             ))
         }
         OpType::Send | OpType::Recv => Err(

@@ -170,16 +170,17 @@ def softmax_ce_grad(sm, label, dloss, axis, soft):
     return dloss * (sm - (classes == label).astype(sm.dtype))
 
 
-def c_softmax_ce(logits, label, start, axes):
+def c_softmax_ce(logits, label, start, axes, tag=0):
     """The vocab-parallel cross-entropy: all_reduce MAX of the row max, SUM of the target
     logit, SUM of the exp-sums, over the class axis' mesh axes."""
-    m = lax.pmax(jnp.max(logits, axis=-1, keepdims=True), axes)
+    logits = fence(logits, tag)
+    m = kept(lax.pmax(jnp.max(logits, axis=-1, keepdims=True), axes))
     local = label - start
     inside = (local >= 0) & (local < logits.shape[-1])
     picked = jnp.take_along_axis(logits, jnp.clip(local, 0, logits.shape[-1] - 1), axis=-1)
-    t = lax.psum(jnp.where(inside, picked - m, 0.0).astype(logits.dtype), axes)
+    t = kept(lax.psum(jnp.where(inside, picked - m, 0.0).astype(logits.dtype), axes))
     e = jnp.exp(logits - m)
-    s = lax.psum(jnp.sum(e, axis=-1, keepdims=True), axes)
+    s = kept(lax.psum(jnp.sum(e, axis=-1, keepdims=True), axes))
     return e / s, jnp.log(s) - t
 
 
@@ -235,26 +236,58 @@ def update_loss_scaling(xs, found, s, good, bad, incr_every, decr_every, incr, d
 
 
 # --- collectives (inside shard_map; `axes` are mesh axis names) ------------------------
-def all_reduce(x, kind, axes):
+# XLA would merge a collective with an identical one (ZeRO-3's second gather of a
+# parameter, a recomputed forward all-reduce) and drop one whose result no gradient needs
+# (a bias gathered for its backward). So every collective's input gets `+ nonce * tag`
+# (`nonce` a runtime zero the compiler cannot see through, `tag` the op's index: exact,
+# and different for every op), and every result feeds a scalar the step returns: the
+# compiled program runs exactly the collectives ShardLab planned.
+TRACE = {"nonce": None, "keep": []}
+
+
+def fence(x, tag):
+    if TRACE["nonce"] is None or not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+    return x + (TRACE["nonce"] * tag).astype(x.dtype)
+
+
+def kept(out):
+    TRACE["keep"].append(out)
+    return out
+
+
+def keep_sum():
+    total = jnp.zeros((), RUN["dtype"])
+    for o in TRACE["keep"]:
+        total = total + jnp.sum(o).astype(RUN["dtype"])
+    TRACE["keep"] = []
+    return total
+
+
+def all_reduce(x, kind, axes, tag=0):
+    x = fence(x, tag)
     if kind == "SUM":
-        return lax.psum(x, axes)
+        return kept(lax.psum(x, axes))
     if kind == "MAX":
-        return lax.pmax(x, axes)
+        return kept(lax.pmax(x, axes))
     if kind == "MIN":
-        return lax.pmin(x, axes)
-    return lax.pmean(x, axes)
+        return kept(lax.pmin(x, axes))
+    return kept(lax.pmean(x, axes))
 
 
-def all_gather(x, axis, axes):
-    return lax.all_gather(x, axes, axis=axis, tiled=True)
+def all_gather(x, axis, axes, tag=0):
+    x = fence(x, tag)
+    return kept(lax.all_gather(x, axes, axis=axis, tiled=True))
 
 
-def reduce_scatter(x, axis, axes):
-    return lax.psum_scatter(x, axes, scatter_dimension=axis, tiled=True)
+def reduce_scatter(x, axis, axes, tag=0):
+    x = fence(x, tag)
+    return kept(lax.psum_scatter(x, axes, scatter_dimension=axis, tiled=True))
 
 
-def all_to_all(x, split_axis, concat_axis, axes):
-    return lax.all_to_all(x, axes, split_axis, concat_axis, tiled=True)
+def all_to_all(x, split_axis, concat_axis, axes, tag=0):
+    x = fence(x, tag)
+    return kept(lax.all_to_all(x, axes, split_axis, concat_axis, tiled=True))
 
 
 # --- seeded values (ShardLab's exec/init.rs: splitmix64 of the name's FNV hash) --------
@@ -608,24 +641,28 @@ def run_shard_map(args):
     ins = [jax.device_put(stacked_feed(k, values, positions, MESH_SHAPE), spec) for k in names]
     outs = list(dict.fromkeys(STATE + record_names()))
 
+    ins.append(jax.device_put(np.zeros(len(RANKS), RUN["dtype"]), spec))
+
     def body(*xs):
+        TRACE["nonce"], TRACE["keep"] = xs[-1][0], []
         v = {k: x[0] for k, x in zip(names, xs)}
         v = rank_step(v, lax.axis_index(tuple(AXES)))
-        return tuple(v[k][None] for k in outs)
+        return tuple(v[k][None] for k in outs) + (keep_sum()[None],)
 
     step = jax.jit(jax.shard_map(
-        body, mesh=mesh, in_specs=(P(tuple(AXES)),) * len(names),
-        out_specs=(P(tuple(AXES)),) * len(outs), check_vma=False))
+        body, mesh=mesh, in_specs=(P(tuple(AXES)),) * (len(names) + 1),
+        out_specs=(P(tuple(AXES)),) * (len(outs) + 1), check_vma=False))
     counts = count_collectives(step.lower(*ins).compile().as_text(), RANKS)
     first, losses = None, []
     loss_var = RECORDS["loss"]
     for s in range(args.steps):
-        got = dict(zip(outs, step(*ins)))
+        got = dict(zip(outs, step(*ins)[:-1]))
         got = {k: np.asarray(x) for k, x in got.items()}
         losses.append(float(assemble(got[loss_var["var"]], loss_var, MESH_SHAPE)[0]))
         if first is None:
             first = got
-        ins = [jax.device_put(got[k], spec) if k in STATE else x for k, x in zip(names, ins)]
+        ins = [jax.device_put(got[k], spec) if k in STATE else x for k, x in zip(names, ins[:-1])]
+        ins.append(jax.device_put(np.zeros(len(RANKS), RUN["dtype"]), spec))
     finish(args, first, got, losses, counts, MESH_SHAPE)
 
 
@@ -723,13 +760,14 @@ def run_pipeline_shard_map(args):
             axes = tuple(STAGES[s]["axes"])
 
             def body(*xs):
+                TRACE["nonce"], TRACE["keep"] = xs[-1][0], []
                 v = {k: x[0] for k, x in zip(ins, xs)}
                 v = body_fn(v, lax.axis_index(axes))
-                return tuple(v[k][None] for k in outs)
+                return tuple(v[k][None] for k in outs) + (keep_sum()[None],)
 
             compiled[name] = jax.jit(jax.shard_map(
-                body, mesh=meshes[s], in_specs=(P(axes),) * len(ins),
-                out_specs=(P(axes),) * len(outs), check_vma=False))
+                body, mesh=meshes[s], in_specs=(P(axes),) * (len(ins) + 1),
+                out_specs=(P(axes),) * (len(outs) + 1), check_vma=False))
             compiled[name + ".counted"] = False
         return compiled[name]
 
@@ -744,6 +782,7 @@ def run_pipeline_shard_map(args):
             else:
                 args_.append(env[s][k])
         fn = jitted(s, piece)
+        args_.append(jax.device_put(np.zeros(len(STAGES[s]["ranks"]), RUN["dtype"]), specs[s]))
         if not compiled[piece["fn"] + ".counted"]:
             got = count_collectives(fn.lower(*args_).compile().as_text(), STAGES[s]["ranks"])
             for kind in KINDS:
@@ -752,7 +791,7 @@ def run_pipeline_shard_map(args):
                     if g not in counts[kind]["groups"]:
                         counts[kind]["groups"].append(g)
             compiled[piece["fn"] + ".counted"] = True
-        for k, x in zip(piece["outs"], fn(*args_)):
+        for k, x in zip(piece["outs"], fn(*args_)[:-1]):
             if k.startswith("__send_op"):
                 t, recv = ROUTES[(s, k)]
                 mailbox[(t, recv, m)] = jax.device_put(x, specs[t])
