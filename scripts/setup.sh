@@ -3,7 +3,8 @@
 # already there (at the right version) and skips it. Safe to run again and again.
 #
 #   wasm32 target, Trunk 0.21.14, wasm-bindgen-cli (= the wasm-bindgen in Cargo.lock),
-#   Chromium + chromedriver (Debian packages), npm binaryen (wasm-opt) + playwright-core.
+#   Chromium + chromedriver (Debian packages), npm binaryen (wasm-opt) + playwright-core,
+#   and JAX 0.10.2 (CPU) + numpy in a venv under target/jaxenv (the export suite).
 #
 # Source scripts/env.sh afterwards (the other scripts do) to get wasm-opt on PATH.
 set -euo pipefail
@@ -78,4 +79,14 @@ if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_module
   (cd tests/e2e && npm ci --no-audit --no-fund)
 fi
 
-say "tools ready: $(trunk --version), $(wasm-bindgen --version), $(tests/e2e/node_modules/.bin/wasm-opt --version), $(chromium --version 2>/dev/null | head -n1)"
+# 6. JAX (CPU) and numpy for the export suite (tests/export_jax.rs), in a venv under target/,
+#    pinned: the exported scripts and the README's XLA figures are checked against 0.10.2.
+JAX_VERSION=0.10.2
+JAX_ENV=target/jaxenv
+if ! "$JAX_ENV/bin/python" -c "import jax, numpy; assert jax.__version__ == '$JAX_VERSION'" 2>/dev/null; then
+  say "installing jax[cpu]==$JAX_VERSION and numpy into $JAX_ENV (about a minute)"
+  python3 -m venv "$JAX_ENV"
+  "$JAX_ENV/bin/pip" install --quiet --disable-pip-version-check "jax[cpu]==$JAX_VERSION" numpy
+fi
+
+say "tools ready: $(trunk --version), $(wasm-bindgen --version), $(tests/e2e/node_modules/.bin/wasm-opt --version), $(chromium --version 2>/dev/null | head -n1), jax $("$JAX_ENV/bin/python" -c 'import jax; print(jax.__version__)')"

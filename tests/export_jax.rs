@@ -13,12 +13,13 @@
 mod common;
 
 use common::{plan_with, standard_configs};
+use shardlab::exec::init::{initial_value, InitOptions};
 use shardlab::exec::npy::read_npy;
 use shardlab::exec::run::{run_serial, Log, Record, RunOptions};
 use shardlab::exec::tensor::Tensor;
 use shardlab::exec::verify::compare;
 use shardlab::export::{export_jax, Constrain, ExportMode, ExportOptions};
-use shardlab::ir::DType;
+use shardlab::ir::{Attr, DType, OpType, VarKind};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::{Model, ModelConfig};
 use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
@@ -80,6 +81,14 @@ fn cases(dtype: DType) -> Vec<Case> {
     out.push(Case {
         name: "gpt_dp_mp_amp_clip_adamw_sums_recompute".into(),
         plan: all,
+    });
+    let (_, mesh_dp, shards_dp) = standard_configs(Model::Mlp, 1).remove(0);
+    let mut accumulate = build(Model::Mlp, 1, mesh_dp, &shards_dp, dtype);
+    accumulate.options.micro_batches = 2;
+    accumulate.options.optimizer = shardlab::plan::OptimizerKind::Momentum;
+    out.push(Case {
+        name: "mlp_dp_accumulate2_momentum".into(),
+        plan: accumulate,
     });
     let mut pp = build(Model::Gpt, 2, "2x2:pp,dp", &["x=dp,-,-".to_string()], dtype);
     pp.options.micro_batches = 2;
@@ -221,6 +230,16 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
             });
         }
     }
+    // Checks that must fail: each sabotaged script breaks one thing the checks guard.
+    let sabotage = sabotaged(&prepared, &dir, tag == "f32");
+    for (job, _, _) in &sabotage {
+        jobs.push(job.clone());
+    }
+    // The scripts' initial values against ShardLab's, bit for bit.
+    let inits = init_jobs(&prepared, &dir);
+    for (job, _, _) in &inits {
+        jobs.push(job.clone());
+    }
     let jobs_file = dir.join("jobs.json");
     std::fs::write(&jobs_file, serde_json::to_string(&jobs).unwrap()).unwrap();
     let results_file = dir.join("results.json");
@@ -235,6 +254,13 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
     let results: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&results_file).unwrap()).unwrap();
     let mut failures = export_failures;
+    let extra = &results[prepared.len()..];
+    failures.extend(check_sabotage(
+        &prepared,
+        &sabotage,
+        &extra[..sabotage.len()],
+    ));
+    failures.extend(check_inits(&prepared, &inits, &extra[sabotage.len()..]));
     for (prep, result) in prepared.iter().zip(&results) {
         if let Some(err) = result.get("error").and_then(|e| e.as_str()) {
             failures.push(format!("{}: the script failed:\n{err}", prep.name));
@@ -280,10 +306,253 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
     failures
 }
 
+/// A copy of a case's script with `from` replaced by `to` once (after the prelude).
+fn sabotage_one(
+    prepared: &[Prepared],
+    dir: &Path,
+    case: &str,
+    from: &str,
+    to: &str,
+    what: &str,
+) -> (serde_json::Value, String, usize) {
+    let k = prepared
+        .iter()
+        .position(|p| p.name == case)
+        .unwrap_or_else(|| panic!("no case {case}"));
+    let script = std::fs::read_to_string(dir.join(format!("{case}.py"))).unwrap();
+    let plan_at = script.find("# The plan\n").unwrap();
+    let at = plan_at
+        + script[plan_at..]
+            .find(from)
+            .unwrap_or_else(|| panic!("{case}: no `{from}`"));
+    let broken = format!("{}{to}{}", &script[..at], &script[at + from.len()..]);
+    let path = dir.join(format!("{case}.broken-{}.py", what.replace(' ', "-")));
+    std::fs::write(&path, broken).unwrap();
+    let dump = dir.join(format!("{case}.broken-{}.dump", what.replace(' ', "-")));
+    (
+        serde_json::json!({"script": path, "args": ["--dump", dump, "--steps", STEPS.to_string()]}),
+        what.to_string(),
+        k,
+    )
+}
+
+/// Sabotaged scripts (f32 only): a tensor-parallel all-reduce dropped, the data-parallel
+/// 1/N scale dropped, and the exact gelu swapped for its tanh approximation (a change of
+/// about 1e-3 that the tolerances must see).
+fn sabotaged(
+    prepared: &[Prepared],
+    dir: &Path,
+    on: bool,
+) -> Vec<(serde_json::Value, String, usize)> {
+    if !on {
+        return Vec::new();
+    }
+    vec![
+        sabotage_one(
+            prepared,
+            dir,
+            "mlp_mp.shard_map",
+            "all_reduce(",
+            "(lambda x, *a, **k: x)(",
+            "no all_reduce",
+        ),
+        sabotage_one(
+            prepared,
+            dir,
+            "mlp_dp.shard_map",
+            "scale(",
+            "(lambda x, *a: x)(",
+            "no scale",
+        ),
+        sabotage_one(
+            prepared,
+            dir,
+            "mlp_dp.gspmd",
+            "gelu(v[\"linear_0.tmp_1\"], False)",
+            "gelu(v[\"linear_0.tmp_1\"], True)",
+            "tanh gelu",
+        ),
+    ]
+}
+
+/// Each sabotaged script must fail a check: some tensor out of tolerance, and for a
+/// dropped collective, XLA's count one short of the ledger's.
+fn check_sabotage(
+    prepared: &[Prepared],
+    sabotage: &[(serde_json::Value, String, usize)],
+    results: &[serde_json::Value],
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for ((job, what, k), result) in sabotage.iter().zip(results) {
+        let Some(out) = result.get("output") else {
+            failures.push(format!("sabotaged ({what}): the script failed: {result}"));
+            continue;
+        };
+        let prep = &prepared[*k];
+        let dump = PathBuf::from(job["args"][1].as_str().unwrap());
+        let losses: Vec<f64> = out["losses"]
+            .as_array()
+            .map(|l| l.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default();
+        let caught = check_dump(&prep.serial, &dump, &losses)
+            .iter()
+            .filter(|(_, pass, _, _)| !pass)
+            .count();
+        if caught == 0 {
+            failures.push(format!("{} with {what}: no check failed", prep.name));
+        }
+        if what == "no all_reduce" {
+            let ours = ledger_counts(&prep.pipeline)["all-reduce"] as u64;
+            let xla = out["collectives"]["all-reduce"]["count"]
+                .as_u64()
+                .unwrap_or(0);
+            if xla + 1 != ours {
+                failures.push(format!(
+                    "{} with {what}: XLA runs {xla} all-reduces, the ledger {ours}",
+                    prep.name
+                ));
+            }
+        }
+    }
+    failures
+}
+
+/// Jobs writing each case's initial values (`--dump-init`) for a case with and one
+/// without micro-batches.
+fn init_jobs(prepared: &[Prepared], dir: &Path) -> Vec<(serde_json::Value, String, usize)> {
+    ["mlp_dp.shard_map", "gpt_pp2_dp.gspmd"]
+        .iter()
+        .filter_map(|name| prepared.iter().position(|p| p.name == *name))
+        .map(|k| {
+            let init = dir.join(format!("{}.init", prepared[k].name));
+            (
+                serde_json::json!({
+                    "script": dir.join(format!("{}.py", prepared[k].name)),
+                    "args": ["--dump-init", init, "--steps", "1"],
+                }),
+                prepared[k].name.clone(),
+                k,
+            )
+        })
+        .collect()
+}
+
+/// Every initial value a script wrote equals ShardLab's, element for element (inputs of a
+/// pipelined plan are the whole batch).
+fn check_inits(
+    prepared: &[Prepared],
+    inits: &[(serde_json::Value, String, usize)],
+    results: &[serde_json::Value],
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for ((job, name, k), result) in inits.iter().zip(results) {
+        if result.get("output").is_none() {
+            failures.push(format!("{name} --dump-init failed: {result}"));
+            continue;
+        }
+        let dir = PathBuf::from(job["args"][1].as_str().unwrap());
+        let p = &prepared[*k].pipeline;
+        let program = &p.full.program;
+        let mut compared = 0;
+        for v in program.vars().iter().filter(|v| v.kind.is_source()) {
+            let mut var = v.clone();
+            if p.micro_batches() > 1 && matches!(v.kind, VarKind::Input | VarKind::Label) {
+                var.ty.shape[0] *= p.micro_batches();
+            }
+            let want = initial_value(program, &var, &InitOptions::default()).unwrap();
+            let path = dir.join(format!("{}.npy", v.name));
+            let got = read_npy(&std::fs::read(&path).unwrap()).unwrap();
+            if got.shape != want.shape || got.to_f64() != want.to_f64() {
+                failures.push(format!("{name}: the initial value of `{}` differs", v.name));
+            }
+            compared += 1;
+        }
+        if compared == 0 {
+            failures.push(format!("{name}: no initial values compared"));
+        }
+    }
+    failures
+}
+
 #[test]
 fn exported_scripts_equal_the_serial_step_f32_and_f64() {
     let f32_thread = std::thread::spawn(|| run_dtype(DType::F32, "f32"));
     let mut failures = run_dtype(DType::F64, "f64");
     failures.extend(f32_thread.join().unwrap());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same plan exports to the same bytes, planned twice; the modes differ.
+#[test]
+fn exports_are_deterministic() {
+    let (_, mesh, shards) = standard_configs(Model::Gpt, 2).remove(2);
+    let script = |mode| {
+        let plan = build(Model::Gpt, 2, mesh, &shards, DType::F32);
+        let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).unwrap();
+        export_jax(
+            &p,
+            &ExportOptions {
+                mode,
+                constrain: Constrain::Annotated,
+                source: "test".into(),
+                init: Default::default(),
+            },
+        )
+        .unwrap()
+    };
+    for mode in [ExportMode::Gspmd, ExportMode::ShardMap] {
+        assert_eq!(script(mode), script(mode), "{}", mode.name());
+    }
+    assert_ne!(script(ExportMode::Gspmd), script(ExportMode::ShardMap));
+}
+
+/// What cannot be exported is an error naming it, not a script missing it: a collective
+/// over ranks that are not a group along mesh axes (JAX collectives name axes), and a
+/// reduce-scatter that does not sum.
+#[test]
+fn an_unexportable_plan_is_a_clear_error() {
+    let (_, mesh, shards) = standard_configs(Model::Mlp, 1).remove(2);
+    let plan = build(Model::Mlp, 1, mesh, &shards, DType::F32);
+    let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).unwrap();
+    let opts = ExportOptions {
+        mode: ExportMode::ShardMap,
+        constrain: Constrain::Annotated,
+        source: "test".into(),
+        init: Default::default(),
+    };
+    assert!(export_jax(&p, &opts).is_ok());
+    let (index, _) = p.partitioned.ranks[0]
+        .program
+        .ops()
+        .iter()
+        .enumerate()
+        .find(|(_, op)| op.ty == OpType::AllReduce)
+        .expect("an all_reduce");
+    let with = |key: &str, value: Attr| {
+        let mut q = p.clone();
+        for r in &mut q.partitioned.ranks {
+            let op = r.program.op_mut(index).unwrap();
+            op.attrs.insert(key.into(), value.clone());
+        }
+        export_jax(&q, &opts).unwrap_err().to_string()
+    };
+    let err = with("group", Attr::Ints(vec![0, 3]));
+    assert!(
+        err.contains(&format!("op{index} (all_reduce)"))
+            && err.contains("[0, 3]")
+            && err.contains("not a group along mesh axes"),
+        "{err}"
+    );
+    let mut q = p.clone();
+    for r in &mut q.partitioned.ranks {
+        let op = r.program.op_mut(index).unwrap();
+        op.ty = OpType::ReduceScatter;
+        op.attrs
+            .insert("reduce_type".into(), Attr::Str("MAX".into()));
+    }
+    let err = export_jax(&q, &opts).unwrap_err().to_string();
+    assert!(
+        err.contains("reduce_scatter") && err.contains("MAX"),
+        "{err}"
+    );
 }

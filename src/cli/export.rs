@@ -68,12 +68,14 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(1));
         }
     };
-    let mut init = crate::exec::init::InitOptions::default();
-    init.lr = args.lr;
+    let init = crate::exec::init::InitOptions {
+        lr: args.lr,
+        ..Default::default()
+    };
     let opts = ExportOptions {
         mode,
         constrain,
-        source: std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        source: command_line(),
         init,
     };
     let script = match export_jax(&pipeline, &opts) {
@@ -94,4 +96,19 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command line without the output file, for the script's docstring: the same plan
+/// exported to two files gives the same bytes.
+fn command_line() -> String {
+    let mut words = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "-o" || a == "--output" {
+            args.next();
+        } else if !(a.starts_with("--output=") || (a.starts_with("-o") && a.len() > 2)) {
+            words.push(a);
+        }
+    }
+    format!("`shardlab {}`", words.join(" "))
 }

@@ -145,7 +145,7 @@ fn header(p: &Pipeline, opts: &ExportOptions) -> String {
     }
     if p.is_pipelined() {
         features.push(format!(
-            "{} pipeline stages, {} micro-batches (run in order)",
+            "{} pipeline stage(s), {} micro-batches (run in order)",
             p.stages.stages,
             p.micro_batches()
         ));

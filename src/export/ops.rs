@@ -11,7 +11,7 @@ use super::py;
 use super::ExportError;
 use crate::exec::kernels::pointwise::aligned_y;
 use crate::ir::infer::{axis, reduce_axes, split_sections};
-use crate::ir::{Op, OpType, Program, TensorType, VarId};
+use crate::ir::{ForwardOp, Op, OpType, Program, TensorType, VarId};
 
 /// Where an op's context comes from.
 pub trait Env {
@@ -176,100 +176,131 @@ fn binary_kind(ty: OpType) -> Option<&'static str> {
     })
 }
 
-/// The forward expression of a differentiable op, over the Python names in `args` (one
-/// per differentiable input slot, in [`diff_slots`] order).
-fn forward_expr(e: &Emit, args: &[String]) -> Result<String, ExportError> {
+/// The forward expression of a differentiable op `f` (the op's own type, or the forward
+/// op of a grad op), over the Python names in `args` (one per differentiable input slot,
+/// in [`diff_slots`] order). `None` for ops whose grad is not a vjp.
+fn forward_expr(e: &Emit, f: ForwardOp, args: &[String]) -> Result<Option<String>, ExportError> {
+    use ForwardOp as F;
     let a = |i: usize| args.get(i).cloned().unwrap_or_else(|| "None".into());
-    let ty = e.op.ty;
-    Ok(match ty {
-        OpType::MatmulV2 | OpType::MatmulV2Grad => format!(
+    let binary = |kind: &str| -> Result<String, ExportError> {
+        let (x, y) = (e.input("X")?, e.input("Y")?);
+        let ys = aligned_y(&e.ty(x).shape, &e.ty(y).shape, e.op.attr_int("axis", -1));
+        Ok(format!(
+            "binary({}, {}, {}, {})",
+            py::string(kind),
+            a(0),
+            a(1),
+            py::tuple(ys.iter().map(|d| d.to_string()))
+        ))
+    };
+    let reduce = |f: &str| -> Result<String, ExportError> {
+        let x = e.input("X")?;
+        let axes = reduce_axes(e.op, e.ty(x).rank()).map_err(|m| e.err(m))?;
+        Ok(format!(
+            "jnp.{f}({}, axis={}, keepdims={})",
+            a(0),
+            py::tuple(axes.iter().map(|d| d.to_string())),
+            e.b("keep_dim", false)
+        ))
+    };
+    Ok(Some(match f {
+        F::MatmulV2 => format!(
             "matmul({}, {}, {}, {})",
             a(0),
             a(1),
             e.b("trans_x", false),
             e.b("trans_y", false)
         ),
-        _ if binary_kind(ty).is_some() => {
-            let (x, y) = (e.input("X")?, e.input("Y")?);
-            let ys = aligned_y(&e.ty(x).shape, &e.ty(y).shape, e.op.attr_int("axis", -1));
-            format!(
-                "binary({}, {}, {}, {})",
-                py::string(binary_kind(ty).unwrap_or("add")),
-                a(0),
-                a(1),
-                py::tuple(ys.iter().map(|d| d.to_string()))
-            )
-        }
-        OpType::Relu | OpType::ReluGrad => format!("jax.nn.relu({})", a(0)),
-        OpType::Gelu | OpType::GeluGrad => {
-            format!("gelu({}, {})", a(0), e.b("approximate", false))
-        }
-        OpType::Silu | OpType::SiluGrad => format!("silu({})", a(0)),
-        OpType::Square | OpType::SquareGrad => format!("{0} * {0}", a(0)),
-        OpType::Scale | OpType::ScaleGrad => format!(
+        F::ElementwiseAdd => binary("add")?,
+        F::ElementwiseSub => binary("sub")?,
+        F::ElementwiseMul => binary("mul")?,
+        F::ElementwiseDiv => binary("div")?,
+        F::Relu => format!("jax.nn.relu({})", a(0)),
+        F::Gelu => format!("gelu({}, {})", a(0), e.b("approximate", false)),
+        F::Silu => format!("silu({})", a(0)),
+        F::Square => format!("{0} * {0}", a(0)),
+        F::Scale => format!(
             "scale({}, {}, {}, {})",
             a(0),
             e.f("scale", 1.0),
             e.f("bias", 0.0),
             e.b("bias_after_scale", true)
         ),
-        OpType::LookupTableV2 | OpType::LookupTableV2Grad => format!(
+        F::LookupTableV2 => format!(
             "lookup({}, {}, {})",
             a(0),
             e.x("Ids")?,
             e.op.attr_int("padding_idx", -1)
         ),
-        OpType::CEmbedding | OpType::CEmbeddingGrad => format!(
-            "c_embedding({}, {}, {})",
-            a(0),
-            e.x("Ids")?,
-            e.env.rank_int(e.index, "start_index", 0)?
-        ),
-        OpType::Transpose2 | OpType::Transpose2Grad => {
-            let perm = e.op.attr_ints("axis").unwrap_or(&[]);
+        F::Transpose2 => {
             let rank = e.ty(e.input("X")?).rank();
-            let perm: Vec<usize> = perm
-                .iter()
-                .map(|&p| axis(p, rank, "axis"))
-                .collect::<Result<_, _>>()
-                .map_err(|m| e.err(m))?;
+            let perm: Vec<usize> =
+                e.op.attr_ints("axis")
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|&p| axis(p, rank, "axis"))
+                    .collect::<Result<_, _>>()
+                    .map_err(|m| e.err(m))?;
             format!(
                 "jnp.transpose({}, {})",
                 a(0),
                 py::tuple(perm.iter().map(|p| p.to_string()))
             )
         }
-        OpType::ReduceSum | OpType::ReduceSumGrad | OpType::ReduceMean | OpType::ReduceMeanGrad => {
-            let x = e.input("X")?;
-            let axes = reduce_axes(e.op, e.ty(x).rank()).map_err(|m| e.err(m))?;
-            let f = if matches!(ty, OpType::ReduceSum | OpType::ReduceSumGrad) {
-                "sum"
-            } else {
-                "mean"
-            };
-            format!(
-                "jnp.{f}({}, axis={}, keepdims={})",
-                a(0),
-                py::tuple(axes.iter().map(|d| d.to_string())),
-                e.b("keep_dim", false)
-            )
-        }
-        OpType::Mean | OpType::MeanGrad => format!("jnp.mean({})", a(0)),
-        _ => return Err(e.err("has no forward expression for its gradient")),
-    })
+        F::ReduceSum => reduce("sum")?,
+        F::ReduceMean => reduce("mean")?,
+        F::Mean => format!("jnp.mean({})", a(0)),
+        F::Cast
+        | F::Assign
+        | F::Dropout
+        | F::Softmax
+        | F::FusedSoftmaxMaskUpperTriangle
+        | F::LayerNorm
+        | F::Reshape2
+        | F::Split
+        | F::Concat
+        | F::SoftmaxWithCrossEntropy => return Ok(None),
+    }))
 }
 
-/// The input slots a grad op differentiates, for the ops whose grad is a vjp.
-fn diff_slots(ty: OpType) -> &'static [&'static str] {
-    match ty {
-        OpType::MatmulV2Grad
-        | OpType::ElementwiseAddGrad
-        | OpType::ElementwiseSubGrad
-        | OpType::ElementwiseMulGrad
-        | OpType::ElementwiseDivGrad => &["X", "Y"],
-        OpType::LookupTableV2Grad | OpType::CEmbeddingGrad => &["W"],
-        _ => &["X"],
+/// The input slots a vjp grad differentiates.
+fn diff_slots(f: ForwardOp) -> &'static [&'static str] {
+    use ForwardOp as F;
+    match f {
+        F::MatmulV2
+        | F::ElementwiseAdd
+        | F::ElementwiseSub
+        | F::ElementwiseMul
+        | F::ElementwiseDiv => &["X", "Y"],
+        F::LookupTableV2 => &["W"],
+        F::Relu
+        | F::Gelu
+        | F::Silu
+        | F::Square
+        | F::Scale
+        | F::Cast
+        | F::Assign
+        | F::Dropout
+        | F::Softmax
+        | F::FusedSoftmaxMaskUpperTriangle
+        | F::LayerNorm
+        | F::Reshape2
+        | F::Transpose2
+        | F::Split
+        | F::Concat
+        | F::ReduceSum
+        | F::ReduceMean
+        | F::Mean
+        | F::SoftmaxWithCrossEntropy => &["X"],
     }
+}
+
+/// The forward expression of a forward op (one whose type is `Forward(f)`).
+fn fwd(e: &Emit, args: &[String]) -> Result<String, ExportError> {
+    let OpType::Forward(f) = e.op.ty else {
+        return Err(e.err("is not a forward op"));
+    };
+    forward_expr(e, f, args)?.ok_or_else(|| e.err("has no forward expression"))
 }
 
 fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
@@ -282,7 +313,6 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
         | OpType::ElementwiseSub
         | OpType::ElementwiseMul
         | OpType::ElementwiseDiv
-        | OpType::ElementwiseMax
         | OpType::Relu
         | OpType::Gelu
         | OpType::Silu
@@ -297,10 +327,21 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
             } else {
                 vec![e.x("X")?]
             };
-            simple(forward_expr(e, &args)?)
+            simple(fwd(e, &args)?)
         }
-        OpType::LookupTableV2 | OpType::CEmbedding => simple(forward_expr(e, &[e.x("W")?])?),
+        OpType::LookupTableV2 => simple(fwd(e, &[e.x("W")?])?),
+        OpType::CEmbedding => simple(c_embedding(e, &e.x("W")?)?),
         OpType::Sqrt => simple(format!("jnp.sqrt({})", e.x("X")?)),
+        OpType::ElementwiseMax => {
+            let (x, y) = (e.input("X")?, e.input("Y")?);
+            let ys = aligned_y(&e.ty(x).shape, &e.ty(y).shape, op.attr_int("axis", -1));
+            simple(format!(
+                "binary(\"max\", {}, {}, {})",
+                e.var(x),
+                e.var(y),
+                py::tuple(ys.iter().map(|d| d.to_string()))
+            ))
+        }
         OpType::Cast => {
             let to = op.attr_str("out_dtype").unwrap_or("f32");
             simple(format!("{}.astype(dt({}))", e.x("X")?, py::string(to)))
@@ -695,15 +736,39 @@ fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
                 dout()?
             ),
         )),
-        _ => vjp_grad(e),
+        OpType::CEmbeddingGrad => {
+            let body = c_embedding(e, "a0")?;
+            Ok(e.assign(
+                &[format!("{},", e.out("W@GRAD"))],
+                format!("vjp(lambda a0: {body}, ({},), {})", e.x("W")?, dout()?),
+            ))
+        }
+        OpType::Grad(f) => vjp_grad(e, f),
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err("is not a grad op")),
     }
 }
 
+/// `c_embedding(W, Ids, start)` with `w` for the table.
+fn c_embedding(e: &Emit, w: &str) -> Result<String, ExportError> {
+    Ok(format!(
+        "c_embedding({w}, {}, {})",
+        e.x("Ids")?,
+        e.env.rank_int(e.index, "start_index", 0)?
+    ))
+}
+
 /// A grad op as the vjp of its forward expression over its differentiable inputs.
-fn vjp_grad(e: &Emit) -> Result<Vec<String>, ExportError> {
-    let slots = diff_slots(e.op.ty);
+fn vjp_grad(e: &Emit, f: ForwardOp) -> Result<Vec<String>, ExportError> {
+    let slots = diff_slots(f);
     let params: Vec<String> = (0..slots.len()).map(|i| format!("a{i}")).collect();
-    let body = forward_expr(e, &params)?;
+    let body = forward_expr(e, f, &params)?
+        .ok_or_else(|| e.err("has no forward expression to differentiate"))?;
     let primals = slots
         .iter()
         .map(|s| e.x(s))

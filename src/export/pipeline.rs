@@ -35,11 +35,11 @@ struct Stage<'a> {
 
 fn stages(p: &Pipeline) -> Result<(Vec<Stage<'_>>, AxisMap), ExportError> {
     let mesh = &p.full.mesh;
-    let pp = p
-        .stages
-        .axis
-        .ok_or_else(|| ExportError::Plan("a pipeline without a pp axis".into()))?;
-    let map = AxisMap::without(mesh.ndim(), pp.index());
+    // Micro-batches without a `pp` axis (gradient accumulation) are one stage.
+    let map = match p.stages.axis {
+        Some(pp) => AxisMap::without(mesh.ndim(), pp.index()),
+        None => AxisMap::identity(mesh.ndim()),
+    };
     let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
     let by_rank: HashMap<u32, &RankProgram> =
         p.partitioned.ranks.iter().map(|r| (r.rank, r)).collect();
@@ -115,8 +115,8 @@ fn job_body(stage: &Stage, name: &str, ops: &[usize]) -> Result<String, ExportEr
     let mut out = format!("\n\ndef {name}(v, me):\n");
     for &i in ops {
         let op = &program.ops()[i];
-        match op.ty {
-            OpType::Send => {
+        if op.ty == OpType::Send {
+            {
                 let x = op
                     .input("X")
                     .first()
@@ -129,7 +129,8 @@ fn job_body(stage: &Stage, name: &str, ops: &[usize]) -> Result<String, ExportEr
                     py::string(&program.var(x).name)
                 ));
             }
-            OpType::Recv => {
+        } else if op.ty == OpType::Recv {
+            {
                 let o = op
                     .output("Out")
                     .first()
@@ -142,10 +143,9 @@ fn job_body(stage: &Stage, name: &str, ops: &[usize]) -> Result<String, ExportEr
                     py::string(&program.var(o).name)
                 ));
             }
-            _ => {
-                for line in emit(&stage.env, i, op)? {
-                    out.push_str(&format!("    {line}\n"));
-                }
+        } else {
+            for line in emit(&stage.env, i, op)? {
+                out.push_str(&format!("    {line}\n"));
             }
         }
     }
@@ -190,10 +190,10 @@ fn routes(stages: &[Stage], p: &Pipeline) -> String {
             let peer = op.attr_int("peer", 0).max(0) as u32;
             let other = p.stages.stage_of(mesh, peer);
             let backward = op.role == OpRole::Backward;
-            match op.ty {
-                OpType::Send => sends.entry((s, other, backward)).or_default().push(i),
-                OpType::Recv => recvs.entry((other, s, backward)).or_default().push(i),
-                _ => {}
+            if op.ty == OpType::Send {
+                sends.entry((s, other, backward)).or_default().push(i);
+            } else if op.ty == OpType::Recv {
+                recvs.entry((other, s, backward)).or_default().push(i);
             }
         }
     }
