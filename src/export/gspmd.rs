@@ -113,20 +113,7 @@ pub fn script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError>
     let mut body = String::from(
         "\n\ndef forward(v):\n    \"\"\"The forward ops of the serial program (with the plan's layouts pinned).\"\"\"\n",
     );
-    for &i in &forward {
-        for line in emit(&env, i, &program.ops()[i])? {
-            body.push_str(&format!("    {line}\n"));
-        }
-        for v in program.ops()[i].all_outputs() {
-            if pinned.contains(&v) {
-                body.push_str(&format!(
-                    "    v[{0}] = constrain(v[{0}], {1})\n",
-                    py::string(&program.var(v).name),
-                    spec(&p.full.tensors[v.index()], mesh, &[])
-                ));
-            }
-        }
-    }
+    body.push_str(&forward_lines(p, &env, &forward, &pinned)?);
     body.push_str("    return v\n\n\ndef optimizer(v):\n    \"\"\"The serial program's optimizer-phase ops: loss scaling, clipping, the update.\"\"\"\n");
     for &i in &optimizer {
         for line in emit(&env, i, &program.ops()[i])? {
@@ -144,6 +131,32 @@ pub fn script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError>
     out.push_str(&body);
     out.push_str("\n\ndef main(argv):\n    run_gspmd(parse_args(argv))\n");
     Ok(out)
+}
+
+/// The statements of forward ops `ops`, each pinned output followed by its constraint.
+pub(super) fn forward_lines(
+    p: &Pipeline,
+    env: &SerialEnv,
+    ops: &[usize],
+    pinned: &HashSet<VarId>,
+) -> Result<String, ExportError> {
+    let program = &p.full.program;
+    let mut body = String::new();
+    for &i in ops {
+        for line in emit(env, i, &program.ops()[i])? {
+            body.push_str(&format!("    {line}\n"));
+        }
+        for v in program.ops()[i].all_outputs() {
+            if pinned.contains(&v) {
+                body.push_str(&format!(
+                    "    v[{0}] = constrain(v[{0}], {1})\n",
+                    py::string(&program.var(v).name),
+                    spec(&p.full.tensors[v.index()], &p.full.mesh, &[])
+                ));
+            }
+        }
+    }
+    Ok(body)
 }
 
 /// The tensors `with_sharding_constraint` pins: the annotated ones the forward pass
@@ -171,6 +184,73 @@ pub(super) fn tables(
 ) -> Result<String, ExportError> {
     let program = &p.full.program;
     let mesh = &p.full.mesh;
+    let (state, consts) = state_and_consts(p, forward, optimizer)?;
+    let entries = |vs: &[VarId]| -> String {
+        vs.iter()
+            .map(|&v| {
+                format!(
+                    "    {}: {},\n",
+                    py::string(&program.var(v).name),
+                    sharding(p, v)
+                )
+            })
+            .collect()
+    };
+    let mut out = format!(
+        "# Each variable the step reads, and its PartitionSpec (ZeRO shards optimizer state and, at\n\
+         # stage 3, parameters over the data-parallel axes).\nSTATE = {{\n{}}}\nCONSTS = {{\n{}",
+        entries(&state),
+        entries(&consts)
+    );
+    let masks = env.masks.borrow();
+    let mut mask_table = String::new();
+    for (name, op) in masks.iter() {
+        let o = &program.ops()[*op];
+        let outv = o.output("Out").first().copied().unwrap_or(VarId(0));
+        out.push_str(&format!(
+            "    {}: {},\n",
+            py::string(name),
+            spec(&p.full.tensors[outv.index()], mesh, &[])
+        ));
+        mask_table.push_str(&format!(
+            "    {}: [{}, {}, {}],\n",
+            py::string(name),
+            o.attr_int("seed", 0),
+            py::float(o.attr_float("dropout_prob", 0.5)),
+            py::ints(program.var(outv).ty.shape.iter())
+        ));
+    }
+    out.push_str(&format!("}}\nMASKS = {{\n{mask_table}}}\n"));
+    out.push_str(&format!(
+        "PARAMS = {}\nLOSS = {}\nREPORTED = {}\nGRADS = {{\n",
+        py::list(
+            p.backward
+                .param_grads
+                .iter()
+                .map(|&(v, _)| py::string(&program.var(v).name))
+        ),
+        py::string(&program.var(p.backward.loss).name),
+        py::string(&program.var(crate::exec::run::reported_loss(p)).name),
+    ));
+    for &(param, grad) in &p.backward.param_grads {
+        out.push_str(&format!(
+            "    {}: {},\n",
+            py::string(&program.var(param).name),
+            py::string(&program.var(grad).name)
+        ));
+    }
+    out.push_str("}\n");
+    Ok(out)
+}
+
+/// The variables the step reads before computing them, split into state (what the
+/// optimizer writes, and every parameter) and constants.
+fn state_and_consts(
+    p: &Pipeline,
+    forward: &[usize],
+    optimizer: &[usize],
+) -> Result<(Vec<VarId>, Vec<VarId>), ExportError> {
+    let program = &p.full.program;
     let mut ops: Vec<usize> = forward.to_vec();
     ops.extend(optimizer);
     let written: HashSet<VarId> = optimizer
@@ -178,11 +258,12 @@ pub(super) fn tables(
         .flat_map(|&i| program.ops()[i].all_outputs().collect::<Vec<_>>())
         .collect();
     let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
-    let reads = super::shard_map::read_first(program, &ops);
     let params: Vec<VarId> = p.backward.param_grads.iter().map(|&(v, _)| v).collect();
-    let mut state = Vec::new();
-    let mut consts = Vec::new();
-    for v in reads.iter().copied().filter(|v| !grads.contains(v)) {
+    let (mut state, mut consts) = (Vec::new(), Vec::new());
+    for v in super::shard_map::read_first(program, &ops)
+        .into_iter()
+        .filter(|v| !grads.contains(v))
+    {
         let var = program.var(v);
         if !var.kind.is_source() {
             return Err(ExportError::Plan(format!(
@@ -201,71 +282,21 @@ pub(super) fn tables(
             state.push(v);
         }
     }
-    let sharding = |v: VarId| -> String {
-        let zero_of = p
-            .partitioned
-            .zero
-            .params
-            .iter()
-            .find(|z| z.param == v || z.states.contains(&v));
-        let extra = match zero_of {
-            Some(z) if z.param != v || p.plan.options.zero >= 3 => zero_extra(p, z.param),
-            Some(_) | None => Vec::new(),
-        };
-        spec(&p.full.tensors[v.index()], mesh, &extra)
+    Ok((state, consts))
+}
+
+/// A variable's `PartitionSpec`: its completed layout, plus ZeRO's data-parallel axes for
+/// optimizer state (and, at stage 3, the parameter).
+fn sharding(p: &Pipeline, v: VarId) -> String {
+    let zero_of = p
+        .partitioned
+        .zero
+        .params
+        .iter()
+        .find(|z| z.param == v || z.states.contains(&v));
+    let extra = match zero_of {
+        Some(z) if z.param != v || p.plan.options.zero >= 3 => zero_extra(p, z.param),
+        Some(_) | None => Vec::new(),
     };
-    let entries = |vs: &[VarId]| -> String {
-        vs.iter()
-            .map(|&v| {
-                format!(
-                    "    {}: {},\n",
-                    py::string(&program.var(v).name),
-                    sharding(v)
-                )
-            })
-            .collect()
-    };
-    let mut out = format!(
-        "# Each variable the step reads, and its PartitionSpec (ZeRO shards optimizer state and, at\n\
-         # stage 3, parameters over the data-parallel axes).\nSTATE = {{\n{}}}\nCONSTS = {{\n{}",
-        entries(&state),
-        entries(&consts)
-    );
-    for (name, op) in env.masks.borrow().iter() {
-        let o = &program.ops()[*op];
-        let outv = o.output("Out").first().copied().unwrap_or(VarId(0));
-        out.push_str(&format!(
-            "    {}: {},\n",
-            py::string(name),
-            spec(&p.full.tensors[outv.index()], mesh, &[])
-        ));
-    }
-    out.push_str("}\nMASKS = {\n");
-    for (name, op) in env.masks.borrow().iter() {
-        let o = &program.ops()[*op];
-        let outv = o.output("Out").first().copied().unwrap_or(VarId(0));
-        out.push_str(&format!(
-            "    {}: [{}, {}, {}],\n",
-            py::string(name),
-            o.attr_int("seed", 0),
-            py::float(o.attr_float("dropout_prob", 0.5)),
-            py::ints(program.var(outv).ty.shape.iter())
-        ));
-    }
-    out.push_str("}\n");
-    out.push_str(&format!(
-        "PARAMS = {}\nLOSS = {}\nREPORTED = {}\nGRADS = {{\n",
-        py::list(params.iter().map(|&v| py::string(&program.var(v).name))),
-        py::string(&program.var(p.backward.loss).name),
-        py::string(&program.var(crate::exec::run::reported_loss(p)).name),
-    ));
-    for &(param, grad) in &p.backward.param_grads {
-        out.push_str(&format!(
-            "    {}: {},\n",
-            py::string(&program.var(param).name),
-            py::string(&program.var(grad).name)
-        ));
-    }
-    out.push_str("}\n");
-    Ok(out)
+    spec(&p.full.tensors[v.index()], &p.full.mesh, &extra)
 }

@@ -182,27 +182,8 @@ fn binary_kind(ty: OpType) -> Option<&'static str> {
 fn forward_expr(e: &Emit, f: ForwardOp, args: &[String]) -> Result<Option<String>, ExportError> {
     use ForwardOp as F;
     let a = |i: usize| args.get(i).cloned().unwrap_or_else(|| "None".into());
-    let binary = |kind: &str| -> Result<String, ExportError> {
-        let (x, y) = (e.input("X")?, e.input("Y")?);
-        let ys = aligned_y(&e.ty(x).shape, &e.ty(y).shape, e.op.attr_int("axis", -1));
-        Ok(format!(
-            "binary({}, {}, {}, {})",
-            py::string(kind),
-            a(0),
-            a(1),
-            py::tuple(ys.iter().map(|d| d.to_string()))
-        ))
-    };
-    let reduce = |f: &str| -> Result<String, ExportError> {
-        let x = e.input("X")?;
-        let axes = reduce_axes(e.op, e.ty(x).rank()).map_err(|m| e.err(m))?;
-        Ok(format!(
-            "jnp.{f}({}, axis={}, keepdims={})",
-            a(0),
-            py::tuple(axes.iter().map(|d| d.to_string())),
-            e.b("keep_dim", false)
-        ))
-    };
+    let binary = |kind: &str| binary_expr(e, kind, &a(0), &a(1));
+    let reduce = |f: &str| reduce_expr(e, f, &a(0));
     Ok(Some(match f {
         F::MatmulV2 => format!(
             "matmul({}, {}, {}, {})",
@@ -232,21 +213,7 @@ fn forward_expr(e: &Emit, f: ForwardOp, args: &[String]) -> Result<Option<String
             e.x("Ids")?,
             e.op.attr_int("padding_idx", -1)
         ),
-        F::Transpose2 => {
-            let rank = e.ty(e.input("X")?).rank();
-            let perm: Vec<usize> =
-                e.op.attr_ints("axis")
-                    .unwrap_or(&[])
-                    .iter()
-                    .map(|&p| axis(p, rank, "axis"))
-                    .collect::<Result<_, _>>()
-                    .map_err(|m| e.err(m))?;
-            format!(
-                "jnp.transpose({}, {})",
-                a(0),
-                py::tuple(perm.iter().map(|p| p.to_string()))
-            )
-        }
+        F::Transpose2 => transpose_expr(e, &a(0))?,
         F::ReduceSum => reduce("sum")?,
         F::ReduceMean => reduce("mean")?,
         F::Mean => format!("jnp.mean({})", a(0)),
@@ -261,6 +228,44 @@ fn forward_expr(e: &Emit, f: ForwardOp, args: &[String]) -> Result<Option<String
         | F::Concat
         | F::SoftmaxWithCrossEntropy => return Ok(None),
     }))
+}
+
+/// `binary(kind, x, y, y_shape)` with Y aligned to X by Paddle's legacy `axis`.
+fn binary_expr(e: &Emit, kind: &str, x: &str, y: &str) -> Result<String, ExportError> {
+    let (xv, yv) = (e.input("X")?, e.input("Y")?);
+    let ys = aligned_y(&e.ty(xv).shape, &e.ty(yv).shape, e.op.attr_int("axis", -1));
+    Ok(format!(
+        "binary({}, {x}, {y}, {})",
+        py::string(kind),
+        py::tuple(ys.iter().map(|d| d.to_string()))
+    ))
+}
+
+/// `jnp.sum` / `jnp.mean` over the op's resolved axes.
+fn reduce_expr(e: &Emit, f: &str, x: &str) -> Result<String, ExportError> {
+    let xv = e.input("X")?;
+    let axes = reduce_axes(e.op, e.ty(xv).rank()).map_err(|m| e.err(m))?;
+    Ok(format!(
+        "jnp.{f}({x}, axis={}, keepdims={})",
+        py::tuple(axes.iter().map(|d| d.to_string())),
+        e.b("keep_dim", false)
+    ))
+}
+
+/// `jnp.transpose` with the op's permutation resolved.
+fn transpose_expr(e: &Emit, x: &str) -> Result<String, ExportError> {
+    let rank = e.ty(e.input("X")?).rank();
+    let perm: Vec<usize> =
+        e.op.attr_ints("axis")
+            .unwrap_or(&[])
+            .iter()
+            .map(|&p| axis(p, rank, "axis"))
+            .collect::<Result<_, _>>()
+            .map_err(|m| e.err(m))?;
+    Ok(format!(
+        "jnp.transpose({x}, {})",
+        py::tuple(perm.iter().map(|p| p.to_string()))
+    ))
 }
 
 /// The input slots a vjp grad differentiates.
@@ -303,10 +308,54 @@ fn fwd(e: &Emit, args: &[String]) -> Result<String, ExportError> {
     forward_expr(e, f, args)?.ok_or_else(|| e.err("has no forward expression"))
 }
 
+/// A non-grad op: dispatched by family so each match below stays exhaustive and short.
 fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
+    use OpType as T;
+    let ty = e.op.ty;
+    if matches!(ty, T::MatmulV2 | T::LookupTableV2) {
+        return compute_simple(e);
+    }
+    if matches!(
+        ty,
+        T::Dropout
+            | T::Softmax
+            | T::FusedSoftmaxMaskUpperTriangle
+            | T::LayerNorm
+            | T::SoftmaxWithCrossEntropy
+    ) {
+        return compute_nn(e);
+    }
+    if matches!(
+        ty,
+        T::Cast | T::Assign | T::Reshape2 | T::Split | T::Concat | T::FillConstant
+    ) {
+        return compute_shape(e);
+    }
+    match ty {
+        T::Forward(_) => {
+            let args = if binary_kind(ty).is_some() {
+                vec![e.x("X")?, e.x("Y")?]
+            } else {
+                vec![e.x("X")?]
+            };
+            Ok(e.assign(&[e.out("Out")], fwd(e, &args)?))
+        }
+        T::Math(_) => compute_math(e),
+        T::Optimizer(_) => update(e),
+        T::Amp(_) => loss_scaling(e),
+        T::Collective(_) => collective(e),
+        T::RankLocal(_) => rank_local(e),
+        T::FillConstant | T::Grad(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+const WRONG_FAMILY: &str = "reached the wrong emitter (an internal error)";
+
+/// The forward ops whose expression is `forward_expr`'s (so their grads are its vjp).
+fn compute_simple(e: &Emit) -> Result<Vec<String>, ExportError> {
     let op = e.op;
     let out = || e.out("Out");
-    let simple = |rhs: String| Ok(e.assign(&[out()], rhs));
+    let simple = |rhs: String| -> Result<Vec<String>, ExportError> { Ok(e.assign(&[out()], rhs)) };
     match op.ty {
         OpType::MatmulV2
         | OpType::ElementwiseAdd
@@ -330,23 +379,23 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
             simple(fwd(e, &args)?)
         }
         OpType::LookupTableV2 => simple(fwd(e, &[e.x("W")?])?),
-        OpType::CEmbedding => simple(c_embedding(e, &e.x("W")?)?),
-        OpType::Sqrt => simple(format!("jnp.sqrt({})", e.x("X")?)),
-        OpType::ElementwiseMax => {
-            let (x, y) = (e.input("X")?, e.input("Y")?);
-            let ys = aligned_y(&e.ty(x).shape, &e.ty(y).shape, op.attr_int("axis", -1));
-            simple(format!(
-                "binary(\"max\", {}, {}, {})",
-                e.var(x),
-                e.var(y),
-                py::tuple(ys.iter().map(|d| d.to_string()))
-            ))
-        }
-        OpType::Cast => {
-            let to = op.attr_str("out_dtype").unwrap_or("f32");
-            simple(format!("{}.astype(dt({}))", e.x("X")?, py::string(to)))
-        }
-        OpType::Assign => simple(e.x("X")?),
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// Dropout, softmaxes, layer_norm and the softmax cross-entropy.
+fn compute_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    let out = || e.out("Out");
+    let simple = |rhs: String| -> Result<Vec<String>, ExportError> { Ok(e.assign(&[out()], rhs)) };
+    match op.ty {
         OpType::Dropout => {
             let x = e.x("X")?;
             let p = op.attr_float("dropout_prob", 0.5);
@@ -387,6 +436,41 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
                 ),
             ))
         }
+        OpType::SoftmaxWithCrossEntropy => {
+            let l = e.input("Logits")?;
+            Ok(e.assign(
+                &[e.out("Softmax"), e.out("Loss")],
+                format!(
+                    "softmax_ce({}, {}, {}, {})",
+                    e.var(l),
+                    e.x("Label")?,
+                    e.axis_of(l, "axis", -1)?,
+                    e.b("soft_label", false)
+                ),
+            ))
+        }
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// Casts, copies, reshapes, splits and concats, and constants.
+fn compute_shape(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    let out = || e.out("Out");
+    let simple = |rhs: String| -> Result<Vec<String>, ExportError> { Ok(e.assign(&[out()], rhs)) };
+    match op.ty {
+        OpType::Cast => {
+            let to = op.attr_str("out_dtype").unwrap_or("f32");
+            simple(format!("{}.astype(dt({}))", e.x("X")?, py::string(to)))
+        }
+        OpType::Assign => simple(e.x("X")?),
         OpType::Reshape2 => {
             let o = op
                 .output("Out")
@@ -412,32 +496,6 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
             let a = e.axis_of(first, "axis", 0)?;
             simple(format!("jnp.concatenate({}, axis={a})", e.list("X")))
         }
-        OpType::Sum => simple(format!("add_n({})", e.list("X"))),
-        OpType::SquaredL2Norm => simple(format!("squared_l2_norm({})", e.x("X")?)),
-        OpType::SoftmaxWithCrossEntropy => {
-            let l = e.input("Logits")?;
-            Ok(e.assign(
-                &[e.out("Softmax"), e.out("Loss")],
-                format!(
-                    "softmax_ce({}, {}, {}, {})",
-                    e.var(l),
-                    e.x("Label")?,
-                    e.axis_of(l, "axis", -1)?,
-                    e.b("soft_label", false)
-                ),
-            ))
-        }
-        OpType::CSoftmaxWithCrossEntropy => Ok(e.assign(
-            &[e.out("Softmax"), e.out("Loss")],
-            format!(
-                "c_softmax_ce({}, {}, {}, {}, tag={})",
-                e.x("Logits")?,
-                e.x("Label")?,
-                e.env.rank_int(e.index, "start_index", 0)?,
-                e.env.axes(e.index)?,
-                e.index
-            ),
-        )),
         OpType::FillConstant => {
             let shape = op.attr_ints("shape").unwrap_or(&[]);
             simple(format!(
@@ -447,36 +505,49 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
                 py::string(op.attr_str("dtype").unwrap_or("f32"))
             ))
         }
-        OpType::Slice => slice(e),
-        OpType::FlattenPad => simple(format!(
-            "flatten_pad({}, {})",
-            e.x("X")?,
-            op.attr_int("numel", 0)
-        )),
-        OpType::UnpadReshape => simple(format!(
-            "unpad_reshape({}, {})",
-            e.x("X")?,
-            py::tuple(
-                op.attr_ints("shape")
-                    .unwrap_or(&[])
-                    .iter()
-                    .map(|d| d.to_string())
-            )
-        )),
-        OpType::CoalesceTensor => Ok(e.assign(
-            &[e.out("FusedOutput")],
-            format!("coalesce({})", e.list("Input")),
-        )),
-        OpType::UncoalesceTensor => {
-            let mut lhs = e.outs("Output");
-            if lhs.len() == 1 {
-                lhs[0].push(',');
-            }
-            Ok(e.assign(
-                &lhs,
-                format!("uncoalesce({}, {})", e.x("FusedOutput")?, e.list("Input")),
+        OpType::Forward(_)
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// The planner's arithmetic: sums, square roots, maxima, squared norms.
+fn compute_math(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    let out = || e.out("Out");
+    let simple = |rhs: String| -> Result<Vec<String>, ExportError> { Ok(e.assign(&[out()], rhs)) };
+    match op.ty {
+        OpType::Sqrt => simple(format!("jnp.sqrt({})", e.x("X")?)),
+        OpType::ElementwiseMax => {
+            let (x, y) = (e.input("X")?, e.input("Y")?);
+            let ys = aligned_y(&e.ty(x).shape, &e.ty(y).shape, op.attr_int("axis", -1));
+            simple(format!(
+                "binary(\"max\", {}, {}, {})",
+                e.var(x),
+                e.var(y),
+                py::tuple(ys.iter().map(|d| d.to_string()))
             ))
         }
+        OpType::Sum => simple(format!("add_n({})", e.list("X"))),
+        OpType::SquaredL2Norm => simple(format!("squared_l2_norm({})", e.x("X")?)),
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// Parameter updates.
+fn update(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    match op.ty {
         OpType::Sgd => Ok(e.assign(
             &[e.out("ParamOut")],
             format!(
@@ -528,6 +599,20 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
                 ),
             ))
         }
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// AMP's dynamic loss scaling.
+fn loss_scaling(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    match op.ty {
         OpType::CheckFiniteAndUnscale => {
             let outs = e.outs("Out");
             let mut lines = vec![format!(
@@ -563,6 +648,22 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
             }
             Ok(lines)
         }
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// Collectives over the mesh axes of their groups.
+fn collective(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    let out = || e.out("Out");
+    let simple = |rhs: String| -> Result<Vec<String>, ExportError> { Ok(e.assign(&[out()], rhs)) };
+    match op.ty {
         OpType::AllReduce => simple(format!(
             "all_reduce({}, {}, {}, tag={})",
             e.x("X")?,
@@ -610,9 +711,72 @@ fn forward(e: &Emit) -> Result<Vec<String>, ExportError> {
         OpType::Send | OpType::Recv => Err(
             e.err("a pipeline send/recv outside a pipelined export (stages run as separate jobs)")
         ),
-        OpType::Grad(_) | OpType::CEmbeddingGrad | OpType::CSoftmaxWithCrossEntropyGrad => {
-            Err(e.err("is a grad op, emitted by `grad`"))
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// The ops of per-rank programs only.
+fn rank_local(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    let out = || e.out("Out");
+    let simple = |rhs: String| -> Result<Vec<String>, ExportError> { Ok(e.assign(&[out()], rhs)) };
+    match op.ty {
+        OpType::CEmbedding => simple(c_embedding(e, &e.x("W")?)?),
+        OpType::CSoftmaxWithCrossEntropy => Ok(e.assign(
+            &[e.out("Softmax"), e.out("Loss")],
+            format!(
+                "c_softmax_ce({}, {}, {}, {}, tag={})",
+                e.x("Logits")?,
+                e.x("Label")?,
+                e.env.rank_int(e.index, "start_index", 0)?,
+                e.env.axes(e.index)?,
+                e.index
+            ),
+        )),
+        OpType::Slice => slice(e),
+        OpType::FlattenPad => simple(format!(
+            "flatten_pad({}, {})",
+            e.x("X")?,
+            op.attr_int("numel", 0)
+        )),
+        OpType::UnpadReshape => simple(format!(
+            "unpad_reshape({}, {})",
+            e.x("X")?,
+            py::tuple(
+                op.attr_ints("shape")
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|d| d.to_string())
+            )
+        )),
+        OpType::CoalesceTensor => Ok(e.assign(
+            &[e.out("FusedOutput")],
+            format!("coalesce({})", e.list("Input")),
+        )),
+        OpType::UncoalesceTensor => {
+            let mut lhs = e.outs("Output");
+            if lhs.len() == 1 {
+                lhs[0].push(',');
+            }
+            Ok(e.assign(
+                &lhs,
+                format!("uncoalesce({}, {})", e.x("FusedOutput")?, e.list("Input")),
+            ))
         }
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
     }
 }
 
@@ -634,7 +798,36 @@ fn slice(e: &Emit) -> Result<Vec<String>, ExportError> {
     Ok(e.assign(&[e.out("Out")], expr))
 }
 
+/// A grad op: the explicit ones by group, the rest as the vjp of their forward.
 fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
+    use OpType as T;
+    match e.op.ty {
+        T::CastGrad
+        | T::AssignGrad
+        | T::Reshape2Grad
+        | T::SplitGrad
+        | T::ConcatGrad
+        | T::DropoutGrad
+        | T::ReluGrad => grad_shape(e),
+        T::SoftmaxGrad
+        | T::FusedSoftmaxMaskUpperTriangleGrad
+        | T::LayerNormGrad
+        | T::SoftmaxWithCrossEntropyGrad
+        | T::CSoftmaxWithCrossEntropyGrad
+        | T::CEmbeddingGrad => grad_nn(e),
+        T::Grad(f) => vjp_grad(e, f),
+        T::Forward(_)
+        | T::FillConstant
+        | T::Math(_)
+        | T::Optimizer(_)
+        | T::Amp(_)
+        | T::Collective(_)
+        | T::RankLocal(_) => Err(e.err("is not a grad op")),
+    }
+}
+
+/// Grads that reshape, cut, cast or mask the output gradient.
+fn grad_shape(e: &Emit) -> Result<Vec<String>, ExportError> {
     let op = e.op;
     let dout = || e.x("Out@GRAD");
     let dx = || e.out("X@GRAD");
@@ -648,6 +841,53 @@ fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
             Ok(e.assign(&[dx()], format!("jnp.reshape({}, {})", dout()?, e.shape(x))))
         }
         OpType::DropoutGrad => Ok(e.assign(&[dx()], format!("{} * {}", dout()?, e.x("Mask")?))),
+        OpType::SplitGrad => {
+            let x = e.input("X")?;
+            let (a, _) = split_sections(op, e.ty(x)).map_err(|m| e.err(m))?;
+            Ok(e.assign(
+                &[dx()],
+                format!("jnp.concatenate({}, axis={a})", e.list("Out@GRAD")),
+            ))
+        }
+        OpType::ConcatGrad => {
+            let first = e.input("X")?;
+            let a = e.axis_of(first, "axis", 0)?;
+            let sizes: Vec<usize> = op.input("X").iter().map(|&v| e.ty(v).shape[a]).collect();
+            let mut lhs = e.outs("X@GRAD");
+            if lhs.len() == 1 {
+                lhs[0].push(',');
+            }
+            Ok(e.assign(
+                &lhs,
+                format!("split({}, {a}, {})", dout()?, py::ints(sizes)),
+            ))
+        }
+        OpType::ReluGrad => Ok(e.assign(
+            &[dx()],
+            format!(
+                "{} * ({} > 0).astype({}.dtype)",
+                dout()?,
+                e.x("X")?,
+                dout()?
+            ),
+        )),
+        OpType::Forward(_)
+        | OpType::FillConstant
+        | OpType::Grad(_)
+        | OpType::Math(_)
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// The grads of softmaxes, layer_norm, the cross-entropies and the vocab-parallel table.
+fn grad_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let op = e.op;
+    let dout = || e.x("Out@GRAD");
+    let dx = || e.out("X@GRAD");
+    match op.ty {
         OpType::SoftmaxGrad => {
             let y = e.input("Out")?;
             let a = e.axis_of(y, "axis", -1)?;
@@ -682,27 +922,6 @@ fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
                 ),
             ))
         }
-        OpType::SplitGrad => {
-            let x = e.input("X")?;
-            let (a, _) = split_sections(op, e.ty(x)).map_err(|m| e.err(m))?;
-            Ok(e.assign(
-                &[dx()],
-                format!("jnp.concatenate({}, axis={a})", e.list("Out@GRAD")),
-            ))
-        }
-        OpType::ConcatGrad => {
-            let first = e.input("X")?;
-            let a = e.axis_of(first, "axis", 0)?;
-            let sizes: Vec<usize> = op.input("X").iter().map(|&v| e.ty(v).shape[a]).collect();
-            let mut lhs = e.outs("X@GRAD");
-            if lhs.len() == 1 {
-                lhs[0].push(',');
-            }
-            Ok(e.assign(
-                &lhs,
-                format!("split({}, {a}, {})", dout()?, py::ints(sizes)),
-            ))
-        }
         OpType::SoftmaxWithCrossEntropyGrad => {
             let sm = e.input("Softmax")?;
             Ok(e.assign(
@@ -727,15 +946,6 @@ fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
                 e.env.rank_int(e.index, "start_index", 0)?
             ),
         )),
-        OpType::ReluGrad => Ok(e.assign(
-            &[dx()],
-            format!(
-                "{} * ({} > 0).astype({}.dtype)",
-                dout()?,
-                e.x("X")?,
-                dout()?
-            ),
-        )),
         OpType::CEmbeddingGrad => {
             let body = c_embedding(e, "a0")?;
             Ok(e.assign(
@@ -743,14 +953,14 @@ fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
                 format!("vjp(lambda a0: {body}, ({},), {})", e.x("W")?, dout()?),
             ))
         }
-        OpType::Grad(f) => vjp_grad(e, f),
         OpType::Forward(_)
         | OpType::FillConstant
+        | OpType::Grad(_)
         | OpType::Math(_)
         | OpType::Optimizer(_)
         | OpType::Amp(_)
         | OpType::Collective(_)
-        | OpType::RankLocal(_) => Err(e.err("is not a grad op")),
+        | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
     }
 }
 

@@ -260,23 +260,9 @@ fn host_op(stages: &[Stage], s: usize, op: usize) -> Result<String, ExportError>
     ))
 }
 
-/// The script's plan part for `shard_map` mode.
-pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
-    let (stages, map) = stages(p)?;
-    let mut out = format!(
-        "MICRO_BATCHES = {}\nCHUNKS = {}\nSTAGES = [\n",
-        p.micro_batches(),
-        p.stages.chunks
-    );
-    for st in &stages {
-        out.push_str(&format!(
-            "    {{\"shape\": {}, \"axes\": {}, \"ranks\": {}}},\n",
-            py::ints(st.env.shape.iter()),
-            py::tuple(st.env.names.iter().map(|n| py::string(n))),
-            py::ints(st.env.ranks.iter())
-        ));
-    }
-    out.push_str("]\n");
+/// `JOBS` (each stage's jobs as jitted pieces and host-run collectives) and the bodies of
+/// the pieces.
+fn jobs_table(p: &Pipeline, stages: &[Stage]) -> Result<(String, String), ExportError> {
     let mut bodies = String::new();
     let mut jobs =
         String::from("# Each stage's jobs: jitted pieces and host-run collectives.\nJOBS = [\n");
@@ -303,7 +289,7 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
                             py::list(outs.iter().map(|n| py::string(n)))
                         ));
                     }
-                    Piece::Host(op) => items.push(host_op(&stages, s, op)?),
+                    Piece::Host(op) => items.push(host_op(stages, s, op)?),
                 }
             }
             jobs.push_str(&format!("        {}: [\n", py::string(&job)));
@@ -315,17 +301,22 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
         jobs.push_str("    },\n");
     }
     jobs.push_str("]\n");
-    out.push_str(&jobs);
-    out.push_str(&routes(&stages, p));
+    Ok((jobs, bodies))
+}
+
+/// `FEEDS` and `STATE` per stage, and each stage's per-micro-batch and accumulated
+/// variables.
+fn stage_feeds(p: &Pipeline, stages: &[Stage], map: &AxisMap) -> Result<String, ExportError> {
+    let mut out = String::new();
     // What each stage starts with, and its per-micro-batch and accumulated variables.
     out.push_str("FEEDS = [\n");
     let mut state = Vec::new();
-    for st in &stages {
+    for st in stages {
         let all: Vec<usize> = (0..st.env.program().ops().len()).collect();
         let per_mb: HashSet<VarId> = st.jobs.per_micro_batch.iter().copied().collect();
         let program = st.env.program();
         let fed: Vec<usize> = all.clone();
-        out.push_str(&feeds(p, program, &st.env, st.template, &fed, &map, true)?);
+        out.push_str(&feeds(p, program, &st.env, st.template, &fed, map, true)?);
         let written: HashSet<VarId> = all
             .iter()
             .flat_map(|&i| program.ops()[i].all_outputs().collect::<Vec<_>>())
@@ -349,6 +340,30 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
         py::list(stages.iter().map(|st| names(st, &st.jobs.per_micro_batch))),
         py::list(stages.iter().map(|st| names(st, &st.jobs.accumulated)))
     ));
+    Ok(out)
+}
+
+/// The script's plan part for `shard_map` mode.
+pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
+    let (stages, map) = stages(p)?;
+    let mut out = format!(
+        "MICRO_BATCHES = {}\nCHUNKS = {}\nSTAGES = [\n",
+        p.micro_batches(),
+        p.stages.chunks
+    );
+    for st in &stages {
+        out.push_str(&format!(
+            "    {{\"shape\": {}, \"axes\": {}, \"ranks\": {}}},\n",
+            py::ints(st.env.shape.iter()),
+            py::tuple(st.env.names.iter().map(|n| py::string(n))),
+            py::ints(st.env.ranks.iter())
+        ));
+    }
+    out.push_str("]\n");
+    let (jobs, bodies) = jobs_table(p, &stages)?;
+    out.push_str(&jobs);
+    out.push_str(&routes(&stages, p));
+    out.push_str(&stage_feeds(p, &stages, &map)?);
     let plan = crate::passes::partition::p2p::StagePlan::new(&p.full, &p.stages);
     let holder = |v: VarId| -> Result<(&RankProgram, usize), ExportError> {
         let s = plan.owner(v).min(stages.len() - 1);
@@ -370,42 +385,68 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
 /// The script's plan part for `gspmd` mode (see the module doc).
 pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError> {
     let program = &p.full.program;
-    let mesh = &p.full.mesh;
-    let plan = crate::passes::partition::p2p::StagePlan::new(&p.full, &p.stages);
     let first_backward = p.backward.first_backward_op.min(program.ops().len());
-    let virtual_count = p.stages.virtual_count();
     let env = SerialEnv {
         program,
         masks: std::cell::RefCell::new(Vec::new()),
     };
+    let per_stage = forward_by_stage(p, first_backward)?;
+    let outs_of = stage_outputs(p, &per_stage);
     let pinned = super::gspmd::pinned(p, constrain);
-    let params: HashSet<VarId> = p.backward.param_grads.iter().map(|&(v, _)| v).collect();
-    let mut per_stage: Vec<Vec<usize>> = vec![Vec::new(); virtual_count];
+    let (table, mut bodies) = vstages(p, &per_stage, &outs_of, &env, &pinned)?;
+    let optimizer: Vec<usize> = (first_backward..program.ops().len())
+        .filter(|&i| program.ops()[i].role == OpRole::Optimize)
+        .collect();
+    bodies.push_str(
+        "\n\ndef optimizer(v):\n    \"\"\"The serial program's optimizer-phase ops, on the whole mesh.\"\"\"\n",
+    );
+    for &i in &optimizer {
+        for line in emit(&env, i, &program.ops()[i])? {
+            bodies.push_str(&format!("    {line}\n"));
+        }
+    }
+    bodies.push_str("    return v\n");
+    let mut out = stage_meshes(p)?;
+    out.push_str(&table);
+    let forward: Vec<usize> = (0..first_backward).collect();
+    out.push_str(&super::gspmd::tables(p, &forward, &optimizer, &env)?);
+    out.push_str(&specs_table(p));
+    out.push_str(&bodies);
+    out.push_str("\n\ndef main(argv):\n    run_pipeline_gspmd(parse_args(argv))\n");
+    Ok(out)
+}
+
+/// The serial program's forward ops per virtual stage.
+fn forward_by_stage(p: &Pipeline, first_backward: usize) -> Result<Vec<Vec<usize>>, ExportError> {
+    let program = &p.full.program;
+    let plan = crate::passes::partition::p2p::StagePlan::new(&p.full, &p.stages);
+    let mut per_stage: Vec<Vec<usize>> = vec![Vec::new(); p.stages.virtual_count()];
     for i in 0..first_backward {
-        let k = plan.op_stage[i];
-        let slot = per_stage.get_mut(k).ok_or_else(|| ExportError::Op {
-            index: i,
-            ty: program.ops()[i].ty.to_string(),
-            message: "a forward op on every stage".into(),
-        })?;
+        let slot = per_stage
+            .get_mut(plan.op_stage[i])
+            .ok_or_else(|| ExportError::Op {
+                index: i,
+                ty: program.ops()[i].ty.to_string(),
+                message: "a forward op on every stage".into(),
+            })?;
         slot.push(i);
     }
-    // Which later stages read what each stage writes.
+    Ok(per_stage)
+}
+
+/// What each virtual stage hands on: the values a later stage reads, and the losses.
+fn stage_outputs(p: &Pipeline, per_stage: &[Vec<usize>]) -> Vec<Vec<VarId>> {
+    let program = &p.full.program;
+    let (loss, reported) = (p.backward.loss, crate::exec::run::reported_loss(p));
     let mut read_later: HashSet<VarId> = HashSet::new();
-    let mut bodies = String::new();
-    let mut table = String::from("# Each virtual stage's forward: its physical stage, inputs (the differentiable ones:\n# parameters and activations from earlier stages) and outputs.\nVSTAGES = [\n");
-    let loss = p.backward.loss;
-    let reported = crate::exec::run::reported_loss(p);
     let mut outs_of: Vec<Vec<VarId>> = Vec::new();
-    for k in (0..virtual_count).rev() {
-        let ops = &per_stage[k];
+    for ops in per_stage.iter().rev() {
         let written: HashSet<VarId> = ops
             .iter()
             .flat_map(|&i| program.ops()[i].all_outputs().collect::<Vec<_>>())
             .collect();
         let mut outs: Vec<VarId> = written
-            .iter()
-            .copied()
+            .into_iter()
             .filter(|v| read_later.contains(v) || *v == loss || *v == reported)
             .collect();
         outs.sort();
@@ -413,6 +454,25 @@ pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, Export
         read_later.extend(read_first(program, ops));
     }
     outs_of.reverse();
+    outs_of
+}
+
+/// `VSTAGES` and each virtual stage's forward function.
+fn vstages(
+    p: &Pipeline,
+    per_stage: &[Vec<usize>],
+    outs_of: &[Vec<VarId>],
+    env: &SerialEnv,
+    pinned: &HashSet<VarId>,
+) -> Result<(String, String), ExportError> {
+    let program = &p.full.program;
+    let params: HashSet<VarId> = p.backward.param_grads.iter().map(|&(v, _)| v).collect();
+    let names = |vs: &[VarId]| py::list(vs.iter().map(|&v| py::string(&program.var(v).name)));
+    let mut table = String::from(
+        "# Each virtual stage's forward: its physical stage, inputs (the differentiable ones:\n\
+         # parameters and activations from earlier stages) and outputs.\nVSTAGES = [\n",
+    );
+    let mut bodies = String::new();
     for (k, ops) in per_stage.iter().enumerate() {
         let (s, _) = p.stages.split(k);
         let ins = read_first(program, ops);
@@ -425,41 +485,25 @@ pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, Export
                     || (!var.kind.is_source() && var.ty.dtype != crate::ir::DType::I64)
             })
             .collect();
-        let names = |vs: &[VarId]| py::list(vs.iter().map(|&v| py::string(&program.var(v).name)));
         table.push_str(&format!(
             "    {{\"stage\": {s}, \"fn\": \"vstage{k}\", \"ins\": {}, \"diff\": {}, \"outs\": {}}},\n",
             names(&ins),
             names(&diff),
             names(&outs_of[k])
         ));
-        bodies.push_str(&format!("\n\ndef vstage{k}(v):\n    \"\"\"Virtual stage {k}'s forward ops (physical stage {s}).\"\"\"\n"));
-        for &i in ops {
-            for line in emit(&env, i, &program.ops()[i])? {
-                bodies.push_str(&format!("    {line}\n"));
-            }
-            for v in program.ops()[i].all_outputs() {
-                if pinned.contains(&v) {
-                    bodies.push_str(&format!(
-                        "    v[{0}] = constrain(v[{0}], {1})\n",
-                        py::string(&program.var(v).name),
-                        spec(&p.full.tensors[v.index()], mesh, &[])
-                    ));
-                }
-            }
-        }
+        bodies.push_str(&format!(
+            "\n\ndef vstage{k}(v):\n    \"\"\"Virtual stage {k}'s forward ops (physical stage {s}).\"\"\"\n"
+        ));
+        bodies.push_str(&super::gspmd::forward_lines(p, env, ops, pinned)?);
         bodies.push_str("    return v\n");
     }
     table.push_str("]\n");
-    let optimizer: Vec<usize> = (first_backward..program.ops().len())
-        .filter(|&i| program.ops()[i].role == OpRole::Optimize)
-        .collect();
-    bodies.push_str("\n\ndef optimizer(v):\n    \"\"\"The serial program's optimizer-phase ops, on the whole mesh.\"\"\"\n");
-    for &i in &optimizer {
-        for line in emit(&env, i, &program.ops()[i])? {
-            bodies.push_str(&format!("    {line}\n"));
-        }
-    }
-    bodies.push_str("    return v\n");
+    Ok((table, bodies))
+}
+
+/// `MESH_SHAPE`, `AXES`, `RANKS`, `MICRO_BATCHES` and each stage's sub-mesh.
+fn stage_meshes(p: &Pipeline) -> Result<String, ExportError> {
+    let mesh = &p.full.mesh;
     let mut out = format!(
         "MESH_SHAPE = {}\nAXES = {}\nRANKS = {}\nMICRO_BATCHES = {}\nSTAGES = [\n",
         py::ints(mesh.shape().iter()),
@@ -480,13 +524,14 @@ pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, Export
         ));
     }
     out.push_str("]\n");
-    out.push_str(&table);
-    let mut all_forward: Vec<usize> = (0..first_backward).collect();
-    all_forward.extend(&optimizer);
-    let _ = all_forward;
-    let forward: Vec<usize> = (0..first_backward).collect();
-    out.push_str(&super::gspmd::tables(p, &forward, &optimizer, &env)?);
-    let specs: Vec<String> = program
+    Ok(out)
+}
+
+/// `SPECS`: the completed layout of every computed tensor and data input.
+fn specs_table(p: &Pipeline) -> String {
+    let specs: Vec<String> = p
+        .full
+        .program
         .vars()
         .iter()
         .enumerate()
@@ -495,15 +540,12 @@ pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, Export
             format!(
                 "    {}: {},\n",
                 py::string(&v.name),
-                spec(&p.full.tensors[i], mesh, &[])
+                spec(&p.full.tensors[i], &p.full.mesh, &[])
             )
         })
         .collect();
-    out.push_str(&format!(
+    format!(
         "# The completed layout of every computed tensor and data input.\nSPECS = {{\n{}}}\n",
         specs.concat()
-    ));
-    out.push_str(&bodies);
-    out.push_str("\n\ndef main(argv):\n    run_pipeline_gspmd(parse_args(argv))\n");
-    Ok(out)
+    )
 }

@@ -170,8 +170,6 @@ pub(super) fn feeds(
     map: &AxisMap,
     staged: bool,
 ) -> Result<String, ExportError> {
-    let serial = &p.full.program;
-    let zero = &p.partitioned.zero;
     let mut out = String::from(if staged {
         "    {\n"
     } else {
@@ -181,62 +179,13 @@ pub(super) fn feeds(
     });
     let fed = read_first(program, ops);
     for &v in &fed {
-        let name = &program.var(v).name;
-        let shard = zero.initial_shards().find(|(_, _, s)| *s == v);
-        let line = if let Some((z, whole, _)) = shard {
-            format!(
-                "{{\"source\": {}, {}, \"zero\": {{\"axes\": {}, \"shard\": {}}}}}",
-                py::string(&serial.var(whole).name),
-                layout(&p.full.tensors[whole.index()], map),
-                py::ints(z.axes.iter().map(|a| map.sub(a.index()))),
-                z.shard
-            )
-        } else if v.index() < serial.vars().len() && serial.var(v).kind.is_source() {
-            let per_mb = staged
-                && matches!(
-                    serial.var(v).kind,
-                    crate::ir::VarKind::Input | crate::ir::VarKind::Label
-                );
-            format!(
-                "{{\"source\": {}, {}{}}}",
-                py::string(&serial.var(v).name),
-                layout(&p.full.tensors[v.index()], map),
-                if per_mb {
-                    ", \"micro_batch\": True"
-                } else {
-                    ""
-                }
-            )
-        } else {
-            return Err(ExportError::Plan(format!(
-                "the rank program reads `{name}` before any op writes it, and it is not a \
-                 source variable"
-            )));
-        };
-        out.push_str(&format!("    {}: {line},\n", py::string(name)));
-    }
-    for m in env.masks.borrow().iter() {
-        let op = &program.ops()[m.op];
-        let outv = op
-            .output("Out")
-            .first()
-            .copied()
-            .ok_or_else(|| ExportError::Plan(format!("dropout op{} has no Out", m.op)))?;
-        let origin = rank.origin.get(outv.index()).copied().unwrap_or(outv);
-        let attr = rank
-            .attrs
-            .get(outv.index())
-            .cloned()
-            .ok_or_else(|| ExportError::Plan(format!("dropout op{} has no layout", m.op)))?;
+        let line = feed_recipe(p, program, v, map, staged)?;
         out.push_str(&format!(
-            "    {}: {{\"mask\": [{}, {}], \"global_shape\": {}, {}}},\n",
-            py::string(&m.name),
-            op.attr_int("seed", 0),
-            py::float(op.attr_float("dropout_prob", 0.5)),
-            py::ints(serial.var(origin).ty.shape.iter()),
-            layout(&attr, map)
+            "    {}: {line},\n",
+            py::string(&program.var(v).name)
         ));
     }
+    out.push_str(&mask_feeds(p, program, env, rank, map)?);
     if staged {
         return Ok(out + "    },\n");
     }
@@ -255,6 +204,89 @@ pub(super) fn feeds(
          STATE = {}\n",
         py::list(state)
     ));
+    Ok(out)
+}
+
+/// Where fed variable `v` comes from: a ZeRO shard of a source, or a block of one (with
+/// micro-batches, a data input is cut per micro-batch).
+fn feed_recipe(
+    p: &Pipeline,
+    program: &Program,
+    v: VarId,
+    map: &AxisMap,
+    staged: bool,
+) -> Result<String, ExportError> {
+    let serial = &p.full.program;
+    if let Some((z, whole, _)) = p
+        .partitioned
+        .zero
+        .initial_shards()
+        .find(|(_, _, s)| *s == v)
+    {
+        return Ok(format!(
+            "{{\"source\": {}, {}, \"zero\": {{\"axes\": {}, \"shard\": {}}}}}",
+            py::string(&serial.var(whole).name),
+            layout(&p.full.tensors[whole.index()], map),
+            py::ints(z.axes.iter().map(|a| map.sub(a.index()))),
+            z.shard
+        ));
+    }
+    if v.index() >= serial.vars().len() || !serial.var(v).kind.is_source() {
+        return Err(ExportError::Plan(format!(
+            "the rank program reads `{}` before any op writes it, and it is not a source \
+             variable",
+            program.var(v).name
+        )));
+    }
+    let per_mb = staged
+        && matches!(
+            serial.var(v).kind,
+            crate::ir::VarKind::Input | crate::ir::VarKind::Label
+        );
+    Ok(format!(
+        "{{\"source\": {}, {}{}}}",
+        py::string(&serial.var(v).name),
+        layout(&p.full.tensors[v.index()], map),
+        if per_mb {
+            ", \"micro_batch\": True"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The dropout masks the body asked for: seed, probability, the global shape and the
+/// layout of the op's output (the mask follows each element's global index).
+fn mask_feeds(
+    p: &Pipeline,
+    program: &Program,
+    env: &RanksEnv,
+    rank: &crate::passes::partition::RankProgram,
+    map: &AxisMap,
+) -> Result<String, ExportError> {
+    let mut out = String::new();
+    for m in env.masks.borrow().iter() {
+        let op = &program.ops()[m.op];
+        let outv = op
+            .output("Out")
+            .first()
+            .copied()
+            .ok_or_else(|| ExportError::Plan(format!("dropout op{} has no Out", m.op)))?;
+        let origin = rank.origin.get(outv.index()).copied().unwrap_or(outv);
+        let attr = rank
+            .attrs
+            .get(outv.index())
+            .cloned()
+            .ok_or_else(|| ExportError::Plan(format!("dropout op{} has no layout", m.op)))?;
+        out.push_str(&format!(
+            "    {}: {{\"mask\": [{}, {}], \"global_shape\": {}, {}}},\n",
+            py::string(&m.name),
+            op.attr_int("seed", 0),
+            py::float(op.attr_float("dropout_prob", 0.5)),
+            py::ints(p.full.program.var(origin).ty.shape.iter()),
+            layout(&attr, map)
+        ));
+    }
     Ok(out)
 }
 
