@@ -9,6 +9,7 @@
 //!
 //! The suite needs `target/jaxenv` (JAX 0.10.2 and numpy), which `scripts/setup.sh`
 //! installs; without it the suite fails and says so.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

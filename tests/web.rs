@@ -392,6 +392,48 @@ fn the_javascript_api_costs_a_plan() {
 }
 
 #[wasm_bindgen_test]
+async fn the_export_panel_shows_a_script_to_copy_and_download() {
+    let root = app("").await;
+    click(&root, "#export-shard-map");
+    settle().await;
+    let script = text(&root, "#export-script");
+    assert!(
+        script.starts_with("#!/usr/bin/env python3"),
+        "{}",
+        &script[..80.min(script.len())]
+    );
+    assert!(script.contains("jax.shard_map") && script.contains("def rank_step(v, me):"));
+    let href = q(&root, "#export-download").get_attribute("href").unwrap();
+    assert!(href.starts_with("data:text/x-python;charset=utf-8,%23!%2Fusr%2Fbin%2Fenv"));
+    assert_eq!(
+        q(&root, "#export-download")
+            .get_attribute("download")
+            .as_deref(),
+        Some("shardlab_shard_map.py")
+    );
+    click(&root, "#export-gspmd");
+    settle().await;
+    assert!(text(&root, "#export-script").contains("def forward(v):"));
+}
+
+#[wasm_bindgen_test]
+fn the_javascript_api_exports_a_script() {
+    let req = js_sys::JSON::parse(r#"{"preset": "megatron_mlp", "mode": "shard_map"}"#).unwrap();
+    let script = shardlab::web::export_jax(req).unwrap();
+    assert!(script.contains("all_reduce(") && script.contains("MODE = \"shard_map\""));
+    let gspmd =
+        shardlab::web::export_jax(js_sys::JSON::parse(r#"{"preset": "megatron_mlp"}"#).unwrap())
+            .unwrap();
+    assert!(gspmd.contains("MODE = \"gspmd\"") && !gspmd.contains("all_reduce(v["));
+    let bad = js_sys::JSON::parse(r#"{"preset": "dp_mlp", "mode": "pmap"}"#).unwrap();
+    let e = shardlab::web::export_jax(bad)
+        .unwrap_err()
+        .as_string()
+        .unwrap();
+    assert!(e.contains("mode: `pmap` is not gspmd or shard_map"), "{e}");
+}
+
+#[wasm_bindgen_test]
 fn the_javascript_api_plans() {
     let req = js_sys::JSON::parse(r#"{"preset": "dp_mlp"}"#).unwrap();
     let out = shardlab::web::plan(req).unwrap();

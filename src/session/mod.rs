@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 mod cost;
 mod edit;
+mod export;
 mod link;
 mod pipe;
 mod replay;

@@ -33,6 +33,10 @@ struct Request {
     /// The precision compute is priced at: `bf16`, `f16` or `f32` (default: the
     /// topology's).
     compute_dtype: Option<String>,
+    /// `export_jax`: `gspmd` (default) or `shard_map`.
+    mode: Option<String>,
+    /// `export_jax`: `annotated` (default) or `all`.
+    constrain: Option<String>,
 }
 
 /// Plans `request` and returns the whole pipeline as a JS object; errors are JS errors
@@ -41,6 +45,40 @@ struct Request {
 pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
     let req: Request = serde_wasm_bindgen::from_value(request)
         .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))?;
+    let err = |m: String| JsValue::from_str(&m);
+    let plan = request_plan(&req)?;
+    let opts = PipelineOptions::from_plan(&plan.options);
+    let p = run_pipeline(&plan, &opts).map_err(|e| err(e.to_string()))?;
+    let mut json = crate::report::pipeline_json(&p, None).map_err(|e| err(e.to_string()))?;
+    if let Some(name) = &req.topology {
+        use crate::cost::device::{ComputeDType, Topology};
+        let topo = Topology::preset(name).map_err(|e| err(format!("topology: {e}")))?;
+        let dtype = match req.compute_dtype.as_deref() {
+            None => topo.default_dtype,
+            Some("bf16") => ComputeDType::Bf16,
+            Some("f16") => ComputeDType::F16,
+            Some("f32") => ComputeDType::F32,
+            Some(other) => {
+                return Err(err(format!(
+                    "compute_dtype: `{other}` is not one of bf16, f16, f32"
+                )))
+            }
+        };
+        let opts = crate::cost::estimate::CostOptions {
+            mixed_precision: plan.options.amp,
+            overlap_grad_sync: req.overlap,
+        };
+        let e = crate::cost::estimate::estimate(&p, &topo, dtype, opts)
+            .map_err(|e| err(e.to_string()))?;
+        json["cost"] = crate::cost::estimate::estimate_json(&e);
+    }
+    serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| err(e.to_string()))
+}
+
+/// The plan a request describes: a preset scenario or plan text, with its mesh, shards
+/// and options applied.
+fn request_plan(req: &Request) -> Result<crate::plan::Plan, JsValue> {
     let err = |m: String| JsValue::from_str(&m);
     let mut plan = match (&req.text, &req.preset) {
         (Some(text), _) => {
@@ -77,33 +115,38 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
     if let Some(z) = req.zero {
         plan.options.zero = crate::plan::PlanOptions::check_zero(z).map_err(err)?;
     }
-    let opts = PipelineOptions::from_plan(&plan.options);
-    let p = run_pipeline(&plan, &opts).map_err(|e| err(e.to_string()))?;
-    let mut json = crate::report::pipeline_json(&p, None).map_err(|e| err(e.to_string()))?;
-    if let Some(name) = &req.topology {
-        use crate::cost::device::{ComputeDType, Topology};
-        let topo = Topology::preset(name).map_err(|e| err(format!("topology: {e}")))?;
-        let dtype = match req.compute_dtype.as_deref() {
-            None => topo.default_dtype,
-            Some("bf16") => ComputeDType::Bf16,
-            Some("f16") => ComputeDType::F16,
-            Some("f32") => ComputeDType::F32,
-            Some(other) => {
-                return Err(err(format!(
-                    "compute_dtype: `{other}` is not one of bf16, f16, f32"
-                )))
-            }
-        };
-        let opts = crate::cost::estimate::CostOptions {
-            mixed_precision: plan.options.amp,
-            overlap_grad_sync: req.overlap,
-        };
-        let e = crate::cost::estimate::estimate(&p, &topo, dtype, opts)
-            .map_err(|e| err(e.to_string()))?;
-        json["cost"] = crate::cost::estimate::estimate_json(&e);
-    }
-    serde::Serialize::serialize(&json, &serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| err(e.to_string()))
+    Ok(plan)
+}
+
+/// The plan as a self-contained JAX script (`shardlab export --to jax`): the request of
+/// `plan` plus `mode` (`gspmd` or `shard_map`) and `constrain` (`annotated` or `all`).
+/// Returns the script text; errors are JS errors with a message.
+#[wasm_bindgen]
+pub fn export_jax(request: JsValue) -> Result<String, JsValue> {
+    use crate::export::{Constrain, ExportMode, ExportOptions};
+    let req: Request = serde_wasm_bindgen::from_value(request)
+        .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))?;
+    let err = |m: String| JsValue::from_str(&m);
+    let mode = match req.mode.as_deref() {
+        None => ExportMode::Gspmd,
+        Some(m) => ExportMode::from_name(m)
+            .ok_or_else(|| err(format!("mode: `{m}` is not gspmd or shard_map")))?,
+    };
+    let constrain = match req.constrain.as_deref() {
+        None | Some("annotated") => Constrain::Annotated,
+        Some("all") => Constrain::All,
+        Some(other) => return Err(err(format!("constrain: `{other}` is not annotated or all"))),
+    };
+    let plan = request_plan(&req)?;
+    let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
+        .map_err(|e| err(e.to_string()))?;
+    let opts = ExportOptions {
+        mode,
+        constrain,
+        source: "the ShardLab JavaScript API".into(),
+        init: Default::default(),
+    };
+    crate::export::export_jax(&p, &opts).map_err(|e| err(e.to_string()))
 }
 
 /// A browser benchmark hook: plans `text` once, then times re-planning after one

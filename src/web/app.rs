@@ -3,6 +3,7 @@
 
 use super::cost_panel::CostPanel;
 use super::editor::Editor;
+use super::export_panel::ExportPanel;
 use super::inspector::Inspector;
 use super::ledger_view::LedgerView;
 use super::mesh_editor::MeshEditor;
@@ -98,6 +99,7 @@ fn right_column(ctx: &AppCtx) -> Html {
             if ctx.shows("pipeline") { <PipelinePanel /> }
             if ctx.shows("ledger") { <LedgerView /> }
             if ctx.shows("run") { <RunPanel /> }
+            if ctx.shows("export") { <ExportPanel /> }
         </aside>
     }
 }

@@ -5,6 +5,7 @@ mod api;
 mod app;
 mod cost_panel;
 mod editor;
+mod export_panel;
 mod inspector;
 mod ledger_view;
 mod mesh_editor;
@@ -15,7 +16,7 @@ mod rank_lens;
 mod run_panel;
 mod timeline;
 
-pub use api::{bench_replan, plan};
+pub use api::{bench_replan, export_jax, plan};
 pub use app::{App, AppCtx, State};
 pub use mesh_view::{MeshView, MeshViewProps};
 

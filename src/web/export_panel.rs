@@ -1,0 +1,66 @@
+//! Export: the plan as a self-contained JAX script (`crate::export`), shown with copy and
+//! download. The script runs the plan on XLA (8 simulated CPU devices on a laptop) and
+//! checks it against the numbers ShardLab computes.
+
+use super::app::AppCtx;
+use crate::export::ExportMode;
+use yew::prelude::*;
+
+/// The export panel.
+#[component]
+pub fn ExportPanel() -> Html {
+    let script = use_state(|| None::<(ExportMode, Result<String, String>)>);
+    let copied = use_state(|| false);
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
+    let make = |mode: ExportMode| {
+        let script = script.clone();
+        let copied = copied.clone();
+        let ctx = ctx.clone();
+        Callback::from(move |_: MouseEvent| {
+            copied.set(false);
+            script.set(Some((mode, ctx.session().export_script(mode))));
+        })
+    };
+    let body = match &*script {
+        None => html! {},
+        Some((_, Err(e))) => html! { <p class="error export-error">{ e.clone() }</p> },
+        Some((mode, Ok(text))) => {
+            let href = format!(
+                "data:text/x-python;charset=utf-8,{}",
+                String::from(js_sys::encode_uri_component(text))
+            );
+            let copy = {
+                let text = text.clone();
+                let copied = copied.clone();
+                Callback::from(move |_: MouseEvent| {
+                    if let Some(w) = web_sys::window() {
+                        let _ = w.navigator().clipboard().write_text(&text);
+                        copied.set(true);
+                    }
+                })
+            };
+            html! {
+                <>
+                    <p class="export-actions">
+                        <button id="export-copy" class="small" onclick={copy}>{ if *copied { "Copied" } else { "Copy" } }</button>
+                        <a id="export-download" class="button small" {href} download={format!("shardlab_{}.py", mode.name())}>{ "Download" }</a>
+                        <span class="hint">{ format!("{} lines; run with `python shardlab_{}.py --dump out`", text.lines().count(), mode.name()) }</span>
+                    </p>
+                    <pre id="export-script" class="export-script">{ text.clone() }</pre>
+                </>
+            }
+        }
+    };
+    html! {
+        <section class="panel export-panel">
+            <h2>{ "Export to JAX" }
+                <button id="export-gspmd" class="small primary" onclick={make(ExportMode::Gspmd)} title="the serial program with shardings; XLA partitions it">{ "gspmd" }</button>
+                <button id="export-shard-map" class="small" onclick={make(ExportMode::ShardMap)} title="ShardLab's per-rank programs and collectives in jax.shard_map">{ "shard_map" }</button>
+            </h2>
+            <p class="hint">{ "One Python file needing only jax and numpy: it runs the plan on XLA (simulated CPU devices on a laptop), writes what `shardlab run --dump` writes, and prints XLA's collectives." }</p>
+            { body }
+        </section>
+    }
+}
