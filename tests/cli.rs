@@ -1282,3 +1282,94 @@ fn pipeline_flags_gantt_and_orders() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn export_writes_a_script_lists_its_modes_and_refuses_bad_flags() {
+    let list = shardlab(&["export", "--list"]);
+    assert!(list.status.success());
+    let listed = text(&list.stdout);
+    for word in [
+        "gspmd (default)",
+        "shard_map:",
+        "pipeline stages",
+        "Not exported",
+    ] {
+        assert!(listed.contains(word), "--list mentions {word}:\n{listed}");
+    }
+    let out = shardlab(&[
+        "export",
+        "--scenario",
+        "megatron_mlp",
+        "--mode",
+        "shard_map",
+        "-o",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = text(&out.stdout);
+    assert!(script.starts_with("#!/usr/bin/env python3\n"));
+    assert!(script.contains("`shardlab export --scenario megatron_mlp --mode shard_map`"));
+    assert!(script.contains("all_reduce(v[\"linear_1.tmp_0\"], \"SUM\", (\"mp\",)"));
+    // The output file does not enter the script: two files, the same bytes.
+    let dir = std::env::temp_dir().join(format!("shardlab-cli-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("a.py"), dir.join("b.py"));
+    for f in [&a, &b] {
+        let o = shardlab(&[
+            "export",
+            "--scenario",
+            "dp_mlp",
+            "--optimizer",
+            "adam",
+            "-o",
+            f.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("gspmd mode"));
+    }
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert!(text(&std::fs::read(&a).unwrap()).contains("adam("));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (args, message) in [
+        (
+            vec![
+                "export",
+                "--scenario",
+                "dp_mlp",
+                "--mode",
+                "pmap",
+                "-o",
+                "-",
+            ],
+            "--mode pmap: expected gspmd or shard_map",
+        ),
+        (
+            vec!["export", "--scenario", "dp_mlp", "--to", "torch", "-o", "-"],
+            "--to torch: the one engine is jax",
+        ),
+        (
+            vec!["export", "--scenario", "dp_mlp"],
+            "-o FILE.py is needed",
+        ),
+        (
+            vec![
+                "export",
+                "--scenario",
+                "dp_mlp",
+                "--constrain",
+                "some",
+                "-o",
+                "-",
+            ],
+            "--constrain some: expected annotated or all",
+        ),
+    ] {
+        let o = shardlab(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&o.stderr).contains(message),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
