@@ -241,6 +241,17 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
     for (job, _, _) in &inits {
         jobs.push(job.clone());
     }
+    // The prelude's reading of HLO (replica groups in every form XLA prints, tuple and
+    // async counts), on lines whose answers are known.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let selftest = dir.join("prelude_selftest.py");
+    std::fs::write(
+        &selftest,
+        std::fs::read_to_string(root.join("src/export/prelude.py")).unwrap()
+            + &std::fs::read_to_string(root.join("tests/export/prelude_selftest.py")).unwrap(),
+    )
+    .unwrap();
+    jobs.push(serde_json::json!({"script": selftest, "args": []}));
     let jobs_file = dir.join("jobs.json");
     std::fs::write(&jobs_file, serde_json::to_string(&jobs).unwrap()).unwrap();
     let results_file = dir.join("results.json");
@@ -256,6 +267,12 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
         serde_json::from_str(&std::fs::read_to_string(&results_file).unwrap()).unwrap();
     let mut failures = export_failures;
     let extra = &results[prepared.len()..];
+    if results.last().and_then(|r| r.get("output")).is_none() {
+        failures.push(format!(
+            "the prelude's self-test failed: {}",
+            results.last().cloned().unwrap_or_default()
+        ));
+    }
     failures.extend(check_sabotage(
         &prepared,
         &sabotage,

@@ -449,8 +449,27 @@ INSTR = re.compile(
 )
 
 
+def mesh_groups(line):
+    """Groups in Shardy's form `replica_groups=mesh['a'=2,'b'=4] {'b'}`: devices numbered
+    row-major over the mesh, one group per coordinate of the axes not listed."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
+    if not m:
+        return None
+    axes = re.findall(r"'([^']+)'=(\d+)", m.group(1))
+    names = [a for a, _ in axes]
+    sizes = [int(n) for _, n in axes]
+    inside = [names.index(a) for a in re.findall(r"'([^']+)'", m.group(2)) if a in names]
+    ids = np.arange(int(np.prod(sizes))).reshape(sizes)
+    outside = [d for d in range(len(sizes)) if d not in inside]
+    moved = ids.transpose(outside + inside)
+    return moved.reshape(-1, int(np.prod([sizes[d] for d in inside]))).tolist()
+
+
 def replica_groups(line, ranks):
-    """The groups of one HLO collective as rank lists (explicit or iota form)."""
+    """The groups of one HLO collective as rank lists (explicit, iota or mesh form)."""
+    named = mesh_groups(line)
+    if named is not None:
+        return [[ranks[i] for i in g] for g in named]
     m = re.search(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}", line)
     if m:
         groups = [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m.group(1))]
@@ -472,8 +491,10 @@ def replica_groups(line, ranks):
 
 def count_collectives(hlo, ranks):
     """XLA's collectives per kind from optimised HLO text: a tuple all-reduce counts as
-    its logical elements, and the -start form of an async collective counts once."""
-    counts = {k: {"count": 0, "groups": []} for k in KINDS}
+    its logical elements, and the -start form of an async collective counts once.
+    `backward` counts those jax.grad's backward pass emitted (gspmd mode; in shard_map
+    mode our backward ops are ordinary ops to JAX)."""
+    counts = {k: {"count": 0, "backward": 0, "groups": []} for k in KINDS}
     for line in hlo.splitlines():
         m = INSTR.search(line)
         if not m:
@@ -486,6 +507,9 @@ def count_collectives(hlo, ranks):
             # its logical count is that of its operands. all-reduce-start returns results.
             elements = max(1, elements // 2)
         counts[kind]["count"] += elements
+        if "transpose(" in line:
+            # jax.grad's backward: its ops carry transpose(jvp(...)) in their op_name.
+            counts[kind]["backward"] += elements
         g = replica_groups(line, ranks)
         if g not in counts[kind]["groups"]:
             counts[kind]["groups"].append(g)
@@ -750,7 +774,7 @@ def run_pipeline_shard_map(args):
                 continue
             env[s][name] = jax.device_put(
                 stacked_feed_of(FEEDS[s], name, values, positions, st["shape"]), specs[s])
-    compiled, counts = {}, {k: {"count": 0, "groups": []} for k in KINDS}
+    compiled, counts = {}, {k: {"count": 0, "backward": 0, "groups": []} for k in KINDS}
     fns = globals()
 
     def jitted(s, piece):
@@ -787,6 +811,7 @@ def run_pipeline_shard_map(args):
             got = count_collectives(fn.lower(*args_).compile().as_text(), STAGES[s]["ranks"])
             for kind in KINDS:
                 counts[kind]["count"] += got[kind]["count"]
+                counts[kind]["backward"] += got[kind]["backward"]
                 for g in got[kind]["groups"]:
                     if g not in counts[kind]["groups"]:
                         counts[kind]["groups"].append(g)
@@ -929,13 +954,14 @@ def run_pipeline_gspmd(args):
         values[name] = dropout_mask(seed, p, shape).astype(RUN["dtype"])
     state = {k: jax.device_put(values[k], on(full, s)) for k, s in STATE.items()}
     consts = {k: jax.device_put(values[k], on(full, s)) for k, s in CONSTS.items() if k not in data}
-    counts = {k: {"count": 0, "groups": []} for k in KINDS}
+    counts = {k: {"count": 0, "backward": 0, "groups": []} for k in KINDS}
     compiled = {}
 
     def add_counts(fn, a, ranks):
         got = count_collectives(fn.lower(*a).compile().as_text(), ranks)
         for kind in KINDS:
             counts[kind]["count"] += got[kind]["count"]
+            counts[kind]["backward"] += got[kind]["backward"]
             for g in got[kind]["groups"]:
                 if g not in counts[kind]["groups"]:
                     counts[kind]["groups"].append(g)
