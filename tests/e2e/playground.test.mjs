@@ -157,3 +157,20 @@ test('the pipeline panel: schedules switch and the bubble follows the closed for
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test('the export panel writes a JAX script to copy or download', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = await open(page, `${server.url}#s=megatron_mlp`);
+  await page.click('#export-shard-map');
+  await page.waitForSelector('#export-script');
+  const script = await page.locator('#export-script').innerText();
+  assert.match(script, /^#!\/usr\/bin\/env python3/);
+  assert.match(script, /all_reduce\(v\["linear_1\.tmp_0"\], "SUM", \("mp",\)/);
+  const download = page.locator('#export-download');
+  assert.equal(await download.getAttribute('download'), 'shardlab_shard_map.py');
+  assert.match(await download.getAttribute('href'), /^data:text\/x-python;charset=utf-8,/);
+  await page.click('#export-gspmd');
+  await page.waitForFunction(() => document.querySelector('#export-script').textContent.includes('def forward(v):'));
+  await page.locator('.export-panel').screenshot({ path: `${screenshotDir}/export-panel.png` });
+  assert.deepEqual(errors, []);
+});
