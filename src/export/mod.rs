@@ -100,9 +100,10 @@ pub fn export_jax(p: &Pipeline, opts: &ExportOptions) -> Result<String, ExportEr
         (ExportMode::Gspmd, false) => gspmd::script(p, opts.constrain)?,
         (ExportMode::Gspmd, true) => pipeline::gspmd_script(p, opts.constrain)?,
     };
+    // The plan first, op by op, then the runtime: nothing in the plan's part runs at import,
+    // so the prelude's names are defined before anything calls them.
     let mut out = header(p, opts);
-    out.push_str(include_str!("prelude.py"));
-    out.push_str("\n\n# ---------------------------------------------------------------------------------------\n");
+    out.push_str("# ---------------------------------------------------------------------------------------\n");
     out.push_str("# The plan\n");
     out.push_str("# ---------------------------------------------------------------------------------------\n");
     let _ = writeln!(
@@ -121,6 +122,8 @@ pub fn export_jax(p: &Pipeline, opts: &ExportOptions) -> Result<String, ExportEr
     let _ = writeln!(out, "MODE = {}", py::string(opts.mode.name()));
     out.push_str(&sources::table(p, &opts.init)?);
     out.push_str(&body);
+    out.push_str("\n\n");
+    out.push_str(include_str!("prelude.py"));
     out.push_str("\n\nif __name__ == \"__main__\":\n    main(sys.argv[1:])\n");
     Ok(out)
 }

@@ -23,6 +23,8 @@ pub fn ExportPanel() -> Html {
             script.set(Some((mode, ctx.session().export_script(mode))));
         })
     };
+    let shown = script.as_ref().map(|(m, _)| *m);
+    let class = |mode: ExportMode| classes!("small", (shown == Some(mode)).then_some("primary"));
     let body = match &*script {
         None => html! {},
         Some((_, Err(e))) => html! { <p class="error export-error">{ e.clone() }</p> },
@@ -56,8 +58,8 @@ pub fn ExportPanel() -> Html {
     html! {
         <section class="panel export-panel">
             <h2>{ "Export to JAX" }
-                <button id="export-gspmd" class="small primary" onclick={make(ExportMode::Gspmd)} title="the serial program with shardings; XLA partitions it">{ "gspmd" }</button>
-                <button id="export-shard-map" class="small" onclick={make(ExportMode::ShardMap)} title="ShardLab's per-rank programs and collectives in jax.shard_map">{ "shard_map" }</button>
+                <button id="export-gspmd" class={class(ExportMode::Gspmd)} onclick={make(ExportMode::Gspmd)} title="the serial program with shardings; XLA partitions it">{ "gspmd" }</button>
+                <button id="export-shard-map" class={class(ExportMode::ShardMap)} onclick={make(ExportMode::ShardMap)} title="ShardLab's per-rank programs and collectives in jax.shard_map">{ "shard_map" }</button>
             </h2>
             <p class="hint">{ "One Python file needing only jax and numpy: it runs the plan on XLA (simulated CPU devices on a laptop), writes what `shardlab run --dump` writes, and prints XLA's collectives." }</p>
             { body }
