@@ -18,7 +18,7 @@ use super::gspmd::{spec, SerialEnv};
 use super::ops::{emit, Env};
 use super::py;
 use super::ranks::RanksEnv;
-use super::shard_map::{feeds, layout, read_first, records, AxisMap};
+use super::shard_map::{feeds, read_first, records, AxisMap};
 use super::{Constrain, ExportError};
 use crate::ir::{OpRole, OpType, Program, VarId, VarKind};
 use crate::passes::jobs::{cut, RankJobs};
@@ -378,7 +378,6 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
     ));
     out.push_str(&bodies);
     out.push_str("\n\ndef main(argv):\n    run_pipeline_shard_map(parse_args(argv))\n");
-    let _ = layout;
     Ok(out)
 }
 
