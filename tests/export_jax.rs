@@ -200,10 +200,18 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
             },
         )
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        for mode in [ExportMode::Gspmd, ExportMode::ShardMap] {
+        // gspmd with every forward tensor pinned, once: XLA must honour every constraint.
+        let mut variants = vec![
+            (ExportMode::Gspmd, Constrain::Annotated, ""),
+            (ExportMode::ShardMap, Constrain::Annotated, ""),
+        ];
+        if case.name == "gpt_dp_mp" {
+            variants.push((ExportMode::Gspmd, Constrain::All, "_constrain_all"));
+        }
+        for (mode, constrain, suffix) in variants {
             let opts = ExportOptions {
                 mode,
-                constrain: Constrain::Annotated,
+                constrain,
                 source: case.name.clone(),
                 init: Default::default(),
             };
@@ -214,7 +222,7 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
                     continue;
                 }
             };
-            let name = format!("{}.{}", case.name, mode.name());
+            let name = format!("{}{suffix}.{}", case.name, mode.name());
             let path = dir.join(format!("{name}.py"));
             std::fs::write(&path, script).unwrap();
             let dump = dir.join(format!("{name}.dump"));
