@@ -1007,6 +1007,11 @@ mod flag_fuzz {
             "F0 B0 | F0 B0",
             "F0 B0 F1 B1 | F1 B1 F0 B0",
             "F99999999",
+            "shard_map",
+            "gspmd",
+            "annotated",
+            "jax",
+            "-",
         ])
         .prop_map(str::to_string)
     }
@@ -1044,6 +1049,10 @@ mod flag_fuzz {
             "--pp-split",
             "--jobs",
             "--stages",
+            "--mode",
+            "--constrain",
+            "--to",
+            "-o",
         ]);
         let bare = prop::sample::select(vec![
             "--amp",
@@ -1053,6 +1062,7 @@ mod flag_fuzz {
             "--bogus",
             "--gantt",
             "--ideal",
+            "--list",
         ]);
         prop_oneof![
             4 => (name, value()).prop_map(|(n, v)| vec![n.to_string(), v]),
@@ -1068,7 +1078,7 @@ mod flag_fuzz {
         })]
         #[test]
         fn the_tool_never_panics(
-            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "schedule", "nonsense"]),
+            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "schedule", "export", "nonsense"]),
             flags in prop::collection::vec(flag(), 0..6),
             topology in prop::sample::select(vec!["h100x8", "h100x8x4", "tpu-v5e-16", "v100"]),
         ) {
@@ -1080,7 +1090,7 @@ mod flag_fuzz {
                 args.extend(["--topology".to_string(), topology.to_string()]);
             }
             // Runs stay small: a memory budget of 64 MiB bounds what a run may allocate.
-            if cmd == "run" {
+            if cmd == "run" || cmd == "export" {
                 args.extend(["--max-memory".to_string(), "64M".to_string()]);
             }
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();

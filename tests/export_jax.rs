@@ -97,6 +97,14 @@ fn cases(dtype: DType) -> Vec<Case> {
         name: "gpt_pp2_dp".into(),
         plan: pp,
     });
+    // Stages only: each stage one device, the 1F1B schedule (the numbers do not depend on it).
+    let mut pure = build(Model::Gpt, 2, "2:pp", &[], dtype);
+    pure.options.micro_batches = 2;
+    pure.options.schedule = shardlab::plan::ScheduleKind::OneFOneB;
+    out.push(Case {
+        name: "gpt_pp2_1f1b".into(),
+        plan: pure,
+    });
     out
 }
 

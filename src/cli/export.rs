@@ -32,6 +32,10 @@ pub(crate) struct ExportArgs {
     /// Print what each mode supports and exit.
     #[arg(long)]
     list: bool,
+    /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
+    /// an estimate before planning. Default: half the available memory.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<String>,
 }
 
 /// Runs the command.
@@ -61,6 +65,15 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     };
     args.training.apply(&mut plan)?;
+    let budget = super::budget::budget(&args.max_memory)?;
+    if let Err(e) = super::budget::check(
+        "planning",
+        plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
+        budget,
+    ) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(1));
+    }
     let pipeline = match run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)) {
         Ok(p) => p,
         Err(e) => {

@@ -18,7 +18,7 @@ use super::gspmd::{spec, SerialEnv};
 use super::ops::{emit, Env};
 use super::py;
 use super::ranks::RanksEnv;
-use super::shard_map::{feeds, read_first, records, AxisMap};
+use super::shard_map::{feeds, read_first, records};
 use super::{Constrain, ExportError};
 use crate::ir::{OpRole, OpType, Program, VarId, VarKind};
 use crate::passes::jobs::{cut, RankJobs};
@@ -33,23 +33,13 @@ struct Stage<'a> {
     jobs: RankJobs,
 }
 
-fn stages(p: &Pipeline) -> Result<(Vec<Stage<'_>>, AxisMap), ExportError> {
-    let mesh = &p.full.mesh;
-    // Micro-batches without a `pp` axis (gradient accumulation) are one stage.
-    let map = match p.stages.axis {
-        Some(pp) => AxisMap::without(mesh.ndim(), pp.index()),
-        None => AxisMap::identity(mesh.ndim()),
-    };
+fn stages(p: &Pipeline) -> Result<Vec<Stage<'_>>, ExportError> {
     let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
     let by_rank: HashMap<u32, &RankProgram> =
         p.partitioned.ranks.iter().map(|r| (r.rank, r)).collect();
     let mut out = Vec::new();
     for s in 0..p.stages.stages {
-        let sub = p
-            .stages
-            .stage_mesh(mesh, s)
-            .ok_or_else(|| ExportError::Plan(format!("stage {s} has no sub-mesh")))?;
-        let ranks = p.stages.ranks_of(mesh, s);
+        let (shape, names, ranks) = stage_mesh(p, s);
         let programs: Vec<&RankProgram> = ranks
             .iter()
             .map(|r| {
@@ -61,8 +51,8 @@ fn stages(p: &Pipeline) -> Result<(Vec<Stage<'_>>, AxisMap), ExportError> {
             .collect::<Result<_, _>>()?;
         let template = programs[0];
         let env = RanksEnv::new(
-            sub.shape().to_vec(),
-            sub.dim_names().to_vec(),
+            shape,
+            names,
             ranks,
             programs.iter().map(|r| &r.program).collect(),
         )?;
@@ -73,7 +63,19 @@ fn stages(p: &Pipeline) -> Result<(Vec<Stage<'_>>, AxisMap), ExportError> {
             jobs,
         });
     }
-    Ok((out, map))
+    Ok(out)
+}
+
+/// Stage `s`'s devices as a mesh: the whole mesh's axes with `pp` of size 1 (so a pure
+/// `pp` mesh still has an axis, and layouts keep their axis indices), its ranks in mesh
+/// order. Without a `pp` axis (micro-batches only) the stage is the whole mesh.
+fn stage_mesh(p: &Pipeline, s: usize) -> (Vec<usize>, Vec<String>, Vec<u32>) {
+    let mesh = &p.full.mesh;
+    let mut shape = mesh.shape().to_vec();
+    if let Some(pp) = p.stages.axis {
+        shape[pp.index()] = 1;
+    }
+    (shape, mesh.dim_names().to_vec(), p.stages.ranks_of(mesh, s))
 }
 
 /// A job's ops cut at the collectives the host runs (groups spanning stages).
@@ -306,7 +308,7 @@ fn jobs_table(p: &Pipeline, stages: &[Stage]) -> Result<(String, String), Export
 
 /// `FEEDS` and `STATE` per stage, and each stage's per-micro-batch and accumulated
 /// variables.
-fn stage_feeds(p: &Pipeline, stages: &[Stage], map: &AxisMap) -> Result<String, ExportError> {
+fn stage_feeds(p: &Pipeline, stages: &[Stage]) -> Result<String, ExportError> {
     let mut out = String::new();
     // What each stage starts with, and its per-micro-batch and accumulated variables.
     out.push_str("FEEDS = [\n");
@@ -316,7 +318,7 @@ fn stage_feeds(p: &Pipeline, stages: &[Stage], map: &AxisMap) -> Result<String, 
         let per_mb: HashSet<VarId> = st.jobs.per_micro_batch.iter().copied().collect();
         let program = st.env.program();
         let fed: Vec<usize> = all.clone();
-        out.push_str(&feeds(p, program, &st.env, st.template, &fed, map, true)?);
+        out.push_str(&feeds(p, program, &st.env, st.template, &fed, true)?);
         let written: HashSet<VarId> = all
             .iter()
             .flat_map(|&i| program.ops()[i].all_outputs().collect::<Vec<_>>())
@@ -345,7 +347,7 @@ fn stage_feeds(p: &Pipeline, stages: &[Stage], map: &AxisMap) -> Result<String, 
 
 /// The script's plan part for `shard_map` mode.
 pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
-    let (stages, map) = stages(p)?;
+    let stages = stages(p)?;
     let mut out = format!(
         "MICRO_BATCHES = {}\nCHUNKS = {}\nSTAGES = [\n",
         p.micro_batches(),
@@ -363,13 +365,13 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
     let (jobs, bodies) = jobs_table(p, &stages)?;
     out.push_str(&jobs);
     out.push_str(&routes(&stages, p));
-    out.push_str(&stage_feeds(p, &stages, &map)?);
+    out.push_str(&stage_feeds(p, &stages)?);
     let plan = crate::passes::partition::p2p::StagePlan::new(&p.full, &p.stages);
     let holder = |v: VarId| -> Result<(&RankProgram, usize), ExportError> {
         let s = plan.owner(v).min(stages.len() - 1);
         Ok((stages[s].template, s))
     };
-    out.push_str(&records(p, &holder, &map)?);
+    out.push_str(&records(p, &holder)?);
     let loss = crate::exec::run::reported_loss(p);
     out.push_str(&format!(
         "LOSS = {}\nLOSS_STAGE = {}\n",
@@ -511,15 +513,12 @@ fn stage_meshes(p: &Pipeline) -> Result<String, ExportError> {
         p.micro_batches()
     );
     for s in 0..p.stages.stages {
-        let sub = p
-            .stages
-            .stage_mesh(mesh, s)
-            .ok_or_else(|| ExportError::Plan(format!("stage {s} has no sub-mesh")))?;
+        let (shape, names, ranks) = stage_mesh(p, s);
         out.push_str(&format!(
             "    {{\"shape\": {}, \"axes\": {}, \"ranks\": {}}},\n",
-            py::ints(sub.shape().iter()),
-            py::tuple(sub.dim_names().iter().map(|n| py::string(n))),
-            py::ints(sub.process_ids().iter())
+            py::ints(shape.iter()),
+            py::tuple(names.iter().map(|n| py::string(n))),
+            py::ints(ranks.iter())
         ));
     }
     out.push_str("]\n");

@@ -27,17 +27,8 @@ pub fn script(p: &Pipeline) -> Result<String, ExportError> {
     let body = body(&env, "rank_step", None)?;
     let template = env.programs[0];
     let rank0 = &p.partitioned.ranks[position_index(p, env.ranks[0])?];
-    let map = AxisMap::identity(mesh.ndim());
-    out.push_str(&feeds(
-        p,
-        template,
-        &env,
-        rank0,
-        &all_ops(template),
-        &map,
-        false,
-    )?);
-    out.push_str(&records(p, &|_| Ok((rank0, 0)), &map)?);
+    out.push_str(&feeds(p, template, &env, rank0, &all_ops(template), false)?);
+    out.push_str(&records(p, &|_| Ok((rank0, 0)))?);
     out.push_str(&body);
     out.push_str("\n\ndef main(argv):\n    run_shard_map(parse_args(argv))\n");
     Ok(out)
@@ -102,44 +93,20 @@ pub(super) fn body(
 
 /// A layout as Python: `"dims"` (per tensor dim, the mesh axes splitting it) and
 /// `"partial"` ([axis, reduce type] pairs).
-pub(super) fn layout(attr: &TensorDistAttr, map: &AxisMap) -> String {
+pub(super) fn layout(attr: &TensorDistAttr) -> String {
     let dims = py::list(
         attr.layout
             .axis_lists()
             .into_iter()
-            .map(|axes| py::ints(axes.iter().map(|&a| map.sub(a)))),
+            .map(|axes| py::ints(axes.iter())),
     );
     let partial = py::list(
         attr.layout
             .partial
             .iter()
-            .map(|(a, r)| format!("[{}, {}]", map.sub(a.index()), py::string(r.name()))),
+            .map(|(a, r)| format!("[{}, {}]", a.index(), py::string(r.name()))),
     );
     format!("\"dims\": {dims}, \"partial\": {partial}")
-}
-
-/// Mesh axis indices of the whole mesh as indices of a stage's sub-mesh (the `pp` axis
-/// dropped); the identity without stages. No tensor is split over `pp`, so the dropped
-/// axis never appears in a layout.
-pub(super) struct AxisMap(pub Vec<usize>);
-
-impl AxisMap {
-    pub fn identity(ndim: usize) -> AxisMap {
-        AxisMap((0..ndim).collect())
-    }
-
-    /// Without axis `dropped`.
-    pub fn without(ndim: usize, dropped: usize) -> AxisMap {
-        AxisMap(
-            (0..ndim)
-                .map(|a| if a > dropped { a - 1 } else { a })
-                .collect(),
-        )
-    }
-
-    pub fn sub(&self, a: usize) -> usize {
-        self.0.get(a).copied().unwrap_or(a)
-    }
 }
 
 /// The variables `ops` read before writing, in first-read order.
@@ -167,7 +134,6 @@ pub(super) fn feeds(
     env: &RanksEnv,
     rank: &crate::passes::partition::RankProgram,
     ops: &[usize],
-    map: &AxisMap,
     staged: bool,
 ) -> Result<String, ExportError> {
     let mut out = String::from(if staged {
@@ -179,13 +145,13 @@ pub(super) fn feeds(
     });
     let fed = read_first(program, ops);
     for &v in &fed {
-        let line = feed_recipe(p, program, v, map, staged)?;
+        let line = feed_recipe(p, program, v, staged)?;
         out.push_str(&format!(
             "    {}: {line},\n",
             py::string(&program.var(v).name)
         ));
     }
-    out.push_str(&mask_feeds(p, program, env, rank, map)?);
+    out.push_str(&mask_feeds(p, program, env, rank)?);
     if staged {
         return Ok(out + "    },\n");
     }
@@ -213,7 +179,6 @@ fn feed_recipe(
     p: &Pipeline,
     program: &Program,
     v: VarId,
-    map: &AxisMap,
     staged: bool,
 ) -> Result<String, ExportError> {
     let serial = &p.full.program;
@@ -226,8 +191,8 @@ fn feed_recipe(
         return Ok(format!(
             "{{\"source\": {}, {}, \"zero\": {{\"axes\": {}, \"shard\": {}}}}}",
             py::string(&serial.var(whole).name),
-            layout(&p.full.tensors[whole.index()], map),
-            py::ints(z.axes.iter().map(|a| map.sub(a.index()))),
+            layout(&p.full.tensors[whole.index()]),
+            py::ints(z.axes.iter().map(|a| a.index())),
             z.shard
         ));
     }
@@ -246,7 +211,7 @@ fn feed_recipe(
     Ok(format!(
         "{{\"source\": {}, {}{}}}",
         py::string(&serial.var(v).name),
-        layout(&p.full.tensors[v.index()], map),
+        layout(&p.full.tensors[v.index()]),
         if per_mb {
             ", \"micro_batch\": True"
         } else {
@@ -262,7 +227,6 @@ fn mask_feeds(
     program: &Program,
     env: &RanksEnv,
     rank: &crate::passes::partition::RankProgram,
-    map: &AxisMap,
 ) -> Result<String, ExportError> {
     let mut out = String::new();
     for m in env.masks.borrow().iter() {
@@ -284,7 +248,7 @@ fn mask_feeds(
             op.attr_int("seed", 0),
             py::float(op.attr_float("dropout_prob", 0.5)),
             py::ints(p.full.program.var(origin).ty.shape.iter()),
-            layout(&attr, map)
+            layout(&attr)
         ));
     }
     Ok(out)
@@ -296,7 +260,6 @@ pub(super) fn record(
     p: &Pipeline,
     rank: &crate::passes::partition::RankProgram,
     v: VarId,
-    map: &AxisMap,
     stage: usize,
 ) -> Result<String, ExportError> {
     let serial = &p.full.program;
@@ -306,8 +269,8 @@ pub(super) fn record(
         return Ok(format!(
             "{{\"var\": {}, {}, \"global_shape\": {global}, \"stage\": {stage}, \"zero\": {{\"axes\": {}, \"numel\": {}, \"local_shape\": {}}}}}",
             py::string(&rank.program.var(shard).name),
-            layout(&settled, map),
-            py::ints(z.axes.iter().map(|a| map.sub(a.index()))),
+            layout(&settled),
+            py::ints(z.axes.iter().map(|a| a.index())),
             z.numel,
             py::ints(rank.program.var(v).ty.shape.iter())
         ));
@@ -319,7 +282,7 @@ pub(super) fn record(
     Ok(format!(
         "{{\"var\": {}, {}, \"global_shape\": {global}, \"stage\": {stage}}}",
         py::string(&rank.program.var(v).name),
-        layout(attr, map)
+        layout(attr)
     ))
 }
 
@@ -328,12 +291,12 @@ pub(super) fn record(
 pub(super) type Holder<'a> =
     dyn Fn(VarId) -> Result<(&'a crate::passes::partition::RankProgram, usize), ExportError> + 'a;
 
-pub(super) fn records(p: &Pipeline, holder: &Holder, map: &AxisMap) -> Result<String, ExportError> {
+pub(super) fn records(p: &Pipeline, holder: &Holder) -> Result<String, ExportError> {
     let serial = &p.full.program;
     let loss = crate::exec::run::reported_loss(p);
     let rec = |v: VarId| -> Result<String, ExportError> {
         let (rank, stage) = holder(v)?;
-        record(p, rank, v, map, stage)
+        record(p, rank, v, stage)
     };
     let mut out = format!(
         "# What the dump holds, and where each rank keeps its piece of it.\nRECORDS = {{\n    \"loss\": {},\n    \"grads\": [\n",
