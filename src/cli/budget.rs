@@ -75,6 +75,19 @@ pub fn check(what: &str, needed: f64, budget: f64) -> Result<(), String> {
     ))
 }
 
+/// Whether planning every rank of `plan` fits `budget`; prints the error when it does not
+/// (the caller exits 1: the input is too big, not a usage error).
+pub fn planning_fits(plan: &crate::plan::Plan, budget: f64) -> bool {
+    let needed = plan.estimated_planning_bytes(crate::plan::RanksPlanned::All);
+    match check("planning", needed, budget) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("error: {e}");
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

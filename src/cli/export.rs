@@ -66,12 +66,7 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
     };
     args.training.apply(&mut plan)?;
     let budget = super::budget::budget(&args.max_memory)?;
-    if let Err(e) = super::budget::check(
-        "planning",
-        plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
-        budget,
-    ) {
-        eprintln!("error: {e}");
+    if !super::budget::planning_fits(&plan, budget) {
         return Ok(ExitCode::from(1));
     }
     let pipeline = match run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)) {

@@ -89,12 +89,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     };
     args.training.apply(&mut plan)?;
     let budget = super::budget::budget(&args.max_memory)?;
-    if let Err(e) = super::budget::check(
-        "planning",
-        plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
-        budget,
-    ) {
-        eprintln!("error: {e}");
+    if !super::budget::planning_fits(&plan, budget) {
         return Ok(ExitCode::from(1));
     }
     let opts = PipelineOptions::from_plan(&plan.options);

@@ -516,6 +516,29 @@ def count_collectives(hlo, ranks):
     return counts
 
 
+def merge_counts(counts, got):
+    """Adds one compiled function's collective counts to a running total."""
+    for kind in KINDS:
+        counts[kind]["count"] += got[kind]["count"]
+        counts[kind]["backward"] += got[kind]["backward"]
+        for g in got[kind]["groups"]:
+            if g not in counts[kind]["groups"]:
+                counts[kind]["groups"].append(g)
+
+
+def report(args, losses, spread, counts):
+    """The one JSON line every run prints."""
+    print(json.dumps({
+        "mode": MODE,
+        "dtype": args.dtype,
+        "steps": args.steps,
+        "losses": losses,
+        "max_replica_difference": spread,
+        "simulated_devices": SIMULATED,
+        "collectives": counts,
+    }))
+
+
 # --- files -----------------------------------------------------------------------------
 def read_inputs(directory):
     """Global values from <var>.npy files, for the variables this plan reads."""
@@ -645,15 +668,7 @@ def finish(args, first, last, losses, counts, shape):
     if args.dump:
         for name, value in dump.items():
             write_npy(args.dump, name, value, args.dtype)
-    print(json.dumps({
-        "mode": MODE,
-        "dtype": args.dtype,
-        "steps": args.steps,
-        "losses": losses,
-        "max_replica_difference": spread,
-        "simulated_devices": SIMULATED,
-        "collectives": counts,
-    }))
+    report(args, losses, spread, counts)
 
 
 def run_shard_map(args):
@@ -747,15 +762,7 @@ def run_gspmd(args):
     if args.dump:
         for name, value in dump.items():
             write_npy(args.dump, name, value, args.dtype)
-    print(json.dumps({
-        "mode": MODE,
-        "dtype": args.dtype,
-        "steps": args.steps,
-        "losses": losses,
-        "max_replica_difference": 0.0,
-        "simulated_devices": SIMULATED,
-        "collectives": counts,
-    }))
+    report(args, losses, 0.0, counts)
 
 
 def run_pipeline_shard_map(args):
@@ -809,12 +816,7 @@ def run_pipeline_shard_map(args):
         args_.append(jax.device_put(np.zeros(len(STAGES[s]["ranks"]), RUN["dtype"]), specs[s]))
         if not compiled[piece["fn"] + ".counted"]:
             got = count_collectives(fn.lower(*args_).compile().as_text(), STAGES[s]["ranks"])
-            for kind in KINDS:
-                counts[kind]["count"] += got[kind]["count"]
-                counts[kind]["backward"] += got[kind]["backward"]
-                for g in got[kind]["groups"]:
-                    if g not in counts[kind]["groups"]:
-                        counts[kind]["groups"].append(g)
+            merge_counts(counts, got)
             compiled[piece["fn"] + ".counted"] = True
         for k, x in zip(piece["outs"], fn(*args_)[:-1]):
             if k.startswith("__send_op"):
@@ -922,15 +924,7 @@ def finish_staged(args, first, last, losses, counts):
     if args.dump:
         for name, v in dump.items():
             write_npy(args.dump, name, v, args.dtype)
-    print(json.dumps({
-        "mode": MODE,
-        "dtype": args.dtype,
-        "steps": args.steps,
-        "losses": losses,
-        "max_replica_difference": spread,
-        "simulated_devices": SIMULATED,
-        "collectives": counts,
-    }))
+    report(args, losses, spread, counts)
 
 
 def run_pipeline_gspmd(args):
@@ -959,12 +953,7 @@ def run_pipeline_gspmd(args):
 
     def add_counts(fn, a, ranks):
         got = count_collectives(fn.lower(*a).compile().as_text(), ranks)
-        for kind in KINDS:
-            counts[kind]["count"] += got[kind]["count"]
-            counts[kind]["backward"] += got[kind]["backward"]
-            for g in got[kind]["groups"]:
-                if g not in counts[kind]["groups"]:
-                    counts[kind]["groups"].append(g)
+        merge_counts(counts, got)
 
     def stage_fns(k):
         if k in compiled:
@@ -1061,12 +1050,4 @@ def run_pipeline_gspmd(args):
     if args.dump:
         for name, value in dump.items():
             write_npy(args.dump, name, value, args.dtype)
-    print(json.dumps({
-        "mode": MODE,
-        "dtype": args.dtype,
-        "steps": args.steps,
-        "losses": losses,
-        "max_replica_difference": 0.0,
-        "simulated_devices": SIMULATED,
-        "collectives": counts,
-    }))
+    report(args, losses, 0.0, counts)
