@@ -166,7 +166,11 @@ fn dist_attr_validation_names_variable_and_dim() {
 #[test]
 fn four_notations() {
     let m = mesh(&[2, 4], &["dp", "mp"]);
-    let all = |a: &TensorDistAttr| Notation::ALL.map(|n| render(a, &m, n));
+    let ty = shardlab::dist::Typed {
+        shape: &[8, 16],
+        dtype: "f32",
+    };
+    let all = |a: &TensorDistAttr| Notation::ALL.map(|n| render(a, &m, n, ty));
     let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[0, -1]).unwrap();
     assert_eq!(
         all(&a),
@@ -174,7 +178,9 @@ fn four_notations() {
             "[0, -1]",
             "P('dp', None)",
             "[Shard(0), Replicate()]",
-            "(S(0), B)"
+            "(S(0), B)",
+            "[I_dp, J]",
+            "f32[8@dp, 16]"
         ]
     );
     let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[-1, 1]).unwrap();
@@ -184,7 +190,9 @@ fn four_notations() {
             "[-1, 1]",
             "P(None, 'mp')",
             "[Replicate(), Shard(1)]",
-            "(B, S(1))"
+            "(B, S(1))",
+            "[I, J_mp]",
+            "f32[8, 16@mp]"
         ]
     );
     let mut p = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[0, -1]).unwrap();
@@ -195,7 +203,9 @@ fn four_notations() {
             "[0, -1] partial{1: SUM}",
             "P('dp', None, unreduced={'mp'})",
             "[Shard(0), Partial(sum)]",
-            "(S(0), P)"
+            "(S(0), P)",
+            "[I_dp, J] {U_mp}",
+            "f32[8@dp, 16]{U:mp}"
         ]
     );
     let mut co = TensorDistAttr::replicated(MeshId::JOB, 2);
@@ -206,7 +216,9 @@ fn four_notations() {
             "[-1, [0, 1]]",
             "P(None, ('dp', 'mp'))",
             "[Shard(1), Shard(1)]",
-            "(S(1), S(1))"
+            "(S(1), S(1))",
+            "[I, J_{dp,mp}]",
+            "f32[8, 16@(dp,mp)]"
         ]
     );
     let mut mx = TensorDistAttr::replicated(MeshId::JOB, 1);
@@ -217,10 +229,19 @@ fn four_notations() {
             "[-1] partial{0: MAX}",
             "P(None, unreduced={'dp':max})",
             "[Partial(max), Replicate()]",
-            "(P(max), B)"
+            "(P(max), B)",
+            "[I] {U_dp:max}",
+            "f32[8]{U:dp:max}"
         ]
     );
     assert_eq!(Notation::from_id("dtensor"), Some(Notation::DTensor));
+    for n in Notation::ALL {
+        assert_eq!(
+            Notation::from_id(n.id()),
+            Some(n),
+            "{n:?} round-trips its id"
+        );
+    }
 }
 
 /// Two layouts are equal only when dims, partial status, annotations and mesh all are.

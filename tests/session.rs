@@ -31,12 +31,14 @@ fn mesh_shape_and_axis_names() {
         "{:?}",
         s.message
     );
+    // Growing 1×4 to 2×4 adds `dp` in front: `mp` keeps its 4 ways and its annotations.
     let s = megatron().reduce(Action::SetMeshShape(vec![2, 4]));
-    assert_eq!(s.mesh().unwrap().to_string(), "[2, 4] (mp, d1)");
+    assert_eq!(s.mesh().unwrap().to_string(), "[2, 4] (dp, mp)");
     assert_eq!(s.message, None);
-    let s = s.reduce(Action::RenameAxis(1, "tp".into()));
-    assert_eq!(s.mesh().unwrap().dim_names(), ["mp", "tp"]);
-    let s = s.reduce(Action::RenameAxis(1, "mp".into()));
+    assert!(s.text.contains("shard linear_0.w_0 [-, mp]"), "{}", s.text);
+    let s = s.reduce(Action::RenameAxis(0, "tp".into()));
+    assert_eq!(s.mesh().unwrap().dim_names(), ["tp", "mp"]);
+    let s = s.reduce(Action::RenameAxis(0, "mp".into()));
     assert_eq!(
         s.message.as_deref(),
         Some("axis name: mesh axis name `mp` is used twice")
@@ -47,9 +49,60 @@ fn mesh_shape_and_axis_names() {
         Some("a mesh has 1 to 3 axes of size 1 to 8")
     );
     assert!(
-        s.text.starts_with("mesh [2, 4] (mp, tp)"),
+        s.text.starts_with("mesh [2, 4] (tp, mp)"),
         "the editor follows: {}",
         &s.text[..40]
+    );
+}
+
+/// Mesh edits bind annotations to axis names: a third axis never shifts the others, and
+/// shrinking drops only what was on the removed axis, saying so.
+#[test]
+fn mesh_edits_keep_annotations_on_their_axes() {
+    let s = Session::from_scenario("gpt_dp_mp").unwrap();
+    let before = s.mesh().unwrap().clone();
+    assert_eq!(before.dim_names(), ["dp", "mp"]);
+    let mp = before.axis_size(before.axis_by_name("mp").unwrap());
+    let with_third: Vec<usize> = std::iter::once(2)
+        .chain(before.shape().iter().copied())
+        .collect();
+    let s = s.reduce(Action::SetMeshShape(with_third));
+    let m = s.mesh().unwrap();
+    assert_eq!(m.dim_names(), ["d0", "dp", "mp"]);
+    assert_eq!(
+        m.axis_size(m.axis_by_name("mp").unwrap()),
+        mp,
+        "mp keeps its size"
+    );
+    assert_eq!(s.message, None);
+    let text_axes = |s: &Session| {
+        s.text
+            .lines()
+            .filter(|l| l.starts_with("shard "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let three = text_axes(&s);
+    assert!(!three.is_empty());
+    // Back to two axes: the same annotations, word for word.
+    let s = s.reduce(Action::SetMeshShape(before.shape().to_vec()));
+    assert_eq!(s.mesh().unwrap().dim_names(), ["dp", "mp"]);
+    assert_eq!(text_axes(&s), three);
+    // Dropping the dp axis keeps mp's annotations and names what was lost.
+    let s = s.reduce(Action::SetMeshShape(vec![mp]));
+    assert_eq!(s.mesh().unwrap().dim_names(), ["mp"]);
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("removed mesh axis"),
+        "{:?}",
+        s.message
+    );
+    assert!(
+        text_axes(&s).iter().any(|l| l.contains("mp")),
+        "{:?}",
+        text_axes(&s)
     );
 }
 
@@ -74,9 +127,21 @@ fn annotating_dims() {
         dim: 1,
         choice: DimChoice::Axes(vec![0]),
     });
+    // The reason shows at the dim (not a page banner), and the menu redraws reverted.
+    assert_eq!(s.message, None);
     assert_eq!(
-        s.message.as_deref(),
-        Some("`x`: mesh axis `mp` splits more than one dim (dims 0 and 1)")
+        s.dim_error,
+        Some((
+            "x".to_string(),
+            1,
+            "`x`: mesh axis `mp` splits more than one dim (dims 0 and 1)".to_string()
+        ))
+    );
+    assert_eq!(s.rejections, 1);
+    assert!(
+        s.text.contains("shard x [mp, ?]"),
+        "nothing changed: {}",
+        s.text
     );
     let s = s.reduce(Action::SetDim {
         var: "x".into(),
@@ -620,4 +685,160 @@ fn pipeline_schedule_boundaries_and_links() {
         "{:?}",
         r.checks
     );
+}
+
+/// Break-it mode: each deliberate mistake is caught by the verifier, first divergence first,
+/// with a diagnosis derived from the numbers.
+mod break_it {
+    use super::*;
+    use shardlab::ir::Purpose;
+    use shardlab::session::{Breakage, GroupChange};
+
+    fn dp() -> Session {
+        Session::from_scenario("dp_mlp").unwrap()
+    }
+
+    fn op_where(s: &Session, f: impl Fn(&str) -> bool) -> usize {
+        s.inserted_ops()
+            .into_iter()
+            .find(|o| f(&o.label))
+            .unwrap_or_else(|| panic!("no such inserted op in {:?}", s.inserted_ops()))
+            .op
+    }
+
+    #[test]
+    fn an_unbroken_run_diverges_nowhere() {
+        let s = dp()
+            .reduce(Action::SetBreakMode(true))
+            .reduce(Action::RunBroken);
+        let r = s.break_report.as_ref().expect("a report");
+        assert!(r.diverged.is_empty(), "{:?}", r.diverged);
+        assert!(r.compared >= 5, "{}", r.compared);
+        assert_eq!(r.failure, None);
+    }
+
+    #[test]
+    fn dropping_the_scale_makes_gradients_4x_on_every_rank() {
+        let s = dp().reduce(Action::SetBreakMode(true));
+        assert_eq!(s.stage, Stage::Partition);
+        let scale = op_where(&s, |l| l.starts_with("scale linear_0.w_0@GRAD"));
+        let s = s
+            .reduce(Action::Break(Breakage::Delete { op: scale }))
+            .reduce(Action::RunBroken);
+        let r = s.break_report.as_ref().expect("a report");
+        assert_eq!(r.breaks.len(), 1);
+        assert!(
+            r.breaks[0].starts_with(&format!("deleted op {scale} (scale")),
+            "{:?}",
+            r.breaks
+        );
+        let first = &r.diverged[0];
+        assert_eq!(
+            first.tensor, "linear_0.w_0@GRAD (step 1)",
+            "{:?}",
+            r.diverged
+        );
+        assert!(
+            first
+                .diagnosis
+                .contains("is 4.0000× the serial value on every copy")
+                && first.diagnosis.contains("1/4 scale is missing"),
+            "{}",
+            first.diagnosis
+        );
+        assert!(!first.heat.is_empty() && first.heat.iter().flatten().all(|&d| d >= 0.0));
+        // Only that gradient's scale was dropped: the other gradients still match.
+        assert!(
+            !r.diverged
+                .iter()
+                .any(|d| d.tensor == "linear_1.w_0@GRAD (step 1)"),
+            "{:?}",
+            r.diverged.iter().map(|d| &d.tensor).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn deleting_the_all_reduce_leaves_each_rank_its_own_batch() {
+        let s = dp().reduce(Action::SetBreakMode(true));
+        let ar = op_where(&s, |l| l.starts_with("all_reduce linear_1.w_0@GRAD"));
+        let s = s
+            .reduce(Action::Break(Breakage::Delete { op: ar }))
+            .reduce(Action::RunBroken);
+        let r = s.break_report.as_ref().unwrap();
+        let grad = r
+            .diverged
+            .iter()
+            .find(|d| d.tensor == "linear_1.w_0@GRAD (step 1)")
+            .expect("the unsynchronised gradient diverges");
+        assert!(
+            grad.diagnosis.contains("copies disagree with each other"),
+            "{}",
+            grad.diagnosis
+        );
+    }
+
+    #[test]
+    fn a_group_of_one_or_a_max_reduce_is_caught() {
+        for b in [
+            |op| Breakage::SetGroup {
+                op,
+                group: GroupChange::Alone,
+            },
+            |op| Breakage::SetReduce {
+                op,
+                reduce: shardlab::dist::ReduceType::Max,
+            },
+        ] {
+            let s = dp().reduce(Action::SetBreakMode(true));
+            let ar = op_where(&s, |l| l.starts_with("all_reduce linear_0.w_0@GRAD"));
+            let s = s.reduce(Action::Break(b(ar))).reduce(Action::RunBroken);
+            let r = s.break_report.as_ref().unwrap();
+            assert!(
+                r.diverged
+                    .iter()
+                    .any(|d| d.tensor == "linear_0.w_0@GRAD (step 1)"),
+                "{:?}",
+                r
+            );
+        }
+    }
+
+    #[test]
+    fn a_rank_skipping_a_sync_is_reported_not_hung() {
+        let s = dp().reduce(Action::SetBreakMode(true));
+        let ar = op_where(&s, |l| l.starts_with("all_reduce linear_0.w_0@GRAD"));
+        let s = s
+            .reduce(Action::Break(Breakage::SkipOnRank { op: ar, rank: 0 }))
+            .reduce(Action::RunBroken);
+        let r = s.break_report.as_ref().unwrap();
+        let said = format!(
+            "{:?} {:?}",
+            r.failure,
+            r.diverged.first().map(|d| &d.diagnosis)
+        );
+        assert!(r.failure.is_some() || !r.diverged.is_empty(), "{said}");
+        assert!(r.breaks[0].starts_with("rank 0 skips"), "{:?}", r.breaks);
+    }
+
+    #[test]
+    fn only_inserted_ops_can_be_broken_and_leaving_the_mode_forgets() {
+        let s = dp().reduce(Action::SetBreakMode(true));
+        let inserted: Vec<usize> = s.inserted_ops().iter().map(|o| o.op).collect();
+        let plain = (0..).find(|i| !inserted.contains(i)).unwrap();
+        let s = s.reduce(Action::Break(Breakage::Delete { op: plain }));
+        assert!(s.breaks.is_empty());
+        assert!(s
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("not an inserted op"));
+        assert!(s
+            .inserted_ops()
+            .iter()
+            .all(|o| o.purpose == Purpose::DataParallel));
+        let s = s
+            .reduce(Action::Break(Breakage::Delete { op: inserted[0] }))
+            .reduce(Action::SetBreakMode(false));
+        assert!(s.breaks.is_empty() && s.break_report.is_none());
+    }
 }

@@ -3,6 +3,10 @@
 use super::*;
 
 impl Session {
+    /// A new mesh shape. Axes are matched from the last one (the grid's columns are always
+    /// the last axis, its rows the one before, a third axis comes in front), so an axis keeps
+    /// its name and every annotation on it stays on it: growing `[4] (mp)` to `[2, 4]` gives
+    /// `(dp, mp)` with `mp` still 4-way. New axes take the first unused of `dp`, `d0`, `d1`...
     pub(super) fn set_mesh(&mut self, shape: Vec<usize>) {
         let Some(old) = self.mesh().cloned() else {
             return;
@@ -11,23 +15,30 @@ impl Session {
             self.message = Some("a mesh has 1 to 3 axes of size 1 to 8".into());
             return;
         }
-        let names: Vec<String> = (0..shape.len())
-            .map(|i| {
-                old.dim_names()
-                    .get(i)
-                    .cloned()
-                    .unwrap_or_else(|| format!("d{i}"))
-            })
+        let (n, m) = (shape.len(), old.ndim());
+        // Old axis j is new axis `map[j]` (the same distance from the last axis).
+        let map: Vec<Option<usize>> = (0..m)
+            .map(|j| (m - 1 - j < n).then(|| n - 1 - (m - 1 - j)))
+            .collect();
+        let mut names: Vec<Option<String>> = vec![None; n];
+        for (j, slot) in map.iter().enumerate() {
+            if let Some(i) = slot {
+                names[i.to_owned()] = old.dim_names().get(j).cloned();
+            }
+        }
+        let fresh = ["dp".to_string()]
+            .into_iter()
+            .chain((0..).map(|k| format!("d{k}")));
+        let mut fresh = fresh.filter(|c| !old.dim_names().contains(c));
+        let names: Vec<String> = names
+            .into_iter()
+            .map(|n| n.or_else(|| fresh.next()).unwrap_or_default())
             .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mesh = match ProcessMesh::with_names(&shape, &refs) {
-            Ok(m) => Arc::new(m),
-            Err(e) => {
-                self.message = Some(e.to_string());
-                return;
-            }
-        };
-        self.remesh(mesh);
+        match ProcessMesh::with_names(&shape, &refs) {
+            Ok(mesh) => self.remesh(Arc::new(mesh), &map),
+            Err(e) => self.message = Some(e.to_string()),
+        }
     }
 
     pub(super) fn rename_axis(&mut self, axis: usize, name: &str) {
@@ -39,24 +50,46 @@ impl Session {
             return;
         }
         names[axis] = name.trim().to_string();
+        let same: Vec<Option<usize>> = (0..names.len()).map(Some).collect();
         match ProcessMesh::new(old.shape().to_vec(), old.process_ids().to_vec(), names) {
-            Ok(m) => self.remesh(Arc::new(m)),
+            Ok(m) => self.remesh(Arc::new(m), &same),
             Err(e) => self.message = Some(format!("axis name: {e}")),
         }
     }
 
-    /// Moves every annotation onto `mesh`, dropping what no longer fits (with a message).
-    fn remesh(&mut self, mesh: Arc<ProcessMesh>) {
+    /// Moves every annotation onto `mesh`, old axis `j` becoming axis `map[j]` (gone when
+    /// `None`), and drops what no longer fits, with a message naming each.
+    fn remesh(&mut self, mesh: Arc<ProcessMesh>, map: &[Option<usize>]) {
+        let moved = |a: MeshAxis| {
+            map.get(a.index())
+                .copied()
+                .flatten()
+                .and_then(MeshAxis::new)
+        };
         let mut dropped = Vec::new();
         let mut kept = Vec::new();
         for ann in &self.plan.annotations {
             let mut attr = ann.attr.clone();
             attr.mesh = MeshId::JOB;
-            attr.dims
-                .iter_mut()
-                .for_each(|d| d.retain(|a| a.index() < mesh.ndim()));
-            attr.partial.retain(|a, _| a.index() < mesh.ndim());
             let var = self.plan.program.var(ann.var);
+            let mut lost = false;
+            for d in attr.dims.iter_mut() {
+                let axes: Vec<MeshAxis> = d.iter().filter_map(|&a| moved(a)).collect();
+                lost |= axes.len() != d.as_slice().len();
+                *d = DimAxes::from_axes(axes).unwrap_or_default();
+            }
+            let partial = attr.partial.to_vec();
+            lost |= partial.iter().any(|&(a, _)| moved(a).is_none());
+            attr.partial = partial
+                .into_iter()
+                .filter_map(|(a, r)| Some((moved(a)?, r)))
+                .collect();
+            if lost {
+                dropped.push(format!(
+                    "`{}`: its split over a removed mesh axis",
+                    var.name
+                ));
+            }
             match attr.validate(&var.name, &var.ty.shape, &mesh) {
                 Ok(()) => kept.push(Annotation { var: ann.var, attr }),
                 Err(e) => dropped.push(e.to_string()),
@@ -109,9 +142,11 @@ impl Session {
                     .collect::<Option<Vec<_>>>()
                     .and_then(DimAxes::from_axes);
                 let Some(typed) = typed else {
-                    self.message = Some(format!(
-                        "`{var}` dim {dim}: mesh axes {axes:?} are not axes of the mesh"
-                    ));
+                    self.reject_dim(
+                        var,
+                        dim,
+                        format!("mesh axes {axes:?} are not axes of the mesh"),
+                    );
                     return;
                 };
                 attr.dims[dim] = typed;
@@ -119,7 +154,7 @@ impl Session {
             }
         }
         if let Err(e) = attr.validate(var, &ty.shape, &mesh) {
-            self.message = Some(e.to_string());
+            self.reject_dim(var, dim, e.to_string());
             return;
         }
         self.plan.annotations.retain(|a| a.var != v);
@@ -128,6 +163,13 @@ impl Session {
         }
         self.selected_var = Some(var.to_string());
         self.plan_changed();
+    }
+
+    /// A dim choice that cannot be: the menu reverts and the reason shows at the dim.
+    fn reject_dim(&mut self, var: &str, dim: usize, why: String) {
+        self.dim_error = Some((var.to_string(), dim, why));
+        self.rejections = self.rejections.wrapping_add(1);
+        self.selected_var = Some(var.to_string());
     }
 
     pub(super) fn edit_text(&mut self, text: String) {

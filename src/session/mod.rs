@@ -11,16 +11,20 @@ use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
 use std::sync::Arc;
 
+mod break_it;
 mod cost;
 mod edit;
 mod export;
 mod link;
+mod picture;
 mod pipe;
 mod replay;
 mod run;
 
+pub use break_it::{BreakReport, Breakage, BrokenOp, Divergence, GroupChange};
 pub use cost::{Pinned, TOPOLOGIES};
 pub use link::{decode, encode, preset_names};
+pub use picture::{InsertedOp, Operand};
 
 /// Which program the page shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +104,16 @@ pub enum Action {
     /// Pin the current plan to compare later plans against; unpin.
     Pin,
     Unpin,
+    /// Open the selected rank's program at this op and light its group (`None`: unfocus).
+    FocusOp(Option<usize>),
+    /// Break-it mode on or off (off forgets the breakages).
+    SetBreakMode(bool),
+    /// Make a deliberate mistake in the rank programs.
+    Break(Breakage),
+    /// Undo every breakage.
+    ClearBreaks,
+    /// Run the broken programs against serial.
+    RunBroken,
     Dismiss,
 }
 
@@ -157,6 +171,18 @@ pub struct Session {
     pub pinned: Option<Pinned>,
     /// The Gantt chart in ideal units.
     pub gantt_ideal: bool,
+    /// A rejected dim choice, shown at the dim: (variable, dim, why).
+    pub dim_error: Option<(String, usize, String)>,
+    /// Bumped by every rejected dim choice, so the page redraws the menu it reverts.
+    pub rejections: u32,
+    /// The op of the selected rank's program in focus (clicked in the rank lens).
+    pub focus_op: Option<usize>,
+    /// Break-it mode: the rank program offers mistakes to make.
+    pub break_mode: bool,
+    /// The mistakes made, each with the op it applies to on every rank.
+    pub breaks: Vec<(BrokenOp, Breakage)>,
+    /// What the last broken run found.
+    pub break_report: Option<BreakReport>,
 }
 
 impl PartialEq for Session {
@@ -176,6 +202,12 @@ impl PartialEq for Session {
             && self.megatron_sums == other.megatron_sums
             && self.topology == other.topology
             && self.gantt_ideal == other.gantt_ideal
+            && self.dim_error == other.dim_error
+            && self.rejections == other.rejections
+            && self.focus_op == other.focus_op
+            && self.break_mode == other.break_mode
+            && self.breaks == other.breaks
+            && self.break_report == other.break_report
             && match (&self.pinned, &other.pinned) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(&a.pipeline, &b.pipeline),
@@ -227,6 +259,12 @@ impl Session {
             topology: TOPOLOGIES[0].to_string(),
             pinned: None,
             gantt_ideal: false,
+            dim_error: None,
+            rejections: 0,
+            focus_op: None,
+            break_mode: false,
+            breaks: Vec::new(),
+            break_report: None,
         };
         s.replan();
         s
@@ -247,6 +285,10 @@ impl Session {
     /// Re-runs the pipeline after the plan changed.
     fn replan(&mut self) {
         self.run = None;
+        self.focus_op = None;
+        // Breakages name ops of the old programs.
+        self.breaks.clear();
+        self.break_report = None;
         if self.plan.program.ops().len() > MAX_BROWSER_OPS {
             self.pipeline = None;
             self.plan_error = Some(format!(
@@ -321,6 +363,7 @@ impl Session {
     /// Applies one action.
     pub fn reduce(mut self, action: Action) -> Session {
         self.message = None;
+        self.dim_error = None;
         match action {
             Action::LoadScenario(name) => match Session::from_scenario(&name) {
                 Ok(mut s) => {
@@ -350,6 +393,7 @@ impl Session {
             Action::SelectRank(r) => {
                 if self.mesh().is_some_and(|m| m.process_ids().contains(&r)) {
                     self.selected_rank = r;
+                    self.focus_op = None;
                     self.ensure_partitioned(Some(vec![r]));
                 }
             }
@@ -395,6 +439,27 @@ impl Session {
             Action::Pipeline(a) => self.pipeline_action(a),
             Action::Pin => self.pin(),
             Action::Unpin => self.pinned = None,
+            Action::FocusOp(op) => {
+                self.focus_op = op;
+                if op.is_some() {
+                    self.stage = Stage::Partition;
+                }
+            }
+            Action::SetBreakMode(on) => {
+                self.break_mode = on;
+                if on {
+                    self.stage = Stage::Partition;
+                } else {
+                    self.breaks.clear();
+                    self.break_report = None;
+                }
+            }
+            Action::Break(b) => self.add_break(b),
+            Action::ClearBreaks => {
+                self.breaks.clear();
+                self.break_report = None;
+            }
+            Action::RunBroken => self.run_broken(),
             Action::Dismiss => {}
         }
         self

@@ -10,17 +10,8 @@ impl Session {
             self.message = Some("nothing to run: the plan has an error".into());
             return;
         };
-        let params: usize = p
-            .full
-            .program
-            .vars()
-            .iter()
-            .filter(|v| v.kind.is_source())
-            .map(|v| v.ty.numel())
-            .sum();
-        if params > 2_000_000 {
-            self.message =
-                Some("this model is too large to run in the browser; use `shardlab run`".into());
+        if let Some(why) = super::break_it::too_large(&p) {
+            self.message = Some(why);
             return;
         }
         let opts = RunOptions {

@@ -1,45 +1,15 @@
-//! The tensor inspector: the selected tensor's sharding in all four notations, a selector
-//! per dim (free, replicated, a mesh axis), which device holds which block (like JAX's
-//! `visualize_array_sharding`), and why each dim is split.
+//! The tensor inspector: the selected tensor's sharding in all six notations, a selector
+//! per dim (free, replicated, a mesh axis; axes another dim uses are disabled, a rejected
+//! choice is explained at the dim), the tensor as tiles coloured by device (following the
+//! timeline), the matmul that produced it as A · B = C, and why each dim is split.
 
 use super::app::AppCtx;
-use crate::dist::{render, Notation, ProcessMesh, TensorDistAttr};
+use super::tile_view::TileView;
+use crate::dist::{render, Notation, Typed};
 use crate::passes::complete::explain_text;
 use crate::session::{Action, DimChoice};
 use web_sys::HtmlSelectElement;
 use yew::prelude::*;
-
-/// Devices holding each block of a tensor: `blocks[row][col]` for dims 0 and 1 (a rank-1
-/// tensor has one row; a scalar one block).
-pub fn block_owners(attr: &TensorDistAttr, mesh: &ProcessMesh) -> Vec<Vec<Vec<u32>>> {
-    let shards = |d: usize| attr.shards_of_dim(d, mesh);
-    let (rows, cols) = match attr.rank() {
-        0 => (1, 1),
-        1 => (1, shards(0)),
-        _ => (shards(0), shards(1)),
-    };
-    let mut blocks = vec![vec![Vec::new(); cols]; rows];
-    for &p in mesh.process_ids() {
-        let Some(coords) = mesh.coords_of(p) else {
-            continue;
-        };
-        let index = |d: usize| {
-            attr.dims.get(d).map_or(0, |axes| {
-                axes.iter()
-                    .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a.index()])
-            })
-        };
-        let (r, c) = match attr.rank() {
-            0 => (0, 0),
-            1 => (0, index(0)),
-            _ => (index(0), index(1)),
-        };
-        if let Some(b) = blocks.get_mut(r).and_then(|row| row.get_mut(c)) {
-            b.push(p);
-        }
-    }
-    blocks
-}
 
 /// The drag-and-drop data type carrying a mesh axis index from the mesh editor.
 pub const AXIS_DRAG_TYPE: &str = "application/x-shardlab-axis";
@@ -86,6 +56,9 @@ pub fn Inspector() -> Html {
                 Action::SetDim { var: var_name.clone(), dim: d, choice }
             });
             let pinned = current != "?";
+            // Axes another dim of this tensor already uses cannot split this one.
+            let used_elsewhere = |a: crate::dist::MeshAxis| (0..attr.rank()).any(|o| o != d && attr.dims[o].as_slice().contains(&a));
+            let error = s.dim_error.as_ref().filter(|(v, dd, _)| *v == name && *dd == d).map(|(_, _, why)| why.clone());
             // An axis dragged from the mesh editor and dropped here splits this dim over it.
             let ondragover = Callback::from(|e: DragEvent| e.prevent_default());
             let ondrop = {
@@ -101,28 +74,42 @@ pub fn Inspector() -> Html {
             html! {
                 <label class={classes!("dim", pinned.then_some("pinned"))} data-drop-dim={d.to_string()} {ondragover} {ondrop}>
                     { format!("dim {d} ({}) ", var.ty.shape[d]) }
-                    <select data-dim={d.to_string()} {onchange}>
+                    <select key={format!("{d}-{current}-{}", s.rejections)} data-dim={d.to_string()} aria-label={format!("{name} dim {d}")} {onchange}>
                         <option value="?" selected={current == "?"}>{ "free (?)" }</option>
                         <option value="-" selected={current == "-"}>{ "replicated (-)" }</option>
                         { for mesh.axes().map(|a| html! {
-                            <option value={a.to_string()} selected={current == a.to_string()}>{ format!("split over {}", mesh.axis_name(a)) }</option>
+                            <option value={a.to_string()} selected={current == a.to_string()} disabled={used_elsewhere(a)}>{ format!("split over {}", mesh.axis_name(a)) }{ if used_elsewhere(a) { " (used by another dim)" } else { "" } }</option>
                         }) }
                     </select>
                     if pinned { <span class="pin" title="pinned: completion will not change it">{ "pinned" }</span> }
+                    if let Some(why) = error { <span class="dim-error" role="alert">{ why }</span> }
                 </label>
             }
         }).collect::<Html>()
     });
-    let blocks = block_owners(&attr, &mesh);
-    let grid = html! {
-        <table class="blocks" aria-label="which devices hold which block">
-            { for blocks.iter().map(|row| html! {
-                <tr>{ for row.iter().map(|devs| html! {
-                    <td class={classes!(devs.contains(&s.selected_rank).then_some("mine"))}>{ devs.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",") }</td>
-                }) }</tr>
-            }) }
-        </table>
-    };
+    let tiles = s.tiles_of(&name).map(|(tiling, shape)| html! {
+        <TileView {tiling} {shape} caption={AttrValue::from(name.clone())} mine={Some(s.selected_rank)} size={170.0} />
+    });
+    let matmul = s.matmul_of(&name).map(|[x, y, out]| {
+        let operand = |o: crate::session::Operand| html! {
+            <TileView tiling={o.tiling} shape={o.shape} caption={AttrValue::from(o.name)} mine={Some(s.selected_rank)} size={110.0} contracted={o.contracted} />
+        };
+        html! {
+            <div class="matmul" aria-label="the matmul producing this tensor">
+                { operand(x) }<span class="op-sign">{ "·" }</span>{ operand(y) }<span class="op-sign">{ "=" }</span>{ operand(out) }
+            </div>
+        }
+    });
+    let resolver = attr
+        .is_partial()
+        .then(|| s.resolver_of(&name))
+        .flatten()
+        .map(|(i, ty)| {
+            format!(
+                "On rank {}, {ty} at op {i} sums the partial addends into the whole value.",
+                s.selected_rank
+            )
+        });
     let why = forward
         .filter(|_| v.index() < s.plan.program.vars().len())
         .map(|f| explain_text(&s.plan.program, &p.completed, f));
@@ -134,12 +121,14 @@ pub fn Inspector() -> Html {
         <section class="panel inspector">
             <h2>{ name.clone() }<small>{ format!(" {} {}", var.ty, var.kind.name()) }</small></h2>
             <dl class="notations">
-                { for Notation::ALL.into_iter().map(|n| html! { <><dt>{ n.label() }</dt><dd class={classes!((n == s.notation).then_some("current"))}>{ render(&attr, &mesh, n) }</dd></> }) }
+                { for Notation::ALL.into_iter().map(|n| html! { <><dt>{ n.label() }</dt><dd class={classes!((n == s.notation).then_some("current"))}>{ render(&attr, &mesh, n, Typed { shape: &var.ty.shape[..], dtype: var.ty.dtype.name() }) }</dd></> }) }
             </dl>
             if let Some(sel) = selectors { <div class="dims">{ sel }</div> }
             if annotation.is_some() { <button class="small" onclick={clear}>{ "clear annotation" }</button> }
-            <h3>{ "Blocks (devices holding each)" }</h3>
-            { grid }
+            <h3>{ "Tiles (colour = device; stacked = copies; Σ = partial addends)" }</h3>
+            { tiles }
+            if let Some(m) = matmul { <h3>{ "A · B = C (k is contracted)" }</h3>{ m } }
+            if let Some(r) = resolver { <p class="resolver">{ r }</p> }
             if let Some(text) = why { <h3>{ "Why is it split this way?" }</h3><pre class="why">{ text }</pre> }
         </section>
     }

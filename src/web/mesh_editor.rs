@@ -97,27 +97,7 @@ pub fn MeshEditor() -> Html {
         });
         html! { <label class="axis-name" draggable="true" {ondragstart} data-axis={i.to_string()} title="drag onto a tensor dim to split it over this axis">{ format!("axis {i} ({}): ", mesh.shape().get(i).copied().unwrap_or(1)) }<input type="text" value={n.clone()} {onchange} size="5" /></label> }
     });
-    let lit = s
-        .pipeline
-        .as_ref()
-        .and_then(|p| {
-            p.partitioned
-                .ranks
-                .iter()
-                .find(|r| r.rank == s.selected_rank)
-        })
-        .map(|r| {
-            let mut lit: Vec<u32> = Vec::new();
-            for op in r.program.ops() {
-                if let Some(g) = op.attr_ints("group") {
-                    lit.extend(g.iter().map(|&x| x as u32));
-                }
-            }
-            lit.sort_unstable();
-            lit.dedup();
-            lit
-        })
-        .unwrap_or_default();
+    let lit = s.lit_groups();
     let on_select = ctx.on(Action::SelectRank);
     html! {
         <section class="panel mesh-panel">
@@ -125,7 +105,7 @@ pub fn MeshEditor() -> Html {
             <div class="mesh-row">
                 <div>
                     <div class="shape-grid" {onmouseleave} title="drag or click to set the mesh shape">{ for cells }</div>
-                    <p class="hint">{ format!("{}×{} — drag to resize", hr, hc) }</p>
+                    <p class="hint">{ size_hint(&shape, hover.map(|_| (hr, hc))) }</p>
                 </div>
                 <div class="axes">
                     { for names }
@@ -137,7 +117,28 @@ pub fn MeshEditor() -> Html {
                 </div>
             </div>
             <MeshView mesh={mesh.clone()} selected={Some(s.selected_rank)} lit={lit} on_select={Some(on_select)} />
-            <p class="hint">{ format!("rank {} selected; its communication groups are lit", s.selected_rank) }</p>
+            <p class="hint">{ format!("rank {} selected; its communication groups are outlined in their purpose's colour", s.selected_rank) }</p>
         </section>
+    }
+}
+
+/// The size under the grid: the whole shape (`2×4×2`), or while hovering the shape the grid
+/// would set (the third axis kept).
+fn size_hint(shape: &[usize], hover: Option<(usize, usize)>) -> String {
+    let join = |v: &[usize]| {
+        v.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("×")
+    };
+    match hover {
+        None => format!("{} — drag to resize", join(shape)),
+        Some((r, c)) => {
+            let mut v = vec![r, c];
+            if shape.len() == 3 {
+                v.insert(0, shape[0]);
+            }
+            format!("{} — release to set", join(&v))
+        }
     }
 }

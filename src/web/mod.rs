@@ -14,6 +14,7 @@ mod pipeline_view;
 mod program_view;
 mod rank_lens;
 mod run_panel;
+mod tile_view;
 mod timeline;
 
 pub use api::{bench_replan, export_jax, plan};

@@ -3,24 +3,32 @@
 //! communication coloured by purpose. Repeated transformer blocks fold into one row.
 
 use super::app::AppCtx;
-use crate::dist::{render, TensorDistAttr};
+use crate::dist::{render, TensorDistAttr, Typed};
 use crate::ir::{Op, OpClass, Program, Purpose, VarId};
 use crate::passes::complete::EventKind;
 use crate::session::{Action, PipelineAction, Stage};
 use yew::prelude::*;
 
-/// The CSS class of a communication op's purpose.
-pub fn scope_class(op: &Op) -> &'static str {
+/// The CSS class of a purpose (the colour of its ops, its legend entry and its groups on
+/// the mesh).
+pub fn purpose_class(p: Purpose) -> &'static str {
+    match p {
+        Purpose::DataParallel => "dp",
+        Purpose::TensorParallel => "tp",
+        Purpose::Reshard => "reshard",
+        Purpose::Pipeline => "pp",
+        Purpose::AmpFlag => "amp",
+        Purpose::GlobalNorm => "norm",
+        Purpose::Sharding => "zero",
+    }
+}
+
+/// The CSS classes of a communication op: `comm` and its purpose's class.
+pub fn scope_class(op: &Op) -> String {
     match op.purpose() {
-        Some(Purpose::DataParallel) => "comm dp",
-        Some(Purpose::TensorParallel) => "comm tp",
-        Some(Purpose::Reshard) => "comm reshard",
-        Some(Purpose::Pipeline) => "comm pp",
-        Some(Purpose::AmpFlag) => "comm amp",
-        Some(Purpose::GlobalNorm) => "comm norm",
-        Some(Purpose::Sharding) => "comm zero",
-        None if op.ty.class() == OpClass::Collective => "comm",
-        None => "",
+        Some(p) => format!("comm {}", purpose_class(p)),
+        None if op.ty.class() == OpClass::Collective => "comm".into(),
+        None => String::new(),
     }
 }
 
@@ -49,7 +57,17 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
         .attrs
         .and_then(|a| a.get(v.index()))
         .zip(c.mesh)
-        .map(|(a, mesh)| render(a, mesh, c.notation))
+        .map(|(a, mesh)| {
+            render(
+                a,
+                mesh,
+                c.notation,
+                Typed {
+                    shape: &var.ty.shape[..],
+                    dtype: var.ty.dtype.name(),
+                },
+            )
+        })
         .unwrap_or_default();
     let onclick = {
         let (cb, name) = (on_select.clone(), name.clone());
@@ -164,6 +182,11 @@ pub fn ProgramView() -> Html {
         Vec::new()
     };
     let fold = blocks >= 1 && !*unfold && program.ops().len() > 60 && !staged;
+    let markers = if s.stage == Stage::Backward {
+        s.inserted_by_serial_op()
+    } else {
+        Default::default()
+    };
     let mut rows = Vec::new();
     let mut folded = 0;
     for (i, op) in program.ops().iter().enumerate() {
@@ -191,6 +214,7 @@ pub fn ProgramView() -> Html {
             "op",
             scope_class(op),
             current.then_some("current"),
+            (s.stage == Stage::Partition && s.focus_op == Some(i)).then_some("focused"),
             conflict.is_some().then_some("conflict"),
             format!("role-{}", op.role.name())
         );
@@ -209,10 +233,26 @@ pub fn ProgramView() -> Html {
                 </span>
             </li>
         });
+        if let Some(ms) = markers.get(&i) {
+            rows.push(inserted_marker(&ctx, s.selected_rank, ms));
+        }
     }
     if folded > 0 {
         rows.push(fold_row(folded, blocks, &unfold));
     }
+    // A focused op (clicked in the rank lens) scrolls into view.
+    use_effect_with((s.focus_op, s.stage), |(focus, _)| {
+        if let Some(i) = focus {
+            let el = web_sys::window().and_then(|w| w.document()).and_then(|d| {
+                d.query_selector(&format!(".program-panel li.op[data-op='{i}']"))
+                    .ok()
+                    .flatten()
+            });
+            if let Some(el) = el {
+                el.scroll_into_view_with_bool(false);
+            }
+        }
+    });
     let toggle = {
         let unfold = unfold.clone();
         Callback::from(move |_: MouseEvent| unfold.set(!*unfold))
@@ -323,5 +363,21 @@ fn fold_row(count: usize, blocks: usize, unfold: &UseStateHandle<bool>) -> Html 
     };
     html! {
         <li class="op folded" {onclick}>{ format!("… {count} ops of blocks h1–h{blocks} (× {blocks}, the same as h0) — click to unfold") }</li>
+    }
+}
+
+/// The communication the selected rank's program inserts after a serial op (the Backward
+/// tab): each op a link to it in the rank's program.
+fn inserted_marker(ctx: &AppCtx, rank: u32, ops: &[crate::session::InsertedOp]) -> Html {
+    let items = ops.iter().map(|o| {
+        let i = o.op;
+        let onclick = ctx.on(move |_: MouseEvent| Action::FocusOp(Some(i)));
+        html! { <button class={classes!("linkish", "comm", purpose_class(o.purpose))} {onclick}>{ format!("{} ({})", o.label, o.purpose.name()) }</button> }
+    });
+    html! {
+        <li class="inserted-marker" data-inserted={ops.len().to_string()}>
+            <span class="marker-head">{ format!("⇢ inserted on rank {rank}:") }</span>
+            { for items }
+        </li>
     }
 }

@@ -1,11 +1,11 @@
-//! The rank lens: pick a device; see its local shapes, the communication it takes part in,
-//! and its groups (lit on the mesh in the mesh panel).
+//! The rank lens: pick a device; see its parameters as tiles, and the ops inserted into its
+//! program by purpose (click one to open it in the program and light its group on the mesh).
 
 use super::app::AppCtx;
-use super::inspector::block_owners;
-use super::program_view::scope_class;
-use crate::ir::OpClass;
-use crate::session::{Action, Stage};
+use super::program_view::purpose_class;
+use super::tile_view::TileView;
+use crate::ir::Purpose;
+use crate::session::{Action, InsertedOp, Stage};
 use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
@@ -35,56 +35,58 @@ pub fn RankLens() -> Html {
         )
     });
     let open = ctx.on(|_: MouseEvent| Action::SetStage(Stage::Partition));
-    let comm: Vec<Html> = r
-        .program
-        .ops()
-        .iter()
-        .filter(|o| o.ty.class() == OpClass::Collective)
-        .map(|o| {
-            let x = o.input("X").first().map(|&v| r.program.var(v).name.to_string()).unwrap_or_default();
-            let group = o.attr_ints("group").map(|g| format!("{g:?}")).unwrap_or_default();
-            let reduce = o.attr_str("reduce_type").map(|t| format!(" {t}")).unwrap_or_default();
-            html! { <li class={scope_class(o)}>{ format!("{}{reduce} {x} over {group}", o.ty.name()) }<small>{ format!(" {}", o.role.name()) }</small></li> }
+    // Inserted ops (collectives and the 1/N scale) grouped by purpose, each group collapsed
+    // with its count; clicking one opens the rank's program at it and lights its group.
+    let inserted = s.inserted_ops();
+    let groups = Purpose::ALL.into_iter().filter_map(|purpose| {
+        let ops: Vec<&InsertedOp> = inserted.iter().filter(|o| o.purpose == purpose).collect();
+        if ops.is_empty() {
+            return None;
+        }
+        let items = ops.iter().map(|o| {
+            let i = o.op;
+            let onclick = ctx.on(move |_: MouseEvent| Action::FocusOp(Some(i)));
+            let focused = s.focus_op == Some(i);
+            html! { <li><button class={classes!("linkish", purpose_class(purpose), focused.then_some("focused"))} {onclick} data-op={i.to_string()}>{ format!("op {i}: {}", o.label) }</button></li> }
+        });
+        Some(html! {
+            <details class={classes!("comm-group", purpose_class(purpose))} data-purpose={purpose.name()}>
+                <summary>{ format!("{} ({})", purpose.name(), ops.len()) }</summary>
+                <ul class="comm-list">{ for items }</ul>
+            </details>
         })
-        .collect();
-    // Each parameter's blocks drawn on its grid (dims 0 and 1), this rank's block filled:
-    // which device holds which block, as JAX's visualize_array_sharding draws it.
+    }).collect::<Html>();
+    let n_inserted = inserted.len();
+    // Each parameter's tiles at a readable size, coloured by device as on the mesh.
     let params: Vec<Html> = r
         .program
         .vars()
         .iter()
-        .zip(p.full.program.vars().iter().zip(&p.full.tensors))
-        .filter(|(v, _)| v.kind == crate::ir::VarKind::Parameter)
-        .map(|(v, (global, attr))| {
-            let blocks = block_owners(attr, &p.full.mesh);
-            let cols = blocks.first().map_or(1, Vec::len).max(1);
-            let cells = blocks.iter().flatten().map(|devs| {
-                let mine = devs.contains(&r.rank);
-                let title = format!("devices {devs:?}");
-                html! { <span class={classes!("cell", mine.then_some("mine"))} {title}></span> }
-            });
-            let style = format!("grid-template-columns: repeat({cols}, 9px)");
+        .filter(|v| v.kind == crate::ir::VarKind::Parameter)
+        .filter_map(|v| {
+            let (tiling, shape) = s.tiles_of(&v.name)?;
             let name = v.name.to_string();
             let onclick = ctx.on(move |_: MouseEvent| Action::SelectVar(Some(name.clone())));
-            html! {
-                <li {onclick} title="inspect this tensor">
-                    <span class="mini-grid" {style}>{ for cells }</span>
-                    { format!("{} {:?} of {:?}", v.name, v.ty.shape, global.ty.shape) }
+            Some(html! {
+                <li>
+                    <button class="linkish param" {onclick} title="inspect this tensor">
+                        <TileView {tiling} {shape} caption={AttrValue::from(format!("{} local {:?}", v.name, v.ty.shape))} mine={Some(r.rank)} size={64.0} />
+                    </button>
                 </li>
-            }
+            })
         })
         .collect();
     html! {
         <section class="panel rank-lens">
             <h2>{ "Rank " }
-                <select id="rank" {onchange}>
+                <select id="rank" aria-label="rank" {onchange}>
                     { for mesh.process_ids().iter().map(|&id| html! { <option value={id.to_string()} selected={id == s.selected_rank}>{ id }</option> }) }
                 </select>
                 <small>{ format!(" coordinates {:?}", mesh.coords_of(r.rank).unwrap_or_default()) }</small>
                 <button class="small" onclick={open}>{ "open its program" }</button>
             </h2>
-            <h3>{ format!("Communication ({})", comm.len()) }</h3>
-            if comm.is_empty() { <p class="hint">{ "none: this rank computes alone" }</p> } else { <ul class="comm-list">{ for comm }</ul> }
+            <h3>{ format!("Inserted ops ({n_inserted}), by purpose") }</h3>
+            if n_inserted == 0 { <p class="hint">{ "none: this rank computes alone" }</p> } else { { groups } }
             <h3>{ "Parameter shards (local of global)" }</h3>
             <ul class="shards">{ for params }</ul>
         </section>

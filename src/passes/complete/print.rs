@@ -276,6 +276,9 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
             out.push_str(&format!("  {}. {line}\n", n + 1));
         }
     }
+    if let Some(line) = partial_text(program, c, var) {
+        out.push_str(&line);
+    }
     let rejected: Vec<String> = c
         .trace
         .events
@@ -298,4 +301,59 @@ pub fn explain_text(program: &Program, c: &Completed, var: VarId) -> String {
         out.extend(rejected);
     }
     out
+}
+
+/// Why a tensor is a partial value: the op producing it reduces over a dim its inputs split
+/// on the partial axes (a matmul's contraction k), so each rank holds one addend. The
+/// all-reduce (or reduce-scatter) resolving it is inserted by the partition pass.
+fn partial_text(program: &Program, c: &Completed, var: VarId) -> Option<String> {
+    let attr = &c.tensors[var.index()];
+    if !attr.is_partial() {
+        return None;
+    }
+    let axes: Vec<MeshAxis> = attr.partial.axes().collect();
+    let names = axes
+        .iter()
+        .map(|&a| {
+            format!(
+                "{}={}",
+                c.mesh.axis_name(a),
+                attr.partial.get(a).map_or("?", |r| r.name())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (op_id, op) = program
+        .ops()
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, op)| op.all_outputs().any(|o| o == var))?;
+    // The inputs' dims split over a partial axis: the dims the op reduces away.
+    let split: Vec<String> = op
+        .all_inputs()
+        .flat_map(|i| {
+            let a = &c.tensors[i.index()];
+            (0..a.rank())
+                .filter(|&d| a.dims[d].iter().any(|x| axes.contains(x)))
+                .map(move |d| format!("{} dim {d}", program.var(i).name))
+        })
+        .collect();
+    let k = if op.ty == crate::ir::OpType::MatmulV2 {
+        "the contraction k"
+    } else {
+        "a dim it reduces"
+    };
+    let why = if split.is_empty() {
+        format!("op {op_id} ({}) makes it partial", op.ty)
+    } else {
+        format!(
+            "op {op_id} ({}) reduces over {k}, which is split ({}), so each rank holds one addend of the result",
+            op.ty,
+            split.join(", ")
+        )
+    };
+    Some(format!(
+        "partial({names}): {why}; the partition pass inserts the all-reduce (or reduce-scatter) that sums the addends where a consumer needs the whole value\n"
+    ))
 }
