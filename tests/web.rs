@@ -122,10 +122,12 @@ async fn the_mesh_editor_resizes_by_dragging() {
     cell.dispatch_event(&web_sys::MouseEvent::new("mouseup").unwrap())
         .unwrap();
     settle().await;
+    // Growing 1×4 to 2×4 adds `dp` in front: `mp` keeps its 4 ways (section 6 of issue 14).
     assert_eq!(
         text(&root, ".mesh-view figcaption"),
-        "mesh [2, 4] (mp, d1): 8 devices"
+        "mesh [2, 4] (dp, mp): 8 devices"
     );
+    assert_eq!(text(&root, ".mesh-panel .hint"), "2×4 — drag to resize");
     click(&root, ".device[data-rank='6']");
     settle().await;
     assert!(text(&root, ".rank-lens h2").contains("coordinates [1, 2]"));
@@ -277,10 +279,23 @@ async fn the_inspector_annotates_a_dim() {
     );
     assert!(text(&root, ".inspector .notations").contains("P('mp', None)"));
     assert!(text(&root, ".inspector .why").contains("annotated"));
-    // An invalid choice explains itself.
+    // An invalid choice explains itself at the dim, and the menu reverts.
     select(&root, ".inspector select[data-dim='1']", "0");
     settle().await;
-    assert!(text(&root, ".banner").contains("splits more than one dim"));
+    assert_eq!(count(&root, ".banner"), 0, "no page banner");
+    assert!(text(&root, ".inspector .dim-error").contains("splits more than one dim"));
+    let menu: HtmlSelectElement = q(&root, ".inspector select[data-dim='1']")
+        .dyn_into()
+        .unwrap();
+    assert_ne!(
+        menu.value(),
+        "0",
+        "the menu no longer says the rejected axis"
+    );
+    // The axis another dim uses is disabled in this dim's menu.
+    assert!(
+        q(&root, ".inspector select[data-dim='1'] option[value='0']").has_attribute("disabled")
+    );
 }
 
 #[wasm_bindgen_test]
@@ -301,23 +316,21 @@ async fn the_partition_stage_colours_communication() {
     select(&root, "#rank", "2");
     settle().await;
     assert!(text(&root, ".program-panel h2").starts_with("Rank 2 — "));
-    assert!(text(&root, ".rank-lens").contains("all_reduce SUM linear_1.tmp_0 over [0, 1, 2, 3]"));
+    assert!(text(&root, ".rank-lens").contains("all_reduce linear_1.tmp_0 over [0, 1, 2, 3]"));
+    assert!(text(&root, ".rank-lens .comm-group.tp summary").contains("tensor parallel (1)"));
     // linear_0.w_0 is split by columns over the 4 ranks: rank 2 holds the third block.
     let first = q(&root, ".rank-lens .shards li");
     assert!(first
         .text_content()
         .unwrap_or_default()
         .starts_with("linear_0.w_0"));
-    let cells = first.query_selector_all(".mini-grid .cell").unwrap();
-    let mine: Vec<u32> = (0..cells.length())
-        .filter(|&i| {
-            cells
-                .item(i)
-                .and_then(|n| n.dyn_into::<Element>().ok())
-                .is_some_and(|e| e.class_name().split_whitespace().any(|c| c == "mine"))
-        })
+    let tiles = first.query_selector_all("rect.tile").unwrap();
+    let mine: Vec<String> = (0..tiles.length())
+        .filter_map(|i| tiles.item(i).and_then(|n| n.dyn_into::<Element>().ok()))
+        .filter(|e| e.class_name().split_whitespace().any(|c| c == "mine"))
+        .filter_map(|e| e.get_attribute("data-devices"))
         .collect();
-    assert_eq!((cells.length(), mine), (4, vec![2]));
+    assert_eq!((tiles.length(), mine), (4, vec!["2".to_string()]));
 }
 
 #[wasm_bindgen_test]
@@ -439,10 +452,27 @@ fn the_javascript_api_plans() {
     let out = shardlab::web::plan(req).unwrap();
     let ranks = js_sys::Reflect::get(&out, &"ranks".into()).unwrap();
     assert_eq!(js_sys::Array::from(&ranks).length(), 4);
-    let bad = js_sys::JSON::parse(r#"{"preset": "nope"}"#).unwrap();
-    assert_eq!(
-        shardlab::web::plan(bad).unwrap_err().as_string().as_deref(),
-        Some("unknown preset `nope`")
+    let err = |request: &str| {
+        shardlab::web::plan(js_sys::JSON::parse(request).unwrap())
+            .unwrap_err()
+            .as_string()
+            .unwrap_or_default()
+    };
+    assert!(err(r#"{"scenario": "nope"}"#).starts_with("unknown scenario `nope` (one of dp_mlp,"));
+    // Unknown keys are errors naming the key, not silently ignored (issue 14, section 6).
+    let typo = err(r#"{"scenario": "gpt_dp_mp", "layer": 4}"#);
+    assert!(typo.contains("unknown field `layer`"), "{typo}");
+    assert!(err(r#"{"scenario": "gpt_dp_mp", "layers": 0}"#)
+        .contains("layers: 0 is not between 1 and 96"));
+    // `layers` sizes the scenario's model: 4 blocks plan 4 blocks.
+    let out = shardlab::web::plan(
+        js_sys::JSON::parse(r#"{"scenario": "gpt_dp_mp", "layers": 4}"#).unwrap(),
+    )
+    .unwrap();
+    let text = js_sys::JSON::stringify(&out).unwrap().as_string().unwrap();
+    assert!(
+        text.contains("h3.mlp.fc2.w") && !text.contains("h4."),
+        "4 layers"
     );
     // Megatron's sums halve the backward tensor-parallel all-reduces of a GPT layer.
     let backward_tp = |request: &str| {
@@ -493,7 +523,8 @@ async fn mesh_view_draws_every_device_with_its_process_id() {
             .map(|i| nodes.item(i).unwrap().text_content().unwrap_or_default())
             .collect()
     };
-    assert_eq!(labels, ["mp →", "pp×dp →"]);
+    // Three axes draw as two layers (pp = 0, pp = 1) of dp × mp.
+    assert_eq!(labels, ["mp →", "dp →", "pp = 0", "pp = 1"]);
     assert_eq!(
         text(&root, "figcaption"),
         "mesh [2, 2, 2] (pp, dp, mp) ids [7, 6, 5, 4, 3, 2, 1, 0]: 8 devices · 2 pipeline \

@@ -114,6 +114,8 @@ pub enum Action {
     ClearBreaks,
     /// Run the broken programs against serial.
     RunBroken,
+    /// Open a link's state (an embed's reset, a lesson), keeping the embed flag.
+    OpenLink(String),
     Dismiss,
 }
 
@@ -460,6 +462,13 @@ impl Session {
                 self.break_report = None;
             }
             Action::RunBroken => self.run_broken(),
+            Action::OpenLink(hash) => match Session::from_hash(&hash) {
+                Ok(mut s) => {
+                    s.embed = self.embed;
+                    return s;
+                }
+                Err(e) => self.message = Some(format!("This link could not be opened: {e}")),
+            },
             Action::Dismiss => {}
         }
         self

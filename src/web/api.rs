@@ -1,6 +1,6 @@
 //! The JavaScript API for documentation pages that drive the planner without the UI:
-//! `plan({preset | text, mesh?, shards?, megatron_sums?, zero?, topology?, compute_dtype?,
-//! overlap?})` returns
+//! `plan({scenario | text, layers?, mesh?, shards?, megatron_sums?, zero?, topology?,
+//! compute_dtype?, overlap?})` returns
 //! every stage, the dist attrs, the ledger and the trace as plain JS objects, and with a
 //! `topology` the step time and memory per rank as `cost` (see `www/api.html`).
 
@@ -11,10 +11,16 @@ use serde::Deserialize;
 use std::sync::Arc;
 use wasm_bindgen::prelude::*;
 
-/// What `plan` takes.
+/// What `plan` takes. Unknown keys are errors naming the key (a typo must not plan
+/// something else silently). `scenario` is the CLI's word for a named plan; `preset` is
+/// accepted as its old name.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Request {
-    preset: Option<String>,
+    #[serde(alias = "preset")]
+    scenario: Option<String>,
+    /// The scenario's model with this many transformer layers (1-96).
+    layers: Option<usize>,
     text: Option<String>,
     mesh: Option<String>,
     #[serde(default)]
@@ -80,7 +86,7 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
 /// and options applied.
 fn request_plan(req: &Request) -> Result<crate::plan::Plan, JsValue> {
     let err = |m: String| JsValue::from_str(&m);
-    let mut plan = match (&req.text, &req.preset) {
+    let mut plan = match (&req.text, &req.scenario) {
         (Some(text), _) => {
             parse_plan(text)
                 .map_err(|e| {
@@ -92,12 +98,33 @@ fn request_plan(req: &Request) -> Result<crate::plan::Plan, JsValue> {
                 })?
                 .0
         }
-        (None, Some(name)) => Scenario::by_name(name)
-            .ok_or_else(|| err(format!("unknown preset `{name}`")))?
-            .plan()
-            .map_err(|e| err(e.to_string()))?,
-        (None, None) => return Err(err("give `preset` or `text`".into())),
+        (None, Some(name)) => {
+            let sc = Scenario::by_name(name).ok_or_else(|| {
+                let known: Vec<&str> = crate::models::scenarios::scenarios()
+                    .iter()
+                    .map(|s| s.name)
+                    .collect();
+                err(format!(
+                    "unknown scenario `{name}` (one of {})",
+                    known.join(", ")
+                ))
+            })?;
+            let mut config = sc.config();
+            if let Some(l) = req.layers {
+                if !(1..=96).contains(&l) {
+                    return Err(err(format!("layers: {l} is not between 1 and 96")));
+                }
+                config.layers = l;
+            }
+            sc.plan_with(&config).map_err(|e| err(e.to_string()))?
+        }
+        (None, None) => return Err(err("give `scenario` or `text`".into())),
     };
+    if req.layers.is_some() && req.text.is_some() {
+        return Err(err(
+            "layers: only with `scenario` (plan text has its own layers)".into(),
+        ));
+    }
     if let Some(m) = &req.mesh {
         plan.set_mesh(Arc::new(parse_mesh_spec(m).map_err(|e| err(e.into()))?));
         plan.annotations.clear();

@@ -1,6 +1,7 @@
 //! The root component: the session reducer, URL and localStorage sync, the play timer,
 //! keyboard shortcuts, and the page layout.
 
+use super::break_panel::BreakPanel;
 use super::cost_panel::CostPanel;
 use super::editor::Editor;
 use super::export_panel::ExportPanel;
@@ -36,6 +37,8 @@ pub struct AppCtx {
     pub state: UseReducerHandle<State>,
     /// Panels hidden by `?hide=a,b` (embedding).
     pub hidden: Rc<Vec<String>>,
+    /// The state the page opened with (an embed's reset returns to it).
+    pub initial_hash: Rc<String>,
 }
 
 impl AppCtx {
@@ -99,6 +102,7 @@ fn right_column(ctx: &AppCtx) -> Html {
             if ctx.shows("pipeline") { <PipelinePanel /> }
             if ctx.shows("ledger") { <LedgerView /> }
             if ctx.shows("run") { <RunPanel /> }
+            if ctx.shows("break") { <BreakPanel /> }
             if ctx.shows("export") { <ExportPanel /> }
         </aside>
     }
@@ -108,6 +112,10 @@ fn right_column(ctx: &AppCtx) -> Html {
 #[component]
 pub fn App() -> Html {
     let state = use_reducer_eq(|| State(initial()));
+    let initial_hash = use_memo((), {
+        let h = state.0.to_hash();
+        move |_| h
+    });
     let hidden = use_memo((), |_| {
         query_flag("hide")
             .map(|h| h.split(',').map(str::to_string).collect::<Vec<_>>())
@@ -116,11 +124,13 @@ pub fn App() -> Html {
     let ctx = AppCtx {
         state: state.clone(),
         hidden: Rc::new((*hidden).clone()),
+        initial_hash: Rc::new((*initial_hash).clone()),
     };
     let s = &state.0;
 
     // Keep the URL and the autosave in step with the state.
     let hash = s.to_hash();
+    let embed = s.embed;
     use_effect_with(hash.clone(), move |hash| {
         if let Some(w) = window() {
             if let Ok(history) = w.history() {
@@ -133,8 +143,11 @@ pub fn App() -> Html {
                     )),
                 );
             }
-            if let Ok(Some(storage)) = w.local_storage() {
-                let _ = storage.set_item("shardlab", hash);
+            // An embed never autosaves: it would overwrite the reader's own session.
+            if !embed {
+                if let Ok(Some(storage)) = w.local_storage() {
+                    let _ = storage.set_item("shardlab", hash);
+                }
             }
         }
     });
@@ -153,7 +166,9 @@ pub fn App() -> Html {
         let state = state.clone();
         use_effect_with((), move |_| {
             let listener = window().and_then(|w| w.document()).map(|doc| {
-                gloo::events::EventListener::new(&doc, "keydown", move |e| {
+                // Not passive: the keys that step the timeline must not also scroll the page.
+                let options = gloo::events::EventListenerOptions::enable_prevent_default();
+                gloo::events::EventListener::new_with_options(&doc, "keydown", options, move |e| {
                     let Some(e) = e.dyn_ref::<web_sys::KeyboardEvent>() else {
                         return;
                     };
@@ -204,10 +219,13 @@ pub fn App() -> Html {
         let dismiss = ctx.on(|_: MouseEvent| Action::Dismiss);
         html! { <div class="banner" role="alert">{ m }<button class="dismiss" onclick={dismiss}>{ "×" }</button></div> }
     });
+    let presenter = use_state(|| query_flag("present").is_some_and(|v| v != "0"));
     let plan_error = s.plan_error.clone().map(|m| html! { <div class="banner error" role="alert">{ format!("The plan cannot be completed: {m}") }</div> });
     html! {
         <ContextProvider<AppCtx> context={ctx.clone()}>
-            <main class={classes!("app", s.embed.then_some("embed"))}>
+            <a class="skip-link" href="#program">{ "Skip to the program" }</a>
+            <main class={classes!("app", s.embed.then_some("embed"), presenter.then_some("presenter"))}>
+                if s.embed { { embed_bar(&ctx, &hash) } }
                 if !s.embed {
                     <header class="topbar">
                         <h1>{ "ShardLab" }</h1>
@@ -220,6 +238,7 @@ pub fn App() -> Html {
                                 if s.scenario == "custom" { <option value="custom" selected=true>{ "Custom (edited)" }</option> }
                             </select>
                         </label>
+                        { link_tools(&hash, &presenter) }
                         <label class="preset">{ "Notation " }
                             <select id="notation" onchange={on_notation}>
                                 { for Notation::ALL.into_iter().map(|n| html! {
@@ -235,7 +254,7 @@ pub fn App() -> Html {
                     if ctx.shows("mesh") { <MeshEditor /> }
                     if ctx.shows("inspector") { <Inspector /> }
                 </aside>
-                <section class="column center">
+                <section class="column center" id="program" tabindex="-1">
                     <nav class="tabs" aria-label="stage">
                         { stage_tab(Stage::Forward, "Forward completion") }
                         { stage_tab(Stage::Backward, "Backward + optimizer") }
@@ -248,5 +267,56 @@ pub fn App() -> Html {
                 { right_column(&ctx) }
             </main>
         </ContextProvider<AppCtx>>
+    }
+}
+
+/// Copies `text` to the clipboard (best effort: the page may not be allowed to).
+fn copy_text(text: &str) {
+    if let Some(w) = window() {
+        let _ = w.navigator().clipboard().write_text(text);
+    }
+}
+
+/// The page's address with `hash` and without the embed flag.
+fn full_link(hash: &str) -> String {
+    let Some(w) = window() else {
+        return format!("#{hash}");
+    };
+    let loc = w.location();
+    let base = format!(
+        "{}{}",
+        loc.origin().unwrap_or_default(),
+        loc.pathname().unwrap_or_default()
+    );
+    format!("{base}#{hash}")
+}
+
+/// The top bar's link tools: copy the link, the JavaScript API page, presenter mode.
+fn link_tools(hash: &str, presenter: &UseStateHandle<bool>) -> Html {
+    let link = full_link(hash);
+    let copy = Callback::from(move |_: MouseEvent| copy_text(&link));
+    let toggle = {
+        let presenter = presenter.clone();
+        Callback::from(move |_: MouseEvent| presenter.set(!*presenter))
+    };
+    html! {
+        <span class="link-tools">
+            <button id="copy-link" class="small" onclick={copy} title="copy a link to this exact state">{ "copy link" }</button>
+            <button id="presenter" class={classes!("small", presenter.then_some("active"))} onclick={toggle} aria-pressed={presenter.to_string()}>{ "presenter mode" }</button>
+            <a class="small-link" href="api.html">{ "JavaScript API" }</a>
+        </span>
+    }
+}
+
+/// An embed's own small bar: open the full playground at this state, and reset to what the
+/// page embedded.
+fn embed_bar(ctx: &AppCtx, hash: &str) -> Html {
+    let initial = ctx.initial_hash.clone();
+    let reset = ctx.on(move |_: MouseEvent| Action::OpenLink((*initial).clone()));
+    html! {
+        <div class="embed-bar">
+            <a id="open-in-shardlab" href={full_link(hash)} target="_blank" rel="noopener">{ "open in ShardLab ↗" }</a>
+            <button id="embed-reset" class="small" onclick={reset}>{ "reset" }</button>
+        </div>
     }
 }

@@ -3,6 +3,7 @@
 
 mod api;
 mod app;
+mod break_panel;
 mod cost_panel;
 mod editor;
 mod export_panel;
@@ -28,6 +29,12 @@ pub fn start() {
         .and_then(|w| w.document())
         .and_then(|d| d.body())
         .is_some_and(|b| b.has_attribute("data-shardlab-api"));
+    if let Some(loader) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.get_element_by_id("loader"))
+    {
+        loader.remove();
+    }
     if !api_only {
         yew::Renderer::<App>::new().render();
     }

@@ -98,7 +98,9 @@ test('the JavaScript API example page plans without the UI', async () => {
   assert.match(await page.locator('#summary').innerText(), /^8 ranks, \d+ completion events, \d+ collectives in all$/);
   assert.ok((await page.locator('#ledger tbody tr').count()) > 0);
   assert.equal(await page.locator('.mesh-view').count(), 0, 'the playground is not mounted');
-  assert.equal(await page.evaluate(() => document.body.dataset.error), 'unknown preset `nope`');
+  assert.match(await page.evaluate(() => document.body.dataset.error), /^unknown scenario `nope`/);
+  assert.match(await page.evaluate(() => document.body.dataset.typo), /unknown field `layer`/);
+  assert.equal(await page.locator('a[href="./"]').count(), 1, 'a link back to the playground');
 });
 
 test('the cost panel draws time and memory, toggles ZeRO and compares with a pinned plan', async () => {
