@@ -842,3 +842,77 @@ mod break_it {
         assert!(s.breaks.is_empty() && s.break_report.is_none());
     }
 }
+
+/// Every lesson builds its state without an error, looks at a real panel, and shows what
+/// its text claims (checked on the state, so a changed planner fails the lesson).
+#[test]
+fn lessons_build_and_show_what_they_say() {
+    use shardlab::ir::Purpose;
+    use shardlab::session::{Lesson, LESSONS};
+    assert!(LESSONS.len() >= 12);
+    let panels = [
+        "mesh-panel",
+        "program-panel",
+        "inspector",
+        "rank-lens",
+        "cost-panel",
+        "pipeline-panel",
+        "timeline",
+        "break-panel",
+    ];
+    for (i, l) in LESSONS.iter().enumerate() {
+        assert_eq!(l.number, i + 1);
+        assert!(
+            panels.contains(&l.focus),
+            "lesson {}: {}",
+            l.number,
+            l.focus
+        );
+        let s = l.session().unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.pipeline.is_some(), "lesson {}", l.number);
+        assert_eq!(
+            Session::from_hash(&s.to_hash()).map(|t| t.text),
+            Ok(s.text.clone()),
+            "lesson {} is a link",
+            l.number
+        );
+    }
+    let lesson = |n| Lesson::by_number(n).unwrap().session().unwrap();
+    // 1 and 6: device 5's groups on 2×4 (dp, mp).
+    let groups = lesson(1).lit_groups();
+    assert!(
+        groups.contains(&(vec![1, 5], Purpose::DataParallel)),
+        "{groups:?}"
+    );
+    assert!(
+        groups.contains(&(vec![4, 5, 6, 7], Purpose::TensorParallel)),
+        "{groups:?}"
+    );
+    // 2: every gradient has an all-reduce and a 1/4 scale.
+    let s = lesson(2);
+    let labels: Vec<String> = s.inserted_ops().into_iter().map(|o| o.label).collect();
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.starts_with("scale linear_0.w_0@GRAD ×0.25")),
+        "{labels:?}"
+    );
+    // 4: the row-parallel output is partial over mp, drawn as 4 addends.
+    let (t, _) = lesson(4).tiles_of("linear_1.tmp_0").unwrap();
+    assert_eq!(t.addends(), 4);
+    // 7: Megatron's sums: 2 tensor-parallel all-reduces in backward.
+    let s = lesson(7);
+    let tp_backward = s
+        .inserted_ops()
+        .into_iter()
+        .filter(|o| o.purpose == Purpose::TensorParallel && o.label.contains("@GRAD"))
+        .count();
+    assert_eq!(tp_backward, 2);
+    // 9: the timeline starts before completion.
+    assert_eq!(lesson(9).timeline, 0);
+    // 12: two pipeline stages with 4 micro-batches.
+    let s = lesson(12);
+    assert!(s.pipeline.as_ref().unwrap().stages.is_pipelined());
+    assert_eq!(s.plan.options.micro_batches, 4);
+    assert!(Lesson::by_number(14).is_none());
+}

@@ -15,6 +15,7 @@ mod break_it;
 mod cost;
 mod edit;
 mod export;
+mod lessons;
 mod link;
 mod picture;
 mod pipe;
@@ -23,6 +24,7 @@ mod run;
 
 pub use break_it::{BreakReport, Breakage, BrokenOp, Divergence, GroupChange};
 pub use cost::{Pinned, TOPOLOGIES};
+pub use lessons::{Lesson, LESSONS};
 pub use link::{decode, encode, preset_names};
 pub use picture::{InsertedOp, Operand};
 

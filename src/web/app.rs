@@ -7,6 +7,7 @@ use super::editor::Editor;
 use super::export_panel::ExportPanel;
 use super::inspector::Inspector;
 use super::ledger_view::LedgerView;
+use super::lesson_card::{lesson_menu, LessonCard};
 use super::mesh_editor::MeshEditor;
 use super::pipeline_view::PipelinePanel;
 use super::program_view::ProgramView;
@@ -71,8 +72,28 @@ fn query_flag(name: &str) -> Option<String> {
     })
 }
 
-/// The first state: the URL hash, else the autosave, else the default preset.
+/// The lesson a `?lesson=N` link opens.
+fn lesson_number() -> Option<usize> {
+    query_flag("lesson")?.parse().ok()
+}
+
+/// The first state: a lesson, else the URL hash, else the autosave, else the default
+/// preset.
 fn initial() -> Session {
+    if let Some(n) = lesson_number() {
+        let lesson = crate::session::Lesson::by_number(n)
+            .ok_or_else(|| format!("there is no lesson {n}"))
+            .and_then(|l| l.session());
+        match lesson {
+            Ok(s) => return s,
+            Err(e) => {
+                return Session {
+                    message: Some(e),
+                    ..Session::default()
+                }
+            }
+        }
+    }
     let hash = window()
         .and_then(|w| w.location().hash().ok())
         .unwrap_or_default();
@@ -219,12 +240,13 @@ pub fn App() -> Html {
         let dismiss = ctx.on(|_: MouseEvent| Action::Dismiss);
         html! { <div class="banner" role="alert">{ m }<button class="dismiss" onclick={dismiss}>{ "×" }</button></div> }
     });
+    let lesson = lesson_number().and_then(crate::session::Lesson::by_number);
     let presenter = use_state(|| query_flag("present").is_some_and(|v| v != "0"));
     let plan_error = s.plan_error.clone().map(|m| html! { <div class="banner error" role="alert">{ format!("The plan cannot be completed: {m}") }</div> });
     html! {
         <ContextProvider<AppCtx> context={ctx.clone()}>
             <a class="skip-link" href="#program">{ "Skip to the program" }</a>
-            <main class={classes!("app", s.embed.then_some("embed"), presenter.then_some("presenter"))}>
+            <main class={classes!("app", s.embed.then_some("embed"), presenter.then_some("presenter"))} data-focus={lesson.map(|l| l.focus)}>
                 if s.embed { { embed_bar(&ctx, &hash) } }
                 if !s.embed {
                     <header class="topbar">
@@ -238,6 +260,7 @@ pub fn App() -> Html {
                                 if s.scenario == "custom" { <option value="custom" selected=true>{ "Custom (edited)" }</option> }
                             </select>
                         </label>
+                        { lesson_menu() }
                         { link_tools(&hash, &presenter) }
                         <label class="preset">{ "Notation " }
                             <select id="notation" onchange={on_notation}>
@@ -248,8 +271,11 @@ pub fn App() -> Html {
                         </label>
                     </header>
                 }
-                { message }
-                { plan_error }
+                <div class="notices">
+                    if let Some(l) = lesson { <LessonCard number={l.number} /> }
+                    { message }
+                    { plan_error }
+                </div>
                 <aside class="column left">
                     if ctx.shows("mesh") { <MeshEditor /> }
                     if ctx.shows("inspector") { <Inspector /> }

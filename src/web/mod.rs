@@ -9,6 +9,7 @@ mod editor;
 mod export_panel;
 mod inspector;
 mod ledger_view;
+mod lesson_card;
 mod mesh_editor;
 mod mesh_view;
 mod pipeline_view;
