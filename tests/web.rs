@@ -235,6 +235,7 @@ async fn the_megatron_sums_toggle_replans_the_ledger() {
     let toggle: web_sys::HtmlInputElement = q(&root, "#megatron-sums").dyn_into().unwrap();
     toggle.click();
     settle().await;
+    until(|| backward_tp(&root).starts_with("backwardtensor parallelall_reduce2")).await;
     assert!(
         backward_tp(&root).starts_with("backwardtensor parallelall_reduce2"),
         "{}",
@@ -320,14 +321,20 @@ async fn the_partition_stage_colours_communication() {
     assert!(text(&root, ".rank-lens .comm-group.tp summary").contains("tensor parallel (1)"));
     // linear_0.w_0 is split by columns over the 4 ranks: rank 2 holds the third block.
     let first = q(&root, ".rank-lens .shards li");
-    assert!(first
-        .text_content()
-        .unwrap_or_default()
-        .starts_with("linear_0.w_0"));
+    assert!(
+        text(&first, "figcaption").starts_with("linear_0.w_0 local [64, 64]"),
+        "{}",
+        text(&first, "figcaption")
+    );
     let tiles = first.query_selector_all("rect.tile").unwrap();
     let mine: Vec<String> = (0..tiles.length())
         .filter_map(|i| tiles.item(i).and_then(|n| n.dyn_into::<Element>().ok()))
-        .filter(|e| e.class_name().split_whitespace().any(|c| c == "mine"))
+        .filter(|e| {
+            e.get_attribute("class")
+                .unwrap_or_default()
+                .split_whitespace()
+                .any(|c| c == "mine")
+        })
         .filter_map(|e| e.get_attribute("data-devices"))
         .collect();
     assert_eq!((tiles.length(), mine), (4, vec!["2".to_string()]));
@@ -607,4 +614,190 @@ async fn stage_boundaries_move_in_the_program_view() {
         .unwrap();
     until(|| marks(3) == "S0").await;
     assert_eq!((marks(3), marks(4)), ("S0".to_string(), "S1".to_string()));
+}
+
+/// Mounts the app at `?query#hash` (lessons and embeds read the query).
+async fn app_at(query: &str, hash: &str) -> Element {
+    let root = fresh_root(hash);
+    let w = web_sys::window().unwrap();
+    w.history()
+        .unwrap()
+        .replace_state_with_url(
+            &wasm_bindgen::JsValue::NULL,
+            "",
+            Some(&format!(
+                "{}?{query}#{hash}",
+                w.location().pathname().unwrap()
+            )),
+        )
+        .unwrap();
+    yew::Renderer::<App>::with_root(root.clone()).render();
+    settle().await;
+    root
+}
+
+fn attr(root: &Element, selector: &str, name: &str) -> String {
+    q(root, selector).get_attribute(name).unwrap_or_default()
+}
+
+#[wasm_bindgen_test]
+async fn the_inspector_draws_tiles_the_matmul_and_who_sums_a_partial() {
+    let root = app("stage=partition").await;
+    click(&root, ".chip[data-var='linear_1.tmp_0']");
+    settle().await;
+    // The row-parallel output: one block, 4 partial addends (Σ), no identical copies.
+    let fig = ".inspector > .tile-view";
+    assert_eq!(attr(&root, fig, "data-addends"), "4");
+    assert_eq!(attr(&root, fig, "data-replicas"), "1");
+    assert_eq!(count(&root, &format!("{fig} rect.tile.partial")), 4);
+    // A · B = C, with the contracted dim marked on both inputs.
+    assert_eq!(count(&root, ".inspector .matmul .tile-view"), 3);
+    assert_eq!(count(&root, ".inspector .matmul .k-mark"), 2);
+    assert!(text(&root, ".inspector .resolver").contains("all_reduce at op"));
+    assert!(text(&root, ".inspector .why").contains("reduces over the contraction k"));
+    // The column-parallel weight: 4 blocks side by side, this rank's outlined.
+    click(&root, ".chip[data-var='linear_0.w_0']");
+    settle().await;
+    assert_eq!(attr(&root, fig, "data-splits"), "[1, 4]");
+    assert_eq!(count(&root, &format!("{fig} rect.tile.mine")), 1);
+}
+
+#[wasm_bindgen_test]
+async fn six_notations_in_the_menu_and_the_inspector() {
+    let root = app("").await;
+    assert_eq!(count(&root, "#notation option"), 6);
+    select(&root, "#notation", "typed");
+    settle().await;
+    assert!(
+        text(&root, ".chip[data-var='linear_0.w_0'] .shard").starts_with("f32[64, 256@mp]"),
+        "{}",
+        text(&root, ".chip[data-var='linear_0.w_0'] .shard")
+    );
+    select(&root, "#notation", "book");
+    settle().await;
+    assert_eq!(
+        text(&root, ".chip[data-var='linear_0.w_0'] .shard"),
+        "[I, J_mp]"
+    );
+    click(&root, ".chip[data-var='linear_1.tmp_0']");
+    settle().await;
+    assert!(text(&root, ".inspector .notations").contains("{U_mp}"));
+}
+
+#[wasm_bindgen_test]
+async fn the_backward_tab_marks_inserted_sync_and_links_to_it() {
+    let root = app("s=dp_mlp&stage=backward").await;
+    let markers = count(&root, ".inserted-marker");
+    assert!(markers >= 2, "{markers} markers");
+    assert!(text(&root, ".program-panel").contains("scale linear_0.w_0@GRAD ×0.25"));
+    click(&root, ".inserted-marker button.comm.dp");
+    settle().await;
+    settle().await;
+    assert!(text(&root, ".program-panel h2").starts_with("Rank 0 — "));
+    assert_eq!(count(&root, ".op.focused"), 1);
+}
+
+#[wasm_bindgen_test]
+async fn rank_lens_groups_by_purpose_and_lights_one_group_in_its_colour() {
+    let root = app("s=gpt_dp_mp&rank=5").await;
+    assert!(count(&root, ".rank-lens details.comm-group") >= 2);
+    assert!(text(&root, ".rank-lens details.comm-group.dp summary").starts_with("data parallel ("));
+    // Before a click every group of rank 5 is lit: dp [1, 5] and tp [4..7].
+    assert!(count(&root, ".mesh-panel .device[data-lit~='tp']") == 4);
+    click(&root, ".rank-lens details.comm-group.dp button");
+    settle().await;
+    settle().await;
+    assert_eq!(count(&root, ".mesh-panel .device[data-lit~='dp']"), 2);
+    assert_eq!(
+        count(&root, ".mesh-panel .device[data-lit~='tp']"),
+        0,
+        "only the clicked group"
+    );
+    assert_eq!(count(&root, ".op.focused"), 1);
+}
+
+#[wasm_bindgen_test]
+async fn break_it_shows_what_diverges_with_a_diagnosis_and_heatmap() {
+    let root = app("s=dp_mlp").await;
+    let toggle: web_sys::HtmlInputElement = q(&root, "#break-mode").dyn_into().unwrap();
+    toggle.set_checked(true);
+    toggle
+        .dispatch_event(&Event::new("change").unwrap())
+        .unwrap();
+    settle().await;
+    assert!(count(&root, ".break-op") >= 4);
+    // Drop the first scale.
+    let scale = root.query_selector_all(".break-op .delete").unwrap();
+    let drop = (0..scale.length())
+        .filter_map(|i| scale.item(i).and_then(|n| n.dyn_into::<HtmlElement>().ok()))
+        .find(|b| b.text_content().unwrap_or_default() == "drop the scale")
+        .expect("a scale to drop");
+    drop.click();
+    settle().await;
+    assert_eq!(count(&root, ".breaks li"), 1);
+    click(&root, "#run-broken");
+    settle().await;
+    until(|| count(&root, ".break-report") == 1).await;
+    assert!(text(&root, ".break-report .verdict.fail").contains("diverge from the serial run"));
+    assert!(text(&root, ".diverged .diagnosis").contains("4.0000× the serial value on every copy"));
+    assert_eq!(count(&root, ".diverged:first-child .heatmap"), 1);
+}
+
+#[wasm_bindgen_test]
+async fn a_lesson_link_opens_its_state_text_and_focus() {
+    let root = app_at("lesson=4", "").await;
+    assert!(text(&root, ".lesson-card h2").starts_with("Lesson 4 of 13: Row-parallel"));
+    assert_eq!(attr(&root, "main.app", "data-focus"), "inspector");
+    assert_eq!(attr(&root, ".lesson-nav .next", "href"), "?lesson=5");
+    assert!(text(&root, ".inspector h2").starts_with("linear_1.tmp_0"));
+    assert_eq!(count(&root, ".lesson-menu li"), 13);
+    let root = app_at("lesson=99", "").await;
+    assert!(text(&root, ".banner").contains("there is no lesson 99"));
+}
+
+#[wasm_bindgen_test]
+async fn an_embed_has_its_own_bar_never_autosaves_and_resets() {
+    let root = app_at("embed=1", "s=dp_mlp").await;
+    assert!(attr(&root, "#open-in-shardlab", "href").contains("#s=dp_mlp"));
+    let storage = web_sys::window().unwrap().local_storage().unwrap().unwrap();
+    storage.set_item("shardlab", "s=gpt_dp_mp").unwrap();
+    click(&root, ".tabs .tab:nth-child(2)");
+    settle().await;
+    assert_eq!(
+        storage.get_item("shardlab").unwrap().as_deref(),
+        Some("s=gpt_dp_mp"),
+        "the reader's session is kept"
+    );
+    click(&root, "#embed-reset");
+    settle().await;
+    assert!(text(&root, ".program-panel h2").starts_with("Forward program"));
+}
+
+#[wasm_bindgen_test]
+async fn mesh_editor_third_axis_keeps_names_and_hints_the_whole_shape() {
+    let root = app("s=gpt_dp_mp").await;
+    select(&root, "#depth", "2");
+    settle().await;
+    assert_eq!(
+        text(&root, ".mesh-view figcaption"),
+        "mesh [2, 2, 4] (d0, dp, mp): 16 devices"
+    );
+    assert_eq!(text(&root, ".mesh-panel .hint"), "2×2×4 — drag to resize");
+    assert_eq!(count(&root, ".mesh-view .axis-label.layer"), 2);
+    // Every device carries its colour swatch, the same colour its tiles have.
+    assert_eq!(count(&root, ".mesh-view rect.swatch"), 16);
+}
+
+#[wasm_bindgen_test]
+async fn presenter_mode_skip_link_and_labels() {
+    let root = app("").await;
+    click(&root, "#presenter");
+    settle().await;
+    assert!(attr(&root, "main.app", "class")
+        .split_whitespace()
+        .any(|c| c == "presenter"));
+    assert_eq!(count(&root, "a.skip-link[href='#program']"), 1);
+    assert_eq!(attr(&root, "#rank", "aria-label"), "rank");
+    assert_eq!(count(&root, "#copy-link"), 1);
+    assert_eq!(attr(&root, "a.small-link", "href"), "api.html");
 }

@@ -10,9 +10,11 @@ use crate::plan::{parse_mesh_spec, parse_plan, parse_shard_spec};
 use serde::Deserialize;
 use std::sync::Arc;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 /// What `plan` takes. Unknown keys are errors naming the key (a typo must not plan
-/// something else silently). `scenario` is the CLI's word for a named plan; `preset` is
+/// something else silently): `serde_wasm_bindgen` reads only the fields it knows, so
+/// [`parse_request`] checks the object's own keys against [`KEYS`] first. `scenario` is the CLI's word for a named plan; `preset` is
 /// accepted as its old name.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,12 +47,45 @@ struct Request {
     constrain: Option<String>,
 }
 
+/// Every key a request may have.
+const KEYS: &[&str] = &[
+    "scenario",
+    "preset",
+    "layers",
+    "text",
+    "mesh",
+    "shards",
+    "megatron_sums",
+    "zero",
+    "overlap",
+    "topology",
+    "compute_dtype",
+    "mode",
+    "constrain",
+];
+
+/// Reads a request, rejecting keys it does not know.
+fn parse_request(request: JsValue) -> Result<Request, JsValue> {
+    if let Some(obj) = request.dyn_ref::<js_sys::Object>() {
+        for key in js_sys::Object::keys(obj).iter() {
+            let key = key.as_string().unwrap_or_default();
+            if !KEYS.contains(&key.as_str()) {
+                return Err(JsValue::from_str(&format!(
+                    "bad request: unknown field `{key}`, expected one of {}",
+                    KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    serde_wasm_bindgen::from_value(request)
+        .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))
+}
+
 /// Plans `request` and returns the whole pipeline as a JS object; errors are JS errors
 /// with a message.
 #[wasm_bindgen]
 pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
-    let req: Request = serde_wasm_bindgen::from_value(request)
-        .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))?;
+    let req = parse_request(request)?;
     let err = |m: String| JsValue::from_str(&m);
     let plan = request_plan(&req)?;
     let opts = PipelineOptions::from_plan(&plan.options);
@@ -151,8 +186,7 @@ fn request_plan(req: &Request) -> Result<crate::plan::Plan, JsValue> {
 #[wasm_bindgen]
 pub fn export_jax(request: JsValue) -> Result<String, JsValue> {
     use crate::export::{Constrain, ExportMode, ExportOptions};
-    let req: Request = serde_wasm_bindgen::from_value(request)
-        .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))?;
+    let req = parse_request(request)?;
     let err = |m: String| JsValue::from_str(&m);
     let mode = match req.mode.as_deref() {
         None => ExportMode::Gspmd,

@@ -9,6 +9,9 @@ use crate::session::{Action, InsertedOp, Stage};
 use web_sys::HtmlSelectElement;
 use yew::prelude::*;
 
+/// Parameters drawn at most.
+const MAX_PARAMS: usize = 24;
+
 /// The rank panel.
 #[component]
 pub fn RankLens() -> Html {
@@ -58,11 +61,19 @@ pub fn RankLens() -> Html {
     }).collect::<Html>();
     let n_inserted = inserted.len();
     // Each parameter's tiles at a readable size, coloured by device as on the mesh.
+    let n_params = r
+        .program
+        .vars()
+        .iter()
+        .filter(|v| v.kind == crate::ir::VarKind::Parameter)
+        .count();
     let params: Vec<Html> = r
         .program
         .vars()
         .iter()
         .filter(|v| v.kind == crate::ir::VarKind::Parameter)
+        // A readable number of pictures: a 12-layer GPT has 150 parameters.
+        .take(MAX_PARAMS)
         .filter_map(|v| {
             let (tiling, shape) = s.tiles_of(&v.name)?;
             let name = v.name.to_string();
@@ -89,6 +100,7 @@ pub fn RankLens() -> Html {
             if n_inserted == 0 { <p class="hint">{ "none: this rank computes alone" }</p> } else { { groups } }
             <h3>{ "Parameter shards (local of global)" }</h3>
             <ul class="shards">{ for params }</ul>
+            if n_params > MAX_PARAMS { <p class="hint">{ format!("the first {MAX_PARAMS} of {n_params} parameters; click a tensor in the program to inspect any") }</p> }
         </section>
     }
 }
