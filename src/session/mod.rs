@@ -403,27 +403,10 @@ impl Session {
             }
             Action::SetNotation(n) => self.notation = n,
             Action::SetStage(s) => self.stage = s,
-            Action::Step(d) => {
-                let t = self.timeline.min(self.events()) as i64 + d;
-                self.timeline = t.clamp(0, self.events() as i64) as usize;
-                self.playing = false;
-            }
-            Action::Seek(t) => {
-                self.timeline = t.min(self.events());
-                self.playing = false;
-            }
-            Action::TogglePlay => {
-                self.playing = !self.playing;
-                if self.playing && self.timeline >= self.events() {
-                    self.timeline = 0;
-                }
-            }
-            Action::Tick => {
-                if self.playing {
-                    self.timeline = (self.timeline + 1).min(self.events());
-                    self.playing = self.timeline < self.events();
-                }
-            }
+            Action::Step(d) => self.step(d),
+            Action::Seek(t) => self.seek(t),
+            Action::TogglePlay => self.toggle_play(),
+            Action::Tick => self.tick(),
             Action::EditText(text) => self.edit_text(text),
             Action::Run => self.run(),
             Action::SetMegatronSums(on) => {
@@ -443,6 +426,20 @@ impl Session {
             Action::Pipeline(a) => self.pipeline_action(a),
             Action::Pin => self.pin(),
             Action::Unpin => self.pinned = None,
+            a @ (Action::FocusOp(_)
+            | Action::SetBreakMode(_)
+            | Action::Break(_)
+            | Action::ClearBreaks
+            | Action::RunBroken
+            | Action::OpenLink(_)) => return self.reduce_teaching(a),
+            Action::Dismiss => {}
+        }
+        self
+    }
+
+    /// The teaching actions: focus, break it, open a link.
+    fn reduce_teaching(mut self, action: Action) -> Session {
+        match action {
             Action::FocusOp(op) => {
                 self.focus_op = op;
                 if op.is_some() {
@@ -471,8 +468,56 @@ impl Session {
                 }
                 Err(e) => self.message = Some(format!("This link could not be opened: {e}")),
             },
-            Action::Dismiss => {}
+            // Never reached (reduce sends only the teaching actions here), but listed so a
+            // new action cannot fall through silently.
+            other @ (Action::LoadScenario(_)
+            | Action::SetMeshShape(_)
+            | Action::RenameAxis(..)
+            | Action::SetDim { .. }
+            | Action::ClearAnnotation(_)
+            | Action::SelectVar(_)
+            | Action::SelectRank(_)
+            | Action::SetNotation(_)
+            | Action::SetStage(_)
+            | Action::Step(_)
+            | Action::Seek(_)
+            | Action::TogglePlay
+            | Action::Tick
+            | Action::EditText(_)
+            | Action::Run
+            | Action::SetMegatronSums(_)
+            | Action::SetZero(_)
+            | Action::SetTopology(_)
+            | Action::Pipeline(_)
+            | Action::Pin
+            | Action::Unpin
+            | Action::Dismiss) => return self.reduce(other),
         }
         self
+    }
+
+    fn step(&mut self, d: i64) {
+        let t = self.timeline.min(self.events()) as i64 + d;
+        self.timeline = t.clamp(0, self.events() as i64) as usize;
+        self.playing = false;
+    }
+
+    fn seek(&mut self, t: usize) {
+        self.timeline = t.min(self.events());
+        self.playing = false;
+    }
+
+    fn toggle_play(&mut self) {
+        self.playing = !self.playing;
+        if self.playing && self.timeline >= self.events() {
+            self.timeline = 0;
+        }
+    }
+
+    fn tick(&mut self) {
+        if self.playing {
+            self.timeline = (self.timeline + 1).min(self.events());
+            self.playing = self.timeline < self.events();
+        }
     }
 }

@@ -182,42 +182,7 @@ pub fn App() -> Html {
             move || drop(interval)
         });
     }
-    // Keyboard: ← → step, space plays, Home / End jump.
-    {
-        let state = state.clone();
-        use_effect_with((), move |_| {
-            let listener = window().and_then(|w| w.document()).map(|doc| {
-                // Not passive: the keys that step the timeline must not also scroll the page.
-                let options = gloo::events::EventListenerOptions::enable_prevent_default();
-                gloo::events::EventListener::new_with_options(&doc, "keydown", options, move |e| {
-                    let Some(e) = e.dyn_ref::<web_sys::KeyboardEvent>() else {
-                        return;
-                    };
-                    let typing = e
-                        .target()
-                        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
-                        .is_some_and(|el| {
-                            matches!(el.tag_name().as_str(), "TEXTAREA" | "INPUT" | "SELECT")
-                        });
-                    if typing {
-                        return;
-                    }
-                    let action = match e.key().as_str() {
-                        "ArrowRight" => Action::Step(1),
-                        "ArrowLeft" => Action::Step(-1),
-                        " " => Action::TogglePlay,
-                        "Home" => Action::Seek(0),
-                        "End" => Action::Seek(usize::MAX),
-                        _ => return,
-                    };
-                    e.prevent_default();
-                    state.dispatch(action);
-                })
-            });
-            move || drop(listener)
-        });
-    }
-
+    use_keyboard(state.clone());
     let on_preset = ctx.on(|e: Event| {
         Action::LoadScenario(
             e.target_dyn_into::<HtmlSelectElement>()
@@ -345,4 +310,40 @@ fn embed_bar(ctx: &AppCtx, hash: &str) -> Html {
             <button id="embed-reset" class="small" onclick={reset}>{ "reset" }</button>
         </div>
     }
+}
+
+/// Keyboard: ← → step, space plays, Home / End jump (not while typing).
+#[hook]
+fn use_keyboard(state: UseReducerHandle<State>) {
+    use_effect_with((), move |_| {
+        let listener = window().and_then(|w| w.document()).map(|doc| {
+            // Not passive: the keys that step the timeline must not also scroll the page.
+            let options = gloo::events::EventListenerOptions::enable_prevent_default();
+            gloo::events::EventListener::new_with_options(&doc, "keydown", options, move |e| {
+                let Some(e) = e.dyn_ref::<web_sys::KeyboardEvent>() else {
+                    return;
+                };
+                let typing = e
+                    .target()
+                    .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                    .is_some_and(|el| {
+                        matches!(el.tag_name().as_str(), "TEXTAREA" | "INPUT" | "SELECT")
+                    });
+                if typing {
+                    return;
+                }
+                let action = match e.key().as_str() {
+                    "ArrowRight" => Action::Step(1),
+                    "ArrowLeft" => Action::Step(-1),
+                    " " => Action::TogglePlay,
+                    "Home" => Action::Seek(0),
+                    "End" => Action::Seek(usize::MAX),
+                    _ => return,
+                };
+                e.prevent_default();
+                state.dispatch(action);
+            })
+        });
+        move || drop(listener)
+    });
 }

@@ -87,29 +87,7 @@ pub fn Inspector() -> Html {
             }
         }).collect::<Html>()
     });
-    let tiles = s.tiles_of(&name).map(|(tiling, shape)| html! {
-        <TileView {tiling} {shape} caption={AttrValue::from(name.clone())} mine={Some(s.selected_rank)} size={170.0} />
-    });
-    let matmul = s.matmul_of(&name).map(|[x, y, out]| {
-        let operand = |o: crate::session::Operand| html! {
-            <TileView tiling={o.tiling} shape={o.shape} caption={AttrValue::from(o.name)} mine={Some(s.selected_rank)} size={110.0} contracted={o.contracted} />
-        };
-        html! {
-            <div class="matmul" aria-label="the matmul producing this tensor">
-                { operand(x) }<span class="op-sign">{ "·" }</span>{ operand(y) }<span class="op-sign">{ "=" }</span>{ operand(out) }
-            </div>
-        }
-    });
-    let resolver = attr
-        .is_partial()
-        .then(|| s.resolver_of(&name))
-        .flatten()
-        .map(|(i, ty)| {
-            format!(
-                "On rank {}, {ty} at op {i} sums the partial addends into the whole value.",
-                s.selected_rank
-            )
-        });
+    let (tiles, matmul, resolver) = pictures(s, &name, attr.is_partial());
     let why = forward
         .filter(|_| v.index() < s.plan.program.vars().len())
         .map(|f| explain_text(&s.plan.program, &p.completed, f));
@@ -132,4 +110,37 @@ pub fn Inspector() -> Html {
             if let Some(text) = why { <h3>{ "Why is it split this way?" }</h3><pre class="why">{ text }</pre> }
         </section>
     }
+}
+
+/// The tensor's tiles, the matmul producing it (A · B = C), and for a partial value the op
+/// summing it on the selected rank.
+fn pictures(
+    s: &crate::session::Session,
+    name: &str,
+    partial: bool,
+) -> (Option<Html>, Option<Html>, Option<String>) {
+    let name = name.to_string();
+    let tiles = s.tiles_of(&name).map(|(tiling, shape)| html! {
+        <TileView {tiling} {shape} caption={AttrValue::from(name.clone())} mine={Some(s.selected_rank)} size={170.0} />
+    });
+    let matmul = s.matmul_of(&name).map(|[x, y, out]| {
+        let operand = |o: crate::session::Operand| html! {
+            <TileView tiling={o.tiling} shape={o.shape} caption={AttrValue::from(o.name)} mine={Some(s.selected_rank)} size={110.0} contracted={o.contracted} />
+        };
+        html! {
+            <div class="matmul" aria-label="the matmul producing this tensor">
+                { operand(x) }<span class="op-sign">{ "·" }</span>{ operand(y) }<span class="op-sign">{ "=" }</span>{ operand(out) }
+            </div>
+        }
+    });
+    let resolver = partial
+        .then(|| s.resolver_of(&name))
+        .flatten()
+        .map(|(i, ty)| {
+            format!(
+                "On rank {}, {ty} at op {i} sums the partial addends into the whole value.",
+                s.selected_rank
+            )
+        });
+    (tiles, matmul, resolver)
 }

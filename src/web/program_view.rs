@@ -109,17 +109,7 @@ pub fn ProgramView() -> Html {
                 .and_then(|i| p.completed.trace.events.get(i))
         })
         .flatten();
-    // Conflicts the timeline has reached, by op: the rule's wish that completion refused.
-    let mut conflicts: std::collections::HashMap<usize, Vec<String>> = Default::default();
-    if s.stage == Stage::Forward {
-        let reached = s.timeline.min(p.completed.trace.events.len());
-        for (i, e) in p.completed.trace.events[..reached].iter().enumerate() {
-            if matches!(e.kind, EventKind::Rejected(_)) {
-                let why = s.event_text(i).unwrap_or_default();
-                conflicts.entry(e.op.index()).or_default().push(why);
-            }
-        }
-    }
+    let conflicts = reached_conflicts(s, &p);
     let forward_attrs = if s.stage == Stage::Forward {
         s.tensors_at(s.timeline)
     } else {
@@ -240,19 +230,7 @@ pub fn ProgramView() -> Html {
     if folded > 0 {
         rows.push(fold_row(folded, blocks, &unfold));
     }
-    // A focused op (clicked in the rank lens) scrolls into view.
-    use_effect_with((s.focus_op, s.stage), |(focus, _)| {
-        if let Some(i) = focus {
-            let el = web_sys::window().and_then(|w| w.document()).and_then(|d| {
-                d.query_selector(&format!(".program-panel li.op[data-op='{i}']"))
-                    .ok()
-                    .flatten()
-            });
-            if let Some(el) = el {
-                el.scroll_into_view_with_bool(false);
-            }
-        }
-    });
+    use_scroll_to_focus(s.focus_op, s.stage);
     let toggle = {
         let unfold = unfold.clone();
         Callback::from(move |_: MouseEvent| unfold.set(!*unfold))
@@ -380,4 +358,39 @@ fn inserted_marker(ctx: &AppCtx, rank: u32, ops: &[crate::session::InsertedOp]) 
             { for items }
         </li>
     }
+}
+
+/// A focused op (clicked in the rank lens) scrolls into view.
+#[hook]
+fn use_scroll_to_focus(focus: Option<usize>, stage: Stage) {
+    use_effect_with((focus, stage), |(focus, _)| {
+        if let Some(i) = focus {
+            let el = web_sys::window().and_then(|w| w.document()).and_then(|d| {
+                d.query_selector(&format!(".program-panel li.op[data-op='{i}']"))
+                    .ok()
+                    .flatten()
+            });
+            if let Some(el) = el {
+                el.scroll_into_view_with_bool(false);
+            }
+        }
+    });
+}
+
+/// Conflicts the timeline has reached, by op: the rule's wish that completion refused.
+fn reached_conflicts(
+    s: &crate::session::Session,
+    p: &crate::passes::pipeline::Pipeline,
+) -> std::collections::HashMap<usize, Vec<String>> {
+    let mut conflicts: std::collections::HashMap<usize, Vec<String>> = Default::default();
+    if s.stage == Stage::Forward {
+        let reached = s.timeline.min(p.completed.trace.events.len());
+        for (i, e) in p.completed.trace.events[..reached].iter().enumerate() {
+            if matches!(e.kind, EventKind::Rejected(_)) {
+                let why = s.event_text(i).unwrap_or_default();
+                conflicts.entry(e.op.index()).or_default().push(why);
+            }
+        }
+    }
+    conflicts
 }

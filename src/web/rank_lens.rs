@@ -38,27 +38,8 @@ pub fn RankLens() -> Html {
         )
     });
     let open = ctx.on(|_: MouseEvent| Action::SetStage(Stage::Partition));
-    // Inserted ops (collectives and the 1/N scale) grouped by purpose, each group collapsed
-    // with its count; clicking one opens the rank's program at it and lights its group.
     let inserted = s.inserted_ops();
-    let groups = Purpose::ALL.into_iter().filter_map(|purpose| {
-        let ops: Vec<&InsertedOp> = inserted.iter().filter(|o| o.purpose == purpose).collect();
-        if ops.is_empty() {
-            return None;
-        }
-        let items = ops.iter().map(|o| {
-            let i = o.op;
-            let onclick = ctx.on(move |_: MouseEvent| Action::FocusOp(Some(i)));
-            let focused = s.focus_op == Some(i);
-            html! { <li><button class={classes!("linkish", purpose_class(purpose), focused.then_some("focused"))} {onclick} data-op={i.to_string()}>{ format!("op {i}: {}", o.label) }</button></li> }
-        });
-        Some(html! {
-            <details class={classes!("comm-group", purpose_class(purpose))} data-purpose={purpose.name()}>
-                <summary>{ format!("{} ({})", purpose.name(), ops.len()) }</summary>
-                <ul class="comm-list">{ for items }</ul>
-            </details>
-        })
-    }).collect::<Html>();
+    let groups = purpose_groups(&ctx, &inserted, s.focus_op);
     let n_inserted = inserted.len();
     // Each parameter's tiles at a readable size, coloured by device as on the mesh.
     let n_params = r
@@ -103,4 +84,29 @@ pub fn RankLens() -> Html {
             if n_params > MAX_PARAMS { <p class="hint">{ format!("the first {MAX_PARAMS} of {n_params} parameters; click a tensor in the program to inspect any") }</p> }
         </section>
     }
+}
+
+/// Inserted ops (collectives and the 1/N scale) grouped by purpose, each group collapsed
+/// with its count; clicking one opens the rank's program at it and lights its group.
+fn purpose_groups(ctx: &AppCtx, inserted: &[InsertedOp], focus: Option<usize>) -> Html {
+    // Inserted ops (collectives and the 1/N scale) grouped by purpose, each group collapsed
+    // with its count; clicking one opens the rank's program at it and lights its group.
+    Purpose::ALL.into_iter().filter_map(|purpose| {
+        let ops: Vec<&InsertedOp> = inserted.iter().filter(|o| o.purpose == purpose).collect();
+        if ops.is_empty() {
+            return None;
+        }
+        let items = ops.iter().map(|o| {
+            let i = o.op;
+            let onclick = ctx.on(move |_: MouseEvent| Action::FocusOp(Some(i)));
+            let focused = focus == Some(i);
+            html! { <li><button class={classes!("linkish", purpose_class(purpose), focused.then_some("focused"))} {onclick} data-op={i.to_string()}>{ format!("op {i}: {}", o.label) }</button></li> }
+        });
+        Some(html! {
+            <details class={classes!("comm-group", purpose_class(purpose))} data-purpose={purpose.name()}>
+                <summary>{ format!("{} ({})", purpose.name(), ops.len()) }</summary>
+                <ul class="comm-list">{ for items }</ul>
+            </details>
+        })
+    }).collect::<Html>()
 }
