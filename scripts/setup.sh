@@ -72,8 +72,10 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver
 fi
 
-# 5. npm packages: wasm-opt (binaryen 132 reads what rustc 1.95 emits) and playwright-core.
+# 5. npm packages: wasm-opt (binaryen 132 reads what rustc 1.95 emits), playwright-core and
+#    axe-core (the accessibility checks of the end-to-end suite).
 if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_modules/playwright-core ] \
+   || [ ! -f tests/e2e/node_modules/axe-core/axe.min.js ] \
    || [ tests/e2e/package-lock.json -nt tests/e2e/node_modules/.package-lock.json ]; then
   say "installing npm packages in tests/e2e"
   (cd tests/e2e && npm ci --no-audit --no-fund)

@@ -466,7 +466,7 @@ mod random_actions {
             var.clone().prop_map(Action::ClearAnnotation),
             proptest::option::of(var).prop_map(Action::SelectVar),
             (0u32..40).prop_map(Action::SelectRank),
-            (0usize..4).prop_map(|i| Action::SetNotation(Notation::ALL[i])),
+            (0usize..Notation::ALL.len()).prop_map(|i| Action::SetNotation(Notation::ALL[i])),
             prop_oneof![
                 Just(Stage::Forward),
                 Just(Stage::Backward),
@@ -490,6 +490,27 @@ mod random_actions {
             )),
             Just(Action::SetMeshShape(vec![2, 2])),
             Just(Action::RenameAxis(0, "pp".into())),
+            teaching(),
+        ]
+    }
+
+    /// The teaching actions: focus, break it (any op index, valid or not), links, speed.
+    fn teaching() -> impl Strategy<Value = Action> {
+        use shardlab::session::{Breakage, GroupChange};
+        prop_oneof![
+            proptest::option::of(0usize..80).prop_map(Action::FocusOp),
+            any::<bool>().prop_map(Action::SetBreakMode),
+            (0usize..80).prop_map(|op| Action::Break(Breakage::Delete { op })),
+            (0usize..80, 0u32..9)
+                .prop_map(|(op, rank)| Action::Break(Breakage::SkipOnRank { op, rank })),
+            (0usize..80).prop_map(|op| Action::Break(Breakage::SetGroup {
+                op,
+                group: GroupChange::WholeMesh
+            })),
+            Just(Action::ClearBreaks),
+            Just(Action::RunBroken),
+            (0usize..100).prop_map(Action::SetPlaySpeed),
+            "[ -~]{0,30}".prop_map(Action::OpenLink),
         ]
     }
 

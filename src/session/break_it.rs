@@ -139,6 +139,12 @@ impl Session {
             | Breakage::SetReduce { op, .. }
             | Breakage::SetGroup { op, .. } => *op,
         };
+        if let Breakage::SkipOnRank { rank, .. } = &b {
+            if !self.mesh().is_some_and(|m| m.process_ids().contains(rank)) {
+                self.message = Some(format!("rank {rank} is not on the mesh"));
+                return;
+            }
+        }
         if !self.inserted_ops().iter().any(|o| o.op == op) {
             self.message = Some(format!(
                 "op {op} of rank {}'s program is not an inserted op; only inserted ops can be broken",
@@ -310,6 +316,14 @@ fn diagnose(serial: &Log, dist: &Log, breaks: Vec<String>) -> BreakReport {
             }
         })
         .collect();
+    // What diverges after the first divergence is (at least partly) its consequence.
+    let mut diverged: Vec<Divergence> = diverged;
+    if let Some(first) = diverged.first().map(|d| d.tensor.clone()) {
+        for d in diverged.iter_mut().skip(1) {
+            d.diagnosis
+                .push_str(&format!(" (downstream of the first divergence, {first})"));
+        }
+    }
     BreakReport {
         breaks,
         diverged,
@@ -392,7 +406,10 @@ fn explain(name: &str, serial: &crate::exec::tensor::Tensor, dist: &Record) -> S
             let n = k.round();
             let hint = if (k - n).abs() < 1e-3 && n >= 2.0 {
                 format!(": {n}× is the size of a group, as when the data-parallel 1/{n} scale is missing")
-            } else if k > 0.0 && (1.0 / k - (1.0 / k).round()).abs() < 1e-3 && (1.0 / k).round() >= 2.0 {
+            } else if k > 0.0
+                && (1.0 / k - (1.0 / k).round()).abs() < 1e-3
+                && (1.0 / k).round() >= 2.0
+            {
                 let m = (1.0 / k).round();
                 format!(": 1/{m} of the value, as when {m} addends are not summed or a scale is applied twice")
             } else {
@@ -401,7 +418,7 @@ fn explain(name: &str, serial: &crate::exec::tensor::Tensor, dist: &Record) -> S
             format!("{what} is {k:.4}× the serial value on every copy{hint}")
         }
         Some(_) | None => format!(
-            "{what} differs from serial by up to {:.3e} (same on every copy: the sync ran everywhere, but computed something else)",
+            "{what} differs from serial by up to {:.3e}, alike on every copy",
             copies.iter().map(|c| tol(&base, c)).fold(0.0, f64::max)
         ),
     }

@@ -89,6 +89,8 @@ pub enum Action {
     Step(i64),
     /// Put the timeline at this event count.
     Seek(usize),
+    /// Events per play tick (1, 4 or 16).
+    SetPlaySpeed(usize),
     TogglePlay,
     /// A timer tick while playing.
     Tick,
@@ -160,6 +162,8 @@ pub struct Session {
     /// Completion events shown (0 = annotations only; the end = completed).
     pub timeline: usize,
     pub playing: bool,
+    /// Events per play tick.
+    pub play_speed: usize,
     pub selected_var: Option<String>,
     pub selected_rank: u32,
     pub notation: Notation,
@@ -196,6 +200,7 @@ impl PartialEq for Session {
             && self.stage == other.stage
             && self.timeline == other.timeline
             && self.playing == other.playing
+            && self.play_speed == other.play_speed
             && self.selected_var == other.selected_var
             && self.selected_rank == other.selected_rank
             && self.notation == other.notation
@@ -253,6 +258,7 @@ impl Session {
             stage: Stage::Forward,
             timeline: usize::MAX,
             playing: false,
+            play_speed: 1,
             selected_var: None,
             selected_rank: 0,
             notation: Notation::Paddle,
@@ -407,6 +413,7 @@ impl Session {
             Action::Seek(t) => self.seek(t),
             Action::TogglePlay => self.toggle_play(),
             Action::Tick => self.tick(),
+            Action::SetPlaySpeed(k) => self.play_speed = k.clamp(1, 64),
             Action::EditText(text) => self.edit_text(text),
             Action::Run => self.run(),
             Action::SetMegatronSums(on) => {
@@ -483,6 +490,7 @@ impl Session {
             | Action::Seek(_)
             | Action::TogglePlay
             | Action::Tick
+            | Action::SetPlaySpeed(_)
             | Action::EditText(_)
             | Action::Run
             | Action::SetMegatronSums(_)
@@ -516,7 +524,7 @@ impl Session {
 
     fn tick(&mut self) {
         if self.playing {
-            self.timeline = (self.timeline + 1).min(self.events());
+            self.timeline = (self.timeline + self.play_speed).min(self.events());
             self.playing = self.timeline < self.events();
         }
     }

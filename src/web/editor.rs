@@ -145,7 +145,7 @@ pub fn Editor() -> Html {
             <h2>{ "Plan text" }<small>{ " — edit the mesh, program or shard lines; applied when valid" }</small></h2>
             <div class="code-wrap">
                 <pre class="code-backdrop" aria-hidden="true" ref={backdrop}>{ for marked }</pre>
-                <textarea id="plan-text" ref={textarea.clone()} spellcheck="false" wrap="off" value={s.text.clone()} {oninput} {onscroll} rows="14" />
+                <textarea id="plan-text" aria-label="plan text" ref={textarea.clone()} spellcheck="false" wrap="off" value={s.text.clone()} {oninput} {onscroll} rows="14" />
             </div>
             if !s.text_errors.is_empty() {
                 <ul class="errors">

@@ -62,7 +62,7 @@ pub fn RankLens() -> Html {
             Some(html! {
                 <li>
                     <button class="linkish param" {onclick} title="inspect this tensor">
-                        <TileView {tiling} {shape} caption={AttrValue::from(format!("{} local {:?}", v.name, v.ty.shape))} mine={Some(r.rank)} size={64.0} />
+                        <TileView {tiling} {shape} caption={AttrValue::from(format!("{} local {:?}", v.name, v.ty.shape))} mine={Some(r.rank)} size={96.0} />
                     </button>
                 </li>
             })

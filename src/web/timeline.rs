@@ -1,8 +1,9 @@
-//! The completion timeline: step, play, pause, scrub; the current event in words.
+//! The completion timeline: step, play (at 1×, 4× or 16×), pause, scrub; the current event
+//! in words, announced to screen readers.
 
 use super::app::AppCtx;
 use crate::session::Action;
-use web_sys::HtmlInputElement;
+use web_sys::{HtmlInputElement, HtmlSelectElement};
 use yew::prelude::*;
 
 /// The timeline panel.
@@ -25,6 +26,13 @@ pub fn Timeline() -> Html {
         let onclick = ctx.on(move |_: MouseEvent| action.clone());
         html! { <button class="small" title={title.to_string()} {onclick}>{ label.to_string() }</button> }
     };
+    let on_speed = ctx.on(|e: Event| {
+        Action::SetPlaySpeed(
+            e.target_dyn_into::<HtmlSelectElement>()
+                .and_then(|x| x.value().parse().ok())
+                .unwrap_or(1),
+        )
+    });
     let current = if t == 0 {
         "the annotations, before completion".to_string()
     } else {
@@ -47,9 +55,12 @@ pub fn Timeline() -> Html {
                 { button("›", "step (→)", Action::Step(1)) }
                 { button("»", "end (End)", Action::Seek(usize::MAX)) }
                 <input type="range" min="0" max={n.to_string()} value={t.to_string()} {oninput} aria-label="completion step" />
+                <select class="speed" aria-label="play speed" onchange={on_speed}>
+                    { for [1usize, 4, 16].into_iter().map(|k| html! { <option value={k.to_string()} selected={s.play_speed == k}>{ format!("{k}×") }</option> }) }
+                </select>
                 <span class="count">{ format!("{t} / {n} events{}", if conflicts == 1 { ", 1 conflict".to_string() } else if conflicts > 1 { format!(", {conflicts} conflicts") } else { String::new() }) }</span>
             </div>
-            <p class="event">{ current }</p>
+            <p class="event" aria-live="polite">{ current }</p>
         </section>
     }
 }

@@ -1,0 +1,131 @@
+// End-to-end walks of the teaching features against the release build (dist/): every lesson,
+// break-it with its heatmap, tiles, an embed at 800×500, phone and tablet widths, and axe-core
+// on every panel and state (0 critical, 0 serious). Screenshots go to target/e2e/.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { serveDist, launchBrowser, screenshotDir } from './harness.mjs';
+
+const require = createRequire(import.meta.url);
+const axePath = require.resolve('axe-core/axe.min.js');
+let server, browser;
+
+before(async () => {
+  server = await serveDist();
+  browser = await launchBrowser();
+  mkdirSync(screenshotDir, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.close();
+});
+
+async function open(page, url) {
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => {
+    if (m.type() === 'error' || /passive event listener/.test(m.text())) errors.push(m.text());
+  });
+  await page.goto(url);
+  await page.waitForSelector('.mesh-view svg', { timeout: 30000 });
+  return errors;
+}
+
+/** Runs axe-core on the page; returns the critical and serious violations as text. */
+async function axe(page, label) {
+  await page.addScriptTag({ path: axePath });
+  const result = await page.evaluate(async () => {
+    // eslint-disable-next-line no-undef
+    const r = await axe.run(document, { resultTypes: ['violations'] });
+    return r.violations
+      .filter((v) => v.impact === 'critical' || v.impact === 'serious')
+      .map((v) => `${v.impact} ${v.id}: ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')}`);
+  });
+  return result.map((r) => `${label}: ${r}`);
+}
+
+test('every lesson opens its state, text and focus panel, with no page errors', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  for (let n = 1; n <= 13; n++) {
+    const errors = await open(page, `${server.url}?lesson=${n}`);
+    const title = await page.locator('.lesson-card h2').innerText();
+    assert.match(title, new RegExp(`^Lesson ${n} of 13: `));
+    const focus = await page.locator('main.app').getAttribute('data-focus');
+    assert.equal(await page.locator(`.${focus}`).count() >= 1, true, `lesson ${n} focuses .${focus}`);
+    assert.equal(await page.locator('.banner.error').count(), 0, `lesson ${n} plans`);
+    if (n === 4 || n === 12) await page.screenshot({ path: `${screenshotDir}/lesson-${n}.png` });
+    assert.deepEqual(errors, [], `lesson ${n}`);
+  }
+});
+
+test('tiles: a partial sum as stacked addends, and A · B = C', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = await open(page, `${server.url}#s=megatron_mlp&var=linear_1.tmp_0`);
+  assert.equal(await page.locator('.inspector > .tile-view').getAttribute('data-addends'), '4');
+  assert.equal(await page.locator('.inspector .matmul .tile-view').count(), 3);
+  await page.locator('.inspector').screenshot({ path: `${screenshotDir}/inspector-tiles.png` });
+  assert.deepEqual(errors, []);
+});
+
+test('break it: drop the scale, run, and read the diagnosis and heatmap', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = await open(page, `${server.url}#s=dp_mlp`);
+  await page.check('#break-mode');
+  await page.locator('.break-op .delete', { hasText: 'drop the scale' }).first().click();
+  await page.click('#run-broken');
+  await page.waitForSelector('.break-report .heatmap', { timeout: 60000 });
+  assert.match(await page.locator('.diverged .diagnosis').first().innerText(), /4\.0000× the serial value on every copy/);
+  await page.locator('.break-panel').screenshot({ path: `${screenshotDir}/break-it.png` });
+  assert.deepEqual(errors, []);
+});
+
+test('an embed at 800×500 is program-first, links out, and never autosaves', async () => {
+  const page = await browser.newPage({ viewport: { width: 800, height: 500 } });
+  const errors = await open(page, `${server.url}?embed=1#s=megatron_mlp`);
+  // Program-first: the program column starts under the embed's bar, and the program itself
+  // is on screen (below the tabs and the timeline), not under the mesh editor.
+  const center = await page.locator('.column.center').boundingBox();
+  const program = await page.locator('.program-panel').boundingBox();
+  assert.ok(center && center.y < 60, `the program column starts at the top (y = ${center?.y})`);
+  assert.ok(program && program.y < 300, `the program is on screen (y = ${program?.y})`);
+  assert.match(await page.locator('#open-in-shardlab').getAttribute('href'), /#s=megatron_mlp/);
+  assert.equal(await page.evaluate(() => localStorage.getItem('shardlab')), null);
+  await page.screenshot({ path: `${screenshotDir}/embed-800x500.png` });
+  assert.deepEqual(errors, []);
+});
+
+test('phone and tablet widths do not scroll sideways; keys do not scroll the page', async () => {
+  for (const [w, h] of [[390, 844], [768, 1024]]) {
+    const page = await browser.newPage({ viewport: { width: w, height: h } });
+    const errors = await open(page, `${server.url}#s=gpt_dp_mp`);
+    const scroll = await page.evaluate(() => document.scrollingElement.scrollWidth);
+    assert.ok(scroll <= w + 1, `${w} px wide: the page is ${scroll} px wide`);
+    await page.screenshot({ path: `${screenshotDir}/width-${w}.png` });
+    await page.keyboard.press('Home');
+    await page.keyboard.press('End');
+    assert.equal(await page.evaluate(() => window.scrollY), 0, 'Home/End step the timeline only');
+    assert.deepEqual(errors, [], `${w} px`);
+    await page.close();
+  }
+});
+
+test('axe-core: 0 critical and 0 serious violations on every panel and state', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const found = [];
+  await open(page, `${server.url}#s=gpt_dp_mp&var=h0.attn.q.w`);
+  found.push(...(await axe(page, 'forward')));
+  await page.click('.tabs .tab:nth-child(2)');
+  found.push(...(await axe(page, 'backward')));
+  await page.click('.tabs .tab:nth-child(3)');
+  await page.locator('.rank-lens details.comm-group').first().locator('summary').click();
+  found.push(...(await axe(page, 'per-rank + rank lens open')));
+  await page.check('#break-mode');
+  found.push(...(await axe(page, 'break-it')));
+  await open(page, `${server.url}?lesson=12`);
+  found.push(...(await axe(page, 'lesson 12 (pipeline)')));
+  await open(page, `${server.url}?embed=1#s=megatron_mlp`);
+  found.push(...(await axe(page, 'embed')));
+  assert.deepEqual(found, []);
+});
