@@ -937,3 +937,92 @@ fn lessons_build_and_show_what_they_say() {
     assert_eq!(s.plan.options.micro_batches, 4);
     assert!(Lesson::by_number(14).is_none());
 }
+
+/// A collective with real values: the executor's blocks on every group member, the output
+/// the sum of the inputs, and the ring algorithm ending where the executor did.
+#[test]
+fn a_collective_shows_real_values_and_its_ring() {
+    let s = Session::from_scenario("megatron_mlp")
+        .unwrap()
+        .reduce(Action::SetStage(Stage::Partition));
+    let ar = s
+        .inserted_ops()
+        .into_iter()
+        .find(|o| o.label.starts_with("all_reduce linear_1.tmp_0"))
+        .unwrap()
+        .op;
+    let s = s.reduce(Action::ShowValues(Some(ar)));
+    let v = s.values.clone().unwrap().unwrap();
+    assert_eq!(v.group, vec![0, 1, 2, 3]);
+    assert_eq!(v.blocks.len(), 4);
+    let n = v.blocks[0].input.len();
+    let sum: Vec<f64> = (0..n)
+        .map(|i| v.blocks.iter().map(|b| b.input[i]).sum())
+        .collect();
+    let top = sum.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    for b in &v.blocks {
+        assert_eq!(b.in_shape, vec![16, 10]);
+        let diff = b
+            .output
+            .iter()
+            .zip(&sum)
+            .fold(0.0f64, |m, (a, c)| m.max((a - c).abs()));
+        assert!(
+            diff <= 1e-5 * top,
+            "rank {} output is the sum: {diff}",
+            b.rank
+        );
+        assert_ne!(b.input, b.output, "the inputs were partial addends");
+    }
+    assert_eq!(v.ring.len(), 1 + 2 * 3);
+    for member in &v.ring.last().unwrap().chunks {
+        let flat: Vec<f64> = member.iter().flatten().copied().collect();
+        let diff = flat
+            .iter()
+            .zip(&v.blocks[0].output)
+            .fold(0.0f64, |m, (a, c)| m.max((a - c).abs()));
+        assert!(
+            diff <= 1e-5 * top,
+            "the ring ends at the executor's sum: {diff}"
+        );
+    }
+    // After reduce-scatter, member i holds the whole sum of chunk i + 1 only.
+    let mid = &v.ring[3].chunks;
+    assert_eq!(mid[0][1].len(), n / 4);
+    // A non-collective is an error, not a panic; another rank or a re-plan hides the view.
+    let s = s.reduce(Action::ShowValues(Some(0)));
+    assert!(s
+        .values
+        .clone()
+        .unwrap()
+        .unwrap_err()
+        .contains("is not a collective"));
+    let s = s.reduce(Action::SelectRank(2));
+    assert!(s.values.is_none());
+}
+
+#[test]
+fn ring_all_reduce_sums_any_group_size() {
+    use shardlab::session::ring_all_reduce;
+    for n in 2..=8usize {
+        let inputs: Vec<Vec<f64>> = (0..n)
+            .map(|r| (0..13).map(|i| (r * 100 + i) as f64).collect())
+            .collect();
+        let steps = ring_all_reduce(&inputs);
+        assert_eq!(steps.len(), 1 + 2 * (n - 1));
+        let want: Vec<f64> = (0..13).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+        for member in &steps.last().unwrap().chunks {
+            assert_eq!(
+                member.iter().flatten().copied().collect::<Vec<_>>(),
+                want,
+                "n = {n}"
+            );
+        }
+        // Every step each member sends exactly one chunk to its successor.
+        for s in &steps[1..] {
+            assert_eq!(s.sends.len(), n);
+            assert!(s.sends.iter().all(|&(from, to, _)| to == (from + 1) % n));
+        }
+    }
+    assert!(ring_all_reduce(&[vec![1.0]]).is_empty());
+}

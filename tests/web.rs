@@ -801,3 +801,26 @@ async fn presenter_mode_skip_link_and_labels() {
     assert_eq!(count(&root, "#copy-link"), 1);
     assert_eq!(attr(&root, "a.small-link", "href"), "api.html");
 }
+
+#[wasm_bindgen_test]
+async fn a_collective_shows_real_values_and_steps_through_its_ring() {
+    let root = app("stage=partition").await;
+    click(&root, ".op.comm.tp button.values");
+    settle().await;
+    until(|| count(&root, ".values-panel .value-blocks tbody tr") == 4).await;
+    assert_eq!(count(&root, ".values-panel .value-blocks tbody tr"), 4);
+    assert!(text(&root, ".values-panel .ring-title").starts_with("start"));
+    for _ in 0..6 {
+        click(&root, "#ring-next");
+        settle().await;
+    }
+    assert_eq!(
+        text(&root, ".values-panel .ring-title"),
+        "all-gather step 3/3"
+    );
+    assert!(q(&root, "#ring-next").has_attribute("disabled"));
+    assert_eq!(count(&root, ".values-panel .ring td.received"), 4);
+    click(&root, ".values-panel button.close");
+    settle().await;
+    assert_eq!(count(&root, ".values-panel"), 0);
+}

@@ -52,7 +52,7 @@ fn same_kind(a: &Op, b: &Op) -> bool {
     a.ty == b.ty && a.namescope == b.namescope
 }
 
-fn key_of(program: &crate::ir::Program, i: usize) -> Option<BrokenOp> {
+pub(super) fn key_of(program: &crate::ir::Program, i: usize) -> Option<BrokenOp> {
     let op = program.ops().get(i)?;
     let names = names_of(program, op);
     let nth = program.ops()[..i]
@@ -66,7 +66,7 @@ fn key_of(program: &crate::ir::Program, i: usize) -> Option<BrokenOp> {
     })
 }
 
-fn locate(program: &crate::ir::Program, key: &BrokenOp) -> Option<usize> {
+pub(super) fn locate(program: &crate::ir::Program, key: &BrokenOp) -> Option<usize> {
     program
         .ops()
         .iter()

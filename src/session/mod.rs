@@ -21,12 +21,14 @@ mod picture;
 mod pipe;
 mod replay;
 mod run;
+mod values;
 
 pub use break_it::{BreakReport, Breakage, BrokenOp, Divergence, GroupChange};
 pub use cost::{Pinned, TOPOLOGIES};
 pub use lessons::{Lesson, LESSONS};
 pub use link::{decode, encode, preset_names};
 pub use picture::{InsertedOp, Operand};
+pub use values::{ring_all_reduce, Block, CollectiveView, RingStep};
 
 /// Which program the page shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +122,8 @@ pub enum Action {
     RunBroken,
     /// Open a link's state (an embed's reset, a lesson), keeping the embed flag.
     OpenLink(String),
+    /// Show a collective of the selected rank's program with real values (`None`: hide).
+    ShowValues(Option<usize>),
     Dismiss,
 }
 
@@ -191,6 +195,8 @@ pub struct Session {
     pub breaks: Vec<(BrokenOp, Breakage)>,
     /// What the last broken run found.
     pub break_report: Option<BreakReport>,
+    /// The collective shown with real values, or why it cannot be.
+    pub values: Option<Result<CollectiveView, String>>,
 }
 
 impl PartialEq for Session {
@@ -217,6 +223,7 @@ impl PartialEq for Session {
             && self.break_mode == other.break_mode
             && self.breaks == other.breaks
             && self.break_report == other.break_report
+            && self.values == other.values
             && match (&self.pinned, &other.pinned) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(&a.pipeline, &b.pipeline),
@@ -275,6 +282,7 @@ impl Session {
             break_mode: false,
             breaks: Vec::new(),
             break_report: None,
+            values: None,
         };
         s.replan();
         s
@@ -296,7 +304,8 @@ impl Session {
     fn replan(&mut self) {
         self.run = None;
         self.focus_op = None;
-        // Breakages name ops of the old programs.
+        // Breakages and shown values name ops of the old programs.
+        self.values = None;
         self.breaks.clear();
         self.break_report = None;
         if self.plan.program.ops().len() > MAX_BROWSER_OPS {
@@ -404,6 +413,7 @@ impl Session {
                 if self.mesh().is_some_and(|m| m.process_ids().contains(&r)) {
                     self.selected_rank = r;
                     self.focus_op = None;
+                    self.values = None;
                     self.ensure_partitioned(Some(vec![r]));
                 }
             }
@@ -438,7 +448,8 @@ impl Session {
             | Action::Break(_)
             | Action::ClearBreaks
             | Action::RunBroken
-            | Action::OpenLink(_)) => return self.reduce_teaching(a),
+            | Action::OpenLink(_)
+            | Action::ShowValues(_)) => return self.reduce_teaching(a),
             Action::Dismiss => {}
         }
         self
@@ -468,6 +479,7 @@ impl Session {
                 self.break_report = None;
             }
             Action::RunBroken => self.run_broken(),
+            Action::ShowValues(op) => self.show_values(op),
             Action::OpenLink(hash) => match Session::from_hash(&hash) {
                 Ok(mut s) => {
                     s.embed = self.embed;

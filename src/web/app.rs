@@ -14,6 +14,7 @@ use super::program_view::ProgramView;
 use super::rank_lens::RankLens;
 use super::run_panel::RunPanel;
 use super::timeline::Timeline;
+use super::values_panel::ValuesPanel;
 use crate::dist::Notation;
 use crate::session::{preset_names, Action, Session, Stage};
 use std::rc::Rc;
@@ -252,6 +253,7 @@ pub fn App() -> Html {
                         { stage_tab(Stage::Partition, "Per-rank programs") }
                     </nav>
                     if s.stage == Stage::Forward && ctx.shows("timeline") { <Timeline /> }
+                    <ValuesPanel />
                     if ctx.shows("program") { <ProgramView /> }
                     if ctx.shows("editor") && !s.embed { <Editor /> }
                 </section>

@@ -18,6 +18,7 @@ mod rank_lens;
 mod run_panel;
 mod tile_view;
 mod timeline;
+mod values_panel;
 
 pub use api::{bench_replan, export_jax, plan};
 pub use app::{App, AppCtx, State};

@@ -216,6 +216,7 @@ pub fn ProgramView() -> Html {
                 <span class="type">{ op.ty.name() }</span>
                 if let Some(m) = impl_name { <span class="impl">{ m }</span> }
                 if let Some(why) = conflict { <span class="conflict-badge" title={why}>{ "conflict" }</span> }
+                if s.stage == Stage::Partition && op.ty.class() == OpClass::Collective { { values_button(&ctx, i) } }
                 <span class="io">
                     { for op.all_inputs().map(|v| chip(&chip_ctx, v, &on_select)) }
                     <span class="arrow">{ "→" }</span>
@@ -393,4 +394,10 @@ fn reached_conflicts(
         }
     }
     conflicts
+}
+
+/// Shows a collective's real values (the values panel).
+fn values_button(ctx: &AppCtx, i: usize) -> Html {
+    let onclick = ctx.on(move |_: MouseEvent| Action::ShowValues(Some(i)));
+    html! { <button class="small values" {onclick} aria-label={format!("show the values of op {i}")}>{ "values" }</button> }
 }
