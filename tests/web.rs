@@ -778,6 +778,7 @@ async fn mesh_editor_third_axis_keeps_names_and_hints_the_whole_shape() {
     let root = app("s=gpt_dp_mp").await;
     select(&root, "#depth", "2");
     settle().await;
+    until(|| text(&root, ".mesh-view figcaption").contains("16 devices")).await;
     assert_eq!(
         text(&root, ".mesh-view figcaption"),
         "mesh [2, 2, 4] (d0, dp, mp): 16 devices"
