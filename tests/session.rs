@@ -1026,3 +1026,52 @@ fn ring_all_reduce_sums_any_group_size() {
     }
     assert!(ring_all_reduce(&[vec![1.0]]).is_empty());
 }
+
+/// Exercises are read from the plan, graded leniently in form but strictly in content.
+#[test]
+fn exercises_are_graded_against_the_real_plan() {
+    let s = Session::from_scenario("megatron_mlp")
+        .unwrap()
+        .reduce(Action::SelectRank(2));
+    let ex = s.exercises();
+    let by = |prefix: &str| {
+        ex.iter()
+            .find(|e| e.id.starts_with(prefix))
+            .unwrap()
+            .clone()
+    };
+    let shape = by("shape:linear_0.w_0");
+    assert_eq!(shape.answer, "[64, 64]");
+    assert!(shape.grade("64 x 64").correct);
+    assert!(shape.grade("[64,64]").correct);
+    assert!(!shape.grade("[64, 256]").correct);
+    assert!(shape
+        .grade("[16, 256]")
+        .feedback
+        .starts_with("Not quite: the plan says [64, 64]"));
+    let kind = by("kind:");
+    assert_eq!(kind.answer, "all_reduce");
+    for ok in ["all_reduce", "allreduce", "All-Reduce", "c_allreduce_sum"] {
+        assert!(kind.grade(ok).correct, "{ok}");
+    }
+    for bad in ["all_gather", "", "reduce_scatter"] {
+        assert!(!kind.grade(bad).correct, "{bad}");
+    }
+    let group = by("group:");
+    assert!(group.grade("3, 2, 1, 0").correct);
+    assert!(!group.grade("0, 1, 2").correct);
+    let bytes = by("bytes:");
+    // linear_1.tmp_0 is f32[16, 10] = 640 B; a ring all-reduce over 4 sends 2·3/4 of it.
+    assert_eq!(bytes.answer, "960");
+    assert!(bytes.grade("960").correct && bytes.grade("962 B").correct);
+    assert!(!bytes.grade("640").correct);
+    // A plan with a different mesh asks different answers (nothing is hard-coded).
+    let s = s.reduce(Action::SetMeshShape(vec![2]));
+    assert!(s.message.is_none(), "{:?}", s.message);
+    let shape2 = s
+        .exercises()
+        .into_iter()
+        .find(|e| e.id == "shape:linear_0.w_0")
+        .unwrap();
+    assert_eq!(shape2.answer, "[64, 128]");
+}

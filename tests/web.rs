@@ -825,3 +825,38 @@ async fn a_collective_shows_real_values_and_steps_through_its_ring() {
     settle().await;
     assert_eq!(count(&root, ".values-panel"), 0);
 }
+
+#[wasm_bindgen_test]
+async fn exercises_are_graded_explained_and_remembered() {
+    let root = app_at("exercises=1", "s=megatron_mlp&rank=2").await;
+    assert_eq!(count(&root, ".exercise"), 5);
+    let answer = |id: &str, value: &str| {
+        let li = q(&root, &format!(".exercise[data-id^='{id}']"));
+        let input: web_sys::HtmlInputElement = q(&li, "input.answer").dyn_into().unwrap();
+        input.set_value(value);
+        let form: web_sys::HtmlFormElement = q(&li, "form").dyn_into().unwrap();
+        form.request_submit().unwrap();
+    };
+    answer("shape:linear_0.w_0", "[64, 256]");
+    settle().await;
+    assert!(text(
+        &root,
+        ".exercise[data-id='shape:linear_0.w_0'] .feedback.wrong"
+    )
+    .starts_with("Not quite: the plan says [64, 64]"));
+    answer("kind:", "allreduce");
+    settle().await;
+    assert!(
+        text(&root, ".exercise[data-id^='kind:'] .feedback.right").starts_with("Right: all_reduce")
+    );
+    let stored = web_sys::window()
+        .unwrap()
+        .local_storage()
+        .unwrap()
+        .unwrap()
+        .get_item("shardlab-exercises")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(stored.contains("|kind:"), "{stored}");
+    assert!(text(&root, ".exercise-panel h2").contains("1 of 5 solved"));
+}

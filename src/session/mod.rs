@@ -14,6 +14,7 @@ use std::sync::Arc;
 mod break_it;
 mod cost;
 mod edit;
+mod exercises;
 mod export;
 mod lessons;
 mod link;
@@ -25,6 +26,7 @@ mod values;
 
 pub use break_it::{BreakReport, Breakage, BrokenOp, Divergence, GroupChange};
 pub use cost::{Pinned, TOPOLOGIES};
+pub use exercises::{AnswerKind, Exercise, Grade};
 pub use lessons::{Lesson, LESSONS};
 pub use link::{decode, encode, preset_names};
 pub use picture::{InsertedOp, Operand};

@@ -4,6 +4,7 @@
 use super::break_panel::BreakPanel;
 use super::cost_panel::CostPanel;
 use super::editor::Editor;
+use super::exercise_panel::ExercisePanel;
 use super::export_panel::ExportPanel;
 use super::inspector::Inspector;
 use super::ledger_view::LedgerView;
@@ -119,6 +120,7 @@ fn initial() -> Session {
 fn right_column(ctx: &AppCtx) -> Html {
     html! {
         <aside class="column right">
+            if query_flag("exercises").is_some_and(|v| v != "0") { <ExercisePanel /> }
             if ctx.shows("rank") { <RankLens /> }
             if ctx.shows("cost") { <CostPanel /> }
             if ctx.shows("pipeline") { <PipelinePanel /> }

@@ -40,6 +40,7 @@ pub fn lesson_menu() -> Html {
             <ol>
                 { for LESSONS.iter().map(|l| html! { <li><a href={format!("?lesson={}", l.number)}>{ l.title }</a></li> }) }
             </ol>
+            <p class="exercise-link"><a href="?exercises=1#s=gpt_dp_mp&rank=5">{ "Exercises: predict shapes, collectives, groups and bytes" }</a></p>
         </details>
     }
 }

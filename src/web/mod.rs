@@ -6,6 +6,7 @@ mod app;
 mod break_panel;
 mod cost_panel;
 mod editor;
+mod exercise_panel;
 mod export_panel;
 mod inspector;
 mod ledger_view;
