@@ -98,31 +98,8 @@ impl Session {
         else {
             return Vec::new();
         };
-        let mut out = Vec::new();
         let r = rank.rank;
-        for ann in self.plan.annotations.iter().take(2) {
-            let name = &self.plan.program.var(ann.var).name;
-            let Some(local) = rank.program.var_id(name) else {
-                continue;
-            };
-            let global = &self.plan.program.var(ann.var).ty.shape;
-            let shape = &rank.program.var(local).ty.shape;
-            out.push(Exercise {
-                id: format!("shape:{name}"),
-                prompt: format!(
-                    "What is the local shape of {name} (global {global:?}) on rank {r}?"
-                ),
-                kind: AnswerKind::Shape,
-                answer: format!("{shape:?}"),
-                explain: format!(
-                    "Each dim is divided by the sizes of the mesh axes splitting it: {}.",
-                    crate::passes::complete::shard_text(
-                        &p.full.tensors[ann.var.index()],
-                        &p.full.mesh
-                    )
-                ),
-            });
-        }
+        let mut out = self.shape_questions(p, rank);
         let ops = self.inserted_ops();
         let pick = ops
             .iter()
@@ -164,6 +141,40 @@ impl Session {
                 kind: AnswerKind::Bytes,
                 answer: format!("{bytes:.0}"),
                 explain: format!("In a ring over {n} ranks, an all-reduce sends 2(N−1)/N of the tensor, an all-gather or reduce-scatter (N−1)/N of the whole."),
+            });
+        }
+        out
+    }
+
+    /// The local shape of up to two annotated tensors on the selected rank.
+    fn shape_questions(
+        &self,
+        p: &Pipeline,
+        rank: &crate::passes::partition::RankProgram,
+    ) -> Vec<Exercise> {
+        let r = rank.rank;
+        let mut out = Vec::new();
+        for ann in self.plan.annotations.iter().take(2) {
+            let name = &self.plan.program.var(ann.var).name;
+            let Some(local) = rank.program.var_id(name) else {
+                continue;
+            };
+            let global = &self.plan.program.var(ann.var).ty.shape;
+            let shape = &rank.program.var(local).ty.shape;
+            out.push(Exercise {
+                id: format!("shape:{name}"),
+                prompt: format!(
+                    "What is the local shape of {name} (global {global:?}) on rank {r}?"
+                ),
+                kind: AnswerKind::Shape,
+                answer: format!("{shape:?}"),
+                explain: format!(
+                    "Each dim is divided by the sizes of the mesh axes splitting it: {}.",
+                    crate::passes::complete::shard_text(
+                        &p.full.tensors[ann.var.index()],
+                        &p.full.mesh
+                    )
+                ),
             });
         }
         out
