@@ -860,3 +860,38 @@ async fn exercises_are_graded_explained_and_remembered() {
     assert!(stored.contains("|kind:"), "{stored}");
     assert!(text(&root, ".exercise-panel h2").contains("1 of 5 solved"));
 }
+
+fn key(el: &Element, key: &str) {
+    let init = web_sys::KeyboardEventInit::new();
+    init.set_key(key);
+    init.set_bubbles(true);
+    init.set_cancelable(true);
+    el.dispatch_event(
+        &web_sys::KeyboardEvent::new_with_keyboard_event_init_dict("keydown", &init).unwrap(),
+    )
+    .unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn the_mesh_grid_and_devices_work_from_the_keyboard() {
+    let root = app("").await;
+    let grid = q(&root, ".shape-grid");
+    assert_eq!(grid.get_attribute("tabindex").as_deref(), Some("0"));
+    key(&grid, "ArrowDown");
+    settle().await;
+    key(&q(&root, ".shape-grid"), "Enter");
+    settle().await;
+    until(|| text(&root, ".mesh-view figcaption").contains("8 devices")).await;
+    assert_eq!(
+        text(&root, ".mesh-view figcaption"),
+        "mesh [2, 4] (dp, mp): 8 devices"
+    );
+    let device = q(&root, ".mesh-panel .device[data-rank='6']");
+    assert_eq!(device.get_attribute("role").as_deref(), Some("button"));
+    key(&device, "Enter");
+    settle().await;
+    assert!(text(&root, ".rank-lens h2").contains("coordinates [1, 2]"));
+    // The conflict badge is a focusable button carrying its reason.
+    let root = app("s=reshard_conflict").await;
+    assert!(attr(&root, "button.conflict-badge", "aria-label").starts_with("conflict: "));
+}

@@ -29,7 +29,7 @@ pub fn MeshEditor() -> Html {
         _ => (1, 1),
     };
     let depth = if shape.len() == 3 { shape[0] } else { 1 };
-    let shape_for = move |r: usize, c: usize| -> Vec<usize> {
+    let shape_for = std::rc::Rc::new(move |r: usize, c: usize| -> Vec<usize> {
         let mut v = if r == 1 { vec![c] } else { vec![r, c] };
         if depth > 1 {
             if v.len() == 1 {
@@ -38,7 +38,7 @@ pub fn MeshEditor() -> Html {
             v.insert(0, depth);
         }
         v
-    };
+    });
     let (hr, hc) = hover.unwrap_or((rows, cols));
     let cells = (0..GRID * GRID).map(|i| {
         let (r, c) = (i / GRID + 1, i % GRID + 1);
@@ -61,6 +61,31 @@ pub fn MeshEditor() -> Html {
         };
         html! { <div class={classes!("cell", inside.then_some("on"))} data-rc={format!("{r}x{c}")} {onmouseenter} {onmousedown} {onmouseup}></div> }
     });
+    // Keyboard: the arrows move the corner the grid would set, Enter applies it.
+    let onkeydown = {
+        let (hover, state) = (hover.clone(), ctx.state.clone());
+        let shape_for = shape_for.clone();
+        Callback::from(move |e: KeyboardEvent| {
+            let (r, c) = hover.unwrap_or((rows, cols));
+            let next = match e.key().as_str() {
+                "ArrowRight" => Some((r, (c + 1).min(GRID))),
+                "ArrowLeft" => Some((r, c.saturating_sub(1).max(1))),
+                "ArrowDown" => Some(((r + 1).min(GRID), c)),
+                "ArrowUp" => Some((r.saturating_sub(1).max(1), c)),
+                "Enter" | " " => {
+                    state.dispatch(Action::SetMeshShape(shape_for(r, c)));
+                    hover.set(None);
+                    None
+                }
+                _ => return,
+            };
+            e.prevent_default();
+            e.stop_propagation();
+            if let Some(n) = next {
+                hover.set(Some(n));
+            }
+        })
+    };
     let onmouseleave = {
         let hover = hover.clone();
         Callback::from(move |_: MouseEvent| hover.set(None))
@@ -104,7 +129,7 @@ pub fn MeshEditor() -> Html {
             <h2>{ "Process mesh" }</h2>
             <div class="mesh-row">
                 <div>
-                    <div class="shape-grid" {onmouseleave} title="drag or click to set the mesh shape">{ for cells }</div>
+                    <div class="shape-grid" {onmouseleave} {onkeydown} tabindex="0" role="grid" aria-label={format!("mesh shape {} by {}: arrow keys resize, Enter applies", hr, hc)} title="drag or click (or use the arrow keys and Enter) to set the mesh shape">{ for cells }</div>
                     <p class="hint">{ size_hint(&shape, hover.map(|_| (hr, hc))) }</p>
                 </div>
                 <div class="axes">

@@ -66,6 +66,15 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
     let devices = mesh.process_ids().iter().enumerate().map(|(i, &pid)| {
         let (x, y) = position(shape, i);
         let onclick = props.on_select.clone().map(|cb| Callback::from(move |_: MouseEvent| cb.emit(pid)));
+        // Devices are buttons for the keyboard too (Enter or Space selects).
+        let onkeydown = props.on_select.clone().map(|cb| Callback::from(move |e: KeyboardEvent| {
+            if matches!(e.key().as_str(), "Enter" | " ") {
+                e.prevent_default();
+                e.stop_propagation();
+                cb.emit(pid);
+            }
+        }));
+        let focusable = props.on_select.is_some();
         let stage = stage_of(pid);
         let purposes: Vec<&'static str> = props.lit.iter().filter(|(g, _)| g.contains(&pid)).map(|(_, p)| super::program_view::purpose_class(*p)).collect();
         let class = classes!("device", (props.selected == Some(pid)).then_some("selected"), (!purposes.is_empty()).then_some("lit"),
@@ -76,7 +85,8 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
             html! { <rect class={classes!("ring", *p)} x={(x + inset).to_string()} y={(y + inset).to_string()} width={(CELL - 2.0 * inset).to_string()} height={(CELL - 2.0 * inset).to_string()} rx="5" /> }
         });
         html! {
-            <g {class} data-rank={pid.to_string()} data-lit={purposes.join(" ")} {onclick}>
+            <g {class} data-rank={pid.to_string()} data-lit={purposes.join(" ")} {onclick} {onkeydown}
+                tabindex={focusable.then_some("0")} role={focusable.then_some("button")} aria-label={format!("rank {pid}")}>
                 <title>{ format!("rank {pid}: coordinates {:?}", mesh.coords_of(pid).unwrap_or_default()) }</title>
                 <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="7" />
                 { for rings }

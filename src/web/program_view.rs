@@ -215,7 +215,7 @@ pub fn ProgramView() -> Html {
                 <span class="index">{ format!("{i}") }</span>
                 <span class="type">{ op.ty.name() }</span>
                 if let Some(m) = impl_name { <span class="impl">{ m }</span> }
-                if let Some(why) = conflict { <span class="conflict-badge" title={why}>{ "conflict" }</span> }
+                if let Some(why) = conflict { <button class="conflict-badge" title={why.clone()} aria-label={format!("conflict: {why}")}>{ "conflict" }</button> }
                 if s.stage == Stage::Partition && op.ty.class() == OpClass::Collective { { values_button(&ctx, i) } }
                 <span class="io">
                     { for op.all_inputs().map(|v| chip(&chip_ctx, v, &on_select)) }
