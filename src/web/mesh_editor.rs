@@ -61,31 +61,12 @@ pub fn MeshEditor() -> Html {
         };
         html! { <div class={classes!("cell", inside.then_some("on"))} data-rc={format!("{r}x{c}")} {onmouseenter} {onmousedown} {onmouseup}></div> }
     });
-    // Keyboard: the arrows move the corner the grid would set, Enter applies it.
-    let onkeydown = {
-        let (hover, state) = (hover.clone(), ctx.state.clone());
-        let shape_for = shape_for.clone();
-        Callback::from(move |e: KeyboardEvent| {
-            let (r, c) = hover.unwrap_or((rows, cols));
-            let next = match e.key().as_str() {
-                "ArrowRight" => Some((r, (c + 1).min(GRID))),
-                "ArrowLeft" => Some((r, c.saturating_sub(1).max(1))),
-                "ArrowDown" => Some(((r + 1).min(GRID), c)),
-                "ArrowUp" => Some((r.saturating_sub(1).max(1), c)),
-                "Enter" | " " => {
-                    state.dispatch(Action::SetMeshShape(shape_for(r, c)));
-                    hover.set(None);
-                    None
-                }
-                _ => return,
-            };
-            e.prevent_default();
-            e.stop_propagation();
-            if let Some(n) = next {
-                hover.set(Some(n));
-            }
-        })
-    };
+    let onkeydown = grid_keys(
+        hover.clone(),
+        ctx.state.clone(),
+        shape_for.clone(),
+        (rows, cols),
+    );
     let onmouseleave = {
         let hover = hover.clone();
         Callback::from(move |_: MouseEvent| hover.set(None))
@@ -166,4 +147,33 @@ fn size_hint(shape: &[usize], hover: Option<(usize, usize)>) -> String {
             format!("{} — release to set", join(&v))
         }
     }
+}
+
+/// Keyboard on the shape grid: the arrows move the corner the grid would set, Enter applies.
+fn grid_keys(
+    hover: UseStateHandle<Option<(usize, usize)>>,
+    state: UseReducerHandle<super::app::State>,
+    shape_for: std::rc::Rc<dyn Fn(usize, usize) -> Vec<usize>>,
+    (rows, cols): (usize, usize),
+) -> Callback<KeyboardEvent> {
+    Callback::from(move |e: KeyboardEvent| {
+        let (r, c) = hover.unwrap_or((rows, cols));
+        let next = match e.key().as_str() {
+            "ArrowRight" => Some((r, (c + 1).min(GRID))),
+            "ArrowLeft" => Some((r, c.saturating_sub(1).max(1))),
+            "ArrowDown" => Some(((r + 1).min(GRID), c)),
+            "ArrowUp" => Some((r.saturating_sub(1).max(1), c)),
+            "Enter" | " " => {
+                state.dispatch(Action::SetMeshShape(shape_for(r, c)));
+                hover.set(None);
+                None
+            }
+            _ => return,
+        };
+        e.prevent_default();
+        e.stop_propagation();
+        if let Some(n) = next {
+            hover.set(Some(n));
+        }
+    })
 }

@@ -63,41 +63,11 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
     // A `pp` axis colours each pipeline stage's sub-mesh.
     let stages = crate::dist::Stages::of(mesh, 1);
     let stage_of = |pid: u32| stages.axis.map(|_| stages.stage_of(mesh, pid));
-    let devices = mesh.process_ids().iter().enumerate().map(|(i, &pid)| {
-        let (x, y) = position(shape, i);
-        let onclick = props.on_select.clone().map(|cb| Callback::from(move |_: MouseEvent| cb.emit(pid)));
-        // Devices are buttons for the keyboard too (Enter or Space selects).
-        let onkeydown = props.on_select.clone().map(|cb| Callback::from(move |e: KeyboardEvent| {
-            if matches!(e.key().as_str(), "Enter" | " ") {
-                e.prevent_default();
-                e.stop_propagation();
-                cb.emit(pid);
-            }
-        }));
-        let focusable = props.on_select.is_some();
-        let stage = stage_of(pid);
-        let purposes: Vec<&'static str> = props.lit.iter().filter(|(g, _)| g.contains(&pid)).map(|(_, p)| super::program_view::purpose_class(*p)).collect();
-        let class = classes!("device", (props.selected == Some(pid)).then_some("selected"), (!purposes.is_empty()).then_some("lit"),
-            stage.map(|s| format!("stage stage-{}", s % 6)));
-        // One ring per purpose whose group holds this device, innermost first.
-        let rings = purposes.iter().enumerate().map(|(k, p)| {
-            let inset = 3.0 + k as f64 * 4.0;
-            html! { <rect class={classes!("ring", *p)} x={(x + inset).to_string()} y={(y + inset).to_string()} width={(CELL - 2.0 * inset).to_string()} height={(CELL - 2.0 * inset).to_string()} rx="5" /> }
-        });
-        html! {
-            <g {class} data-rank={pid.to_string()} data-lit={purposes.join(" ")} {onclick} {onkeydown}
-                tabindex={focusable.then_some("0")} role={focusable.then_some("button")} aria-label={format!("rank {pid}")}>
-                <title>{ format!("rank {pid}: coordinates {:?}", mesh.coords_of(pid).unwrap_or_default()) }</title>
-                <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="7" />
-                { for rings }
-                <rect class="swatch" x={(x + 6.0).to_string()} y={(y + CELL - 9.0).to_string()} width={(CELL - 12.0).to_string()} height="5" fill={super::tile_view::device_colour(pid)} />
-                <text x={(x + CELL / 2.0).to_string()} y={(y + CELL / 2.0 + 3.0).to_string()} text-anchor="middle">{ format!("{pid}") }</text>
-                if let Some(s) = stage {
-                    <text class="stage-tag" x={(x + 4.0).to_string()} y={(y + 11.0).to_string()}>{ format!("S{s}") }</text>
-                }
-            </g>
-        }
-    });
+    let devices = mesh
+        .process_ids()
+        .iter()
+        .enumerate()
+        .map(|(i, &pid)| device(props, shape, i, pid, stage_of(pid)));
     let layer_labels = (layers > 1).then(|| {
         let name = names.first().cloned().unwrap_or_default();
         (0..layers).map(|l| {
@@ -130,5 +100,62 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
                 }
             </figcaption>
         </figure>
+    }
+}
+
+/// One device: its box, purpose rings, colour swatch, id and pipeline stage.
+fn device(
+    props: &MeshViewProps,
+    shape: &[usize],
+    i: usize,
+    pid: u32,
+    stage: Option<usize>,
+) -> Html {
+    let mesh = &props.mesh;
+    let (x, y) = position(shape, i);
+    let onclick = props
+        .on_select
+        .clone()
+        .map(|cb| Callback::from(move |_: MouseEvent| cb.emit(pid)));
+    // Devices are buttons for the keyboard too (Enter or Space selects).
+    let onkeydown = props.on_select.clone().map(|cb| {
+        Callback::from(move |e: KeyboardEvent| {
+            if matches!(e.key().as_str(), "Enter" | " ") {
+                e.prevent_default();
+                e.stop_propagation();
+                cb.emit(pid);
+            }
+        })
+    });
+    let focusable = props.on_select.is_some();
+    let purposes: Vec<&'static str> = props
+        .lit
+        .iter()
+        .filter(|(g, _)| g.contains(&pid))
+        .map(|(_, p)| super::program_view::purpose_class(*p))
+        .collect();
+    let class = classes!(
+        "device",
+        (props.selected == Some(pid)).then_some("selected"),
+        (!purposes.is_empty()).then_some("lit"),
+        stage.map(|s| format!("stage stage-{}", s % 6))
+    );
+    // One ring per purpose whose group holds this device, innermost first.
+    let rings = purposes.iter().enumerate().map(|(k, p)| {
+            let inset = 3.0 + k as f64 * 4.0;
+            html! { <rect class={classes!("ring", *p)} x={(x + inset).to_string()} y={(y + inset).to_string()} width={(CELL - 2.0 * inset).to_string()} height={(CELL - 2.0 * inset).to_string()} rx="5" /> }
+        });
+    html! {
+        <g {class} data-rank={pid.to_string()} data-lit={purposes.join(" ")} {onclick} {onkeydown}
+            tabindex={focusable.then_some("0")} role={focusable.then_some("button")} aria-label={format!("rank {pid}")}>
+            <title>{ format!("rank {pid}: coordinates {:?}", mesh.coords_of(pid).unwrap_or_default()) }</title>
+            <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="7" />
+            { for rings }
+            <rect class="swatch" x={(x + 6.0).to_string()} y={(y + CELL - 9.0).to_string()} width={(CELL - 12.0).to_string()} height="5" fill={super::tile_view::device_colour(pid)} />
+            <text x={(x + CELL / 2.0).to_string()} y={(y + CELL / 2.0 + 3.0).to_string()} text-anchor="middle">{ format!("{pid}") }</text>
+            if let Some(s) = stage {
+                <text class="stage-tag" x={(x + 4.0).to_string()} y={(y + 11.0).to_string()}>{ format!("S{s}") }</text>
+            }
+        </g>
     }
 }
