@@ -279,7 +279,7 @@ async fn the_inspector_annotates_a_dim() {
         editor.value()
     );
     assert!(text(&root, ".inspector .notations").contains("P('mp', None)"));
-    assert!(text(&root, ".inspector .why").contains("annotated"));
+    assert!(text(&root, ".why-panel .why").contains("annotated"));
     // An invalid choice explains itself at the dim, and the menu reverts.
     select(&root, ".inspector select[data-dim='1']", "0");
     settle().await;
@@ -654,7 +654,7 @@ async fn the_inspector_draws_tiles_the_matmul_and_who_sums_a_partial() {
     assert_eq!(count(&root, ".inspector .matmul .tile-view"), 3);
     assert_eq!(count(&root, ".inspector .matmul .k-mark"), 2);
     assert!(text(&root, ".inspector .resolver").contains("all_reduce at op"));
-    assert!(text(&root, ".inspector .why").contains("reduces over the contraction k"));
+    assert!(text(&root, ".why-panel .why").contains("reduces over the contraction k"));
     // The column-parallel weight: 4 blocks side by side, this rank's outlined.
     click(&root, ".chip[data-var='linear_0.w_0']");
     settle().await;

@@ -6,7 +6,7 @@ use super::cost_panel::CostPanel;
 use super::editor::Editor;
 use super::exercise_panel::ExercisePanel;
 use super::export_panel::ExportPanel;
-use super::inspector::Inspector;
+use super::inspector::{Inspector, WhyPanel};
 use super::ledger_view::LedgerView;
 use super::lesson_card::{lesson_menu, LessonCard};
 use super::mesh_editor::MeshEditor;
@@ -255,6 +255,7 @@ pub fn App() -> Html {
                         { stage_tab(Stage::Partition, "Per-rank programs") }
                     </nav>
                     if s.stage == Stage::Forward && ctx.shows("timeline") { <Timeline /> }
+                    if ctx.shows("inspector") { <WhyPanel /> }
                     <ValuesPanel />
                     if ctx.shows("program") { <ProgramView /> }
                     if ctx.shows("editor") && !s.embed { <Editor /> }

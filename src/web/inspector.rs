@@ -1,7 +1,8 @@
 //! The tensor inspector: the selected tensor's sharding in all six notations, a selector
 //! per dim (free, replicated, a mesh axis; axes another dim uses are disabled, a rejected
 //! choice is explained at the dim), the tensor as tiles coloured by device (following the
-//! timeline), the matmul that produced it as A · B = C, and why each dim is split.
+//! timeline), the matmul that produced it as A · B = C. Why each dim is split is shown beside
+//! the program ([`WhyPanel`]), where a lecture's eyes are.
 
 use super::app::AppCtx;
 use super::tile_view::TileView;
@@ -88,9 +89,6 @@ pub fn Inspector() -> Html {
         }).collect::<Html>()
     });
     let (tiles, matmul, resolver) = pictures(s, &name, attr.is_partial());
-    let why = forward
-        .filter(|_| v.index() < s.plan.program.vars().len())
-        .map(|f| explain_text(&s.plan.program, &p.completed, f));
     let clear = {
         let n = name.clone();
         ctx.on(move |_: MouseEvent| Action::ClearAnnotation(n.clone()))
@@ -107,7 +105,6 @@ pub fn Inspector() -> Html {
             { tiles }
             if let Some(m) = matmul { <h3>{ "A · B = C (k is contracted)" }</h3>{ m } }
             if let Some(r) = resolver { <p class="resolver">{ r }</p> }
-            if let Some(text) = why { <h3>{ "Why is it split this way?" }</h3><pre class="why">{ text }</pre> }
         </section>
     }
 }
@@ -143,4 +140,28 @@ fn pictures(
             )
         });
     (tiles, matmul, resolver)
+}
+
+/// Why the selected tensor is split the way it is, shown above the program (one screen at
+/// 1280×800: the explanation beside the ops it talks about).
+#[component]
+pub fn WhyPanel() -> Html {
+    let Some(ctx) = use_context::<AppCtx>() else {
+        return html! {};
+    };
+    let s = ctx.session();
+    let (Some(name), Some(p)) = (s.selected_var.as_deref(), s.pipeline.as_ref()) else {
+        return html! {};
+    };
+    let Some(f) = s.plan.program.var_id(name) else {
+        return html! {};
+    };
+    let text = explain_text(&s.plan.program, &p.completed, f);
+    let close = ctx.on(|_: MouseEvent| Action::SelectVar(None));
+    html! {
+        <section class="panel why-panel" aria-label="why this tensor is split this way">
+            <h2>{ format!("Why is {name} split this way?") }<button class="small close" onclick={close} aria-label="close">{ "×" }</button></h2>
+            <pre class="why" tabindex="0">{ text }</pre>
+        </section>
+    }
 }
