@@ -85,7 +85,7 @@ pub fn MeshView(props: &MeshViewProps) -> Html {
     html! {
         <figure class="mesh-view">
             <svg viewBox={format!("0 0 {width} {height}")} width={width.to_string()} height={height.to_string()}
-                role="img" aria-label={format!("process mesh {mesh}")}>
+                role="group" aria-label={format!("process mesh {mesh}")}>
                 <text class="axis-label" x={(MARGIN + cols as f64 * (CELL + GAP) / 2.0).to_string()} y="18" text-anchor="middle">
                     { format!("{col_axis} →") }
                 </text>
@@ -147,7 +147,7 @@ fn device(
         });
     html! {
         <g {class} data-rank={pid.to_string()} data-lit={purposes.join(" ")} {onclick} {onkeydown}
-            tabindex={focusable.then_some("0")} role={focusable.then_some("button")} aria-label={format!("rank {pid}")}>
+            tabindex={focusable.then_some("0")} role={focusable.then_some("button")}>
             <title>{ format!("rank {pid}: coordinates {:?}", mesh.coords_of(pid).unwrap_or_default()) }</title>
             <rect x={x.to_string()} y={y.to_string()} width={CELL.to_string()} height={CELL.to_string()} rx="7" />
             { for rings }

@@ -123,6 +123,11 @@ test('axe-core: 0 critical and 0 serious violations on every panel and state', a
   found.push(...(await axe(page, 'per-rank + rank lens open')));
   await page.check('#break-mode');
   found.push(...(await axe(page, 'break-it')));
+  await page.locator('.op.comm button.values').first().click();
+  await page.waitForSelector('.values-panel .value-blocks');
+  found.push(...(await axe(page, 'collective values')));
+  await open(page, `${server.url}?exercises=1#s=megatron_mlp&var=linear_1.tmp_0`);
+  found.push(...(await axe(page, 'exercises + tiles + matmul + why')));
   await open(page, `${server.url}?lesson=12`);
   found.push(...(await axe(page, 'lesson 12 (pipeline)')));
   await open(page, `${server.url}?embed=1#s=megatron_mlp`);
