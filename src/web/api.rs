@@ -211,8 +211,11 @@ pub fn export_jax(request: JsValue) -> Result<String, JsValue> {
 }
 
 /// A browser benchmark hook: plans `text` once, then times re-planning after one
-/// annotation change, `repeat` times. Returns `{pipeline_ms, completion_ms}` medians: the
-/// whole pipeline for every rank (what the playground does), and completion alone.
+/// annotation change, `repeat` times. Returns medians: `pipeline_ms` (what the playground
+/// does after an edit), `completion_ms` (completion alone), `all_ranks_ms` (every rank),
+/// `timeline_step_ms` (one timeline step with the replayed attrs and the inspector's tiles)
+/// and `select_ms` (selecting a matmul output: tiles, A · B = C, why, exercises). The DOM
+/// update is not included.
 #[wasm_bindgen]
 pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
     use crate::session::{Action, DimChoice, Session};
@@ -259,11 +262,65 @@ pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
         let _ = run_pipeline(&session.plan, &PipelineOptions::default());
         all_ranks.push(now() - t);
     }
+    let (steps, selects) = bench_teaching(&session, &var, repeat, &now);
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let out = serde_json::json!({ "pipeline_ms": median(times), "completion_ms": median(completion), "all_ranks_ms": median(all_ranks) });
+    let out = serde_json::json!({
+        "pipeline_ms": median(times),
+        "completion_ms": median(completion),
+        "all_ranks_ms": median(all_ranks),
+        "timeline_step_ms": median(steps),
+        "select_ms": median(selects),
+    });
     serde::Serialize::serialize(&out, &serde_wasm_bindgen::Serializer::json_compatible())
         .map_err(|e| JsValue::from_str(&e.to_string()))
+}
+
+/// Times the timeline step (the reducer, the replayed attrs and the inspector's tiles) and
+/// selecting a tensor (its tiles, its matmul picture, the why text and the exercises).
+fn bench_teaching(
+    session: &crate::session::Session,
+    var: &str,
+    repeat: u32,
+    now: &dyn Fn() -> f64,
+) -> (Vec<f64>, Vec<f64>) {
+    use crate::session::Action;
+    let var = var.to_string();
+    let probe = session
+        .plan
+        .program
+        .ops()
+        .iter()
+        .find(|o| o.ty == crate::ir::OpType::MatmulV2)
+        .and_then(|o| o.all_outputs().next())
+        .map(|v| session.plan.program.var(v).name.to_string())
+        .unwrap_or_else(|| var.clone());
+    let mut at = session
+        .clone()
+        .reduce(Action::SelectVar(Some(probe.clone())));
+    let half = at.events() / 2;
+    at = at.reduce(Action::Seek(half));
+    let mut steps = Vec::new();
+    for i in 0..repeat.max(1) {
+        let s = at.clone();
+        let t = now();
+        let s = s.reduce(Action::Step(if i % 2 == 0 { 1 } else { -1 }));
+        let _ = s.tensors_at(s.timeline);
+        let _ = s.tiles_of(&probe);
+        steps.push(now() - t);
+    }
+    let mut selects = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let s = session.clone();
+        let t = now();
+        let s = s.reduce(Action::SelectVar(Some(probe.clone())));
+        let _ = (s.tiles_of(&probe), s.matmul_of(&probe), s.exercises());
+        if let (Some(p), Some(v)) = (s.pipeline.as_ref(), s.plan.program.var_id(&probe)) {
+            let _ = crate::passes::complete::explain_text(&s.plan.program, &p.completed, v);
+        }
+        selects.push(now() - t);
+    }
+    (steps, selects)
 }

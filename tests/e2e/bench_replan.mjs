@@ -12,7 +12,7 @@ try {
   const page = await browser.newPage();
   await page.goto(`${server.url}api.html`);
   console.log(`re-plan after one annotation change, headless Chromium, release wasm, median of ${repeat}`);
-  console.log('layers  replan (1 rank)  completion  all 8 ranks');
+  console.log('layers  replan (1 rank)  completion  all 8 ranks  timeline step  select tensor');
   const texts = {};
   for (const n of layers) texts[n] = await readFile(`${planDir}/gpt_${n}.plan`, 'utf8');
   // Warm up: the first runs include compiling the module to optimised code.
@@ -35,7 +35,7 @@ try {
       [text, repeat],
     );
     const ms = (x) => `${x.toFixed(1)}ms`.padStart(10);
-    console.log(`${String(n).padStart(6)}  ${ms(r.pipeline_ms).padStart(15)}  ${ms(r.completion_ms)}  ${ms(r.all_ranks_ms).padStart(11)}`);
+    console.log(`${String(n).padStart(6)}  ${ms(r.pipeline_ms).padStart(15)}  ${ms(r.completion_ms)}  ${ms(r.all_ranks_ms).padStart(11)}  ${ms(r.timeline_step_ms).padStart(13)}  ${ms(r.select_ms).padStart(13)}`);
   }
 } finally {
   await browser.close();
