@@ -64,6 +64,17 @@ fn cases(dtype: DType) -> Vec<Case> {
                 plan: build(sc.model, sc.layers, sc.mesh, &sc.shards, dtype),
             });
         }
+        // Megatron sequence parallelism: all-gathers and reduce-scatters on the sequence.
+        if sc.sequence_parallel {
+            let cfg = ModelConfig {
+                dtype,
+                ..sc.config()
+            };
+            out.push(Case {
+                name: sc.name.to_string(),
+                plan: plan_with(sc.program(&cfg).unwrap(), sc.mesh, &sc.shards),
+            });
+        }
     }
     let (_, mesh, shards) = standard_configs(Model::Gpt, 2).remove(2);
     let mut zero3 = build(Model::Gpt, 2, mesh, &shards, dtype);

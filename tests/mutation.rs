@@ -70,14 +70,18 @@ fn inserted(op: &Op) -> bool {
     ) || shardlab::passes::partition::sync::is_data_parallel_scale_op(op)
 }
 
+fn f64_plan_dtype() -> DType {
+    if std::env::var("MUTATION_F32").is_ok() {
+        DType::F32
+    } else {
+        DType::F64
+    }
+}
+
 fn f64_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -> Plan {
     let cfg = ModelConfig {
         layers: layers.max(1),
-        dtype: if std::env::var("MUTATION_F32").is_ok() {
-            DType::F32
-        } else {
-            DType::F64
-        },
+        dtype: f64_plan_dtype(),
         ..model.default_config()
     };
     plan_with(model.build(&cfg).unwrap(), mesh, shards)
@@ -86,10 +90,13 @@ fn f64_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -> Plan 
 fn configs() -> Vec<(String, Plan, PipelineOptions)> {
     let mut out = Vec::new();
     for s in scenarios() {
-        let cfg = s.config();
+        let cfg = ModelConfig {
+            dtype: f64_plan_dtype(),
+            ..s.config()
+        };
         out.push((
             s.name.to_string(),
-            f64_plan(s.model, cfg.layers, s.mesh, &s.shards),
+            plan_with(s.program(&cfg).unwrap(), s.mesh, &s.shards),
             PipelineOptions::default(),
         ));
     }

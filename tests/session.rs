@@ -931,6 +931,17 @@ fn lessons_build_and_show_what_they_say() {
     assert_eq!(tp_backward, 2);
     // 9: the timeline starts before completion.
     assert_eq!(lesson(9).timeline, 0);
+    // 10: sequence parallelism's reshards, no forward tensor-parallel all-reduce.
+    let s = lesson(10);
+    let ops = s.inserted_ops();
+    assert!(
+        ops.iter()
+            .any(|o| o.label.starts_with("reduce_scatter h0.attn.o.mm")),
+        "{ops:?}"
+    );
+    assert!(ops
+        .iter()
+        .any(|o| o.label.starts_with("all_gather h0.ln_1.gathered")));
     // 12: two pipeline stages with 4 micro-batches.
     let s = lesson(12);
     assert!(s.pipeline.as_ref().unwrap().stages.is_pipelined());
@@ -1074,4 +1085,42 @@ fn exercises_are_graded_against_the_real_plan() {
         .find(|e| e.id == "shape:linear_0.w_0")
         .unwrap();
     assert_eq!(shape2.answer, "[64, 128]");
+}
+
+/// Megatron sequence parallelism: in the forward pass every tensor-parallel all-reduce is
+/// replaced by an all-gather before the column-parallel matmul and a reduce-scatter after the
+/// row-parallel one, and the distributed step equals the serial one.
+#[test]
+fn sequence_parallel_gathers_and_reduce_scatters_and_verifies() {
+    use shardlab::ir::{OpRole, OpType};
+    let s = Session::from_scenario("gpt_sequence_parallel").unwrap();
+    let p = s.pipeline.clone().unwrap();
+    let rank = &p.partitioned.ranks[0].program;
+    let forward: Vec<String> = rank
+        .ops()
+        .iter()
+        .filter(|o| o.role == OpRole::Forward && o.ty.class() == shardlab::ir::OpClass::Collective)
+        .map(|o| format!("{} {}", o.ty, rank.var(o.all_inputs().next().unwrap()).name))
+        .collect();
+    assert_eq!(
+        forward,
+        [
+            "all_gather h0.ln_1.gathered@OUT@1",
+            "reduce_scatter h0.attn.o.mm@OUT@3",
+            "all_gather h0.ln_2.gathered@OUT@5",
+            "reduce_scatter h0.mlp.fc2.mm@OUT@7",
+        ],
+        "forward communication"
+    );
+    assert!(!rank
+        .ops()
+        .iter()
+        .any(|o| o.role == OpRole::Forward && o.ty == OpType::AllReduce));
+    let s = s.reduce(Action::Run);
+    let run = s.run.as_ref().expect("a run");
+    assert!(
+        run.checks.len() >= 30 && run.checks.iter().all(|c| c.pass),
+        "{:?}",
+        run.checks.iter().filter(|c| !c.pass).collect::<Vec<_>>()
+    );
 }

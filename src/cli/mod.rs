@@ -108,7 +108,7 @@ struct PlanArgs {
     /// A preset model instead of a file: mlp, mlp_mse, gpt or embedding_lm.
     #[arg(long, conflicts_with = "file")]
     preset: Option<String>,
-    /// A ready-made plan instead: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict.
+    /// A ready-made plan instead: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict, gpt_sequence_parallel.
     #[arg(long, conflicts_with_all = ["file", "preset"])]
     scenario: Option<String>,
     #[command(flatten)]
@@ -164,7 +164,7 @@ pub(crate) struct PlanSource {
     /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
     #[arg(long, conflicts_with = "file")]
     preset: Option<String>,
-    /// A ready-made plan: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict.
+    /// A ready-made plan: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict, gpt_sequence_parallel.
     #[arg(long, conflicts_with_all = ["file", "preset"])]
     scenario: Option<String>,
     #[command(flatten)]

@@ -9,12 +9,26 @@ type Res<T> = Result<T, ModelError>;
 /// `x[batch, seq, hidden]` through `layers` blocks, a final layer_norm, and
 /// `mean((out - y)^2)`.
 pub fn gpt(cfg: &ModelConfig) -> Res<Program> {
+    gpt_with(cfg, false)
+}
+
+/// `gpt` with Megatron's sequence-parallel gather points: after each block's layer norms an
+/// `assign` (identity) op whose output the sequence-parallel scenario pins whole on the
+/// sequence. The residual stream and layer norms stay split on the sequence over mp; the
+/// planner then all-gathers before each column-parallel matmul and reduce-scatters the
+/// row-parallel partial sums back onto the sequence split, as Megatron does (Paddle's models
+/// call `dist.reshard` at the same points).
+pub fn gpt_sequence_parallel(cfg: &ModelConfig) -> Res<Program> {
+    gpt_with(cfg, true)
+}
+
+fn gpt_with(cfg: &ModelConfig, gather_points: bool) -> Res<Program> {
     let mut b = Builder::new();
     let shape = [cfg.batch, cfg.seq, cfg.hidden];
     let mut h = b.input("x", cfg.dtype, &shape)?;
     let y = b.label("y", cfg.dtype, &shape)?;
     for i in 0..cfg.layers {
-        h = block(&mut b, cfg, &format!("h{i}"), h)?;
+        h = block(&mut b, cfg, &format!("h{i}"), h, gather_points)?;
     }
     let out = layer_norm(&mut b, cfg, "ln_f", h)?;
     let diff = b.op1(
@@ -43,7 +57,7 @@ pub fn embedding_lm(cfg: &ModelConfig) -> Res<Program> {
         "emb",
     )?;
     for i in 0..cfg.layers {
-        h = block(&mut b, cfg, &format!("h{i}"), h)?;
+        h = block(&mut b, cfg, &format!("h{i}"), h, false)?;
     }
     let out = layer_norm(&mut b, cfg, "ln_f", h)?;
     let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
@@ -59,9 +73,23 @@ pub fn embedding_lm(cfg: &ModelConfig) -> Res<Program> {
     Ok(b.finish())
 }
 
+/// The identity op at a sequence-parallel gather point (`{name}.gathered`), or `x` itself.
+fn gather_point(b: &mut Builder, name: &str, x: VarId, on: bool) -> Res<VarId> {
+    if !on {
+        return Ok(x);
+    }
+    Ok(b.op1(
+        OpType::Assign,
+        vec![vec![x]],
+        &[],
+        &format!("{name}.gathered"),
+    )?)
+}
+
 /// One pre-LN block: `x + attn(ln_1(x))`, then `+ mlp(ln_2(.))`.
-fn block(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
+fn block(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId, sp: bool) -> Res<VarId> {
     let ln1 = layer_norm(b, cfg, &format!("{p}.ln_1"), x)?;
+    let ln1 = gather_point(b, &format!("{p}.ln_1"), ln1, sp)?;
     let attn = attention(b, cfg, &format!("{p}.attn"), ln1)?;
     let res1 = b.op1(
         OpType::ElementwiseAdd,
@@ -70,6 +98,7 @@ fn block(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
         &format!("{p}.res_1"),
     )?;
     let ln2 = layer_norm(b, cfg, &format!("{p}.ln_2"), res1)?;
+    let ln2 = gather_point(b, &format!("{p}.ln_2"), ln2, sp)?;
     let fc1 = linear(
         b,
         cfg,

@@ -15,6 +15,31 @@ pub struct Scenario {
     pub layers: usize,
     pub mesh: &'static str,
     pub shards: Vec<String>,
+    /// Build `gpt` with Megatron's sequence-parallel gather points
+    /// ([`super::gpt::gpt_sequence_parallel`]).
+    pub sequence_parallel: bool,
+}
+
+/// Megatron sequence parallelism for every block of `layers` on top of its tensor
+/// parallelism: the residual stream, the layer norms and their outputs split on the
+/// sequence over `mp`, the gather points whole on it (see `gpt_sequence_parallel`).
+pub fn sequence_parallel_shards(layers: usize, mp: &str) -> Vec<String> {
+    let mut shards = vec![format!("x=dp,{mp},-")];
+    for i in 0..layers {
+        for ln in ["ln_1", "ln_2"] {
+            shards.push(format!("h{i}.{ln}.out=dp,{mp},-"));
+            shards.push(format!("h{i}.{ln}.gathered=dp,-,-"));
+        }
+        for res in ["res_1", "res_2"] {
+            shards.push(format!("h{i}.{res}=dp,{mp},-"));
+        }
+        // The row-parallel outputs: summed straight onto the sequence split.
+        for row in ["attn.o.mm", "mlp.fc2.mm"] {
+            shards.push(format!("h{i}.{row}=dp,{mp},-"));
+        }
+    }
+    shards.extend(megatron_shards(layers, mp));
+    shards
 }
 
 /// Megatron-LM tensor parallelism for every block of `layers`: q, k, v and fc1 column
@@ -46,6 +71,7 @@ pub fn scenarios() -> Vec<Scenario> {
             layers: 0,
             mesh: "4:dp",
             shards: s(&["x=dp,-"]),
+            sequence_parallel: false,
         },
         Scenario {
             name: "megatron_mlp",
@@ -54,6 +80,7 @@ pub fn scenarios() -> Vec<Scenario> {
             layers: 0,
             mesh: "4:mp",
             shards: s(&["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]),
+            sequence_parallel: false,
         },
         Scenario {
             name: "gpt_dp_mp",
@@ -62,6 +89,7 @@ pub fn scenarios() -> Vec<Scenario> {
             layers: 1,
             mesh: "2x4:dp,mp",
             shards: gpt_shards,
+            sequence_parallel: false,
         },
         Scenario {
             name: "vocab_embedding",
@@ -70,6 +98,7 @@ pub fn scenarios() -> Vec<Scenario> {
             layers: 1,
             mesh: "2x4:dp,mp",
             shards: s(&["ids=dp,-", "wte=mp,-"]),
+            sequence_parallel: false,
         },
         Scenario {
             name: "reshard_conflict",
@@ -80,6 +109,16 @@ pub fn scenarios() -> Vec<Scenario> {
             // x pins k to mp and the weight pins n to mp: n keeps mp (Paddle 3.3.1), so x is
             // gathered; the output pinned replicated on n rejects the rule's split: a conflict.
             shards: s(&["x=dp,mp", "linear_0.w_0=-,mp", "linear_0.tmp_0=dp,-"]),
+            sequence_parallel: false,
+        },
+        Scenario {
+            name: "gpt_sequence_parallel",
+            title: "GPT block, Megatron sequence parallelism",
+            model: Model::Gpt,
+            layers: 1,
+            mesh: "2x4:dp,mp",
+            shards: sequence_parallel_shards(1, "mp"),
+            sequence_parallel: true,
         },
     ]
 }
@@ -110,8 +149,18 @@ impl Scenario {
 
     /// Builds the plan with the model built from `config` (its element type, say); the mesh
     /// and annotations are the scenario's.
+    /// The scenario's forward program at `config`'s sizes.
+    pub fn program(&self, config: &ModelConfig) -> Result<crate::ir::Program, ModelError> {
+        if self.sequence_parallel {
+            super::check_sizes(self.model, config)?;
+            super::gpt::gpt_sequence_parallel(config)
+        } else {
+            self.model.build(config)
+        }
+    }
+
     pub fn plan_with(&self, config: &ModelConfig) -> Result<Plan, ModelError> {
-        let program = self.model.build(config)?;
+        let program = self.program(config)?;
         let mesh = Arc::new(parse_mesh_spec(self.mesh).map_err(|e| ModelError::BadSize(e.into()))?);
         let mut plan = Plan::from_program(program);
         plan.set_mesh(mesh.clone());

@@ -47,9 +47,9 @@ pub const LESSONS: [Lesson; 13] = [
     Lesson { number: 9, title: "A reshard conflict", focus: "timeline",
         text: "When annotations disagree, completion keeps one wish and refuses the other; the partition pass then inserts a reshard that converts the tensor to the layout its consumer wants.",
         try_this: "Step the timeline (→) until the conflict badge appears; hover it to read the refused wish. Then find the reshard on the Per-rank tab." },
-    Lesson { number: 10, title: "Sequence split: what completion does", focus: "rank-lens",
-        text: "Megatron's sequence parallelism keeps layer norms and residuals split on the sequence over mp, all-gathers before each column-parallel matmul and reduce-scatters after each row-parallel one. Here the residual stream is annotated split on the sequence; ShardLab's rules keep the matmuls sequence-split and gather the weights instead, which is correct (the run matches serial) but is not Megatron's choice: that needs an explicit reshard before the matmul, which ShardLab's plan text cannot yet express.",
-        try_this: "Open the rank lens's reshard group: all-gathers of weights, not of activations. Run it: it still matches the serial step." },
+    Lesson { number: 10, title: "Megatron sequence parallelism", focus: "rank-lens",
+        text: "Tensor parallelism leaves the layer norms and the residual stream replicated over mp. Sequence parallelism splits them on the sequence instead: an all-gather rebuilds the whole sequence before each column-parallel matmul, and the row-parallel partial sums are reduce-scattered straight onto the sequence split. The forward all-reduces become an all-gather plus a reduce-scatter each, the same bytes, and the activations between them are 1/mp the size.",
+        try_this: "Open the rank lens's reshard group: all-gathers of the gathered layer-norm outputs and reduce-scatters of the row-parallel outputs, no forward all-reduce. Run it: the step matches serial." },
     Lesson { number: 11, title: "ZeRO stages 1–3", focus: "cost-panel",
         text: "ZeRO shards what data parallelism replicates: stage 1 the optimizer state, stage 2 also the gradients (reduce-scatter instead of all-reduce), stage 3 also the parameters (all-gathered before use).",
         try_this: "Switch ZeRO 0 → 1 → 2 → 3 in the cost panel and watch the memory bars and the collectives change." },
@@ -82,7 +82,7 @@ impl Lesson {
                 .reduce(Action::SetStage(Stage::Backward)),
             8 => from("vocab_embedding")?.reduce(Action::SelectVar(Some("emb".into()))),
             9 => from("reshard_conflict")?.reduce(Action::Seek(0)),
-            10 => sequence_split()?,
+            10 => from("gpt_sequence_parallel")?.reduce(Action::SetStage(Stage::Partition)),
             11 => from("gpt_dp_mp")?.reduce(Action::SetZero(1)),
             12 => pipelined()?,
             13 => from("gpt_dp_mp")?,
@@ -93,21 +93,6 @@ impl Lesson {
             (None, None) => Ok(s),
         }
     }
-}
-
-/// Lesson 10: the GPT block with the residual stream split on the sequence over mp.
-fn sequence_split() -> Result<Session, String> {
-    let mut plan = Scenario::by_name("gpt_dp_mp")
-        .ok_or("no gpt_dp_mp")?
-        .plan()
-        .map_err(|e| e.to_string())?;
-    let mesh = plan.mesh().cloned().ok_or("no mesh")?;
-    for spec in ["x=dp,mp,-", "h0.res_1=dp,mp,-", "h0.res_2=dp,mp,-"] {
-        let ann = parse_shard_spec(spec, &plan.program, &mesh)?;
-        plan.annotations.retain(|a| a.var != ann.var);
-        plan.annotations.push(ann);
-    }
-    Ok(Session::from_plan("custom", plan).reduce(Action::SetStage(Stage::Partition)))
 }
 
 /// Lesson 12: a 2-layer GPT on 2 pipeline stages × dp 2 × mp 2, 4 micro-batches, 1F1B.

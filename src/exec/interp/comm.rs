@@ -106,7 +106,21 @@ fn collective_result(
         ReduceType::from_name(op.attr_str("reduce_type").unwrap_or("SUM")).ok_or("bad reduce_type")
     };
     let n = all.len();
-    let rank_of = all[me].shape.len();
+    let mine = all.get(me).ok_or("the member is not in its group")?;
+    let rank_of = mine.shape.len();
+    // Members must contribute alike (a rank that skipped or changed an op may not).
+    let same = |t: &Tensor| match kind {
+        Collective::AllGather => t.shape.len() == rank_of,
+        Collective::AllReduce | Collective::ReduceScatter | Collective::AllToAll => {
+            t.shape == mine.shape
+        }
+    };
+    if let Some(bad) = all.iter().find(|t| !same(t)) {
+        return Err(format!(
+            "the group's members contributed different shapes ({:?} and {:?})",
+            mine.shape, bad.shape
+        ));
+    }
     Ok(match kind {
         Collective::AllReduce => reduce_all(&all, reduce()?),
         Collective::AllGather => {

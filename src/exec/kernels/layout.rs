@@ -43,8 +43,14 @@ pub fn inverse(perm: &[usize]) -> Vec<usize> {
     inv
 }
 
-/// The slice `[start, end)` of `axis`.
+/// The slice `[start, end)` of `axis`, clamped as Python slices are (`end` to the length,
+/// `start` to `end`: an empty slice, never a panic). An axis past the rank slices nothing.
 pub fn slice_axis(x: &Tensor, axis: usize, start: usize, end: usize) -> Tensor {
+    let Some(&len) = x.shape.get(axis) else {
+        return x.clone();
+    };
+    let end = end.min(len);
+    let start = start.min(end);
     let (outer, len, inner): (usize, usize, usize) = (
         x.shape[..axis].iter().product(),
         x.shape[axis],
@@ -64,6 +70,22 @@ pub fn slice_axis(x: &Tensor, axis: usize, start: usize, end: usize) -> Tensor {
 /// Concatenation along `axis`.
 pub fn concat(xs: &[&Tensor], axis: usize) -> Res<Tensor> {
     let first = xs.first().ok_or("concat of nothing")?;
+    // Every part has the first's rank and the same sizes off the axis.
+    let fits = |t: &Tensor| {
+        t.shape.len() == first.shape.len()
+            && axis < t.shape.len()
+            && t.shape
+                .iter()
+                .zip(&first.shape)
+                .enumerate()
+                .all(|(d, (a, b))| d == axis || a == b)
+    };
+    if let Some(bad) = xs.iter().find(|t| !fits(t)) {
+        return Err(format!(
+            "cannot concatenate {:?} and {:?} along axis {axis}",
+            first.shape, bad.shape
+        ));
+    }
     let outer: usize = first.shape[..axis].iter().product();
     let inner: usize = first.shape[axis + 1..].iter().product();
     let mut shape = first.shape.clone();
