@@ -510,6 +510,7 @@ mod random_actions {
             Just(Action::ClearBreaks),
             Just(Action::RunBroken),
             (0usize..100).prop_map(Action::SetPlaySpeed),
+            (0usize..6).prop_map(Action::SetLayers),
             "[ -~]{0,30}".prop_map(Action::OpenLink),
         ]
     }
@@ -1122,5 +1123,56 @@ fn sequence_parallel_gathers_and_reduce_scatters_and_verifies() {
         run.checks.len() >= 30 && run.checks.iter().all(|c| c.pass),
         "{:?}",
         run.checks.iter().filter(|c| !c.pass).collect::<Vec<_>>()
+    );
+}
+
+/// Model sizes are link fields: a 12-layer GPT is `layers=12`, annotated per block, not its
+/// plan text.
+#[test]
+fn layers_are_a_link_field_annotated_per_block() {
+    let s = Session::from_scenario("gpt_dp_mp")
+        .unwrap()
+        .reduce(Action::SetLayers(12));
+    assert_eq!(s.message, None);
+    assert!(
+        s.text.contains("shard h11.mlp.fc2.w [mp, -]"),
+        "every block is Megatron"
+    );
+    let hash = s.to_hash();
+    assert!(hash.contains("s=gpt_dp_mp&layers=12"), "{}", &hash[..60]);
+    assert!(hash.len() < 10_000, "{} bytes", hash.len());
+    let back = Session::from_hash(&hash).unwrap();
+    assert_eq!(back.text, s.text);
+    assert_eq!(back.layers, Some(12));
+    // Back to the scenario's own size: no field.
+    let one = s.reduce(Action::SetLayers(1));
+    assert!(!one.to_hash().contains("layers="));
+    // Errors: out of range, or a scenario without blocks.
+    let bad = one.clone().reduce(Action::SetLayers(0));
+    assert!(bad
+        .message
+        .as_deref()
+        .unwrap_or("")
+        .contains("layers must be 1 to 48"));
+    let mlp = Session::from_scenario("dp_mlp")
+        .unwrap()
+        .reduce(Action::SetLayers(3));
+    assert!(mlp
+        .message
+        .as_deref()
+        .unwrap_or("")
+        .contains("has no blocks"));
+    assert!(Session::from_hash("s=gpt_dp_mp&layers=x")
+        .err()
+        .unwrap_or_default()
+        .contains("`layers` must be a count"));
+    // The sequence-parallel scenario grows the same way.
+    let sp = Session::from_scenario("gpt_sequence_parallel")
+        .unwrap()
+        .reduce(Action::SetLayers(3));
+    assert!(
+        sp.text.contains("shard h2.ln_2.gathered [dp, -, -]"),
+        "{}",
+        sp.text
     );
 }

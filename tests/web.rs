@@ -895,3 +895,22 @@ async fn the_mesh_grid_and_devices_work_from_the_keyboard() {
     let root = app("s=reshard_conflict").await;
     assert!(attr(&root, "button.conflict-badge", "aria-label").starts_with("conflict: "));
 }
+
+#[wasm_bindgen_test]
+async fn the_layers_box_grows_the_model_and_the_link_says_layers() {
+    let root = app("s=gpt_dp_mp").await;
+    let input: web_sys::HtmlInputElement = q(&root, "#layers").dyn_into().unwrap();
+    input.set_value("3");
+    input
+        .dispatch_event(&Event::new("change").unwrap())
+        .unwrap();
+    settle().await;
+    until(|| text(&root, ".program-panel").contains("h2.")).await;
+    let hash = || document().location().unwrap().hash().unwrap();
+    until(|| hash().contains("layers=3")).await;
+    assert!(hash().contains("s=gpt_dp_mp&layers=3"), "{}", hash());
+    assert_eq!(count(&root, "#layers"), 1);
+    // A scenario without blocks has no layers box.
+    let root = app("s=dp_mlp").await;
+    assert_eq!(count(&root, "#layers"), 0);
+}

@@ -18,6 +18,36 @@ pub struct Scenario {
     /// Build `gpt` with Megatron's sequence-parallel gather points
     /// ([`super::gpt::gpt_sequence_parallel`]).
     pub sequence_parallel: bool,
+    /// How the annotations repeat per block, for the same plan with more blocks.
+    pub per_layer: PerLayer,
+}
+
+/// How a scenario's annotations grow with its number of blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerLayer {
+    /// They do not (no blocks, or annotations of one block only).
+    Fixed,
+    /// `x` split over dp and every block Megatron tensor parallel over mp.
+    Megatron,
+    /// Megatron sequence parallelism in every block.
+    SequenceParallel,
+}
+
+impl PerLayer {
+    /// The annotations for `layers` blocks (`None` for [`PerLayer::Fixed`]).
+    pub fn shards(self, layers: usize) -> Option<Vec<String>> {
+        match self {
+            PerLayer::Fixed => None,
+            PerLayer::Megatron => Some(gpt_dp_mp_shards(layers)),
+            PerLayer::SequenceParallel => Some(sequence_parallel_shards(layers, "mp")),
+        }
+    }
+}
+
+fn gpt_dp_mp_shards(layers: usize) -> Vec<String> {
+    let mut shards = vec!["x=dp,-,-".to_string()];
+    shards.extend(megatron_shards(layers, "mp"));
+    shards
 }
 
 /// Megatron sequence parallelism for every block of `layers` on top of its tensor
@@ -61,8 +91,7 @@ pub fn megatron_shards(layers: usize, mp: &str) -> Vec<String> {
 /// Every scenario.
 pub fn scenarios() -> Vec<Scenario> {
     let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let mut gpt_shards = s(&["x=dp,-,-"]);
-    gpt_shards.extend(megatron_shards(1, "mp"));
+    let gpt_shards = gpt_dp_mp_shards(1);
     vec![
         Scenario {
             name: "dp_mlp",
@@ -72,6 +101,7 @@ pub fn scenarios() -> Vec<Scenario> {
             mesh: "4:dp",
             shards: s(&["x=dp,-"]),
             sequence_parallel: false,
+            per_layer: PerLayer::Fixed,
         },
         Scenario {
             name: "megatron_mlp",
@@ -81,6 +111,7 @@ pub fn scenarios() -> Vec<Scenario> {
             mesh: "4:mp",
             shards: s(&["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]),
             sequence_parallel: false,
+            per_layer: PerLayer::Fixed,
         },
         Scenario {
             name: "gpt_dp_mp",
@@ -90,6 +121,7 @@ pub fn scenarios() -> Vec<Scenario> {
             mesh: "2x4:dp,mp",
             shards: gpt_shards,
             sequence_parallel: false,
+            per_layer: PerLayer::Megatron,
         },
         Scenario {
             name: "vocab_embedding",
@@ -99,6 +131,7 @@ pub fn scenarios() -> Vec<Scenario> {
             mesh: "2x4:dp,mp",
             shards: s(&["ids=dp,-", "wte=mp,-"]),
             sequence_parallel: false,
+            per_layer: PerLayer::Fixed,
         },
         Scenario {
             name: "reshard_conflict",
@@ -110,6 +143,7 @@ pub fn scenarios() -> Vec<Scenario> {
             // gathered; the output pinned replicated on n rejects the rule's split: a conflict.
             shards: s(&["x=dp,mp", "linear_0.w_0=-,mp", "linear_0.tmp_0=dp,-"]),
             sequence_parallel: false,
+            per_layer: PerLayer::Fixed,
         },
         Scenario {
             name: "gpt_sequence_parallel",
@@ -119,6 +153,7 @@ pub fn scenarios() -> Vec<Scenario> {
             mesh: "2x4:dp,mp",
             shards: sequence_parallel_shards(1, "mp"),
             sequence_parallel: true,
+            per_layer: PerLayer::SequenceParallel,
         },
     ]
 }
@@ -145,6 +180,22 @@ impl Scenario {
     /// Builds the plan.
     pub fn plan(&self) -> Result<Plan, ModelError> {
         self.plan_with(&self.config())
+    }
+
+    /// The plan with `layers` blocks, annotated per block where the scenario's annotations
+    /// repeat per block (`None`: the scenario has no blocks to add).
+    pub fn plan_layers(&self, layers: usize) -> Option<Result<Plan, ModelError>> {
+        let shards = self.per_layer.shards(layers)?;
+        let config = ModelConfig {
+            layers,
+            ..self.config()
+        };
+        let sized = Scenario {
+            layers,
+            shards,
+            ..self.clone()
+        };
+        Some(sized.plan_with(&config))
     }
 
     /// Builds the plan with the model built from `config` (its element type, say); the mesh

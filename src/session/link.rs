@@ -9,6 +9,9 @@ impl Session {
         match Scenario::by_name(&self.scenario).filter(|_| self.scenario != "custom") {
             Some(_) => {
                 parts.push(format!("s={}", self.scenario));
+                if let Some(n) = self.layers {
+                    parts.push(format!("layers={n}"));
+                }
                 if let Some(m) = self.mesh() {
                     parts.push(format!("mesh={}", encode(&mesh_spec(m))));
                 }
@@ -177,7 +180,15 @@ impl Session {
                 .get("s")
                 .map(String::as_str)
                 .unwrap_or("megatron_mlp");
-            let mut s = Session::from_scenario(name)?;
+            let mut s = match fields.get("layers") {
+                None => Session::from_scenario(name)?,
+                Some(n) => {
+                    let n = n.parse::<usize>().map_err(|_| {
+                        format!("the link's `layers` must be a count, not `{}`", clip(n))
+                    })?;
+                    Session::from_scenario_layers(name, n).map_err(|e| format!("the link's {e}"))?
+                }
+            };
             if let Some(mesh) = fields.get("mesh") {
                 let m = crate::plan::parse_mesh_spec(mesh)
                     .map_err(|e| format!("the link's mesh: {e}"))?;

@@ -95,6 +95,8 @@ pub enum Action {
     Seek(usize),
     /// Events per play tick (1, 4 or 16).
     SetPlaySpeed(usize),
+    /// The scenario's model with this many blocks, annotated per block (1-48).
+    SetLayers(usize),
     TogglePlay,
     /// A timer tick while playing.
     Tick,
@@ -157,6 +159,8 @@ pub struct RunSummary {
 pub struct Session {
     /// The scenario the plan came from (`custom` after a text edit).
     pub scenario: String,
+    /// The scenario's blocks when not its own count (a link field, not plan text).
+    pub layers: Option<usize>,
     pub plan: Plan,
     /// The editor's text (may not parse).
     pub text: String,
@@ -204,6 +208,7 @@ pub struct Session {
 impl PartialEq for Session {
     fn eq(&self, other: &Session) -> bool {
         self.scenario == other.scenario
+            && self.layers == other.layers
             && self.text == other.text
             && self.stage == other.stage
             && self.timeline == other.timeline
@@ -245,6 +250,9 @@ impl Default for Session {
 /// Largest model the browser plans or runs (layers), to keep the page responsive.
 pub const MAX_BROWSER_OPS: usize = 4000;
 
+/// Most blocks a scenario link or the layers box may ask for (about 60 ops each).
+pub const MAX_BROWSER_LAYERS: usize = 48;
+
 impl Session {
     /// A session on a named scenario.
     pub fn from_scenario(name: &str) -> Result<Session, String> {
@@ -255,10 +263,46 @@ impl Session {
         ))
     }
 
+    /// A session on a named scenario with `layers` blocks, annotated per block.
+    pub fn from_scenario_layers(name: &str, layers: usize) -> Result<Session, String> {
+        let s = Scenario::by_name(name).ok_or_else(|| format!("unknown preset `{name}`"))?;
+        if !(1..=MAX_BROWSER_LAYERS).contains(&layers) {
+            return Err(format!(
+                "layers must be 1 to {MAX_BROWSER_LAYERS} in the playground, not {layers}"
+            ));
+        }
+        let plan = s
+            .plan_layers(layers)
+            .ok_or_else(|| format!("`{name}` has no blocks to repeat"))?
+            .map_err(|e| e.to_string())?;
+        let mut session = Session::from_plan(s.name, plan);
+        session.layers = (layers != s.layers).then_some(layers);
+        Ok(session)
+    }
+
+    /// Rebuilds the scenario with `n` blocks, keeping the view.
+    fn set_layers(&mut self, n: usize) {
+        match Session::from_scenario_layers(&self.scenario, n) {
+            Ok(mut s) => {
+                s.notation = self.notation;
+                s.embed = self.embed;
+                s.topology = self.topology.clone();
+                s.megatron_sums = self.megatron_sums;
+                s.stage = self.stage;
+                if s.megatron_sums {
+                    s.replan();
+                }
+                *self = s;
+            }
+            Err(e) => self.message = Some(e),
+        }
+    }
+
     /// A session on a plan.
     pub fn from_plan(scenario: &str, plan: Plan) -> Session {
         let mut s = Session {
             scenario: scenario.to_string(),
+            layers: None,
             text: plan.to_string(),
             plan,
             text_errors: Vec::new(),
@@ -426,6 +470,7 @@ impl Session {
             Action::TogglePlay => self.toggle_play(),
             Action::Tick => self.tick(),
             Action::SetPlaySpeed(k) => self.play_speed = k.clamp(1, 64),
+            Action::SetLayers(n) => self.set_layers(n),
             Action::EditText(text) => self.edit_text(text),
             Action::Run => self.run(),
             Action::SetMegatronSums(on) => {
@@ -505,6 +550,7 @@ impl Session {
             | Action::TogglePlay
             | Action::Tick
             | Action::SetPlaySpeed(_)
+            | Action::SetLayers(_)
             | Action::EditText(_)
             | Action::Run
             | Action::SetMegatronSums(_)

@@ -144,14 +144,22 @@ fn request_plan(req: &Request) -> Result<crate::plan::Plan, JsValue> {
                     known.join(", ")
                 ))
             })?;
-            let mut config = sc.config();
-            if let Some(l) = req.layers {
-                if !(1..=96).contains(&l) {
-                    return Err(err(format!("layers: {l} is not between 1 and 96")));
+            match req.layers {
+                None => sc.plan().map_err(|e| err(e.to_string()))?,
+                Some(l) if !(1..=96).contains(&l) => {
+                    return Err(err(format!("layers: {l} is not between 1 and 96")))
                 }
-                config.layers = l;
+                // Annotated per block where the scenario's annotations repeat per block.
+                Some(l) => match sc.plan_layers(l) {
+                    Some(plan) => plan.map_err(|e| err(e.to_string()))?,
+                    None => sc
+                        .plan_with(&crate::models::ModelConfig {
+                            layers: l,
+                            ..sc.config()
+                        })
+                        .map_err(|e| err(e.to_string()))?,
+                },
             }
-            sc.plan_with(&config).map_err(|e| err(e.to_string()))?
         }
         (None, None) => return Err(err("give `scenario` or `text`".into())),
     };

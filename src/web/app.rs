@@ -228,6 +228,7 @@ pub fn App() -> Html {
                                 if s.scenario == "custom" { <option value="custom" selected=true>{ "Custom (edited)" }</option> }
                             </select>
                         </label>
+                        { layers_box(&ctx) }
                         { lesson_menu() }
                         { link_tools(&hash, &presenter) }
                         <label class="preset">{ "Notation " }
@@ -351,4 +352,28 @@ fn use_keyboard(state: UseReducerHandle<State>) {
         });
         move || drop(listener)
     });
+}
+
+/// The number of blocks of a scenario whose annotations repeat per block (a link field).
+fn layers_box(ctx: &AppCtx) -> Html {
+    let s = ctx.session();
+    let Some(sc) = crate::models::scenarios::Scenario::by_name(&s.scenario) else {
+        return html! {};
+    };
+    if sc.per_layer.shards(1).is_none() {
+        return html! {};
+    }
+    let n = s.layers.unwrap_or(sc.layers);
+    let onchange = ctx.on(|e: Event| {
+        let n = e
+            .target_dyn_into::<web_sys::HtmlInputElement>()
+            .and_then(|i| i.value().parse().ok())
+            .unwrap_or(1);
+        Action::SetLayers(n)
+    });
+    html! {
+        <label class="preset">{ "layers " }
+            <input id="layers" type="number" min="1" max={crate::session::MAX_BROWSER_LAYERS.to_string()} value={n.to_string()} {onchange} aria-label="transformer blocks" />
+        </label>
+    }
 }
