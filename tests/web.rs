@@ -914,3 +914,21 @@ async fn the_layers_box_grows_the_model_and_the_link_says_layers() {
     let root = app("s=dp_mlp").await;
     assert_eq!(count(&root, "#layers"), 0);
 }
+
+#[wasm_bindgen_test]
+async fn hovering_a_chip_floats_its_tiles() {
+    let root = app("").await;
+    let chip = q(&root, ".chip[data-var='linear_0.w_0']");
+    chip.dispatch_event(&web_sys::MouseEvent::new("mouseenter").unwrap())
+        .unwrap();
+    settle().await;
+    assert_eq!(count(&root, ".program-panel .hover-tiles .tile-view"), 1);
+    assert_eq!(
+        attr(&root, ".hover-tiles .tile-view", "data-splits"),
+        "[1, 4]"
+    );
+    chip.dispatch_event(&web_sys::MouseEvent::new("mouseleave").unwrap())
+        .unwrap();
+    settle().await;
+    assert_eq!(count(&root, ".program-panel .hover-tiles"), 0);
+}

@@ -175,6 +175,15 @@ impl Session {
 }
 
 impl Session {
+    /// [`Session::inserted_by_serial_op`] on the Backward tab, else nothing.
+    pub fn backward_markers(&self) -> std::collections::BTreeMap<usize, Vec<InsertedOp>> {
+        if self.stage == Stage::Backward {
+            self.inserted_by_serial_op()
+        } else {
+            Default::default()
+        }
+    }
+
     /// The selected rank's inserted ops placed in the serial program (the Backward tab):
     /// each after the last serial op producing the tensor it communicates, by serial op index.
     pub fn inserted_by_serial_op(&self) -> std::collections::BTreeMap<usize, Vec<InsertedOp>> {

@@ -48,6 +48,8 @@ struct ChipCtx<'a> {
     selected: Option<&'a str>,
     changed: Option<(VarId, Option<u16>)>,
     pinned: &'a dyn Fn(VarId) -> bool,
+    /// The chip under the pointer (its tiles float beside the program).
+    hover: UseStateHandle<Option<String>>,
 }
 
 fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
@@ -73,6 +75,14 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
         let (cb, name) = (on_select.clone(), name.clone());
         Callback::from(move |_: MouseEvent| cb.emit(name.clone()))
     };
+    let onmouseenter = {
+        let (hover, name) = (c.hover.clone(), name.clone());
+        Callback::from(move |_: MouseEvent| hover.set(Some(name.clone())))
+    };
+    let onmouseleave = {
+        let hover = c.hover.clone();
+        Callback::from(move |_: MouseEvent| hover.set(None))
+    };
     let class = classes!(
         "chip",
         (c.selected == Some(name.as_str())).then_some("selected"),
@@ -82,7 +92,7 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
         (c.pinned)(v).then_some("pinned")
     );
     html! {
-        <button {class} {onclick} data-var={name.clone()} title={format!("{} {}", name, var.ty)}>
+        <button {class} {onclick} {onmouseenter} {onmouseleave} data-var={name.clone()} title={format!("{} {}", name, var.ty)}>
             <span class="name">{ name.clone() }</span>
             <span class="shape">{ format!("{:?}", var.ty.shape) }</span>
             <span class="shard">{ shard }</span>
@@ -97,6 +107,7 @@ pub fn ProgramView() -> Html {
         return html! {};
     };
     let unfold = use_state(|| false);
+    let hover = use_state(|| None::<String>);
     let s = ctx.session();
     let Some(p) = s.pipeline.clone() else {
         return html! { <section class="panel program-panel"><h2>{ "Program" }</h2><p class="hint">{ "No plan to show." }</p></section> };
@@ -156,6 +167,7 @@ pub fn ProgramView() -> Html {
             .filter(|e| matches!(e.kind, EventKind::Set { .. } | EventKind::Partial))
             .map(|e| (e.var, e.dim)),
         pinned: &pinned,
+        hover: hover.clone(),
     };
     let blocks = program
         .ops()
@@ -172,11 +184,7 @@ pub fn ProgramView() -> Html {
         Vec::new()
     };
     let fold = blocks >= 1 && !*unfold && program.ops().len() > 60 && !staged;
-    let markers = if s.stage == Stage::Backward {
-        s.inserted_by_serial_op()
-    } else {
-        Default::default()
-    };
+    let markers = s.backward_markers();
     let mut rows = Vec::new();
     let mut folded = 0;
     for (i, op) in program.ops().iter().enumerate() {
@@ -242,6 +250,7 @@ pub fn ProgramView() -> Html {
                 if blocks >= 1 { <button class="small" onclick={toggle}>{ if *unfold { "fold blocks" } else { "unfold blocks" } }</button> }
             </h2>
             <div class="legend"><span class="comm tp">{ "tensor parallel" }</span><span class="comm dp">{ "data parallel" }</span><span class="comm reshard">{ "reshard" }</span><span class="comm amp">{ "AMP" }</span><span class="comm norm">{ "global norm" }</span><span class="comm zero">{ "ZeRO" }</span></div>
+            { hover_tiles(s, hover.as_deref()) }
             <ol class="ops">{ for rows }</ol>
         </section>
     }
@@ -400,4 +409,16 @@ fn reached_conflicts(
 fn values_button(ctx: &AppCtx, i: usize) -> Html {
     let onclick = ctx.on(move |_: MouseEvent| Action::ShowValues(Some(i)));
     html! { <button class="small values" {onclick} aria-label={format!("show the values of op {i}")}>{ "values" }</button> }
+}
+
+/// The hovered chip's tensor as tiles, floating over the program's corner.
+fn hover_tiles(s: &crate::session::Session, var: Option<&str>) -> Html {
+    let Some((tiling, shape)) = var.and_then(|v| s.tiles_of(v)) else {
+        return html! {};
+    };
+    html! {
+        <div class="hover-tiles" aria-hidden="true">
+            <super::tile_view::TileView {tiling} {shape} caption={AttrValue::from(var.unwrap_or_default().to_string())} mine={Some(s.selected_rank)} size={110.0} />
+        </div>
+    }
 }
