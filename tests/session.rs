@@ -1176,3 +1176,45 @@ fn layers_are_a_link_field_annotated_per_block() {
         sp.text
     );
 }
+
+/// The Backward tab has its own timeline: one step per backward or optimizer op, outputs
+/// taking their layouts in program order.
+#[test]
+fn the_backward_timeline_steps_op_by_op() {
+    let s = Session::from_scenario("dp_mlp")
+        .unwrap()
+        .reduce(Action::SetStage(Stage::Backward));
+    let n = s.backward_events();
+    let p = s.pipeline.clone().unwrap();
+    assert_eq!(
+        n,
+        p.full.program.ops().len() - shardlab::plan::forward_ops(&p.full.program)
+    );
+    let grad = p.full.program.var_id("linear_0.w_0@GRAD").unwrap();
+    let x = p.full.program.var_id("x").unwrap();
+    assert!(s.backward_done(grad), "complete by default");
+    let s = s.reduce(Action::Seek(0));
+    assert_eq!(s.backward_step, 0);
+    assert!(
+        !s.backward_done(grad) && s.backward_done(x),
+        "forward vars always have layouts"
+    );
+    assert_eq!(s.timeline, s.events(), "the forward timeline is untouched");
+    let s = s.reduce(Action::Step(1));
+    assert!(
+        s.backward_event_text(1).unwrap().contains("(backward)"),
+        "{:?}",
+        s.backward_event_text(1)
+    );
+    assert_eq!(
+        s.backward_current(),
+        Some(shardlab::plan::forward_ops(&p.full.program))
+    );
+    // Playing runs to the end and stops.
+    let mut s = s.reduce(Action::TogglePlay);
+    for _ in 0..n + 2 {
+        s = s.reduce(Action::Tick);
+    }
+    assert_eq!((s.backward_step, s.playing), (n, false));
+    assert!(s.backward_done(grad));
+}

@@ -932,3 +932,22 @@ async fn hovering_a_chip_floats_its_tiles() {
     settle().await;
     assert_eq!(count(&root, ".program-panel .hover-tiles"), 0);
 }
+
+#[wasm_bindgen_test]
+async fn the_backward_tab_has_its_own_timeline() {
+    let root = app("s=dp_mlp&stage=backward").await;
+    assert!(text(&root, ".timeline .count").contains("backward ops"));
+    click(&root, ".timeline button[title='start (Home)']");
+    settle().await;
+    assert!(text(&root, ".timeline .count").starts_with("0 / "));
+    assert_eq!(
+        text(&root, ".chip[data-var='linear_0.w_0@GRAD'] .shard"),
+        "…"
+    );
+    click(&root, ".timeline button[title='end (End)']");
+    settle().await;
+    assert_ne!(
+        text(&root, ".chip[data-var='linear_0.w_0@GRAD'] .shard"),
+        "…"
+    );
+}

@@ -11,6 +11,7 @@ use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
 use std::sync::Arc;
 
+mod backward_timeline;
 mod break_it;
 mod cost;
 mod edit;
@@ -174,6 +175,8 @@ pub struct Session {
     pub playing: bool,
     /// Events per play tick.
     pub play_speed: usize,
+    /// Backward and optimizer ops shown completed on the Backward tab (the end = all).
+    pub backward_step: usize,
     pub selected_var: Option<String>,
     pub selected_rank: u32,
     pub notation: Notation,
@@ -214,6 +217,7 @@ impl PartialEq for Session {
             && self.timeline == other.timeline
             && self.playing == other.playing
             && self.play_speed == other.play_speed
+            && self.backward_step == other.backward_step
             && self.selected_var == other.selected_var
             && self.selected_rank == other.selected_rank
             && self.notation == other.notation
@@ -312,6 +316,7 @@ impl Session {
             timeline: usize::MAX,
             playing: false,
             play_speed: 1,
+            backward_step: usize::MAX,
             selected_var: None,
             selected_rank: 0,
             notation: Notation::Paddle,
@@ -422,6 +427,7 @@ impl Session {
         self.text = self.plan.to_string();
         self.text_errors.clear();
         self.timeline = usize::MAX;
+        self.backward_step = usize::MAX;
         self.replan();
     }
 
@@ -464,7 +470,10 @@ impl Session {
                 }
             }
             Action::SetNotation(n) => self.notation = n,
-            Action::SetStage(s) => self.stage = s,
+            Action::SetStage(s) => {
+                self.stage = s;
+                self.playing = false;
+            }
             Action::Step(d) => self.step(d),
             Action::Seek(t) => self.seek(t),
             Action::TogglePlay => self.toggle_play(),
@@ -565,24 +574,47 @@ impl Session {
     }
 
     fn step(&mut self, d: i64) {
+        if self.stage == Stage::Backward {
+            let at = self.backward_step.min(self.backward_events()) as i64;
+            self.backward_move(at + d);
+            self.playing = false;
+            return;
+        }
         let t = self.timeline.min(self.events()) as i64 + d;
         self.timeline = t.clamp(0, self.events() as i64) as usize;
         self.playing = false;
     }
 
     fn seek(&mut self, t: usize) {
+        if self.stage == Stage::Backward {
+            self.backward_move(t.min(self.backward_events()) as i64);
+            self.playing = false;
+            return;
+        }
         self.timeline = t.min(self.events());
         self.playing = false;
     }
 
     fn toggle_play(&mut self) {
         self.playing = !self.playing;
+        if self.stage == Stage::Backward {
+            if self.playing && self.backward_step >= self.backward_events() {
+                self.backward_step = 0;
+            }
+            return;
+        }
         if self.playing && self.timeline >= self.events() {
             self.timeline = 0;
         }
     }
 
     fn tick(&mut self) {
+        if self.playing && self.stage == Stage::Backward {
+            let n = self.backward_events();
+            self.backward_step = (self.backward_step.min(n) + self.play_speed).min(n);
+            self.playing = self.backward_step < n;
+            return;
+        }
         if self.playing {
             self.timeline = (self.timeline + self.play_speed).min(self.events());
             self.playing = self.timeline < self.events();

@@ -255,7 +255,7 @@ pub fn App() -> Html {
                         { stage_tab(Stage::Backward, "Backward + optimizer") }
                         { stage_tab(Stage::Partition, "Per-rank programs") }
                     </nav>
-                    if s.stage == Stage::Forward && ctx.shows("timeline") { <Timeline /> }
+                    if s.stage != Stage::Partition && ctx.shows("timeline") { <Timeline /> }
                     if ctx.shows("inspector") { <WhyPanel /> }
                     <ValuesPanel />
                     if ctx.shows("program") { <ProgramView /> }

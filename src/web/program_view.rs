@@ -50,6 +50,8 @@ struct ChipCtx<'a> {
     pinned: &'a dyn Fn(VarId) -> bool,
     /// The chip under the pointer (its tiles float beside the program).
     hover: UseStateHandle<Option<String>>,
+    /// Whether a variable has its layout at the timeline's moment (Backward tab).
+    done: &'a dyn Fn(VarId) -> bool,
 }
 
 fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
@@ -71,6 +73,12 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
             )
         })
         .unwrap_or_default();
+    // Not yet completed at the backward timeline's moment.
+    let shard = if (c.done)(v) {
+        shard
+    } else {
+        "…".to_string()
+    };
     let onclick = {
         let (cb, name) = (on_select.clone(), name.clone());
         Callback::from(move |_: MouseEvent| cb.emit(name.clone()))
@@ -168,6 +176,7 @@ pub fn ProgramView() -> Html {
             .map(|e| (e.var, e.dim)),
         pinned: &pinned,
         hover: hover.clone(),
+        done: &|v| s.stage != Stage::Backward || s.backward_done(v),
     };
     let blocks = program
         .ops()
@@ -196,7 +205,8 @@ pub fn ProgramView() -> Html {
             rows.push(fold_row(folded, blocks, &unfold));
             folded = 0;
         }
-        let current = event.is_some_and(|e| e.op.index() == i);
+        let current = event.is_some_and(|e| e.op.index() == i)
+            || (s.stage == Stage::Backward && s.backward_current() == Some(i));
         let impl_name = impl_label(s, &p, program, op, i);
         if let Some(k) = starts.iter().skip(1).position(|&st| st == i).map(|k| k + 1) {
             rows.push(boundary(&ctx, k, i, &starts));

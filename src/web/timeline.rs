@@ -13,8 +13,13 @@ pub fn Timeline() -> Html {
         return html! {};
     };
     let s = ctx.session();
-    let n = s.events();
-    let t = s.timeline.min(n);
+    let backward = s.stage == crate::session::Stage::Backward;
+    let (n, t) = if backward {
+        let n = s.backward_events();
+        (n, s.backward_step.min(n))
+    } else {
+        (s.events(), s.timeline.min(s.events()))
+    };
     let oninput = ctx.on(|e: InputEvent| {
         Action::Seek(
             e.target_dyn_into::<HtmlInputElement>()
@@ -33,19 +38,24 @@ pub fn Timeline() -> Html {
                 .unwrap_or(1),
         )
     });
-    let current = if t == 0 {
-        "the annotations, before completion".to_string()
-    } else {
-        s.event_text(t - 1).unwrap_or_default()
+    let current = match (backward, t) {
+        (false, 0) => "the annotations, before completion".to_string(),
+        (true, 0) => "the completed forward program, before backward".to_string(),
+        (false, t) => s.event_text(t - 1).unwrap_or_default(),
+        (true, t) => s.backward_event_text(t).unwrap_or_default(),
     };
-    let conflicts = s.pipeline.as_ref().map_or(0, |p| {
-        p.completed
-            .trace
-            .events
-            .iter()
-            .filter(|e| matches!(e.kind, crate::passes::complete::EventKind::Rejected(_)))
-            .count()
-    });
+    let conflicts = if backward {
+        0
+    } else {
+        s.pipeline.as_ref().map_or(0, |p| {
+            p.completed
+                .trace
+                .events
+                .iter()
+                .filter(|e| matches!(e.kind, crate::passes::complete::EventKind::Rejected(_)))
+                .count()
+        })
+    };
     html! {
         <section class="panel timeline">
             <div class="controls">
@@ -54,11 +64,11 @@ pub fn Timeline() -> Html {
                 { button(if s.playing { "pause" } else { "play" }, "play / pause (space)", Action::TogglePlay) }
                 { button("›", "step (→)", Action::Step(1)) }
                 { button("»", "end (End)", Action::Seek(usize::MAX)) }
-                <input type="range" min="0" max={n.to_string()} value={t.to_string()} {oninput} aria-label="completion step" />
+                <input type="range" min="0" max={n.to_string()} value={t.to_string()} {oninput} aria-label={if backward { "backward step" } else { "completion step" }} />
                 <select class="speed" aria-label="play speed" onchange={on_speed}>
                     { for [1usize, 4, 16].into_iter().map(|k| html! { <option value={k.to_string()} selected={s.play_speed == k}>{ format!("{k}×") }</option> }) }
                 </select>
-                <span class="count">{ format!("{t} / {n} events{}", if conflicts == 1 { ", 1 conflict".to_string() } else if conflicts > 1 { format!(", {conflicts} conflicts") } else { String::new() }) }</span>
+                <span class="count">{ format!("{t} / {n} {}{}", if backward { "backward ops" } else { "events" }, if conflicts == 1 { ", 1 conflict".to_string() } else if conflicts > 1 { format!(", {conflicts} conflicts") } else { String::new() }) }</span>
             </div>
             <p class="event" aria-live="polite">{ current }</p>
         </section>

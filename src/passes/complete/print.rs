@@ -339,19 +339,18 @@ fn partial_text(program: &Program, c: &Completed, var: VarId) -> Option<String> 
                 .map(move |d| format!("{} dim {d}", program.var(i).name))
         })
         .collect();
-    let k = if op.ty == crate::ir::OpType::MatmulV2 {
-        "the contraction k"
-    } else {
-        "a dim it reduces"
-    };
-    let why = if split.is_empty() {
-        format!("op {op_id} ({}) makes it partial", op.ty)
-    } else {
-        format!(
-            "op {op_id} ({}) reduces over {k}, which is split ({}), so each rank holds one addend of the result",
+    let why = match (split.is_empty(), op.ty == crate::ir::OpType::MatmulV2) {
+        (true, _) => format!("op {op_id} ({}) makes it partial", op.ty),
+        (false, true) => format!(
+            "op {op_id} ({}) reduces over the contraction k, which is split ({}), so each rank holds one addend of the result",
             op.ty,
             split.join(", ")
-        )
+        ),
+        (false, false) => format!(
+            "op {op_id} ({}) reduces over split input dims ({}), so each rank holds one addend of the result",
+            op.ty,
+            split.join(", ")
+        ),
     };
     Some(format!(
         "partial({names}): {why}; the partition pass inserts the all-reduce (or reduce-scatter) that sums the addends where a consumer needs the whole value\n"
