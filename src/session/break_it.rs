@@ -152,14 +152,7 @@ impl Session {
             ));
             return;
         }
-        let key = self.pipeline.as_ref().and_then(|p| {
-            let r = p
-                .partitioned
-                .ranks
-                .iter()
-                .find(|r| r.rank == self.selected_rank)?;
-            key_of(&r.program, op)
-        });
+        let key = self.rank_program().and_then(|r| key_of(&r.program, op));
         if let Some(key) = key {
             self.breaks.retain(|(k, _)| *k != key);
             self.breaks.push((key, b));

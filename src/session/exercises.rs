@@ -90,12 +90,7 @@ impl Session {
         let Some(p) = self.pipeline.as_ref() else {
             return Vec::new();
         };
-        let Some(rank) = p
-            .partitioned
-            .ranks
-            .iter()
-            .find(|r| r.rank == self.selected_rank)
-        else {
+        let Some(rank) = self.rank_program() else {
             return Vec::new();
         };
         let r = rank.rank;

@@ -17,6 +17,16 @@ pub struct Operand {
 }
 
 impl Session {
+    /// The selected rank's partitioned program, if it is built.
+    pub fn rank_program(&self) -> Option<&crate::passes::partition::RankProgram> {
+        self.pipeline
+            .as_ref()?
+            .partitioned
+            .ranks
+            .iter()
+            .find(|r| r.rank == self.selected_rank)
+    }
+
     /// The layout of forward variable `var` as the page shows it: at the timeline's moment
     /// on the Forward tab, else completed. Backward variables use the full program's attrs.
     pub fn layout_shown(&self, var: &str) -> Option<TensorDistAttr> {
@@ -77,13 +87,7 @@ impl Session {
     /// The collective in the selected rank's program that consumes `var` (the all-reduce
     /// resolving a partial sum, say): its op index and type.
     pub fn resolver_of(&self, var: &str) -> Option<(usize, String)> {
-        let p = self.pipeline.as_ref()?;
-        let rank = p
-            .partitioned
-            .ranks
-            .iter()
-            .find(|r| r.rank == self.selected_rank)?;
-        let program = &rank.program;
+        let program = &self.rank_program()?.program;
         let v = program.var_id(var)?;
         program.ops().iter().enumerate().find_map(|(i, op)| {
             (op.ty.class() == OpClass::Collective && op.all_inputs().any(|x| x == v))
@@ -107,12 +111,7 @@ pub struct InsertedOp {
 impl Session {
     /// The ops inserted into the selected rank's program, in program order.
     pub fn inserted_ops(&self) -> Vec<InsertedOp> {
-        let Some(rank) = self.pipeline.as_ref().and_then(|p| {
-            p.partitioned
-                .ranks
-                .iter()
-                .find(|r| r.rank == self.selected_rank)
-        }) else {
+        let Some(rank) = self.rank_program() else {
             return Vec::new();
         };
         let program = &rank.program;
@@ -191,12 +190,7 @@ impl Session {
         let Some(p) = self.pipeline.as_ref() else {
             return out;
         };
-        let Some(rank) = p
-            .partitioned
-            .ranks
-            .iter()
-            .find(|r| r.rank == self.selected_rank)
-        else {
+        let Some(rank) = self.rank_program() else {
             return out;
         };
         let serial = &p.full.program;

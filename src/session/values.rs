@@ -114,11 +114,8 @@ impl Session {
         if let Some(why) = super::break_it::too_large(p) {
             return Err(why);
         }
-        let rank = p
-            .partitioned
-            .ranks
-            .iter()
-            .find(|r| r.rank == self.selected_rank)
+        let rank = self
+            .rank_program()
             .ok_or("the selected rank is not built")?;
         let o = rank
             .program

@@ -134,11 +134,7 @@ pub fn ProgramView() -> Html {
     } else {
         None
     };
-    let rank_program = p
-        .partitioned
-        .ranks
-        .iter()
-        .find(|r| r.rank == s.selected_rank);
+    let rank_program = s.rank_program();
     let (program, attrs, title): (&Program, Option<&[TensorDistAttr]>, String) = match s.stage {
         Stage::Forward => (
             &s.plan.program,

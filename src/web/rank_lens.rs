@@ -19,15 +19,10 @@ pub fn RankLens() -> Html {
         return html! {};
     };
     let s = ctx.session();
-    let (Some(p), Some(mesh)) = (s.pipeline.clone(), s.mesh().cloned()) else {
+    let Some(mesh) = s.mesh().cloned() else {
         return html! {};
     };
-    let Some(r) = p
-        .partitioned
-        .ranks
-        .iter()
-        .find(|r| r.rank == s.selected_rank)
-    else {
+    let Some(r) = s.rank_program() else {
         return html! {};
     };
     let onchange = ctx.on(|e: Event| {
