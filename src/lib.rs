@@ -29,6 +29,7 @@ pub mod plan;
 pub mod report;
 pub mod session;
 pub mod spmd;
+pub mod suggest;
 
 #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
 pub mod cli;

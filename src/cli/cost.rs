@@ -30,7 +30,8 @@ impl DTypeFlag {
 /// The devices a plan is costed on (`cost` and `diff`).
 #[derive(Args, Debug)]
 pub(crate) struct DeviceArgs {
-    /// The devices: cpu (this machine, measured), h100x8, h100x8x4 or tpu-v5e-16.
+    /// The devices: cpu (this machine, measured), h100x8, h100x8x2, h100x8x4, h100x8x8, h100x8x16
+    /// (8-GPU nodes) or tpu-v5e-16.
     #[arg(long, default_value = "cpu")]
     topology: String,
     /// The precision compute is priced at (default: bf16 on GPU and TPU presets, f32 on cpu).

@@ -11,6 +11,7 @@ mod options;
 mod run;
 mod schedule;
 mod stages;
+mod suggest;
 mod training;
 
 use options::{BenchWhat, Format, Stage};
@@ -61,6 +62,9 @@ enum Command {
     Export(export::ExportArgs),
     /// Lay a pipeline schedule out in time: each stage's jobs and bubble.
     Schedule(schedule::ScheduleArgs),
+    /// Search the plans of a model on N devices: the cost table of the best and why the
+    /// winner won.
+    Suggest(suggest::SuggestArgs),
     /// Time the planner on growing models (medians; see also the closing notes).
     Bench {
         /// What to time: complete.
@@ -223,7 +227,7 @@ pub(crate) struct RunArgs {
 
 /// Model sizes; each preset has its own defaults (see `shardlab print --help`).
 #[derive(Args, Debug)]
-struct SizeArgs {
+pub(crate) struct SizeArgs {
     /// Number of transformer blocks (gpt, embedding_lm).
     #[arg(long)]
     layers: Option<usize>,
@@ -255,7 +259,7 @@ struct SizeArgs {
 }
 
 impl SizeArgs {
-    fn config(&self, model: Model) -> Result<ModelConfig, String> {
+    pub(crate) fn config(&self, model: Model) -> Result<ModelConfig, String> {
         let mut cfg = model.default_config();
         let set = |field: &mut usize, v: Option<usize>| {
             if let Some(v) = v {
@@ -285,7 +289,7 @@ impl SizeArgs {
     }
 
     /// The size flags given (not --dtype), for refusing them where they cannot apply.
-    fn given(&self) -> Vec<&'static str> {
+    pub(crate) fn given(&self) -> Vec<&'static str> {
         [
             ("--layers", self.layers),
             ("--batch", self.batch),
@@ -314,6 +318,7 @@ pub fn main() -> ExitCode {
         Command::Cost(args) => cost::cost(&args),
         Command::Diff(args) => diff::diff(&args),
         Command::Schedule(args) => schedule::schedule(&args),
+        Command::Suggest(args) => suggest::suggest(&args),
         Command::Export(args) => export::export(&args),
         Command::Bench {
             what,

@@ -6,7 +6,7 @@
 //! - `h100x8`: NVIDIA H100 Tensor Core GPU datasheet (H100 SXM5): dense BF16/FP16 tensor
 //!   989.4 TFLOP/s (1,979 with sparsity), TF32 494.7, FP32 66.9; HBM3 3.35 TB/s, 80 GB; NVLink
 //!   900 GB/s per GPU, both directions together, so 450 GB/s each way.
-//! - `h100x8x4`: four such nodes; between nodes one ConnectX-7 InfiniBand NDR port per GPU,
+//! - `h100x8x2`, `h100x8x4`, `h100x8x8`, `h100x8x16`: 2 to 16 such nodes; between nodes one ConnectX-7 InfiniBand NDR port per GPU,
 //!   400 Gb/s = 50 GB/s each way (NVIDIA DGX H100 user guide: eight 400 Gb/s ports for
 //!   eight GPUs).
 //! - `tpu-v5e-16`: Cloud TPU v5e documentation: 197 TFLOP/s BF16 per chip, 16 GiB HBM at
@@ -145,12 +145,16 @@ pub struct Topology {
     pub default_dtype: ComputeDType,
     /// How a plan's ranks map onto the devices, in words.
     pub placement: &'static str,
+    /// Rank r runs on device `devices_of_ranks[r]` (`None`: on device r). The planner's
+    /// search prices one planned mesh under each order of its axes this way: relabelling
+    /// ranks is all an axis order changes.
+    pub devices_of_ranks: Option<std::sync::Arc<[u32]>>,
 }
 
 /// Why a plan cannot be costed on a topology.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
-    #[error("unknown topology `{0}` (known: cpu, h100x8, h100x8x4, tpu-v5e-16)")]
+    #[error("unknown topology `{0}` (known: cpu, h100x8, h100x8x2, h100x8x4, h100x8x8, h100x8x16, tpu-v5e-16)")]
     Unknown(String),
     #[error("rank {rank} has no device: {topology} has {devices} devices (ranks run on devices 0 to {last})", last = devices - 1)]
     TooFewDevices {
@@ -176,8 +180,48 @@ fn h100() -> Device {
     }
 }
 
+/// `nodes` 8-GPU NVLink nodes joined by InfiniBand (see the module doc for the figures).
+fn h100_nodes(name: &'static str, nodes: usize) -> Topology {
+    Topology {
+        name,
+        devices: 8 * nodes,
+        device: h100(),
+        links: vec![
+            LinkClass {
+                name: "NVLink",
+                block: 8,
+                link: NVLINK,
+                torus: None,
+            },
+            LinkClass {
+                name: "InfiniBand",
+                block: 8 * nodes,
+                link: Link {
+                    alpha_s: 10e-6,
+                    beta_bytes_per_s: 50e9,
+                },
+                torus: None,
+            },
+        ],
+        default_dtype: ComputeDType::Bf16,
+        placement: "rank r on GPU r mod 8 of node r / 8; nodes joined by InfiniBand",
+        devices_of_ranks: None,
+    }
+}
+
+/// Every preset's name (`cpu` is this machine, measured).
+pub const PRESETS: [&str; 7] = [
+    "cpu",
+    "h100x8",
+    "h100x8x2",
+    "h100x8x4",
+    "h100x8x8",
+    "h100x8x16",
+    "tpu-v5e-16",
+];
+
 impl Topology {
-    /// A preset by name: `cpu`, `h100x8`, `h100x8x4`, `tpu-v5e-16`.
+    /// A preset by name: one of [`PRESETS`].
     pub fn preset(name: &str) -> Result<Topology, TopologyError> {
         Ok(match name {
             "cpu" => Topology::cpu(CpuCalibration::default()),
@@ -193,31 +237,12 @@ impl Topology {
                 }],
                 default_dtype: ComputeDType::Bf16,
                 placement: "rank r on GPU r of one 8-GPU NVLink node",
+                devices_of_ranks: None,
             },
-            "h100x8x4" => Topology {
-                name: "h100x8x4",
-                devices: 32,
-                device: h100(),
-                links: vec![
-                    LinkClass {
-                        name: "NVLink",
-                        block: 8,
-                        link: NVLINK,
-                        torus: None,
-                    },
-                    LinkClass {
-                        name: "InfiniBand",
-                        block: 32,
-                        link: Link {
-                            alpha_s: 10e-6,
-                            beta_bytes_per_s: 50e9,
-                        },
-                        torus: None,
-                    },
-                ],
-                default_dtype: ComputeDType::Bf16,
-                placement: "rank r on GPU r mod 8 of node r / 8; nodes joined by InfiniBand",
-            },
+            "h100x8x2" => h100_nodes("h100x8x2", 2),
+            "h100x8x4" => h100_nodes("h100x8x4", 4),
+            "h100x8x8" => h100_nodes("h100x8x8", 8),
+            "h100x8x16" => h100_nodes("h100x8x16", 16),
             "tpu-v5e-16" => Topology {
                 name: "tpu-v5e-16",
                 devices: 16,
@@ -242,6 +267,7 @@ impl Topology {
                 placement: "rank r on chip (r / 4, r mod 4) of a 4 x 4 slice: a [2, 4] mesh's \
                             mp groups are rows of the slice, its dp groups pairs of chips in \
                             adjacent rows of one column",
+                devices_of_ranks: None,
             },
             other => return Err(TopologyError::Unknown(other.to_string())),
         })
@@ -273,6 +299,7 @@ impl Topology {
             }],
             default_dtype: ComputeDType::F32,
             placement: "every rank a thread of this machine",
+            devices_of_ranks: None,
         }
     }
 
@@ -280,7 +307,9 @@ impl Topology {
     /// multiplied by the number of torus dimensions the group spans (each dimension's links
     /// carry half the data at once; no wraparound is assumed, see the module doc).
     pub fn effective_link(&self, group: &[u32]) -> Result<Link, TopologyError> {
-        let class = self.link_for(group)?;
+        let devices = self.devices_of(group);
+        let group = &devices[..];
+        let class = self.link_for_devices(group)?;
         let Some((_, cols)) = class.torus else {
             return Ok(class.link);
         };
@@ -307,6 +336,22 @@ impl Topology {
     /// The link class a group's collectives run over: the innermost whose block holds all
     /// its members.
     pub fn link_for(&self, group: &[u32]) -> Result<&LinkClass, TopologyError> {
+        self.link_for_devices(&self.devices_of(group))
+    }
+
+    /// The devices a group of ranks runs on (a rank without a device keeps its number, which
+    /// [`Topology::link_for`] then reports).
+    pub fn devices_of<'a>(&self, ranks: &'a [u32]) -> std::borrow::Cow<'a, [u32]> {
+        match &self.devices_of_ranks {
+            None => std::borrow::Cow::Borrowed(ranks),
+            Some(map) => ranks
+                .iter()
+                .map(|&r| map.get(r as usize).copied().unwrap_or(r))
+                .collect(),
+        }
+    }
+
+    fn link_for_devices(&self, group: &[u32]) -> Result<&LinkClass, TopologyError> {
         if let Some(&r) = group.iter().find(|&&r| r as usize >= self.devices) {
             return Err(TopologyError::TooFewDevices {
                 rank: r,

@@ -81,6 +81,12 @@ pub enum SimulateError {
     },
 }
 
+/// Whether `op` is priced as communication (a collective, or the vocab-parallel
+/// cross-entropy's all-reduces).
+pub fn is_communication(program: &Program, op: &Op) -> bool {
+    collective_of(program, op, ElementBytes(4.0)).is_some()
+}
+
 /// A collective's primitive and buffer size in bytes, or `None` for a compute op. The
 /// vocab-parallel cross-entropy runs three all-reduces of one value per row.
 fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Primitive, f64, f64)> {

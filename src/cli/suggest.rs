@@ -1,0 +1,201 @@
+//! `shardlab suggest`: search a preset model's plans on N devices and print the cost table
+//! of the best, the reason the winner won, and the winner's plan (`--out`).
+
+use super::options::{Format, OptimizerName};
+use super::SizeArgs;
+use crate::cost::device::Topology;
+use crate::models::Model;
+use crate::plan::PlanOptions;
+use crate::suggest::evaluate::Problem;
+use crate::suggest::{report, Search};
+use clap::Args;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub(crate) struct SuggestArgs {
+    /// A plan file whose program is a preset model (its plan is priced beside the search's,
+    /// as "your plan"). Or use --preset.
+    file: Option<String>,
+    /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
+    #[arg(long, conflicts_with = "file")]
+    preset: Option<String>,
+    #[command(flatten)]
+    sizes: SizeArgs,
+    /// How many devices to plan for (default: all of the topology's; required with cpu).
+    #[arg(long)]
+    devices: Option<usize>,
+    /// The devices: cpu (this machine, measured), h100x8, h100x8x2, h100x8x4, h100x8x8,
+    /// h100x8x16 (8-GPU nodes) or tpu-v5e-16.
+    #[arg(long, default_value = "h100x8")]
+    topology: String,
+    /// The most memory a device may hold at its peak (bytes, or e.g. 40G; powers of 1024).
+    /// Default: the device's memory.
+    #[arg(long, value_name = "BYTES")]
+    memory: Option<String>,
+    /// How many candidates the table shows.
+    #[arg(long, default_value_t = 5)]
+    top: usize,
+    /// The optimizer every candidate trains with (default: the plan file's, else adam).
+    #[arg(long, value_enum)]
+    optimizer: Option<OptimizerName>,
+    /// Train with AMP dynamic loss scaling (memory sized by the mixed-precision convention).
+    #[arg(long)]
+    amp: bool,
+    /// Write the winner's plan text to this file.
+    #[arg(long, value_name = "FILE")]
+    out: Option<String>,
+    /// Output format: text (the table) or json (one document on stdout).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+/// The model, its global sizes and the user's plan (when a file is given).
+fn source(
+    args: &SuggestArgs,
+) -> Result<(Model, crate::models::ModelConfig, Option<crate::plan::Plan>), String> {
+    match (&args.file, &args.preset) {
+        (Some(file), _) => {
+            let given = args.sizes.given();
+            if !given.is_empty() {
+                return Err(format!(
+                    "{}: a plan file fixes its model's sizes; use --preset NAME with sizes instead",
+                    given.join(", ")
+                ));
+            }
+            let Ok((plan, map)) = super::read_plan(file)? else {
+                return Err(format!("{file}: does not parse (errors above)"));
+            };
+            if super::report_issues(file, &plan, &map) {
+                return Err(format!("{file}: does not verify (errors above)"));
+            }
+            let (model, mut config) = crate::suggest::identify::identify(&plan.program)
+                .map_err(|e| format!("{file}: {e}"))?;
+            config.batch *= plan.options.micro_batches.max(1);
+            Ok((model, config, Some(plan)))
+        }
+        (None, Some(preset)) => {
+            let model = Model::from_name(preset).map_err(|e| e.to_string())?;
+            Ok((model, args.sizes.config(model)?, None))
+        }
+        (None, None) => Err("give a plan FILE or --preset NAME".into()),
+    }
+}
+
+fn problem(args: &SuggestArgs) -> Result<(Problem, Option<crate::plan::Plan>), String> {
+    if args.top == 0 {
+        return Err("--top must be at least 1".into());
+    }
+    let (model, config, mine) = source(args)?;
+    let devices_flag = args.devices;
+    let topology = if args.topology == "cpu" {
+        let n = devices_flag.ok_or("--topology cpu needs --devices N (the threads to plan for)")?;
+        super::cost::cpu_topology(n)
+    } else {
+        Topology::preset(&args.topology).map_err(|e| format!("--topology: {e}"))?
+    };
+    let devices = devices_flag.unwrap_or(topology.devices);
+    if devices == 0 || devices > topology.devices {
+        return Err(format!(
+            "--devices {devices}: {} has {} devices",
+            topology.name, topology.devices
+        ));
+    }
+    let budget_bytes = match &args.memory {
+        Some(m) => {
+            super::budget::parse_bytes(m).map_err(|e| e.replace("--max-memory", "--memory"))?
+        }
+        None => topology.device.mem_capacity,
+    };
+    let mut base = mine
+        .as_ref()
+        .map(|p| p.options.clone())
+        .unwrap_or(PlanOptions {
+            optimizer: crate::plan::OptimizerKind::Adam,
+            ..PlanOptions::default()
+        });
+    if let Some(o) = args.optimizer {
+        base.optimizer = o.kind();
+    }
+    base.amp |= args.amp;
+    let dtype = topology.default_dtype;
+    Ok((
+        Problem {
+            model,
+            config,
+            base,
+            topology,
+            devices,
+            dtype,
+            budget_bytes,
+        },
+        mine,
+    ))
+}
+
+/// Searches and prints.
+pub fn suggest(args: &SuggestArgs) -> Result<ExitCode, String> {
+    let (problem, mine) = problem(args)?;
+    let model = problem.model;
+    let topo = problem.topology.name;
+    let budget = problem.budget_bytes;
+    let search = match Search::new(problem, args.top, mine) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let started = std::time::Instant::now();
+    let mut shown = false;
+    let result = search.run(|done, total| {
+        if started.elapsed().as_millis() >= 100 {
+            eprint!("\rsearching: {done}/{total} families");
+            shown = true;
+        }
+    });
+    if shown {
+        eprintln!();
+    }
+    let s = match result {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if let Some(out) = &args.out {
+        std::fs::write(out, s.plan.to_string()).map_err(|e| format!("{out}: cannot write: {e}"))?;
+    }
+    let text = match args.format {
+        Format::Text => {
+            let mut t = report::text(&s, model, topo, budget);
+            t.push_str(&format!("\nwinner: {}\n", winner_line(&s)));
+            match &args.out {
+                Some(out) => t.push_str(&format!(
+                    "plan written to {out}; check it with `shardlab check {out}`, price it with \
+                     `shardlab cost {out} --topology {topo}`\n"
+                )),
+                None => t.push_str("write the winner's plan with --out FILE\n"),
+            }
+            t
+        }
+        Format::Json => {
+            let mut doc = report::json(&s, model, topo, budget);
+            doc["schema_version"] = serde_json::json!(crate::report::SCHEMA_VERSION);
+            format!(
+                "{}\n",
+                serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+            )
+        }
+    };
+    super::emit(&text);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The winner's mesh and options statement.
+fn winner_line(s: &crate::suggest::Suggestion) -> String {
+    let mesh = s.plan.mesh().map_or(String::new(), |m| {
+        format!("mesh {}", crate::plan::mesh_spec(m))
+    });
+    format!("{mesh}; {}", s.plan.options)
+}

@@ -1,0 +1,423 @@
+//! A candidate priced by the cost model: its plan built, planned (`run_pipeline`) and
+//! estimated (`cost::estimate`), the same path as `shardlab cost`. A family of candidates
+//! (one planned mesh) is planned once; its axis orders are priced as relabellings of the
+//! ranks onto devices, its schedules by re-laying the same jobs.
+
+use super::space::{Axis, Candidate, Family, MeshShape};
+use crate::cost::device::{ComputeDType, Topology};
+use crate::cost::estimate::Estimate;
+use crate::ir::{OpRole, Purpose};
+use crate::models::{Model, ModelConfig};
+use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use crate::plan::{parse_mesh_spec, parse_shard_spec, Plan, PlanOptions, ScheduleKind};
+use std::sync::Arc;
+
+/// What the search is over: a preset model at its global sizes, the training options every
+/// candidate keeps (optimizer, AMP, clipping), and the devices.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    pub model: Model,
+    /// The global batch and the full depth.
+    pub config: ModelConfig,
+    /// Options kept from the user (optimizer, AMP, clipping); the search sets the rest.
+    pub base: PlanOptions,
+    pub topology: Topology,
+    /// How many of the topology's devices the plans use (ranks 0 to N - 1).
+    pub devices: usize,
+    pub dtype: ComputeDType,
+    /// The most bytes a rank may hold at its peak.
+    pub budget_bytes: f64,
+}
+
+/// A plan's step time and peak memory, and where the time goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Terms {
+    pub step_s: f64,
+    /// The busiest rank's compute over the step (every micro-batch).
+    pub compute_s: f64,
+    /// The busiest rank's communication over the step, by purpose (non-zero ones, in
+    /// [`Purpose::ALL`] order).
+    pub comm_s: Vec<(Purpose, f64)>,
+    /// The rest of the step on the busiest rank: pipeline bubbles and waiting.
+    pub bubble_s: f64,
+    /// The largest peak over the ranks; with a pipeline, the activations of every
+    /// micro-batch a stage holds at once included.
+    pub peak_bytes: f64,
+}
+
+impl Terms {
+    pub fn comm_total(&self) -> f64 {
+        self.comm_s.iter().map(|(_, s)| s).sum()
+    }
+}
+
+/// The plan of `family` at `layers` blocks (the full depth, or a reduced one to
+/// extrapolate from), its axes in canonical order.
+pub fn family_plan(problem: &Problem, family: &Family, layers: usize) -> Result<Plan, String> {
+    let candidate = family.candidate(family.mesh.clone(), ScheduleKind::FThenB);
+    candidate_plan(problem, &candidate, layers)
+}
+
+/// The plan text's plan for `candidate` at `layers` blocks: the preset at the micro-batch's
+/// size, the mesh, the annotations and the options.
+pub fn candidate_plan(problem: &Problem, c: &Candidate, layers: usize) -> Result<Plan, String> {
+    let m = c.micro_batches.max(1);
+    let config = ModelConfig {
+        layers,
+        batch: problem.config.batch / m,
+        ..problem.config.clone()
+    };
+    let program = problem.model.build(&config).map_err(|e| e.to_string())?;
+    let mesh = Arc::new(parse_mesh_spec(&c.mesh.spec()).map_err(|e| e.to_string())?);
+    let mut plan = Plan::from_program(program);
+    plan.set_mesh(mesh.clone());
+    for spec in c.shards(problem.model, layers) {
+        plan.annotations
+            .push(parse_shard_spec(&spec, &plan.program, &mesh).map_err(|e| e.to_string())?);
+    }
+    plan.options = PlanOptions {
+        megatron_sums: c.megatron_sums,
+        zero: c.zero,
+        recompute: c.recompute,
+        micro_batches: m,
+        schedule: c.schedule,
+        ..problem.base.clone()
+    };
+    Ok(plan)
+}
+
+/// A family planned once.
+pub struct Planned {
+    pub pipeline: Pipeline,
+}
+
+impl Planned {
+    pub fn new(problem: &Problem, family: &Family, layers: usize) -> Result<Planned, String> {
+        let plan = family_plan(problem, family, layers)?;
+        let pipeline = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
+            .map_err(|e| e.to_string())?;
+        Ok(Planned { pipeline })
+    }
+
+    /// The estimate with the mesh's axes in `order` and `schedule`.
+    pub fn estimate(
+        &mut self,
+        problem: &Problem,
+        order: &MeshShape,
+        schedule: ScheduleKind,
+    ) -> Result<Estimate, String> {
+        let mut out = self.estimates(problem, std::slice::from_ref(order), &[schedule]);
+        out.pop()
+            .map_or(Err("nothing priced".into()), |(_, _, e)| e)
+    }
+
+    /// Estimates for every order × schedule, sharing what they share: the memory (one per
+    /// planning: orders relabel ranks, schedules reorder jobs) and the simulated step (one
+    /// per order whose groups all run over the same links as an earlier order's: the
+    /// simulation sees only those links). Each is what [`estimate`] returns for it.
+    pub fn estimates(
+        &mut self,
+        problem: &Problem,
+        orders: &[MeshShape],
+        schedules: &[ScheduleKind],
+    ) -> Vec<(usize, usize, Result<Estimate, String>)> {
+        let p = &mut self.pipeline;
+        let elem = crate::cost::work::ElementBytes(problem.dtype.bytes());
+        let sizing = crate::cost::memory::Sizing {
+            elem,
+            mixed_precision: p.plan.options.amp,
+            zero: Some(&p.partitioned.zero),
+        };
+        let memory: Vec<crate::cost::memory::Memory> =
+            crate::cost::simulate::shared_per_dataflow(&p.partitioned.ranks, |r| {
+                crate::cost::memory::memory(&r.program, sizing)
+            })
+            .into_iter()
+            .map(|m| (*m).clone())
+            .collect();
+        let flops = crate::cost::simulate::model_flops(&p.full.program, problem.dtype)
+            * p.micro_batches() as f64;
+        let mut steps: Vec<(Vec<LinkKey>, crate::cost::simulate::StepTime)> = Vec::new();
+        let mut out = Vec::new();
+        for (o, order) in orders.iter().enumerate() {
+            let mut topo = problem.topology.clone();
+            topo.devices_of_ranks = order.devices_of_ranks().map(Arc::from);
+            let key = link_signature(&topo, &order.canonical());
+            let step = match steps.iter().find(|(k, _)| *k == key) {
+                Some((_, s)) => s.clone(),
+                None => match crate::cost::simulate::simulate_with(
+                    &p.partitioned.ranks,
+                    &topo,
+                    problem.dtype,
+                    crate::cost::simulate::SimOptions::default(),
+                ) {
+                    Ok(s) => {
+                        steps.push((key, s.clone()));
+                        s
+                    }
+                    Err(e) => {
+                        for s in 0..schedules.len() {
+                            out.push((o, s, Err(e.to_string())));
+                        }
+                        continue;
+                    }
+                },
+            };
+            for (si, &schedule) in schedules.iter().enumerate() {
+                p.plan.options.schedule = schedule;
+                let e = crate::passes::stages::check_schedule(&p.stages, &p.plan.options)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| assemble(p, &topo, problem.dtype, &step, &memory, flops, elem));
+                out.push((o, si, e));
+            }
+        }
+        out
+    }
+}
+
+/// A group's link as the simulator prices it: its class and effective bandwidth.
+type LinkKey = (&'static str, u64);
+
+/// The links of every group along every set of the mesh's axes (in canonical rank
+/// numbering), and of every pair of ranks along `pp` (the pipeline's sends): two orders
+/// with the same signature price every collective alike.
+fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
+    let sizes: Vec<usize> = canonical.axes.iter().map(|&(_, n)| n).collect();
+    let k = sizes.len();
+    let n: usize = sizes.iter().product();
+    let coords = |r: usize| -> Vec<usize> {
+        let mut c = vec![0; k];
+        let mut rest = r;
+        for i in (0..k).rev() {
+            c[i] = rest % sizes[i];
+            rest /= sizes[i];
+        }
+        c
+    };
+    let key = |group: &[u32]| -> LinkKey {
+        let name = topo.link_for(group).map_or("", |c| c.name);
+        let beta = topo
+            .effective_link(group)
+            .map_or(0, |l| l.beta_bytes_per_s as u64);
+        (name, beta)
+    };
+    let mut out = Vec::new();
+    for subset in 1..(1usize << k) {
+        // Groups: ranks equal on the axes outside `subset`, in order of their first rank.
+        let mut groups: Vec<(Vec<usize>, Vec<u32>)> = Vec::new();
+        for r in 0..n {
+            let c = coords(r);
+            let outside: Vec<usize> = (0..k)
+                .filter(|i| subset & (1 << i) == 0)
+                .map(|i| c[i])
+                .collect();
+            match groups.iter_mut().find(|(o, _)| *o == outside) {
+                Some((_, g)) => g.push(r as u32),
+                None => groups.push((outside, vec![r as u32])),
+            }
+        }
+        out.extend(groups.iter().map(|(_, g)| key(g)));
+    }
+    if let Some(pp) = canonical.axes.iter().position(|&(a, _)| a == Axis::Pp) {
+        for a in 0..n {
+            for b in a + 1..n {
+                let (ca, cb) = (coords(a), coords(b));
+                if (0..k).all(|i| i == pp || ca[i] == cb[i]) {
+                    out.push(key(&[a as u32, b as u32]));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// An estimate from its shared parts, as [`estimate`] builds it.
+fn assemble(
+    p: &Pipeline,
+    topo: &Topology,
+    dtype: ComputeDType,
+    step: &crate::cost::simulate::StepTime,
+    memory: &[crate::cost::memory::Memory],
+    flops: f64,
+    elem: crate::cost::work::ElementBytes,
+) -> Result<Estimate, String> {
+    let pipeline = if p.is_pipelined() {
+        Some(
+            crate::cost::pipeline_cost::pipeline_cost(p, Some(step), elem)
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
+    let timed = match &pipeline {
+        Some(c) => crate::cost::simulate::StepTime {
+            step_s: c.timeline.step,
+            ..step.clone()
+        },
+        None => step.clone(),
+    };
+    Ok(Estimate {
+        topology: topo.name,
+        placement: topo.placement,
+        dtype,
+        step: step.clone(),
+        memory: memory.to_vec(),
+        mfu: crate::cost::simulate::mfu(flops, &timed, topo, dtype),
+        overlap_grad_sync: false,
+        pipeline,
+    })
+}
+
+/// The largest peak over the ranks; a pipeline stage also holds the activations of the
+/// micro-batches in flight beyond the one its program's timeline has.
+pub fn peak_bytes(e: &Estimate) -> f64 {
+    let rank_peak = |rank: u32| {
+        e.step
+            .ranks
+            .iter()
+            .zip(&e.memory)
+            .find(|(r, _)| r.rank == rank)
+            .map_or(0.0, |(_, m)| m.peak)
+    };
+    let program_peak = e.memory.iter().map(|m| m.peak).fold(0.0, f64::max);
+    match &e.pipeline {
+        None => program_peak,
+        Some(c) => c
+            .stages
+            .iter()
+            .map(|s| rank_peak(s.rank) + s.activation_bytes * s.in_flight.saturating_sub(1) as f64)
+            .fold(program_peak, f64::max),
+    }
+}
+
+/// Whether an op runs once per step rather than once per micro-batch: the optimizer, the
+/// gradient synchronisation and what agrees on its results.
+fn once_per_step(op: &crate::ir::Op) -> bool {
+    op.role == OpRole::Optimize
+        || matches!(
+            op.purpose(),
+            Some(Purpose::DataParallel | Purpose::AmpFlag | Purpose::GlobalNorm)
+        )
+        || (op.purpose() == Some(Purpose::Sharding)
+            && op.ty == crate::ir::OpType::Collective(crate::ir::CollectiveOp::ReduceScatter))
+}
+
+/// Where the step's time goes on the busiest rank (the one with the most compute and
+/// communication): per-micro-batch ops counted once per micro-batch.
+pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
+    let m = if e.pipeline.is_some() {
+        p.micro_batches() as f64
+    } else {
+        1.0
+    };
+    let mut best: Option<(f64, f64, Vec<(Purpose, f64)>)> = None;
+    for (rank, time) in p.partitioned.ranks.iter().zip(&e.step.ranks) {
+        let mut compute = 0.0;
+        let mut comm = [0.0; Purpose::ALL.len()];
+        for (op, &s) in rank.program.ops().iter().zip(&time.op_s) {
+            let s = if once_per_step(op) { s } else { s * m };
+            let collective = crate::cost::simulate::is_communication(&rank.program, op);
+            match op.purpose().filter(|_| collective) {
+                Some(purpose) => {
+                    let i = Purpose::ALL.iter().position(|&q| q == purpose).unwrap_or(0);
+                    comm[i] += s;
+                }
+                None if collective => comm[0] += s,
+                None => compute += s,
+            }
+        }
+        let busy = compute + comm.iter().sum::<f64>();
+        if best.as_ref().is_none_or(|(b, _, _)| busy > *b) {
+            let by_purpose = Purpose::ALL
+                .iter()
+                .zip(comm)
+                .filter(|(_, s)| *s > 0.0)
+                .map(|(&p, s)| (p, s))
+                .collect();
+            best = Some((busy, compute, by_purpose));
+        }
+    }
+    let (busy, compute_s, comm_s) = best.unwrap_or((0.0, 0.0, Vec::new()));
+    let step_s = e.step_s();
+    Terms {
+        step_s,
+        compute_s,
+        comm_s,
+        bubble_s: (step_s - busy).max(0.0),
+        peak_bytes: peak_bytes(e),
+    }
+}
+
+/// A lower bound of the step time at `layers_per_stage` blocks per stage, from an estimate
+/// of the plan with one block per stage. Every rank runs its ops one after another, so the
+/// step is at least any rank's busy time; a block adds the same ops each time, so the busy
+/// time at full depth is the one-block busy time plus a block's share per further block.
+/// Only ops surely repeated per micro-batch (forward and backward compute and their
+/// tensor-parallel collectives) are multiplied by the micro-batch count; the others count
+/// once, which can only lower the bound.
+pub fn lower_bound(p: &Pipeline, e: &Estimate, layers_per_stage: usize) -> f64 {
+    let m = if e.pipeline.is_some() {
+        p.micro_batches() as f64
+    } else {
+        1.0
+    };
+    let extra = layers_per_stage.saturating_sub(1) as f64;
+    let mut bound: f64 = 0.0;
+    for (rank, time) in p.partitioned.ranks.iter().zip(&e.step.ranks) {
+        let (mut busy, mut block) = (0.0, 0.0);
+        for (op, &s) in rank.program.ops().iter().zip(&time.op_s) {
+            let repeated = matches!(op.role, OpRole::Forward | OpRole::Backward | OpRole::Loss)
+                && matches!(op.purpose(), None | Some(Purpose::TensorParallel));
+            if op.purpose() == Some(Purpose::Pipeline) {
+                continue;
+            }
+            let s = if repeated { s * m } else { s };
+            busy += s;
+            if in_block(rank, op) {
+                block += s;
+            }
+        }
+        bound = bound.max(busy + extra * block);
+    }
+    bound
+}
+
+/// Whether an op belongs to a transformer block (its first output is named `h<i>.…`).
+fn in_block(rank: &crate::passes::partition::RankProgram, op: &crate::ir::Op) -> bool {
+    let Some(out) = op.all_outputs().next() else {
+        return false;
+    };
+    let name = &rank.program.var(out).name;
+    let Some(rest) = name.strip_prefix('h') else {
+        return false;
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && rest[digits..].starts_with('.')
+}
+
+/// A step time and peak at some depth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    pub step_s: f64,
+    pub peak_bytes: f64,
+}
+
+/// The value at `layers_per_stage` of the line through two depths' values (blocks per
+/// stage `d1 < d2`): identical blocks add the same time and memory each.
+pub fn extrapolate(a: Point, d1: usize, b: Point, d2: usize, layers_per_stage: usize) -> Point {
+    let t = (layers_per_stage as f64 - d1 as f64) / (d2 as f64 - d1 as f64);
+    Point {
+        step_s: a.step_s + (b.step_s - a.step_s) * t,
+        peak_bytes: a.peak_bytes + (b.peak_bytes - a.peak_bytes) * t,
+    }
+}
+
+/// The blocks per pipeline stage of the full model.
+pub fn layers_per_stage(problem: &Problem, family: &Family) -> usize {
+    problem.config.layers / family.mesh.size(Axis::Pp).max(1)
+}
+
+/// Whether the model has blocks to extrapolate over.
+pub fn layered(model: Model) -> bool {
+    matches!(model, Model::Gpt | Model::EmbeddingLm)
+}

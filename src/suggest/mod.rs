@@ -1,0 +1,530 @@
+//! A glass-box auto-planner: search the plans of a preset model on N devices, price each
+//! with the cost model, and show the table of the best with the reason the winner won.
+//!
+//! The solver is an exhaustive enumeration of a pruned space (`space.rs`, where each
+//! pruning rule is argued) in two passes:
+//! 1. **Screen** every candidate. A family of candidates (one mesh, strategy, ZeRO stage,
+//!    micro-batch count and recomputation) is planned once, at one and two blocks per
+//!    pipeline stage, and each of its axis orders and schedules is priced at both depths;
+//!    the full depth's step time and peak memory are extrapolated along the line through
+//!    them (identical blocks add identical time and memory). A family over the memory
+//!    budget escalates (more micro-batches, then recomputation) before it is dropped.
+//! 2. **Price exactly** the fastest screened candidates at the full depth, as
+//!    `shardlab cost` would, and rank them; the winner is the fastest that fits.
+//!
+//! Why not an ILP: with the layer classes' strategies fixed per mesh (every block the same,
+//! no layout conflicts between classes, so no reshard edges to weigh) the choices left are
+//! few and discrete, and the cost model (a simulated step, a pipeline laid out in time) is
+//! not linear. Enumerating with the real model is exact where an ILP would need a linear
+//! surrogate of it; `tests/suggest.rs` checks the pruned search against brute force over
+//! the unpruned space on small cases.
+
+pub mod evaluate;
+pub mod identify;
+pub mod reason;
+pub mod report;
+mod screen;
+pub mod space;
+
+use evaluate::{terms, Planned, Point, Problem, Terms};
+use space::{Axis, Candidate, Family};
+
+pub use evaluate::candidate_plan;
+
+/// Why a search could not run or found nothing.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SuggestError {
+    #[error("no way to lay {model} out on {devices} devices: {why}")]
+    NoCandidates {
+        model: &'static str,
+        devices: usize,
+        why: String,
+    },
+    #[error(
+        "no plan fits in {budget} per device: the smallest peak found is {smallest} ({plan}); \
+         raise --memory or add devices"
+    )]
+    OverBudget {
+        budget: String,
+        smallest: String,
+        plan: String,
+    },
+    #[error("{0}")]
+    Plan(String),
+}
+
+/// One row of the table: a candidate (or the user's plan) priced at full depth.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// `None`: the user's own plan.
+    pub candidate: Option<Candidate>,
+    pub terms: Terms,
+    pub fits: bool,
+}
+
+/// Counts that say how much was searched.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Families screened (each planned once or twice).
+    pub families: usize,
+    /// Candidates priced while screening.
+    pub screened: usize,
+    /// Families that exceeded the budget and were re-tried with more micro-batches or
+    /// recomputation.
+    pub escalations: usize,
+    /// Screened candidates over the memory budget.
+    pub over_budget: usize,
+    /// Candidates the planner or cost model refused (with the first reason).
+    pub refused: usize,
+    pub first_refusal: Option<String>,
+    /// Candidates priced exactly at full depth.
+    pub exact: usize,
+    /// Families dropped by the bound: their step time's lower bound exceeds what the
+    /// finalists need.
+    pub bounded: usize,
+}
+
+/// The search's answer.
+#[derive(Clone, Debug)]
+pub struct Suggestion {
+    pub winner: Row,
+    /// The winner's plan at full size.
+    pub plan: crate::plan::Plan,
+    /// The fastest candidates that fit, fastest first (the winner first), at most `top`.
+    pub table: Vec<Row>,
+    /// The user's plan, priced the same way, if given.
+    pub mine: Option<Row>,
+    /// Why the winner beats the runner-up (or the user's plan), from the cost terms.
+    pub reason: String,
+    pub stats: Stats,
+}
+
+/// A screened candidate: its extrapolated point.
+#[derive(Clone, Debug)]
+struct Screened {
+    family: Family,
+    candidate: Candidate,
+    point: Point,
+}
+
+/// A search in progress, advanced a step at a time (the browser runs it in chunks).
+pub struct Search {
+    problem: Problem,
+    top: usize,
+    families: Vec<Family>,
+    next: usize,
+    screened: Vec<Screened>,
+    /// The screened step times that fit, ascending (for the bound).
+    fitting: Vec<f64>,
+    stats: Stats,
+    mine: Option<crate::plan::Plan>,
+}
+
+/// How many families are screened at once: one per core natively, one in the browser
+/// (which runs the search in chunks between frames).
+fn workers() -> usize {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        1
+    }
+}
+
+/// The finalists priced exactly beyond the table's `top` (the screen's extrapolation can
+/// misorder near-ties).
+const SPARE_FINALISTS: usize = 4;
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.families += o.families;
+        self.screened += o.screened;
+        self.escalations += o.escalations;
+        self.over_budget += o.over_budget;
+        self.refused += o.refused;
+        self.exact += o.exact;
+        self.bounded += o.bounded;
+        if self.first_refusal.is_none() {
+            self.first_refusal.clone_from(&o.first_refusal);
+        }
+    }
+}
+
+impl Search {
+    /// A search of the pruned space; `mine` is the user's plan to price beside it.
+    pub fn new(
+        problem: Problem,
+        top: usize,
+        mine: Option<crate::plan::Plan>,
+    ) -> Result<Search, SuggestError> {
+        let devices = problem.devices;
+        let mut families = space::families(problem.model, &problem.config, devices, true);
+        // Plain plans first: they are often good, and a good threshold early bounds more.
+        families.sort_by_key(|f| {
+            (
+                f.mesh.axes.len(),
+                f.mesh.size(Axis::Pp),
+                f.zero,
+                f.micro_batches,
+            )
+        });
+        if families.is_empty() {
+            return Err(SuggestError::NoCandidates {
+                model: problem.model.name(),
+                devices,
+                why: format!(
+                    "no factorisation of {devices} into pp × dp × mp divides the model's sizes \
+                     (batch {}, heads {}, hidden {}, layers {})",
+                    problem.config.batch,
+                    problem.config.heads,
+                    problem.config.hidden,
+                    problem.config.layers
+                ),
+            });
+        }
+        Ok(Search {
+            problem,
+            top: top.max(1),
+            families,
+            next: 0,
+            screened: Vec::new(),
+            fitting: Vec::new(),
+            stats: Stats::default(),
+            mine,
+        })
+    }
+
+    /// Work units done and in all (one per family; the exact pass is the last unit).
+    pub fn progress(&self) -> (usize, usize) {
+        (self.next, self.families.len() + 1)
+    }
+
+    /// Screens the next family; after the last, prices the finalists and answers.
+    pub fn step(&mut self) -> Option<Result<Suggestion, SuggestError>> {
+        if self.next < self.families.len() {
+            let to = (self.next + workers()).min(self.families.len());
+            let chunk: Vec<Family> = self.families[self.next..to].to_vec();
+            self.next = to;
+            for (points, stats) in self.screen_chunk(chunk) {
+                self.stats.add(&stats);
+                self.keep(points);
+            }
+            return None;
+        }
+        Some(self.finish())
+    }
+
+    /// Screens families against the current threshold, one per worker thread natively.
+    fn screen_chunk(&self, chunk: Vec<Family>) -> Vec<(Vec<Screened>, Stats)> {
+        let (problem, threshold) = (&self.problem, self.threshold());
+        let one = move |f: Family| {
+            let mut s = screen::Screener {
+                problem,
+                threshold,
+                stats: Stats::default(),
+            };
+            let points = s.screen(f);
+            (points, s.stats)
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        if chunk.len() > 1 {
+            return std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .into_iter()
+                    .map(|f| scope.spawn(move || one(f)))
+                    .collect();
+                handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            });
+        }
+        chunk.into_iter().map(one).collect()
+    }
+
+    /// Runs the search to the end, reporting progress after each unit.
+    pub fn run(
+        mut self,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<Suggestion, SuggestError> {
+        loop {
+            if let Some(done) = self.step() {
+                return done;
+            }
+            let (d, t) = self.progress();
+            progress(d, t);
+        }
+    }
+
+    fn refuse(&mut self, why: String, count: usize) {
+        self.stats.refused += count;
+        if self.stats.first_refusal.is_none() {
+            self.stats.first_refusal = Some(why);
+        }
+    }
+
+    fn keep(&mut self, points: Vec<Screened>) {
+        for s in points {
+            if s.point.peak_bytes > self.problem.budget_bytes {
+                self.stats.over_budget += 1;
+            } else {
+                let at = self.fitting.partition_point(|&t| t <= s.point.step_s);
+                self.fitting.insert(at, s.point.step_s);
+            }
+            self.screened.push(s);
+        }
+    }
+
+    /// The step time a family must beat to reach the finalists: the slowest of the fastest
+    /// `top + SPARE_FINALISTS` screened candidates that fit (infinite until there are
+    /// that many).
+    fn threshold(&self) -> f64 {
+        let k = self.top + SPARE_FINALISTS;
+        if self.fitting.len() < k {
+            return f64::INFINITY;
+        }
+        self.fitting[k - 1]
+    }
+
+    /// Prices `finalists` exactly at the full depth, one planning per family.
+    fn price_exactly(&mut self, finalists: &[Screened]) -> Vec<Row> {
+        let mut rows = Vec::new();
+        let mut by_family: Vec<(Family, Vec<&Screened>)> = Vec::new();
+        for s in finalists {
+            match by_family.iter_mut().find(|(f, _)| *f == s.family) {
+                Some((_, v)) => v.push(s),
+                None => by_family.push((s.family.clone(), vec![s])),
+            }
+        }
+        let layers = self.problem.config.layers;
+        for (family, members) in by_family {
+            let mut planned = match Planned::new(&self.problem, &family, layers) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.refuse(e, members.len());
+                    continue;
+                }
+            };
+            for s in members {
+                match planned.estimate(&self.problem, &s.candidate.mesh, s.candidate.schedule) {
+                    Ok(e) => {
+                        self.stats.exact += 1;
+                        let t = terms(&planned.pipeline, &e);
+                        rows.push(Row {
+                            fits: t.peak_bytes <= self.problem.budget_bytes,
+                            candidate: Some(s.candidate.clone()),
+                            terms: t,
+                        });
+                    }
+                    Err(e) => self.refuse(e, 1),
+                }
+            }
+        }
+        rows
+    }
+
+    /// The user's plan priced as a row.
+    fn price_mine(&mut self) -> Option<Row> {
+        let plan = self.mine.clone()?;
+        let pipeline = crate::passes::pipeline::run_pipeline(
+            &plan,
+            &crate::passes::pipeline::PipelineOptions::from_plan(&plan.options),
+        )
+        .ok()?;
+        let opts = crate::cost::estimate::CostOptions {
+            mixed_precision: plan.options.amp,
+            overlap_grad_sync: false,
+        };
+        let e = crate::cost::estimate::estimate(
+            &pipeline,
+            &self.problem.topology,
+            self.problem.dtype,
+            opts,
+        )
+        .ok()?;
+        let t = terms(&pipeline, &e);
+        Some(Row {
+            candidate: None,
+            fits: t.peak_bytes <= self.problem.budget_bytes,
+            terms: t,
+        })
+    }
+
+    fn finish(&mut self) -> Result<Suggestion, SuggestError> {
+        let budget = self.problem.budget_bytes;
+        let mut fitting: Vec<Screened> = self
+            .screened
+            .iter()
+            .filter(|s| s.point.peak_bytes <= budget)
+            .cloned()
+            .collect();
+        fitting.sort_by(|a, b| a.point.step_s.total_cmp(&b.point.step_s));
+        let mut rows: Vec<Row> = Vec::new();
+        let batch = self.top + SPARE_FINALISTS;
+        let mut from = 0;
+        // Price batches of finalists until `top` fit exactly (or none are left).
+        while from < fitting.len() && rows.iter().filter(|r| r.fits).count() < self.top.max(2) {
+            let to = (from + batch).min(fitting.len());
+            let priced = self.price_exactly(&fitting[from..to]);
+            rows.extend(priced);
+            from = to;
+        }
+        let rows = rank_rows(rows);
+        let mine = self.price_mine();
+        let table: Vec<Row> = rows
+            .iter()
+            .filter(|r| r.fits)
+            .take(self.top.max(2))
+            .cloned()
+            .collect();
+        let Some(winner) = table.first().cloned() else {
+            return Err(self.over_budget());
+        };
+        let runner = runner_up(&winner, rows.iter().filter(|r| r.fits));
+        let Some(candidate) = winner.candidate.clone() else {
+            return Err(SuggestError::Plan("the winner has no candidate".into()));
+        };
+        let plan = candidate_plan(&self.problem, &candidate, self.problem.config.layers)
+            .map_err(SuggestError::Plan)?;
+        let reason = reason::reason(&self.problem, &winner, runner.as_ref(), mine.as_ref());
+        let table = table.into_iter().take(self.top).collect();
+        Ok(Suggestion {
+            winner,
+            plan,
+            table,
+            mine,
+            reason,
+            stats: self.stats.clone(),
+        })
+    }
+
+    fn over_budget(&self) -> SuggestError {
+        let human = report::human_bytes;
+        let smallest = self
+            .screened
+            .iter()
+            .min_by(|a, b| a.point.peak_bytes.total_cmp(&b.point.peak_bytes));
+        match smallest {
+            Some(s) => SuggestError::OverBudget {
+                budget: human(self.problem.budget_bytes),
+                smallest: human(s.point.peak_bytes),
+                plan: report::describe(self.problem.model, &s.candidate),
+            },
+            None => SuggestError::NoCandidates {
+                model: self.problem.model.name(),
+                devices: self.problem.devices,
+                why: self
+                    .stats
+                    .first_refusal
+                    .clone()
+                    .unwrap_or_else(|| "every candidate was refused".into()),
+            },
+        }
+    }
+}
+
+/// Searches the pruned space to the end.
+pub fn suggest(
+    problem: Problem,
+    top: usize,
+    mine: Option<crate::plan::Plan>,
+    progress: impl FnMut(usize, usize),
+) -> Result<Suggestion, SuggestError> {
+    Search::new(problem, top, mine)?.run(progress)
+}
+
+/// Every point of the unpruned space priced exactly at full depth (no screening, no
+/// escalation): the reference the search is checked against on small cases.
+pub fn brute_force(problem: &Problem) -> Vec<Row> {
+    let devices = problem.devices;
+    let mut rows = Vec::new();
+    for family in space::families(problem.model, &problem.config, devices, false) {
+        let Ok(mut planned) = Planned::new(problem, &family, problem.config.layers) else {
+            continue;
+        };
+        for order in space::axis_orders(&family) {
+            for schedule in space::schedules(&family, false) {
+                if let Ok(e) = planned.estimate(problem, &order, schedule) {
+                    let t = terms(&planned.pipeline, &e);
+                    rows.push(Row {
+                        fits: t.peak_bytes <= problem.budget_bytes,
+                        candidate: Some(family.candidate(order.clone(), schedule)),
+                        terms: t,
+                    });
+                }
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.terms.step_s.total_cmp(&b.terms.step_s));
+    rows
+}
+
+/// Two step times equal up to rounding.
+fn tied(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+/// How plain a candidate is, plainest first: fewer mesh axes, lower ZeRO stage, fewer
+/// micro-batches, no recomputation, 1F1B before ZB-H1, the canonical axis order.
+fn plainness(c: &Option<Candidate>) -> (usize, u8, usize, usize, bool, bool) {
+    match c {
+        None => (usize::MAX, 0, 0, 0, true, true),
+        Some(c) => (
+            c.mesh.axes.len(),
+            c.zero,
+            c.micro_batches,
+            space::RECOMPUTE_LADDER
+                .iter()
+                .position(|&r| r == c.recompute)
+                .unwrap_or(0),
+            c.schedule == crate::plan::ScheduleKind::ZbH1,
+            c.mesh.canonical() != c.mesh,
+        ),
+    }
+}
+
+/// Rows fastest first, ties broken towards the plainer plan, and rows that differ from a
+/// faster-or-equal one only in axis order or schedule at the same time dropped.
+fn rank_rows(mut rows: Vec<Row>) -> Vec<Row> {
+    rows.sort_by(|a, b| {
+        if tied(a.terms.step_s, b.terms.step_s) {
+            plainness(&a.candidate).cmp(&plainness(&b.candidate))
+        } else {
+            a.terms.step_s.total_cmp(&b.terms.step_s)
+        }
+    });
+    let mut kept: Vec<Row> = Vec::new();
+    for r in rows {
+        let same = kept.iter().any(|k| match (&k.candidate, &r.candidate) {
+            (Some(a), Some(b)) => {
+                tied(k.terms.step_s, r.terms.step_s)
+                    && a.mesh.canonical() == b.mesh.canonical()
+                    && Candidate {
+                        mesh: b.mesh.clone(),
+                        schedule: b.schedule,
+                        ..a.clone()
+                    } == *b
+            }
+            _ => false,
+        });
+        if !same {
+            kept.push(r);
+        }
+    }
+    kept
+}
+
+/// The best row that differs from the winner in its mesh's shape or its layer strategy
+/// (so the reason is about a different plan, not a ZeRO stage at the same time), else the
+/// next row.
+fn runner_up<'a>(winner: &Row, rows: impl Iterator<Item = &'a Row> + Clone) -> Option<Row> {
+    let w = winner.candidate.as_ref()?;
+    let differs = |r: &&Row| {
+        r.candidate.as_ref().is_some_and(|c| {
+            c.mesh.canonical() != w.mesh.canonical() || c.vocab_parallel != w.vocab_parallel
+        })
+    };
+    rows.clone()
+        .find(differs)
+        .or_else(|| rows.skip(1).next())
+        .cloned()
+}
