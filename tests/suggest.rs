@@ -76,6 +76,30 @@ fn plain(mesh: Vec<(Axis, usize)>, micro_batches: usize) -> Candidate {
     }
 }
 
+/// The reason names the term that saves the most time against the runner-up, read from
+/// their cost terms.
+fn assert_decisive_term_named(s: &Suggestion) {
+    let r = s.runner_up.as_ref().expect("a runner-up");
+    let (w, r) = (&s.winner.terms, &r.terms);
+    let savings = [
+        ("communication", r.comm_total() - w.comm_total()),
+        ("compute", r.compute_s - w.compute_s),
+        ("pipeline bubble", r.bubble_s - w.bubble_s),
+    ];
+    let (name, saved) = savings
+        .iter()
+        .copied()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("three terms");
+    assert!(saved > 0.0);
+    let expected = format!("less {name}");
+    assert!(
+        s.reason.contains(&expected),
+        "expected `{expected}` in: {}",
+        s.reason
+    );
+}
+
 fn winner(s: &Suggestion) -> &Candidate {
     s.winner
         .candidate
@@ -83,14 +107,10 @@ fn winner(s: &Suggestion) -> &Candidate {
         .expect("the winner is a candidate")
 }
 
-#[test]
-fn the_search_finds_the_brute_force_optimum_on_small_cases() {
-    let small = ModelConfig {
-        layers: 4,
-        batch: 8,
-        ..Model::Gpt.default_config()
-    };
-    let ample = problem(Model::Gpt, small.clone(), "h100x8x2", 4, 80e9);
+/// The search's winner against the fastest fitting point of the unpruned space, with the
+/// budget ample and then tight (30% of the way from the smallest peak to the largest).
+fn matches_brute_force(model: Model, small: ModelConfig, topology: &str, devices: usize) {
+    let ample = problem(model, small, topology, devices, 80e9);
     // Tight: below the peak of every plan without micro-batches or recomputation on 1
     // device, so escalation and ZeRO matter.
     let rows = brute_force(&ample);
@@ -106,7 +126,7 @@ fn the_search_finds_the_brute_force_optimum_on_small_cases() {
         budget_bytes: lo + 0.3 * (hi - lo),
         ..ample.clone()
     };
-    for p in [ample, tight] {
+    for (i, p) in [ample, tight].into_iter().enumerate() {
         let best = brute_force(&p)
             .into_iter()
             .find(|r| r.fits)
@@ -121,7 +141,31 @@ fn the_search_finds_the_brute_force_optimum_on_small_cases() {
             best.terms.step_s
         );
         assert!(s.winner.terms.peak_bytes <= p.budget_bytes);
+        if i == 1 {
+            assert!(
+                s.stats.escalations > 0,
+                "the tight budget escalates: {:?}",
+                s.stats
+            );
+        }
     }
+}
+
+#[test]
+fn the_search_finds_the_brute_force_optimum_on_small_cases() {
+    let gpt = ModelConfig {
+        layers: 4,
+        batch: 8,
+        ..Model::Gpt.default_config()
+    };
+    matches_brute_force(Model::Gpt, gpt, "h100x8x2", 4);
+    let lm = ModelConfig {
+        layers: 4,
+        batch: 8,
+        vocab: 512,
+        ..Model::EmbeddingLm.default_config()
+    };
+    matches_brute_force(Model::EmbeddingLm, lm, "h100x8", 4);
 }
 
 #[test]
@@ -148,22 +192,33 @@ fn one_node_gpt3_1_3b_uses_data_parallelism_and_beats_the_pure_plans() {
         }
         assert!(s.winner.terms.step_s <= best, "{mesh:?}: {best} s");
     }
-    // The reason names the term that decided, from the numbers.
-    assert!(s.reason.contains("less communication"), "{}", s.reason);
+    assert_decisive_term_named(&s);
 }
 
 #[test]
 fn across_nodes_tensor_parallelism_stays_inside_a_node() {
     let p = problem(Model::EmbeddingLm, gpt3_1_3b(), "h100x8x4", 32, 80e9);
     let s = run(&p);
+    // Whatever wins, no listed plan runs its tensor-parallel groups across nodes, and an
+    // axis that spans the nodes is the pipeline or the batch.
     for row in &s.table {
         let c = row.candidate.as_ref().expect("candidate");
-        assert!(
-            tensor_parallel_inside_node(&p.topology, c),
-            "{:?} puts tensor parallelism across nodes",
-            c.mesh
-        );
+        assert!(tensor_parallel_inside_node(&p.topology, c), "{:?}", c.mesh);
     }
+    // With a batch of 4 on 32 devices tensor parallelism is forced (mp ≥ 4): every order
+    // of the axes is priced, and the winner keeps mp inside the NVLink node.
+    let forced = ModelConfig {
+        layers: 2,
+        batch: 4,
+        ..gpt3_1_3b()
+    };
+    let p = problem(Model::EmbeddingLm, forced, "h100x8x4", 32, 80e9);
+    let s = run(&p);
+    let w = winner(&s);
+    assert!(w.mesh.size(Axis::Mp) >= 4, "{:?}", w.mesh);
+    assert!(tensor_parallel_inside_node(&p.topology, w), "{:?}", w.mesh);
+    let inner = w.mesh.axes.last().map(|&(a, _)| a);
+    assert_eq!(inner, Some(Axis::Mp), "{:?}", w.mesh);
 }
 
 #[test]
@@ -185,6 +240,7 @@ fn a_budget_the_replicated_optimizer_state_exceeds_makes_the_winner_shard_it() {
         w
     );
     assert!(s.winner.terms.peak_bytes <= p.budget_bytes);
+    assert_decisive_term_named(&s);
 }
 
 #[test]

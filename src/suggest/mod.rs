@@ -92,6 +92,9 @@ pub struct Suggestion {
     pub plan: crate::plan::Plan,
     /// The fastest candidates that fit, fastest first (the winner first), at most `top`.
     pub table: Vec<Row>,
+    /// The best priced plan that differs from the winner in mesh shape or strategy (the
+    /// one the reason compares with), else the next fastest.
+    pub runner_up: Option<Row>,
     /// The user's plan, priced the same way, if given.
     pub mine: Option<Row>,
     /// Why the winner beats the runner-up (or the user's plan), from the cost terms.
@@ -368,7 +371,28 @@ impl Search {
             rows.extend(priced);
             from = to;
         }
-        let rows = rank_rows(rows);
+        let mut rows = rank_rows(rows);
+        // The reason compares the winner with a different plan: price the best screened
+        // one whose mesh shape or strategy differs if no finalist does.
+        if let Some(w) = rows
+            .iter()
+            .find(|r| r.fits)
+            .and_then(|r| r.candidate.clone())
+        {
+            let differs = |c: &Candidate| {
+                c.mesh.canonical() != w.mesh.canonical() || c.vocab_parallel != w.vocab_parallel
+            };
+            let priced = rows
+                .iter()
+                .any(|r| r.fits && r.candidate.as_ref().is_some_and(differs));
+            if !priced {
+                if let Some(next) = fitting.iter().find(|s| differs(&s.candidate)).cloned() {
+                    let extra = self.price_exactly(std::slice::from_ref(&next));
+                    rows.extend(extra);
+                    rows = rank_rows(rows);
+                }
+            }
+        }
         let mine = self.price_mine();
         let table: Vec<Row> = rows
             .iter()
@@ -380,17 +404,18 @@ impl Search {
             return Err(self.over_budget());
         };
         let runner = runner_up(&winner, rows.iter().filter(|r| r.fits));
+        let table: Vec<Row> = table.into_iter().take(self.top).collect();
         let Some(candidate) = winner.candidate.clone() else {
             return Err(SuggestError::Plan("the winner has no candidate".into()));
         };
         let plan = candidate_plan(&self.problem, &candidate, self.problem.config.layers)
             .map_err(SuggestError::Plan)?;
         let reason = reason::reason(&self.problem, &winner, runner.as_ref(), mine.as_ref());
-        let table = table.into_iter().take(self.top).collect();
         Ok(Suggestion {
             winner,
             plan,
             table,
+            runner_up: runner,
             mine,
             reason,
             stats: self.stats.clone(),

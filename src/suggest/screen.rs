@@ -30,10 +30,72 @@ impl Screener<'_> {
         let Some(first) = self.screen_family(&family) else {
             return Vec::new();
         };
+        if family.mesh.size(Axis::Pp) > 1 {
+            return self.escalate_schedules(&family, first);
+        }
         if self.fits(&first) {
             return first;
         }
         self.escalate(&family).unwrap_or(first)
+    }
+
+    /// A pipelined family escalated schedule by schedule: a schedule none of whose orders
+    /// fit is tried with the next recomputation mode (the micro-batch count is the
+    /// family's), and keeps the points of the first mode that fits.
+    fn escalate_schedules(&mut self, f: &Family, first: Vec<Screened>) -> Vec<Screened> {
+        let budget = self.problem.budget_bytes;
+        let unfit = |points: &[Screened], s: crate::plan::ScheduleKind| {
+            !points
+                .iter()
+                .any(|p| p.candidate.schedule == s && p.point.peak_bytes <= budget)
+        };
+        let mut waiting: Vec<crate::plan::ScheduleKind> = space::schedules(f, true)
+            .into_iter()
+            .filter(|&s| unfit(&first, s))
+            .collect();
+        let (mut last, mut out): (Vec<Screened>, Vec<Screened>) = first
+            .into_iter()
+            .partition(|p| waiting.contains(&p.candidate.schedule));
+        let modes = if space::recomputes(self.problem.model) {
+            &space::RECOMPUTE_LADDER[..]
+        } else {
+            &[]
+        };
+        let from = modes
+            .iter()
+            .position(|&r| r == f.recompute)
+            .map_or(modes.len(), |i| i + 1);
+        for &recompute in &modes[from..] {
+            if waiting.is_empty() {
+                break;
+            }
+            self.stats.escalations += 1;
+            let Some(points) = self.screen_family(&Family {
+                recompute,
+                ..f.clone()
+            }) else {
+                break;
+            };
+            let fitted: Vec<_> = waiting
+                .iter()
+                .copied()
+                .filter(|&s| !unfit(&points, s))
+                .collect();
+            waiting.retain(|s| !fitted.contains(s));
+            last = points
+                .iter()
+                .filter(|p| waiting.contains(&p.candidate.schedule))
+                .cloned()
+                .collect();
+            out.extend(
+                points
+                    .into_iter()
+                    .filter(|p| fitted.contains(&p.candidate.schedule)),
+            );
+        }
+        // Schedules that never fit keep their last (most economical) points, over budget.
+        out.extend(last);
+        out
     }
 
     fn fits(&self, points: &[Screened]) -> bool {

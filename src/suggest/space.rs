@@ -11,7 +11,8 @@
 //!   parallel); the embedding and LM head of `embedding_lm` vocab parallel over `mp` or
 //!   replicated; the batch split over `dp`;
 //! - the ZeRO stage (0 to 3, with `dp` > 1);
-//! - micro-batches and, with `pp` > 1, the schedule (1F1B or ZB-H1);
+//! - micro-batches and, with `pp` > 1, the schedule (GPipe, 1F1B or ZB-H1: GPipe holds
+//!   every micro-batch's activations but its all-forwards-first order can finish sooner);
 //! - activation recomputation (off, selective, full).
 //!
 //! Pruned (the space `all` keeps them, for the brute-force check):
@@ -19,8 +20,9 @@
 //!   replicated blocks on an `mp` axis repeat the same work on `mp` devices;
 //! - Megatron sums off: the sums drop two of a layer's four backward all-reduces and change
 //!   nothing else, so they are never slower;
-//! - GPipe (`fthenb`): the same bubble as 1F1B with every micro-batch's activations held;
 //! - interleaved 1F1B (`vpp`) and the paper's ZB-H1 order: not searched;
+//! - without `pp`, micro-batches accumulate in 1F1B's order (F B F B), not GPipe's, which
+//!   holds every micro-batch's activations for the same time;
 //! - without `pp`, more micro-batches only when fewer exceed the memory budget
 //!   (accumulation adds per-micro-batch overhead and saves only activation memory);
 //! - recomputation only when the same plan without it exceeds the budget (it adds compute);
@@ -164,7 +166,7 @@ impl Candidate {
                 out.push(input);
                 if mp {
                     out.extend(crate::models::scenarios::megatron_shards(layers, "mp"));
-                    if self.vocab_parallel {
+                    if self.vocab_parallel && model == Model::EmbeddingLm {
                         out.push("wte=mp,-".into());
                         out.push("lm_head.w=-,mp".into());
                     }
@@ -342,8 +344,8 @@ pub fn families(model: Model, cfg: &ModelConfig, devices: usize, pruned: bool) -
     out
 }
 
-/// The schedules tried for a family (`pruned`: 1F1B and ZB-H1 with a pipeline, 1F1B's
-/// one-stage order for gradient accumulation).
+/// The schedules tried for a family: GPipe, 1F1B and ZB-H1 with a pipeline; without one,
+/// 1F1B's one-stage order for gradient accumulation (`pruned`) or both orders.
 pub fn schedules(family: &Family, pruned: bool) -> Vec<ScheduleKind> {
     if family.mesh.size(Axis::Pp) == 1 {
         // One stage: several micro-batches accumulate one after another (F B F B); GPipe's
@@ -354,15 +356,11 @@ pub fn schedules(family: &Family, pruned: bool) -> Vec<ScheduleKind> {
             (true, false) => vec![ScheduleKind::OneFOneB, ScheduleKind::FThenB],
         };
     }
-    if pruned {
-        vec![ScheduleKind::OneFOneB, ScheduleKind::ZbH1]
-    } else {
-        vec![
-            ScheduleKind::FThenB,
-            ScheduleKind::OneFOneB,
-            ScheduleKind::ZbH1,
-        ]
-    }
+    vec![
+        ScheduleKind::FThenB,
+        ScheduleKind::OneFOneB,
+        ScheduleKind::ZbH1,
+    ]
 }
 
 /// The axis orders of a family's mesh.
