@@ -166,6 +166,14 @@ fn the_search_finds_the_brute_force_optimum_on_small_cases() {
         ..Model::EmbeddingLm.default_config()
     };
     matches_brute_force(Model::EmbeddingLm, lm, "h100x8", 4);
+    // Nine blocks: no pipeline divides them on 4 devices, so every family is screened by
+    // extrapolation from one and two blocks and bounded from the first.
+    let deep = ModelConfig {
+        layers: 9,
+        batch: 8,
+        ..Model::Gpt.default_config()
+    };
+    matches_brute_force(Model::Gpt, deep, "h100x8x2", 4);
 }
 
 #[test]

@@ -222,10 +222,13 @@ impl Search {
     /// Screens families against the current threshold, one per worker thread natively.
     fn screen_chunk(&self, chunk: Vec<Family>) -> Vec<(Vec<Screened>, Stats)> {
         let (problem, threshold) = (&self.problem, self.threshold());
+        let other = self.runner_up_threshold();
+        let other = &other;
         let one = move |f: Family| {
             let mut s = screen::Screener {
                 problem,
                 threshold,
+                other: other.clone(),
                 stats: Stats::default(),
             };
             let points = s.screen(f);
@@ -280,6 +283,24 @@ impl Search {
     /// The step time a family must beat to reach the finalists: the slowest of the fastest
     /// `top + SPARE_FINALISTS` screened candidates that fit (infinite until there are
     /// that many).
+    /// The leader's shape and the fastest fitting screened step of another shape.
+    fn runner_up_threshold(&self) -> Option<(Shape, f64)> {
+        let budget = self.problem.budget_bytes;
+        let fits = self
+            .screened
+            .iter()
+            .filter(|s| s.point.peak_bytes <= budget);
+        let leader = fits
+            .clone()
+            .min_by(|a, b| a.point.step_s.total_cmp(&b.point.step_s))?;
+        let shape = shape_of(&leader.candidate);
+        let other = fits
+            .filter(|s| shape_of(&s.candidate) != shape)
+            .map(|s| s.point.step_s)
+            .fold(f64::INFINITY, f64::min);
+        Some((shape, other))
+    }
+
     fn threshold(&self) -> f64 {
         let k = self.top + SPARE_FINALISTS;
         if self.fitting.len() < k {
@@ -536,6 +557,14 @@ fn rank_rows(mut rows: Vec<Row>) -> Vec<Row> {
         }
     }
     kept
+}
+
+/// What makes two plans different plans for the reason: the mesh's shape (its axes and
+/// sizes, in any order) and whether the embedding and head are vocab parallel.
+pub(crate) type Shape = (space::MeshShape, bool);
+
+pub(crate) fn shape_of(c: &Candidate) -> Shape {
+    (c.mesh.canonical(), c.vocab_parallel)
 }
 
 /// The best row that differs from the winner in its mesh's shape or its layer strategy

@@ -12,6 +12,9 @@ pub(super) struct Screener<'a> {
     pub problem: &'a Problem,
     /// The step time a family must beat to reach the finalists.
     pub threshold: f64,
+    /// The leader's plan shape (canonical mesh, vocab parallel) and the step time a family
+    /// of another shape must beat to be the runner-up the reason compares with.
+    pub other: Option<(super::Shape, f64)>,
     pub stats: Stats,
 }
 
@@ -36,7 +39,12 @@ impl Screener<'_> {
         if self.fits(&first) {
             return first;
         }
-        self.escalate(&family).unwrap_or(first)
+        let escalated = self.escalate(&family);
+        if escalated.is_empty() {
+            first
+        } else {
+            escalated
+        }
     }
 
     /// A pipelined family escalated schedule by schedule: a schedule none of whose orders
@@ -117,54 +125,72 @@ impl Screener<'_> {
         }
     }
 
-    /// The cheapest escalation of `f` that fits, if any.
-    fn escalate(&mut self, f: &Family) -> Option<Vec<Screened>> {
-        let ladder = if f.mesh.size(Axis::Pp) == 1 {
-            space::micro_batch_ladder(self.problem.config.batch, f.mesh.size(Axis::Dp), 1)
-        } else {
-            vec![f.micro_batches]
-        };
+    /// A family without a pipeline that exceeds the budget, escalated: for each
+    /// recomputation mode, the fewest micro-batches that fit (memory falls as either
+    /// rises, so by bisection). Neither dominates the other, so each mode's answer is kept;
+    /// a mode is only searched below the micro-batches an earlier mode needed (with as many
+    /// or more it would be slower). A point cut by the bound cuts the larger counts too.
+    fn escalate(&mut self, f: &Family) -> Vec<Screened> {
+        let ladder = space::micro_batch_ladder(self.problem.config.batch, f.mesh.size(Axis::Dp), 1);
         let modes: &[crate::plan::Recompute] = if space::recomputes(self.problem.model) {
             &space::RECOMPUTE_LADDER
         } else {
             &[crate::plan::Recompute::Off]
         };
-        let most = *ladder.last()?;
+        let mut out = Vec::new();
+        let mut limit = ladder.len();
         for &recompute in modes {
-            let at = |m: usize| Family {
-                micro_batches: m,
+            if limit == 0 {
+                break;
+            }
+            let at = |i: usize| Family {
+                micro_batches: ladder[i],
                 recompute,
                 ..f.clone()
             };
-            if at(most) == *f {
+            // Bisect for the fewest micro-batches that fit. A probe answers fits (`true`),
+            // over budget (`false`) or cut by the bound (`None`: it and larger counts
+            // cannot reach the finalists, so they count as "stop looking higher").
+            let mut seen: Vec<(usize, Option<bool>)> = Vec::new();
+            let mut best: Option<(usize, Vec<Screened>)> = None;
+            let mut probe = |this: &mut Self, i: usize| -> Option<bool> {
+                if let Some(&(_, r)) = seen.iter().find(|(j, _)| *j == i) {
+                    return r;
+                }
+                let fam = at(i);
+                let r = if fam == *f {
+                    Some(false)
+                } else {
+                    this.stats.escalations += 1;
+                    this.screen_family(&fam).map(|points| {
+                        let fits = this.fits(&points);
+                        if fits && best.as_ref().is_none_or(|(b, _)| i < *b) {
+                            best = Some((i, points));
+                        }
+                        fits
+                    })
+                };
+                seen.push((i, r));
+                r
+            };
+            let (mut lo, mut hi) = (0, limit - 1);
+            if probe(self, hi) == Some(false) {
                 continue;
             }
-            self.stats.escalations += 1;
-            let top = self.screen_family(&at(most))?;
-            if !self.fits(&top) {
-                continue;
-            }
-            // Bisect the ladder for the fewest micro-batches that fit.
-            let (mut lo, mut hi, mut best) = (0, ladder.len() - 1, top);
             while lo < hi {
                 let mid = (lo + hi) / 2;
-                let fam = at(ladder[mid]);
-                if fam == *f {
-                    lo = mid + 1;
-                    continue;
-                }
-                self.stats.escalations += 1;
-                match self.screen_family(&fam) {
-                    Some(points) if self.fits(&points) => {
-                        best = points;
-                        hi = mid;
-                    }
-                    Some(_) | None => lo = mid + 1,
+                match probe(self, mid) {
+                    Some(false) => lo = mid + 1,
+                    Some(true) | None => hi = mid,
                 }
             }
-            return Some(best);
+            probe(self, hi);
+            if let Some((i, points)) = best {
+                out.extend(points);
+                limit = i;
+            }
         }
-        None
+        out
     }
 
     /// Every order and schedule of a family, at the full depth (exact) or extrapolated.
@@ -190,20 +216,32 @@ impl Screener<'_> {
                             step_s: e.step_s(),
                             peak_bytes: evaluate::peak_bytes(&e),
                         };
-                        bound = bound.min(if d == per_stage {
-                            point.step_s
-                        } else {
-                            evaluate::lower_bound(&planned.pipeline, &e, per_stage)
-                        });
+                        // The bound is taken from the first depth only: exact at the full
+                        // depth, else from one block per stage (what `lower_bound` reads).
+                        if d == per_stage {
+                            bound = bound.min(point.step_s);
+                        } else if d == 1 {
+                            bound =
+                                bound.min(evaluate::lower_bound(&planned.pipeline, &e, per_stage));
+                        }
                         points.insert((o, s), point);
                     }
                     Err(e) => self.refuse(e, 1),
                 }
             }
             at_depth.push(points);
+            if bound.is_infinite() {
+                continue;
+            }
             // Bounded out: no order or schedule of this family (nor its escalations, which
             // are never faster) can reach the finalists.
-            if bound > self.threshold {
+            let runner_up = self.other.as_ref().is_some_and(|(leader, t)| {
+                super::shape_of(
+                    &family.candidate(family.mesh.clone(), crate::plan::ScheduleKind::FThenB),
+                ) != *leader
+                    && bound <= *t
+            });
+            if bound > self.threshold && !runner_up {
                 self.stats.bounded += 1;
                 return Ok(None);
             }
