@@ -121,6 +121,67 @@ impl Planned {
         orders: &[MeshShape],
         schedules: &[ScheduleKind],
     ) -> Vec<(usize, usize, Result<Estimate, String>)> {
+        let flops = crate::cost::simulate::model_flops(&self.pipeline.full.program, problem.dtype)
+            * self.pipeline.micro_batches() as f64;
+        let mut out = Vec::new();
+        self.walk(problem, orders, schedules, |o, s, priced| {
+            let e = priced.map(|w| Estimate {
+                topology: w.topo.name,
+                placement: w.topo.placement,
+                dtype: problem.dtype,
+                step: w.step.clone(),
+                memory: w.memory.iter().map(|m| (**m).clone()).collect(),
+                mfu: crate::cost::simulate::mfu(
+                    flops,
+                    &crate::cost::simulate::StepTime {
+                        step_s: w.step_s(),
+                        ..w.step.clone()
+                    },
+                    w.topo,
+                    problem.dtype,
+                ),
+                overlap_grad_sync: false,
+                pipeline: w.pipeline,
+            });
+            out.push((o, s, e));
+        });
+        out
+    }
+
+    /// What screening needs of every order × schedule, without building estimates: the
+    /// step time, the peak, and the step's lower bound at `layers_per_stage` blocks (valid
+    /// when this planning has one block per stage).
+    pub fn points(
+        &mut self,
+        problem: &Problem,
+        orders: &[MeshShape],
+        schedules: &[ScheduleKind],
+        layers_per_stage: usize,
+    ) -> Vec<(usize, usize, Result<(Point, f64), String>)> {
+        let weights = BoundWeights::of(&self.pipeline);
+        let mut out = Vec::new();
+        self.walk(problem, orders, schedules, |o, s, priced| {
+            let r = priced.map(|w| {
+                let point = Point {
+                    step_s: w.step_s(),
+                    peak_bytes: peak_of(&w.step.ranks, w.memory, w.pipeline.as_ref()),
+                };
+                let bound = weights.bound(w.step, w.pipeline.is_some(), layers_per_stage);
+                (point, bound)
+            });
+            out.push((o, s, r));
+        });
+        out
+    }
+
+    /// Prices every order × schedule and hands each to `f`.
+    fn walk(
+        &mut self,
+        problem: &Problem,
+        orders: &[MeshShape],
+        schedules: &[ScheduleKind],
+        mut f: impl FnMut(usize, usize, Result<Walked<'_>, String>),
+    ) {
         let p = &mut self.pipeline;
         let elem = crate::cost::work::ElementBytes(problem.dtype.bytes());
         let sizing = crate::cost::memory::Sizing {
@@ -128,23 +189,16 @@ impl Planned {
             mixed_precision: p.plan.options.amp,
             zero: Some(&p.partitioned.zero),
         };
-        let memory: Vec<crate::cost::memory::Memory> =
-            crate::cost::simulate::shared_per_dataflow(&p.partitioned.ranks, |r| {
-                crate::cost::memory::memory(&r.program, sizing)
-            })
-            .into_iter()
-            .map(|m| (*m).clone())
-            .collect();
-        let flops = crate::cost::simulate::model_flops(&p.full.program, problem.dtype)
-            * p.micro_batches() as f64;
+        let memory = crate::cost::simulate::shared_per_dataflow(&p.partitioned.ranks, |r| {
+            crate::cost::memory::memory(&r.program, sizing)
+        });
         let mut steps: Vec<(Vec<LinkKey>, crate::cost::simulate::StepTime)> = Vec::new();
-        let mut out = Vec::new();
         for (o, order) in orders.iter().enumerate() {
             let mut topo = problem.topology.clone();
             topo.devices_of_ranks = order.devices_of_ranks().map(Arc::from);
             let key = link_signature(&topo, &order.canonical());
-            let step = match steps.iter().find(|(k, _)| *k == key) {
-                Some((_, s)) => s.clone(),
+            let at = match steps.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
                 None => match crate::cost::simulate::simulate_with(
                     &p.partitioned.ranks,
                     &topo,
@@ -152,26 +206,56 @@ impl Planned {
                     crate::cost::simulate::SimOptions::default(),
                 ) {
                     Ok(s) => {
-                        steps.push((key, s.clone()));
-                        s
+                        steps.push((key, s));
+                        steps.len() - 1
                     }
                     Err(e) => {
                         for s in 0..schedules.len() {
-                            out.push((o, s, Err(e.to_string())));
+                            f(o, s, Err(e.to_string()));
                         }
                         continue;
                     }
                 },
             };
+            let step = &steps[at].1;
             for (si, &schedule) in schedules.iter().enumerate() {
                 p.plan.options.schedule = schedule;
-                let e = crate::passes::stages::check_schedule(&p.stages, &p.plan.options)
+                let priced = crate::passes::stages::check_schedule(&p.stages, &p.plan.options)
                     .map_err(|e| e.to_string())
-                    .and_then(|()| assemble(p, &topo, problem.dtype, &step, &memory, flops, elem));
-                out.push((o, si, e));
+                    .and_then(|()| {
+                        if p.is_pipelined() {
+                            crate::cost::pipeline_cost::pipeline_cost(p, Some(step), elem)
+                                .map(Some)
+                                .map_err(|e| e.to_string())
+                        } else {
+                            Ok(None)
+                        }
+                    })
+                    .map(|pipeline| Walked {
+                        topo: &topo,
+                        step,
+                        memory: &memory,
+                        pipeline,
+                    });
+                f(o, si, priced);
             }
         }
-        out
+    }
+}
+
+/// One order × schedule priced: the parts of an [`Estimate`].
+struct Walked<'a> {
+    topo: &'a Topology,
+    step: &'a crate::cost::simulate::StepTime,
+    memory: &'a [Arc<crate::cost::memory::Memory>],
+    pipeline: Option<crate::cost::pipeline_cost::PipelineCost>,
+}
+
+impl Walked<'_> {
+    fn step_s(&self) -> f64 {
+        self.pipeline
+            .as_ref()
+            .map_or(self.step.step_s, |c| c.timeline.step)
     }
 }
 
@@ -231,56 +315,26 @@ fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
     out
 }
 
-/// An estimate from its shared parts, as [`estimate`] builds it.
-fn assemble(
-    p: &Pipeline,
-    topo: &Topology,
-    dtype: ComputeDType,
-    step: &crate::cost::simulate::StepTime,
-    memory: &[crate::cost::memory::Memory],
-    flops: f64,
-    elem: crate::cost::work::ElementBytes,
-) -> Result<Estimate, String> {
-    let pipeline = if p.is_pipelined() {
-        Some(
-            crate::cost::pipeline_cost::pipeline_cost(p, Some(step), elem)
-                .map_err(|e| e.to_string())?,
-        )
-    } else {
-        None
-    };
-    let timed = match &pipeline {
-        Some(c) => crate::cost::simulate::StepTime {
-            step_s: c.timeline.step,
-            ..step.clone()
-        },
-        None => step.clone(),
-    };
-    Ok(Estimate {
-        topology: topo.name,
-        placement: topo.placement,
-        dtype,
-        step: step.clone(),
-        memory: memory.to_vec(),
-        mfu: crate::cost::simulate::mfu(flops, &timed, topo, dtype),
-        overlap_grad_sync: false,
-        pipeline,
-    })
-}
-
 /// The largest peak over the ranks; a pipeline stage also holds the activations of the
 /// micro-batches in flight beyond the one its program's timeline has.
 pub fn peak_bytes(e: &Estimate) -> f64 {
+    peak_of(&e.step.ranks, &e.memory, e.pipeline.as_ref())
+}
+
+fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
+    ranks: &[crate::cost::simulate::RankTime],
+    memory: &[M],
+    pipeline: Option<&crate::cost::pipeline_cost::PipelineCost>,
+) -> f64 {
     let rank_peak = |rank: u32| {
-        e.step
-            .ranks
+        ranks
             .iter()
-            .zip(&e.memory)
+            .zip(memory)
             .find(|(r, _)| r.rank == rank)
-            .map_or(0.0, |(_, m)| m.peak)
+            .map_or(0.0, |(_, m)| m.borrow().peak)
     };
-    let program_peak = e.memory.iter().map(|m| m.peak).fold(0.0, f64::max);
-    match &e.pipeline {
+    let program_peak = memory.iter().map(|m| m.borrow().peak).fold(0.0, f64::max);
+    match pipeline {
         None => program_peak,
         Some(c) => c
             .stages
@@ -348,38 +402,74 @@ pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
     }
 }
 
-/// A lower bound of the step time at `layers_per_stage` blocks per stage, from an estimate
-/// of the plan with one block per stage. Every rank runs its ops one after another, so the
-/// step is at least any rank's busy time; a block adds the same ops each time, so the busy
-/// time at full depth is the one-block busy time plus a block's share per further block.
-/// Only ops surely repeated per micro-batch (forward and backward compute and their
-/// tensor-parallel collectives) are multiplied by the micro-batch count; the others count
-/// once, which can only lower the bound.
+/// A lower bound of the step time at `layers_per_stage` blocks per stage, from a plan
+/// with one block per stage. Every rank runs its ops one after another, so the step is at
+/// least any rank's busy time; a block adds the same ops each time, so the busy time at
+/// full depth is the one-block busy time plus a block's share per further block. Only ops
+/// surely repeated per micro-batch (forward and backward compute and their tensor-parallel
+/// collectives) are multiplied by the micro-batch count; the others count once, and the
+/// pipeline's sends not at all, which can only lower the bound.
 pub fn lower_bound(p: &Pipeline, e: &Estimate, layers_per_stage: usize) -> f64 {
-    let m = if e.pipeline.is_some() {
-        p.micro_batches() as f64
-    } else {
-        1.0
-    };
-    let extra = layers_per_stage.saturating_sub(1) as f64;
-    let mut bound: f64 = 0.0;
-    for (rank, time) in p.partitioned.ranks.iter().zip(&e.step.ranks) {
-        let (mut busy, mut block) = (0.0, 0.0);
-        for (op, &s) in rank.program.ops().iter().zip(&time.op_s) {
-            let repeated = matches!(op.role, OpRole::Forward | OpRole::Backward | OpRole::Loss)
-                && matches!(op.purpose(), None | Some(Purpose::TensorParallel));
-            if op.purpose() == Some(Purpose::Pipeline) {
-                continue;
-            }
-            let s = if repeated { s * m } else { s };
-            busy += s;
-            if in_block(rank, op) {
-                block += s;
-            }
+    BoundWeights::of(p).bound(&e.step, e.pipeline.is_some(), layers_per_stage)
+}
+
+/// Per rank program, per op: (counted, repeated per micro-batch, in a block). Ranks with the
+/// first rank's dataflow share its flags.
+struct BoundWeights {
+    flags: Vec<Arc<Vec<(bool, bool, bool)>>>,
+    micro_batches: f64,
+}
+
+impl BoundWeights {
+    fn of(p: &Pipeline) -> BoundWeights {
+        let flags = crate::cost::simulate::shared_per_dataflow(&p.partitioned.ranks, |rank| {
+            rank.program
+                .ops()
+                .iter()
+                .map(|op| {
+                    let purpose = op.purpose();
+                    let repeated =
+                        matches!(op.role, OpRole::Forward | OpRole::Backward | OpRole::Loss)
+                            && matches!(purpose, None | Some(Purpose::TensorParallel));
+                    (
+                        purpose != Some(Purpose::Pipeline),
+                        repeated,
+                        in_block(rank, op),
+                    )
+                })
+                .collect()
+        });
+        BoundWeights {
+            flags,
+            micro_batches: p.micro_batches() as f64,
         }
-        bound = bound.max(busy + extra * block);
     }
-    bound
+
+    fn bound(
+        &self,
+        step: &crate::cost::simulate::StepTime,
+        pipelined: bool,
+        layers_per_stage: usize,
+    ) -> f64 {
+        let m = if pipelined { self.micro_batches } else { 1.0 };
+        let extra = layers_per_stage.saturating_sub(1) as f64;
+        let mut bound: f64 = 0.0;
+        for (flags, time) in self.flags.iter().zip(&step.ranks) {
+            let (mut busy, mut block) = (0.0, 0.0);
+            for (&(counted, repeated, in_block), &s) in flags.iter().zip(&time.op_s) {
+                if !counted {
+                    continue;
+                }
+                let s = if repeated { s * m } else { s };
+                busy += s;
+                if in_block {
+                    block += s;
+                }
+            }
+            bound = bound.max(busy + extra * block);
+        }
+        bound
+    }
 }
 
 /// Whether an op belongs to a transformer block (its first output is named `h<i>.…`).

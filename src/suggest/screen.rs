@@ -2,7 +2,7 @@
 //! schedules priced and extrapolated to the full depth, escalated while over the memory
 //! budget, and dropped early when a lower bound shows it cannot reach the finalists.
 
-use super::evaluate::{self, extrapolate, layered, layers_per_stage, Planned, Point, Problem};
+use super::evaluate::{extrapolate, layered, layers_per_stage, Planned, Point, Problem};
 use super::space::{self, Axis, Family};
 use super::{Screened, Stats};
 use std::collections::HashMap;
@@ -209,20 +209,15 @@ impl Screener<'_> {
             let mut planned = Planned::new(&self.problem, family, d * pp)?;
             let mut points = HashMap::new();
             let mut bound = f64::INFINITY;
-            for (o, s, e) in planned.estimates(&self.problem, &orders, &schedules) {
+            for (o, s, e) in planned.points(&self.problem, &orders, &schedules, per_stage) {
                 match e {
-                    Ok(e) => {
-                        let point = Point {
-                            step_s: e.step_s(),
-                            peak_bytes: evaluate::peak_bytes(&e),
-                        };
+                    Ok((point, lower)) => {
                         // The bound is taken from the first depth only: exact at the full
                         // depth, else from one block per stage (what `lower_bound` reads).
                         if d == per_stage {
                             bound = bound.min(point.step_s);
                         } else if d == 1 {
-                            bound =
-                                bound.min(evaluate::lower_bound(&planned.pipeline, &e, per_stage));
+                            bound = bound.min(lower);
                         }
                         points.insert((o, s), point);
                     }
