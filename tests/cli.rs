@@ -1383,3 +1383,112 @@ fn export_writes_a_script_lists_its_modes_and_refuses_bad_flags() {
         );
     }
 }
+
+#[test]
+fn suggest_prints_one_json_document_whose_plan_checks_and_costs_the_same() {
+    let out_plan = temp_file("suggested.plan", "");
+    let out = shardlab(&[
+        "suggest",
+        "--preset",
+        "mlp",
+        "--batch",
+        "512",
+        "--devices",
+        "8",
+        "--top",
+        "3",
+        "--format",
+        "json",
+        "--out",
+        out_plan.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let plan = doc["plan"].as_str().expect("plan text");
+    assert_eq!(std::fs::read_to_string(&out_plan).unwrap(), plan);
+    assert_eq!(doc["candidates"].as_array().map(Vec::len), Some(3));
+    assert!(doc["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains(" beats ")));
+    // Axes of size 1 are left out of the printed mesh.
+    let mesh = plan.lines().next().unwrap_or_default();
+    assert!(mesh.starts_with("mesh ["), "{mesh}");
+    assert!(
+        !mesh.contains("[1") && !mesh.contains(" 1,") && !mesh.contains(", 1]"),
+        "{mesh}"
+    );
+    let check = shardlab(&["check", out_plan.to_str().unwrap()]);
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check.stderr));
+    let cost = shardlab(&[
+        "cost",
+        out_plan.to_str().unwrap(),
+        "--topology",
+        "h100x8",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(cost.status.code(), Some(0), "{}", text(&cost.stderr));
+    let priced: serde_json::Value = serde_json::from_slice(&cost.stdout).unwrap();
+    assert_eq!(priced["step_time_s"], doc["step_time_s"]);
+}
+
+#[test]
+fn suggest_prices_the_users_plan_and_refuses_what_it_cannot_search() {
+    let printed = shardlab(&[
+        "print",
+        "--preset",
+        "gpt",
+        "--layers",
+        "2",
+        "--mesh",
+        "2x4:dp,mp",
+        "--shard",
+        "x=dp,-,-",
+    ]);
+    let mine = temp_file("mine.plan", &text(&printed.stdout));
+    let out = shardlab(&["suggest", mine.to_str().unwrap(), "--top", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains(" *  your plan"), "{table}");
+    assert!(
+        table.contains("Against your plan:") || table.contains("Your plan is as fast"),
+        "{table}"
+    );
+    // A program that is no preset at any size: exit 1, saying why.
+    let odd = temp_file(
+        "odd.plan",
+        &text(&shardlab(&["print", "--preset", "gpt", "--layers", "2"]).stdout)
+            .replace("loss.sq", "loss.squared"),
+    );
+    let out = shardlab(&["suggest", odd.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("not one of them"),
+        "{}",
+        text(&out.stderr)
+    );
+    for (args, code, says) in [
+        (&["--devices", "9"][..], 2, "h100x8 has 8 devices"),
+        (&["--topology", "h100x9"][..], 2, "unknown topology"),
+        (&["--top", "0"][..], 2, "--top"),
+        (&["--memory", "12Q"][..], 2, "--memory `12Q`"),
+        (&["--memory", "1K"][..], 1, "no plan fits in 1.0KB"),
+        (&["--heads", "3"][..], 1, "no factorisation of 8"),
+        (&["--topology", "cpu"][..], 2, "needs --devices"),
+    ] {
+        let mut all = vec!["suggest", "--preset", "gpt"];
+        all.extend_from_slice(args);
+        let out = shardlab(&all);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

@@ -186,6 +186,8 @@ fn one_node_gpt3_1_3b_uses_data_parallelism_and_beats_the_pure_plans() {
     // all-reduces per layer per micro-batch (Narayanan et al. 2021: tensor parallelism is
     // for models that do not fit).
     assert_eq!(w.mesh.size(Axis::Mp), 1, "{}", s.reason);
+    // Pure data parallelism prints without axes of size 1.
+    assert_eq!(s.plan.to_string().lines().next(), Some("mesh [8] (dp)"));
     assert!(tensor_parallel_inside_node(&p.topology, w));
     // No worse than pure data parallelism or pure Megatron, priced by the same model, at
     // the fewest micro-batches that fit.

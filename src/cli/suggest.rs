@@ -11,6 +11,9 @@ use crate::suggest::{report, Search};
 use clap::Args;
 use std::process::ExitCode;
 
+/// The most threads `--topology cpu` plans for (each candidate plans every rank).
+const MAX_CPU_DEVICES: usize = 1024;
+
 #[derive(Args, Debug)]
 pub(crate) struct SuggestArgs {
     /// A plan file whose program is a preset model (its plan is priced beside the search's,
@@ -50,9 +53,11 @@ pub(crate) struct SuggestArgs {
 }
 
 /// The model, its global sizes and the user's plan (when a file is given).
-fn source(
-    args: &SuggestArgs,
-) -> Result<(Model, crate::models::ModelConfig, Option<crate::plan::Plan>), String> {
+type Source = (Model, crate::models::ModelConfig, Option<crate::plan::Plan>);
+
+/// The search's source. The outer error is a usage error (exit 2); the inner one a problem
+/// with the plan file, already reported or to report (exit 1).
+fn source(args: &SuggestArgs) -> Result<Result<Source, String>, String> {
     match (&args.file, &args.preset) {
         (Some(file), _) => {
             let given = args.sizes.given();
@@ -63,32 +68,44 @@ fn source(
                 ));
             }
             let Ok((plan, map)) = super::read_plan(file)? else {
-                return Err(format!("{file}: does not parse (errors above)"));
+                return Ok(Err(format!("{file}: does not parse (errors above)")));
             };
             if super::report_issues(file, &plan, &map) {
-                return Err(format!("{file}: does not verify (errors above)"));
+                return Ok(Err(format!("{file}: does not verify (errors above)")));
             }
-            let (model, mut config) = crate::suggest::identify::identify(&plan.program)
-                .map_err(|e| format!("{file}: {e}"))?;
-            config.batch *= plan.options.micro_batches.max(1);
-            Ok((model, config, Some(plan)))
+            Ok(crate::suggest::identify::identify(&plan.program)
+                .map_err(|e| format!("{file}: {e}"))
+                .map(|(model, mut config)| {
+                    config.batch *= plan.options.micro_batches.max(1);
+                    (model, config, Some(plan))
+                }))
         }
         (None, Some(preset)) => {
             let model = Model::from_name(preset).map_err(|e| e.to_string())?;
-            Ok((model, args.sizes.config(model)?, None))
+            Ok(Ok((model, args.sizes.config(model)?, None)))
         }
         (None, None) => Err("give a plan FILE or --preset NAME".into()),
     }
 }
 
-fn problem(args: &SuggestArgs) -> Result<(Problem, Option<crate::plan::Plan>), String> {
+fn problem(
+    args: &SuggestArgs,
+) -> Result<Result<(Problem, Option<crate::plan::Plan>), String>, String> {
     if args.top == 0 {
         return Err("--top must be at least 1".into());
     }
-    let (model, config, mine) = source(args)?;
+    let (model, config, mine) = match source(args)? {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
     let devices_flag = args.devices;
     let topology = if args.topology == "cpu" {
         let n = devices_flag.ok_or("--topology cpu needs --devices N (the threads to plan for)")?;
+        if n == 0 || n > MAX_CPU_DEVICES {
+            return Err(format!(
+                "--devices {n}: plan for 1 to {MAX_CPU_DEVICES} threads on cpu"
+            ));
+        }
         super::cost::cpu_topology(n)
     } else {
         Topology::preset(&args.topology).map_err(|e| format!("--topology: {e}"))?
@@ -118,7 +135,7 @@ fn problem(args: &SuggestArgs) -> Result<(Problem, Option<crate::plan::Plan>), S
     }
     base.amp |= args.amp;
     let dtype = topology.default_dtype;
-    Ok((
+    Ok(Ok((
         Problem {
             model,
             config,
@@ -129,12 +146,18 @@ fn problem(args: &SuggestArgs) -> Result<(Problem, Option<crate::plan::Plan>), S
             budget_bytes,
         },
         mine,
-    ))
+    )))
 }
 
 /// Searches and prints.
 pub fn suggest(args: &SuggestArgs) -> Result<ExitCode, String> {
-    let (problem, mine) = problem(args)?;
+    let (problem, mine) = match problem(args)? {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
     let model = problem.model;
     let topo = problem.topology.name;
     let budget = problem.budget_bytes;
