@@ -1218,3 +1218,31 @@ fn the_backward_timeline_steps_op_by_op() {
     assert_eq!((s.backward_step, s.playing), (n, false));
     assert!(s.backward_done(grad));
 }
+
+#[test]
+fn a_suggestion_searches_the_sessions_model_and_compare_pins_the_old_plan() {
+    use shardlab::suggest::{Search, Suggestion};
+    let s = Session::from_scenario("gpt_dp_mp").expect("scenario");
+    let req = s.suggest_request(None, None);
+    assert_eq!(req.devices, Some(8));
+    let (problem, mine, top) = req.problem().expect("the scenario's program is a preset");
+    let mut search = Search::new(problem, top, mine).expect("search");
+    let mut steps = 0;
+    let found: Suggestion = loop {
+        steps += 1;
+        if let Some(done) = search.step() {
+            break done.expect("found");
+        }
+    };
+    assert!(steps > 2, "the search runs in chunks ({steps} steps)");
+    assert!(found.mine.is_some(), "the session's plan is priced beside");
+    let text = found.plan.to_string();
+    let before = s.text.clone();
+    let s = s.reduce(Action::AdoptSuggestion {
+        text: text.clone(),
+        compare: true,
+    });
+    assert_eq!(s.text, text);
+    assert!(s.text_errors.is_empty(), "{:?}", s.text_errors);
+    assert_eq!(s.pinned.as_ref().map(|p| p.text.clone()), Some(before));
+}

@@ -951,3 +951,48 @@ async fn the_backward_tab_has_its_own_timeline() {
         "…"
     );
 }
+
+#[wasm_bindgen_test]
+async fn the_suggest_panel_searches_in_chunks_and_loads_the_winner_for_comparison() {
+    let root = app("#s=gpt_dp_mp").await;
+    click(&root, "#suggest-run");
+    // The search yields to the page between chunks: the progress bar shows first.
+    until(|| count(&root, ".suggest-table tbody tr") > 0 || count(&root, ".suggest-error") > 0)
+        .await;
+    assert_eq!(
+        count(&root, ".suggest-error"),
+        0,
+        "{}",
+        text(&root, ".suggest-panel")
+    );
+    // Five candidates and the session's own plan, priced the same way.
+    assert_eq!(count(&root, ".suggest-table tbody tr"), 6);
+    assert_eq!(count(&root, ".suggest-table tbody tr.mine"), 1);
+    let reason = text(&root, ".suggest-reason");
+    assert!(reason.contains(" beats "), "{reason}");
+    // Compare: the current plan is pinned and the winner loaded; the cost panel diffs them.
+    let winner_mesh = text(&root, ".suggest-table tbody tr:first-child td:nth-child(2)");
+    click(&root, "#suggest-compare");
+    until(|| text(&root, "#pin") == "Unpin").await;
+    assert_eq!(text(&root, "#pin"), "Unpin");
+    let editor: HtmlTextAreaElement = q(&root, "#plan-text").dyn_into().unwrap();
+    assert!(editor.value().starts_with("mesh "), "{}", editor.value());
+    until(|| count(&root, ".diff-table") > 0).await;
+    assert!(
+        text(&root, ".diff-table").contains("step time"),
+        "{winner_mesh}"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn the_suggest_panel_explains_a_plan_it_cannot_search() {
+    // The sequence-parallel program has gather points no preset has.
+    let root = app("#s=gpt_sequence_parallel").await;
+    click(&root, "#suggest-run");
+    until(|| count(&root, ".suggest-error") > 0).await;
+    assert!(
+        text(&root, ".suggest-error").contains("preset models"),
+        "{}",
+        text(&root, ".suggest-panel")
+    );
+}

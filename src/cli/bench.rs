@@ -446,3 +446,101 @@ fn matmul_checks(
     }
     Ok(out)
 }
+
+/// `suggest` on the sizes: a 24-layer gpt on 8 and 64 devices and a GPT-3 1.3B-shaped
+/// embedding_lm on one 8-GPU node. Beside each median, the median of pricing its winner once
+/// (plan and cost, as `shardlab cost` does) in the same process: the ratio says how many
+/// costings the search is worth, which a faster or slower machine changes less.
+pub fn bench_suggest(repeat: usize) -> Result<String, String> {
+    use crate::cost::device::Topology;
+    use crate::models::{Model, ModelConfig};
+    use crate::suggest::evaluate::Problem;
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut out = format!(
+        "suggest (medians of {} runs, {workers} worker threads)\n{:<44} {:>10} {:>12} {:>8}\n",
+        repeat.max(1),
+        "case",
+        "search",
+        "one costing",
+        "ratio"
+    );
+    let gpt = ModelConfig {
+        layers: 24,
+        batch: 64,
+        ..Model::Gpt.default_config()
+    };
+    let lm = ModelConfig {
+        layers: 24,
+        hidden: 2048,
+        heads: 16,
+        seq: 2048,
+        vocab: 50304,
+        batch: 512,
+        ..Model::EmbeddingLm.default_config()
+    };
+    let cases = [
+        (
+            "gpt 24 layers, batch 64, h100x8 (8)",
+            Model::Gpt,
+            gpt.clone(),
+            "h100x8",
+        ),
+        (
+            "gpt 24 layers, batch 64, h100x8x8 (64)",
+            Model::Gpt,
+            gpt,
+            "h100x8x8",
+        ),
+        (
+            "embedding_lm GPT-3 1.3B, h100x8 (8)",
+            Model::EmbeddingLm,
+            lm,
+            "h100x8",
+        ),
+    ];
+    for (name, model, config, topo) in cases {
+        let topology = Topology::preset(topo).map_err(|e| e.to_string())?;
+        let problem = Problem {
+            model,
+            config,
+            base: crate::plan::PlanOptions {
+                optimizer: crate::plan::OptimizerKind::Adam,
+                ..crate::plan::PlanOptions::default()
+            },
+            dtype: topology.default_dtype,
+            devices: topology.devices,
+            budget_bytes: topology.device.mem_capacity,
+            topology,
+        };
+        let mut plan = None;
+        let search = median(repeat, || {
+            let s = crate::suggest::suggest(problem.clone(), 5, None, |_, _| {})
+                .map_err(|e| e.to_string())?;
+            plan = Some(s.plan);
+            Ok(())
+        })?;
+        let plan = plan.ok_or("no plan")?;
+        let costing = median(repeat, || {
+            let p = crate::passes::pipeline::run_pipeline(
+                &plan,
+                &crate::passes::pipeline::PipelineOptions::from_plan(&plan.options),
+            )
+            .map_err(|e| e.to_string())?;
+            crate::cost::estimate::estimate(
+                &p,
+                &problem.topology,
+                problem.dtype,
+                crate::cost::estimate::CostOptions::default(),
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        })?;
+        out.push_str(&format!(
+            "{name:<44} {:>8.0}ms {:>10.1}ms {:>7.1}x\n",
+            search.as_secs_f64() * 1e3,
+            costing.as_secs_f64() * 1e3,
+            search.as_secs_f64() / costing.as_secs_f64()
+        ));
+    }
+    Ok(out)
+}

@@ -328,6 +328,7 @@ pub fn main() -> ExitCode {
             BenchWhat::Gemm => bench::bench_gemm(repeat),
             BenchWhat::Step => bench::bench_step(repeat),
             BenchWhat::Cost => bench::bench_cost(repeat),
+            BenchWhat::Suggest => bench::bench_suggest(repeat),
             BenchWhat::Pipeline => bench::bench_pipeline(&layers, repeat),
             BenchWhat::Stages => bench::bench_stages(&layers, repeat),
             BenchWhat::Complete => bench::bench_complete(&layers, repeat),

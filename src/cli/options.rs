@@ -73,4 +73,6 @@ pub enum BenchWhat {
     Step,
     /// The cost model's predictions on this machine against the executor's measured times.
     Cost,
+    /// The auto-planner (`suggest`) on a 24-layer gpt (8 and 64 devices) and GPT-3 1.3B.
+    Suggest,
 }

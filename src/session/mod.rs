@@ -23,6 +23,7 @@ mod picture;
 mod pipe;
 mod replay;
 mod run;
+mod suggest;
 mod values;
 
 pub use break_it::{BreakReport, Breakage, BrokenOp, Divergence, GroupChange};
@@ -115,6 +116,12 @@ pub enum Action {
     /// Pin the current plan to compare later plans against; unpin.
     Pin,
     Unpin,
+    /// Load a suggested plan's text; with `compare`, pin the current plan first so the cost
+    /// panel shows the difference.
+    AdoptSuggestion {
+        text: String,
+        compare: bool,
+    },
     /// Open the selected rank's program at this op and light its group (`None`: unfocus).
     FocusOp(Option<usize>),
     /// Break-it mode on or off (off forgets the breakages).
@@ -499,6 +506,7 @@ impl Session {
             Action::Pipeline(a) => self.pipeline_action(a),
             Action::Pin => self.pin(),
             Action::Unpin => self.pinned = None,
+            Action::AdoptSuggestion { text, compare } => self.adopt_suggestion(text, compare),
             a @ (Action::FocusOp(_)
             | Action::SetBreakMode(_)
             | Action::Break(_)
@@ -568,6 +576,7 @@ impl Session {
             | Action::Pipeline(_)
             | Action::Pin
             | Action::Unpin
+            | Action::AdoptSuggestion { .. }
             | Action::Dismiss) => return self.reduce(other),
         }
         self

@@ -23,6 +23,7 @@ pub mod evaluate;
 pub mod identify;
 pub mod reason;
 pub mod report;
+pub mod request;
 mod screen;
 pub mod space;
 

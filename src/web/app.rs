@@ -14,6 +14,7 @@ use super::pipeline_view::PipelinePanel;
 use super::program_view::ProgramView;
 use super::rank_lens::RankLens;
 use super::run_panel::RunPanel;
+use super::suggest_panel::SuggestPanel;
 use super::timeline::Timeline;
 use super::values_panel::ValuesPanel;
 use crate::dist::Notation;
@@ -123,6 +124,7 @@ fn right_column(ctx: &AppCtx) -> Html {
             if query_flag("exercises").is_some_and(|v| v != "0") { <ExercisePanel /> }
             if ctx.shows("rank") { <RankLens /> }
             if ctx.shows("cost") { <CostPanel /> }
+            if ctx.shows("suggest") { <SuggestPanel /> }
             if ctx.shows("pipeline") { <PipelinePanel /> }
             if ctx.shows("ledger") { <LedgerView /> }
             if ctx.shows("run") { <RunPanel /> }

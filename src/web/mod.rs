@@ -2,6 +2,7 @@
 //! [`crate::session::Session`] reducer. Only this module touches Yew or web-sys.
 
 mod api;
+mod api_suggest;
 mod app;
 mod break_panel;
 mod cost_panel;
@@ -17,11 +18,13 @@ mod pipeline_view;
 mod program_view;
 mod rank_lens;
 mod run_panel;
+mod suggest_panel;
 mod tile_view;
 mod timeline;
 mod values_panel;
 
 pub use api::{bench_replan, export_jax, plan};
+pub use api_suggest::{suggest, SuggestSearch};
 pub use app::{App, AppCtx, State};
 pub use mesh_view::{MeshView, MeshViewProps};
 

@@ -1,0 +1,92 @@
+//! The JavaScript API's auto-planner: `suggest(request)` runs the whole search and returns
+//! the document `shardlab suggest --format json` prints; `SuggestSearch` runs it a step at
+//! a time so a page can show progress without freezing (the playground's Suggest panel
+//! does). The request is [`crate::suggest::request::SuggestRequest`].
+
+use crate::suggest::request::{SuggestRequest, KEYS};
+use crate::suggest::{report, Search, Suggestion};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+fn parse(request: JsValue) -> Result<SuggestRequest, JsValue> {
+    if let Some(obj) = request.dyn_ref::<js_sys::Object>() {
+        for key in js_sys::Object::keys(obj).iter() {
+            let key = key.as_string().unwrap_or_default();
+            if !KEYS.contains(&key.as_str()) {
+                return Err(JsValue::from_str(&format!(
+                    "bad request: unknown field `{key}`, expected one of {}",
+                    KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    serde_wasm_bindgen::from_value(request)
+        .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))
+}
+
+/// The answer as the CLI's JSON document.
+pub fn document(
+    s: &Suggestion,
+    model: crate::models::Model,
+    topology: &str,
+    budget: f64,
+) -> Result<JsValue, JsValue> {
+    let mut doc = report::json(s, model, topology, budget);
+    doc["schema_version"] = serde_json::json!(crate::report::SCHEMA_VERSION);
+    serde::Serialize::serialize(&doc, &serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| JsValue::from_str(&e.to_string()))
+}
+
+/// Runs a search to the end (blocking: prefer `SuggestSearch` for large ones).
+#[wasm_bindgen]
+pub fn suggest(request: JsValue) -> Result<JsValue, JsValue> {
+    let mut search = SuggestSearch::new(request)?;
+    loop {
+        if let Some(done) = search.step()? {
+            return Ok(done);
+        }
+    }
+}
+
+/// A search run a step at a time: `step()` returns `undefined` until the answer.
+#[wasm_bindgen]
+pub struct SuggestSearch {
+    search: Search,
+    model: crate::models::Model,
+    topology: &'static str,
+    budget: f64,
+}
+
+#[wasm_bindgen]
+impl SuggestSearch {
+    #[wasm_bindgen(constructor)]
+    pub fn new(request: JsValue) -> Result<SuggestSearch, JsValue> {
+        let req = parse(request)?;
+        let err = |m: String| JsValue::from_str(&m);
+        let (problem, mine, top) = req.problem().map_err(err)?;
+        let (model, topology, budget) =
+            (problem.model, problem.topology.name, problem.budget_bytes);
+        let search = Search::new(problem, top, mine).map_err(|e| err(e.to_string()))?;
+        Ok(SuggestSearch {
+            search,
+            model,
+            topology,
+            budget,
+        })
+    }
+
+    /// Screens the next family (or finishes): the answer when done, else `undefined`.
+    pub fn step(&mut self) -> Result<Option<JsValue>, JsValue> {
+        match self.search.step() {
+            None => Ok(None),
+            Some(Ok(s)) => document(&s, self.model, self.topology, self.budget).map(Some),
+            Some(Err(e)) => Err(JsValue::from_str(&e.to_string())),
+        }
+    }
+
+    /// `[done, total]` work units.
+    pub fn progress(&self) -> Vec<u32> {
+        let (d, t) = self.search.progress();
+        vec![d as u32, t as u32]
+    }
+}
