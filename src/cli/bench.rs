@@ -453,7 +453,6 @@ fn matmul_checks(
 /// costings the search is worth, which a faster or slower machine changes less.
 pub fn bench_suggest(repeat: usize) -> Result<String, String> {
     use crate::cost::device::Topology;
-    use crate::models::{Model, ModelConfig};
     use crate::suggest::evaluate::Problem;
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut out = format!(
@@ -464,41 +463,7 @@ pub fn bench_suggest(repeat: usize) -> Result<String, String> {
         "one costing",
         "ratio"
     );
-    let gpt = ModelConfig {
-        layers: 24,
-        batch: 64,
-        ..Model::Gpt.default_config()
-    };
-    let lm = ModelConfig {
-        layers: 24,
-        hidden: 2048,
-        heads: 16,
-        seq: 2048,
-        vocab: 50304,
-        batch: 512,
-        ..Model::EmbeddingLm.default_config()
-    };
-    let cases = [
-        (
-            "gpt 24 layers, batch 64, h100x8 (8)",
-            Model::Gpt,
-            gpt.clone(),
-            "h100x8",
-        ),
-        (
-            "gpt 24 layers, batch 64, h100x8x8 (64)",
-            Model::Gpt,
-            gpt,
-            "h100x8x8",
-        ),
-        (
-            "embedding_lm GPT-3 1.3B, h100x8 (8)",
-            Model::EmbeddingLm,
-            lm,
-            "h100x8",
-        ),
-    ];
-    for (name, model, config, topo) in cases {
+    for (name, model, config, topo) in suggest_cases() {
         let topology = Topology::preset(topo).map_err(|e| e.to_string())?;
         let problem = Problem {
             model,
@@ -543,4 +508,48 @@ pub fn bench_suggest(repeat: usize) -> Result<String, String> {
         ));
     }
     Ok(out)
+}
+
+/// The cases `bench --what suggest` times.
+fn suggest_cases() -> [(
+    &'static str,
+    crate::models::Model,
+    crate::models::ModelConfig,
+    &'static str,
+); 3] {
+    use crate::models::{Model, ModelConfig};
+    let gpt = ModelConfig {
+        layers: 24,
+        batch: 64,
+        ..Model::Gpt.default_config()
+    };
+    let lm = ModelConfig {
+        layers: 24,
+        hidden: 2048,
+        heads: 16,
+        seq: 2048,
+        vocab: 50304,
+        batch: 512,
+        ..Model::EmbeddingLm.default_config()
+    };
+    [
+        (
+            "gpt 24 layers, batch 64, h100x8 (8)",
+            Model::Gpt,
+            gpt.clone(),
+            "h100x8",
+        ),
+        (
+            "gpt 24 layers, batch 64, h100x8x8 (64)",
+            Model::Gpt,
+            gpt,
+            "h100x8x8",
+        ),
+        (
+            "embedding_lm GPT-3 1.3B, h100x8 (8)",
+            Model::EmbeddingLm,
+            lm,
+            "h100x8",
+        ),
+    ]
 }

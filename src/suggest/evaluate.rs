@@ -157,7 +157,7 @@ impl Planned {
         orders: &[MeshShape],
         schedules: &[ScheduleKind],
         layers_per_stage: usize,
-    ) -> Vec<(usize, usize, Result<(Point, f64), String>)> {
+    ) -> Vec<(usize, usize, Result<Screen, String>)> {
         let weights = BoundWeights::of(&self.pipeline);
         let mut out = Vec::new();
         self.walk(problem, orders, schedules, |o, s, priced| {
@@ -364,7 +364,7 @@ pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
     } else {
         1.0
     };
-    let mut best: Option<(f64, f64, Vec<(Purpose, f64)>)> = None;
+    let mut best: Option<Busiest> = None;
     for (rank, time) in p.partitioned.ranks.iter().zip(&e.step.ranks) {
         let mut compute = 0.0;
         let mut comm = [0.0; Purpose::ALL.len()];
@@ -484,6 +484,12 @@ fn in_block(rank: &crate::passes::partition::RankProgram, op: &crate::ir::Op) ->
     let digits = rest.chars().take_while(char::is_ascii_digit).count();
     digits > 0 && rest[digits..].starts_with('.')
 }
+
+/// A point and the lower bound of its step time at full depth.
+pub type Screen = (Point, f64);
+
+/// The busiest rank so far: busy time, compute, communication by purpose.
+type Busiest = (f64, f64, Vec<(Purpose, f64)>);
 
 /// A step time and peak at some depth.
 #[derive(Clone, Copy, Debug, PartialEq)]

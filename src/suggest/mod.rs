@@ -571,15 +571,12 @@ pub(crate) fn shape_of(c: &Candidate) -> Shape {
 /// The best row that differs from the winner in its mesh's shape or its layer strategy
 /// (so the reason is about a different plan, not a ZeRO stage at the same time), else the
 /// next row.
-fn runner_up<'a>(winner: &Row, rows: impl Iterator<Item = &'a Row> + Clone) -> Option<Row> {
+fn runner_up<'a>(winner: &Row, mut rows: impl Iterator<Item = &'a Row> + Clone) -> Option<Row> {
     let w = winner.candidate.as_ref()?;
     let differs = |r: &&Row| {
         r.candidate.as_ref().is_some_and(|c| {
             c.mesh.canonical() != w.mesh.canonical() || c.vocab_parallel != w.vocab_parallel
         })
     };
-    rows.clone()
-        .find(differs)
-        .or_else(|| rows.skip(1).next())
-        .cloned()
+    rows.clone().find(differs).or_else(|| rows.nth(1)).cloned()
 }

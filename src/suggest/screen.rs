@@ -195,7 +195,7 @@ impl Screener<'_> {
 
     /// Every order and schedule of a family, at the full depth (exact) or extrapolated.
     fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
-        let per_stage = layers_per_stage(&self.problem, family);
+        let per_stage = layers_per_stage(self.problem, family);
         let pp = family.mesh.size(Axis::Pp);
         let depths: Vec<usize> = if layered(self.problem.model) && per_stage > 2 {
             vec![1, 2]
@@ -206,10 +206,10 @@ impl Screener<'_> {
         let orders = space::axis_orders(family);
         let schedules = space::schedules(family, true);
         for &d in &depths {
-            let mut planned = Planned::new(&self.problem, family, d * pp)?;
+            let mut planned = Planned::new(self.problem, family, d * pp)?;
             let mut points = HashMap::new();
             let mut bound = f64::INFINITY;
-            for (o, s, e) in planned.points(&self.problem, &orders, &schedules, per_stage) {
+            for (o, s, e) in planned.points(self.problem, &orders, &schedules, per_stage) {
                 match e {
                     Ok((point, lower)) => {
                         // The bound is taken from the first depth only: exact at the full

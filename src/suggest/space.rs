@@ -201,7 +201,7 @@ impl Candidate {
 
 /// Every ordered factorisation of `n` into (pp, dp, mp) that the model admits.
 fn factorisations(model: Model, cfg: &ModelConfig, n: usize) -> Vec<(usize, usize, usize)> {
-    let divisors = |k: usize| (1..=k).filter(move |d| k % d == 0);
+    let divisors = |k: usize| (1..=k).filter(move |d| k.is_multiple_of(*d));
     let mut out = Vec::new();
     for pp in divisors(n) {
         for mp in divisors(n / pp) {
@@ -217,14 +217,16 @@ fn factorisations(model: Model, cfg: &ModelConfig, n: usize) -> Vec<(usize, usiz
 /// Whether the model's sizes divide by the degrees.
 fn admits(model: Model, cfg: &ModelConfig, pp: usize, dp: usize, mp: usize) -> bool {
     let layered = matches!(model, Model::Gpt | Model::EmbeddingLm);
-    let pp_ok = pp == 1 || (layered && cfg.layers % pp == 0);
+    let pp_ok = pp == 1 || (layered && cfg.layers.is_multiple_of(pp));
     let mp_ok = match model {
-        Model::Mlp | Model::MlpMse => cfg.hidden % mp == 0,
+        Model::Mlp | Model::MlpMse => cfg.hidden.is_multiple_of(mp),
         Model::Gpt | Model::EmbeddingLm => {
-            cfg.heads % mp == 0 && cfg.hidden % mp == 0 && (4 * cfg.hidden) % mp == 0
+            cfg.heads.is_multiple_of(mp)
+                && cfg.hidden.is_multiple_of(mp)
+                && (4 * cfg.hidden).is_multiple_of(mp)
         }
     };
-    pp_ok && mp_ok && cfg.batch % dp == 0
+    pp_ok && mp_ok && cfg.batch.is_multiple_of(dp)
 }
 
 /// Every order of the axes of size > 1.
@@ -278,7 +280,7 @@ pub fn micro_batch_ladder(batch: usize, dp: usize, pp: usize) -> Vec<usize> {
     };
     ladder
         .into_iter()
-        .filter(|&m| m <= per_replica && per_replica % m == 0)
+        .filter(|&m| m <= per_replica && per_replica.is_multiple_of(m))
         .collect()
 }
 
@@ -297,7 +299,7 @@ pub fn families(model: Model, cfg: &ModelConfig, devices: usize, pruned: bool) -
     let mut out = Vec::new();
     for (pp, dp, mp) in factorisations(model, cfg, devices) {
         let vocab: &[bool] = match (model, mp > 1) {
-            (Model::EmbeddingLm, true) if cfg.vocab % mp == 0 => &[true, false],
+            (Model::EmbeddingLm, true) if cfg.vocab.is_multiple_of(mp) => &[true, false],
             (Model::Mlp | Model::MlpMse | Model::Gpt | Model::EmbeddingLm, _) => &[false],
         };
         let sums: &[bool] = match (mp > 1, pruned) {
