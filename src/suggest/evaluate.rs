@@ -344,39 +344,22 @@ fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
     }
 }
 
-/// Whether an op runs once per step rather than once per micro-batch: the optimizer, the
-/// gradient synchronisation and what agrees on its results.
-fn once_per_step(op: &crate::ir::Op) -> bool {
-    op.role == OpRole::Optimize
-        || matches!(
-            op.purpose(),
-            Some(Purpose::DataParallel | Purpose::AmpFlag | Purpose::GlobalNorm)
-        )
-        || (op.purpose() == Some(Purpose::Sharding)
-            && op.ty == crate::ir::OpType::Collective(crate::ir::CollectiveOp::ReduceScatter))
-}
-
 /// Where the step's time goes on the busiest rank (the one with the most compute and
 /// communication): per-micro-batch ops counted once per micro-batch.
 pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
-    let m = if e.pipeline.is_some() {
-        p.micro_batches() as f64
-    } else {
-        1.0
-    };
     let mut best: Option<Busiest> = None;
     for (rank, time) in p.partitioned.ranks.iter().zip(&e.step.ranks) {
         let mut compute = 0.0;
         let mut comm = [0.0; Purpose::ALL.len()];
-        for (op, &s) in rank.program.ops().iter().zip(&time.op_s) {
-            let s = if once_per_step(op) { s } else { s * m };
-            let collective = crate::cost::simulate::is_communication(&rank.program, op);
-            match op.purpose().filter(|_| collective) {
+        for (i, s) in op_times(p, e, rank, &time.op_s) {
+            let op = &rank.program.ops()[i];
+            match crate::cost::simulate::is_communication(&rank.program, op).then(|| op.purpose()) {
                 Some(purpose) => {
-                    let i = Purpose::ALL.iter().position(|&q| q == purpose).unwrap_or(0);
-                    comm[i] += s;
+                    let at = purpose
+                        .and_then(|q| Purpose::ALL.iter().position(|&k| k == q))
+                        .unwrap_or(0);
+                    comm[at] += s;
                 }
-                None if collective => comm[0] += s,
                 None => compute += s,
             }
         }
@@ -400,6 +383,48 @@ pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
         bubble_s: (step_s - busy).max(0.0),
         peak_bytes: peak_bytes(e),
     }
+}
+
+/// Each op of a rank with its time over the step: once without micro-batches; with them,
+/// as the schedule runs it (`passes::jobs::cut`): forward and backward jobs once per
+/// micro-batch, the optimizer job once, a B or W half of a split op at half its time, and
+/// the pipeline's sends and receives left out (they are the schedule's edges: their time
+/// shows as bubble).
+fn op_times(
+    p: &Pipeline,
+    e: &Estimate,
+    rank: &crate::passes::partition::RankProgram,
+    op_s: &[f64],
+) -> Vec<(usize, f64)> {
+    if e.pipeline.is_none() {
+        return op_s.iter().copied().enumerate().collect();
+    }
+    let grads: std::collections::HashSet<crate::ir::VarId> =
+        p.backward.param_grads.iter().map(|&(_, g)| g).collect();
+    let jobs = crate::passes::jobs::cut(rank, &grads, p.stages.chunks);
+    let n = op_s.len();
+    let m = p.micro_batches() as f64;
+    let mut out = Vec::new();
+    let mut add = |list: &[usize], times: f64| {
+        for &i in list {
+            let (op, s) = match i.checked_sub(n) {
+                None => (i, op_s.get(i).copied().unwrap_or(0.0)),
+                Some(k) => {
+                    let o = jobs.copied_from.get(k).copied().unwrap_or(0);
+                    (o, op_s.get(o).copied().unwrap_or(0.0) / 2.0)
+                }
+            };
+            let ty = rank.program.ops().get(op).map(|o| o.ty);
+            if !matches!(ty, Some(crate::ir::OpType::Send | crate::ir::OpType::Recv)) {
+                out.push((op, s * times));
+            }
+        }
+    };
+    for list in jobs.forward.iter().chain(&jobs.backward) {
+        add(list, m);
+    }
+    add(&jobs.optimizer, 1.0);
+    out
 }
 
 /// A lower bound of the step time at `layers_per_stage` blocks per stage, from a plan
