@@ -1053,6 +1053,9 @@ mod flag_fuzz {
             "--constrain",
             "--to",
             "-o",
+            "--devices",
+            "--top",
+            "--memory",
         ]);
         let bare = prop::sample::select(vec![
             "--amp",
@@ -1078,7 +1081,7 @@ mod flag_fuzz {
         })]
         #[test]
         fn the_tool_never_panics(
-            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "schedule", "export", "nonsense"]),
+            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "schedule", "export", "suggest", "nonsense"]),
             flags in prop::collection::vec(flag(), 0..6),
             topology in prop::sample::select(vec!["h100x8", "h100x8x4", "tpu-v5e-16", "v100"]),
         ) {
