@@ -1410,9 +1410,11 @@ fn suggest_prints_one_json_document_whose_plan_checks_and_costs_the_same() {
     let plan = doc["plan"].as_str().expect("plan text");
     assert_eq!(std::fs::read_to_string(&out_plan).unwrap(), plan);
     assert_eq!(doc["candidates"].as_array().map(Vec::len), Some(3));
-    assert!(doc["reason"]
-        .as_str()
-        .is_some_and(|r| r.contains(" beats ")));
+    let reason = doc["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(" beats ") || reason.contains(" ties "),
+        "{reason}"
+    );
     // Axes of size 1 are left out of the printed mesh.
     let mesh = plan.lines().next().unwrap_or_default();
     assert!(mesh.starts_with("mesh ["), "{mesh}");

@@ -161,6 +161,14 @@ pub fn suggest(args: &SuggestArgs) -> Result<ExitCode, String> {
     let model = problem.model;
     let topo = problem.topology.name;
     let budget = problem.budget_bytes;
+    if let Some(size) = mine.as_ref().and_then(|p| p.mesh()).map(|m| m.size()) {
+        if size != problem.devices {
+            eprintln!(
+                "note: your plan runs on {size} devices, the search on {}: it is not priced beside",
+                problem.devices
+            );
+        }
+    }
     let search = match Search::new(problem, args.top, mine) {
         Ok(s) => s,
         Err(e) => {

@@ -6,7 +6,8 @@ use crate::suggest::request::SuggestRequest;
 
 impl Session {
     /// The request the Suggest panel sends for `devices` devices (default: the plan's mesh
-    /// size) and a budget of `memory_gb` GB per device (default: the device's memory).
+    /// size) and a budget of `memory_gb` GB per device (default: the device's memory). The
+    /// session's plan is priced beside the search's when it runs on as many devices.
     pub fn suggest_request(
         &self,
         devices: Option<usize>,

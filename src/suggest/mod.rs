@@ -164,6 +164,8 @@ impl Search {
         mine: Option<crate::plan::Plan>,
     ) -> Result<Search, SuggestError> {
         let devices = problem.devices;
+        // The user's plan is compared only on as many devices as the search uses.
+        let mine = mine.filter(|p| p.mesh().map_or(1, |m| m.size()) == devices);
         let mut families = space::families(problem.model, &problem.config, devices, true);
         // Plain plans first: they are often good, and a good threshold early bounds more.
         families.sort_by_key(|f| {
@@ -432,6 +434,26 @@ impl Search {
         };
         let plan = candidate_plan(&self.problem, &candidate, self.problem.config.layers)
             .map_err(SuggestError::Plan)?;
+        // The user's plan may lie outside the searched space and be faster: then it wins,
+        // and the reason says by how much it beats the best searched plan.
+        if let (Some(m), Some(p)) = (&mine, &self.mine) {
+            if m.fits && m.terms.step_s < winner.terms.step_s {
+                let reason = format!(
+                    "Your plan is faster than every plan searched (it lies outside the searched \
+                     space): {}",
+                    reason::compare(&self.problem, m, &winner, "it")
+                );
+                return Ok(Suggestion {
+                    winner: m.clone(),
+                    plan: p.clone(),
+                    table,
+                    runner_up: Some(winner),
+                    mine,
+                    reason,
+                    stats: self.stats.clone(),
+                });
+            }
+        }
         let reason = reason::reason(&self.problem, &winner, runner.as_ref(), mine.as_ref());
         Ok(Suggestion {
             winner,

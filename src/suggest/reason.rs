@@ -88,6 +88,13 @@ pub fn compare(problem: &Problem, w: &Row, r: &Row, other: &str) -> String {
         (None, None) => (other.to_string(), other.to_string()),
     };
     let (tw, tr) = (w.terms.step_s, r.terms.step_s);
+    if tr <= tw * (1.0 + 5e-4) {
+        return format!(
+            "{wd} ties {rd} at {} per step; the plainer plan is listed first (fewer mesh axes, \
+             a lower ZeRO stage, fewer micro-batches, no recomputation).",
+            human_seconds(tw)
+        );
+    }
     let pairs = term_pairs(&w.terms, &r.terms);
     let decisive = pairs
         .iter()
@@ -136,7 +143,7 @@ pub fn reason(problem: &Problem, winner: &Row, runner: Option<&Row>, mine: Optio
             out.push_str(" Against your plan: ");
             out.push_str(&compare(problem, winner, m, "your plan"));
         } else {
-            out.push_str(" Your plan is as fast as the winner or faster.");
+            out.push_str(" Your plan is as fast as the winner.");
         }
     }
     out

@@ -218,7 +218,7 @@ pub fn SuggestPanel() -> Html {
                 <label>{ "memory GB " }
                     <input id="suggest-memory" type="number" min="0" step="any" placeholder="device" value={(*memory).clone()} onchange={on_memory} />
                 </label>
-                <button id="suggest-run" class="small primary" onclick={start} disabled={running}>{ "Search" }</button>
+                <button id="suggest-run" class="small" onclick={start} disabled={running}>{ "Search" }</button>
             </div>
             { body }
         </section>

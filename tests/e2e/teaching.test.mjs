@@ -160,3 +160,22 @@ test('scripts/serve.mjs serves the wasm gzip-compressed', async () => {
     proc.kill();
   }
 });
+
+test('suggest: the search shows progress, then the table, the reason and an axe-clean panel', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = await open(page, `${server.url}#s=gpt_dp_mp&topo=h100x8x4`);
+  // On the plan's 8 devices (the default), so the session's plan is priced beside.
+  await page.click('#suggest-run');
+  await page.waitForSelector('.suggest-table tbody tr, .suggest-error', { timeout: 60000 });
+  assert.equal(await page.locator('.suggest-error').count(), 0, await page.locator('.suggest-panel').textContent());
+  const rows = await page.locator('.suggest-table tbody tr').count();
+  assert.equal(rows, 6, 'five candidates and the session plan');
+  const reason = await page.locator('.suggest-reason').textContent();
+  assert.match(reason, / beats /);
+  await page.locator('.suggest-panel').scrollIntoViewIfNeeded();
+  await page.locator('.suggest-panel').screenshot({ path: `${screenshotDir}/suggest.png` });
+  assert.deepEqual(await axe(page, 'suggest'), []);
+  await page.click('#suggest-compare');
+  await page.waitForSelector('.diff-table');
+  assert.deepEqual(errors, []);
+});
