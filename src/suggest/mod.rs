@@ -395,28 +395,7 @@ impl Search {
             rows.extend(priced);
             from = to;
         }
-        let mut rows = rank_rows(rows);
-        // The reason compares the winner with a different plan: price the best screened
-        // one whose mesh shape or strategy differs if no finalist does.
-        if let Some(w) = rows
-            .iter()
-            .find(|r| r.fits)
-            .and_then(|r| r.candidate.clone())
-        {
-            let differs = |c: &Candidate| {
-                c.mesh.canonical() != w.mesh.canonical() || c.vocab_parallel != w.vocab_parallel
-            };
-            let priced = rows
-                .iter()
-                .any(|r| r.fits && r.candidate.as_ref().is_some_and(differs));
-            if !priced {
-                if let Some(next) = fitting.iter().find(|s| differs(&s.candidate)).cloned() {
-                    let extra = self.price_exactly(std::slice::from_ref(&next));
-                    rows.extend(extra);
-                    rows = rank_rows(rows);
-                }
-            }
-        }
+        let rows = self.with_runner_up(rank_rows(rows), &fitting);
         let mine = self.price_mine();
         let table: Vec<Row> = rows
             .iter()
@@ -464,6 +443,32 @@ impl Search {
             reason,
             stats: self.stats.clone(),
         })
+    }
+
+    /// `rows` with a runner-up of another shape priced if none is: the reason compares the
+    /// winner with a different plan, the best screened one whose mesh shape or strategy
+    /// differs.
+    fn with_runner_up(&mut self, mut rows: Vec<Row>, fitting: &[Screened]) -> Vec<Row> {
+        if let Some(w) = rows
+            .iter()
+            .find(|r| r.fits)
+            .and_then(|r| r.candidate.clone())
+        {
+            let differs = |c: &Candidate| {
+                c.mesh.canonical() != w.mesh.canonical() || c.vocab_parallel != w.vocab_parallel
+            };
+            let priced = rows
+                .iter()
+                .any(|r| r.fits && r.candidate.as_ref().is_some_and(differs));
+            if !priced {
+                if let Some(next) = fitting.iter().find(|s| differs(&s.candidate)).cloned() {
+                    let extra = self.price_exactly(std::slice::from_ref(&next));
+                    rows.extend(extra);
+                    rows = rank_rows(rows);
+                }
+            }
+        }
+        rows
     }
 
     fn over_budget(&self) -> SuggestError {
