@@ -277,3 +277,21 @@ fn the_users_plan_is_priced_beside_and_never_beats_the_winner() {
     let e = estimate(&pipe, &p.topology, p.dtype, CostOptions::default()).expect("costs");
     assert_eq!(e.step_s(), s.winner.terms.step_s);
 }
+
+#[test]
+fn every_preset_is_searched_without_a_refused_candidate() {
+    for model in Model::ALL {
+        let config = ModelConfig {
+            batch: 8,
+            ..model.default_config()
+        };
+        let p = problem(model, config, "h100x8", 4, 80e9);
+        let s = run(&p);
+        assert_eq!(s.stats.refused, 0, "{model:?}: {:?}", s.stats.first_refusal);
+        assert!(s.stats.screened > 0, "{model:?}");
+        // The winner's plan text parses back to the same plan.
+        let text = s.plan.to_string();
+        let (back, _) = shardlab::plan::parse_plan(&text).expect("the plan text parses");
+        assert_eq!(back.to_string(), text, "{model:?}");
+    }
+}

@@ -72,22 +72,39 @@ fn guesses(p: &Program) -> Vec<(Model, ModelConfig)> {
                 let hidden = shape(p, "linear_0.w_0").and_then(|s| s.get(1).copied());
                 let classes = shape(p, "linear_1.w_0").and_then(|s| s.get(1).copied());
                 if let (Some(hidden), Some(classes)) = (hidden, classes) {
-                    for model in [Model::Mlp, Model::MlpMse] {
-                        out.push((
-                            model,
-                            ModelConfig {
-                                batch: *b,
-                                features: *f,
-                                hidden,
-                                classes,
-                                dtype: dt,
-                                ..model.default_config()
-                            },
-                        ));
-                    }
+                    out.push((
+                        Model::Mlp,
+                        ModelConfig {
+                            batch: *b,
+                            features: *f,
+                            hidden,
+                            classes,
+                            dtype: dt,
+                            ..Model::Mlp.default_config()
+                        },
+                    ));
                 }
             }
             _ => {}
+        }
+    }
+    if let (Some(x), Some(w1), Some(w2)) = (
+        shape(p, "batch.x"),
+        shape(p, "params.W1"),
+        shape(p, "params.W2"),
+    ) {
+        if let ([b, f], [_, h], [_, c]) = (&x[..], &w1[..], &w2[..]) {
+            out.push((
+                Model::MlpMse,
+                ModelConfig {
+                    batch: *b,
+                    features: *f,
+                    hidden: *h,
+                    classes: *c,
+                    dtype: dtype(p, "batch.x").unwrap_or(DType::F32),
+                    ..Model::MlpMse.default_config()
+                },
+            ));
         }
     }
     out

@@ -148,13 +148,19 @@ impl Candidate {
         let batch = if dp { "dp" } else { "-" };
         let mut out = Vec::new();
         match model {
-            Model::Mlp | Model::MlpMse => {
+            Model::Mlp => {
                 out.push(format!("x={batch},-"));
                 if mp {
                     out.extend(
                         ["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]
                             .map(String::from),
                     );
+                }
+            }
+            Model::MlpMse => {
+                out.push(format!("batch.x={batch},-"));
+                if mp {
+                    out.extend(["params.W1=-,mp", "params.W2=mp,-"].map(String::from));
                 }
             }
             Model::Gpt | Model::EmbeddingLm => {
