@@ -202,10 +202,17 @@ pub fn suggest(args: &SuggestArgs) -> Result<ExitCode, String> {
             let mut t = report::text(&s, model, topo, budget);
             t.push_str(&format!("\nwinner: {}\n", winner_line(&s)));
             match &args.out {
-                Some(out) => t.push_str(&format!(
-                    "plan written to {out}; check it with `shardlab check {out}`, price it with \
-                     `shardlab cost {out} --topology {topo}`\n"
-                )),
+                Some(out) => {
+                    t.push_str(&format!(
+                        "plan written to {out}; check it with `shardlab check {out}`, price it with \
+                         `shardlab cost {out} --topology {topo}`\n"
+                    ));
+                    if let Some(file) = &args.file {
+                        t.push_str(&format!(
+                            "compare it with your plan: `shardlab diff {file} {out} --topology {topo}`\n"
+                        ));
+                    }
+                }
                 None => t.push_str("write the winner's plan with --out FILE\n"),
             }
             t

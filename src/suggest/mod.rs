@@ -322,28 +322,34 @@ impl Search {
                 None => by_family.push((s.family.clone(), vec![s])),
             }
         }
-        let layers = self.problem.config.layers;
-        for (family, members) in by_family {
-            let mut planned = match Planned::new(&self.problem, &family, layers) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.refuse(e, members.len());
-                    continue;
-                }
-            };
-            for s in members {
-                match planned.estimate(&self.problem, &s.candidate.mesh, s.candidate.schedule) {
-                    Ok(e) => {
-                        self.stats.exact += 1;
-                        let t = terms(&planned.pipeline, &e);
-                        rows.push(Row {
-                            fits: t.peak_bytes <= self.problem.budget_bytes,
-                            candidate: Some(s.candidate.clone()),
-                            terms: t,
-                        });
+        let problem = &self.problem;
+        let price = move |(family, members): (Family, Vec<&Screened>)| {
+            price_family(problem, &family, &members)
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        let priced: Vec<Priced> = std::thread::scope(|scope| {
+            let handles: Vec<_> = by_family
+                .into_iter()
+                .map(|f| scope.spawn(move || price(f)))
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        #[cfg(target_arch = "wasm32")]
+        let priced: Vec<Priced> = by_family.into_iter().map(price).collect();
+        for family in priced {
+            match family {
+                Ok(members) => {
+                    for r in members {
+                        match r {
+                            Ok(row) => {
+                                self.stats.exact += 1;
+                                rows.push(row);
+                            }
+                            Err(e) => self.refuse(e, 1),
+                        }
                     }
-                    Err(e) => self.refuse(e, 1),
                 }
+                Err((e, n)) => self.refuse(e, n),
             }
         }
         rows
@@ -530,6 +536,32 @@ pub fn brute_force(problem: &Problem) -> Vec<Row> {
     }
     rows.sort_by(|a, b| a.terms.step_s.total_cmp(&b.terms.step_s));
     rows
+}
+
+/// A family's finalists priced: each member's row or why not, or why the family could not
+/// be planned with how many members that refuses.
+type Priced = Result<Vec<Result<Row, String>>, (String, usize)>;
+
+/// One family's finalists priced exactly at full depth (its planning shared; the families
+/// are priced in parallel natively). The error counts the members it refuses.
+fn price_family(problem: &Problem, family: &Family, members: &[&Screened]) -> Priced {
+    let mut planned =
+        Planned::new(problem, family, problem.config.layers).map_err(|e| (e, members.len()))?;
+    Ok(members
+        .iter()
+        .map(|s| {
+            planned
+                .estimate(problem, &s.candidate.mesh, s.candidate.schedule)
+                .map(|e| {
+                    let t = terms(&planned.pipeline, &e);
+                    Row {
+                        fits: t.peak_bytes <= problem.budget_bytes,
+                        candidate: Some(s.candidate.clone()),
+                        terms: t,
+                    }
+                })
+        })
+        .collect())
 }
 
 /// Two step times equal up to rounding.
