@@ -1478,8 +1478,18 @@ fn suggest_prices_the_users_plan_and_refuses_what_it_cannot_search() {
         (&["--top", "0"][..], 2, "--top"),
         (&["--memory", "12Q"][..], 2, "--memory `12Q`"),
         (&["--memory", "1K"][..], 1, "no plan fits in 1.0KB"),
-        (&["--heads", "3"][..], 1, "no factorisation of 8"),
+        (&["--heads", "3"][..], 2, "divisible by heads 3"),
+        (
+            &["--layers", "1", "--batch", "1"][..],
+            1,
+            "no factorisation of 8",
+        ),
         (&["--topology", "cpu"][..], 2, "needs --devices"),
+        (
+            &["--max-memory", "1M"][..],
+            1,
+            "the search's largest planning",
+        ),
     ] {
         let mut all = vec!["suggest", "--preset", "gpt"];
         all.extend_from_slice(args);

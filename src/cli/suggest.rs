@@ -44,6 +44,11 @@ pub(crate) struct SuggestArgs {
     /// Train with AMP dynamic loss scaling (memory sized by the mixed-precision convention).
     #[arg(long)]
     amp: bool,
+    /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); the largest
+    /// planning (every rank at full depth, one per worker thread) is checked against it
+    /// first. Default: half the available memory.
+    #[arg(long, value_name = "BYTES")]
+    max_memory: Option<String>,
     /// Write the winner's plan text to this file.
     #[arg(long, value_name = "FILE")]
     out: Option<String>,
@@ -149,6 +154,43 @@ fn problem(
     )))
 }
 
+/// Whether the search's largest planning fits the command's memory budget: every rank of
+/// the model at full depth on all the devices, once per worker thread (the finalists'
+/// families are planned in parallel). Prints the error when it does not.
+fn planning_fits(problem: &Problem, max_memory: &Option<String>) -> Result<bool, String> {
+    let budget = super::budget::budget(max_memory)?;
+    let program = problem
+        .model
+        .build(&problem.config)
+        .map_err(|e| e.to_string())?;
+    let mut plan = crate::plan::Plan::from_program(program);
+    let mesh = crate::plan::parse_mesh_spec(&format!("{}:dp", problem.devices))
+        .map_err(|e| e.to_string())?;
+    plan.set_mesh(std::sync::Arc::new(mesh));
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let needed = plan.estimated_planning_bytes(crate::plan::RanksPlanned::All) * workers;
+    match super::budget::check("the search's largest planning", needed, budget) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(false)
+        }
+    }
+}
+
+/// Says so when the user's plan runs on another number of devices than the search (it is
+/// then not priced beside).
+fn note_other_device_count(mine: Option<&crate::plan::Plan>, devices: usize) {
+    if let Some(size) = mine.and_then(|p| p.mesh()).map(|m| m.size()) {
+        if size != devices {
+            eprintln!(
+                "note: your plan runs on {size} devices, the search on {devices}: it is not \
+                 priced beside"
+            );
+        }
+    }
+}
+
 /// Searches and prints.
 pub fn suggest(args: &SuggestArgs) -> Result<ExitCode, String> {
     let (problem, mine) = match problem(args)? {
@@ -161,14 +203,10 @@ pub fn suggest(args: &SuggestArgs) -> Result<ExitCode, String> {
     let model = problem.model;
     let topo = problem.topology.name;
     let budget = problem.budget_bytes;
-    if let Some(size) = mine.as_ref().and_then(|p| p.mesh()).map(|m| m.size()) {
-        if size != problem.devices {
-            eprintln!(
-                "note: your plan runs on {size} devices, the search on {}: it is not priced beside",
-                problem.devices
-            );
-        }
+    if !planning_fits(&problem, &args.max_memory)? {
+        return Ok(ExitCode::from(1));
     }
+    note_other_device_count(mine.as_ref(), problem.devices);
     let search = match Search::new(problem, args.top, mine) {
         Ok(s) => s,
         Err(e) => {
