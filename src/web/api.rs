@@ -64,19 +64,26 @@ const KEYS: &[&str] = &[
     "constrain",
 ];
 
-/// Reads a request, rejecting keys it does not know.
-fn parse_request(request: JsValue) -> Result<Request, JsValue> {
+/// An error naming the first key of `request` that is not in `keys` (`serde_wasm_bindgen`
+/// reads only the fields it knows, so unknown ones must be caught here).
+pub(super) fn reject_unknown_keys(request: &JsValue, keys: &[&str]) -> Result<(), JsValue> {
     if let Some(obj) = request.dyn_ref::<js_sys::Object>() {
         for key in js_sys::Object::keys(obj).iter() {
             let key = key.as_string().unwrap_or_default();
-            if !KEYS.contains(&key.as_str()) {
+            if !keys.contains(&key.as_str()) {
                 return Err(JsValue::from_str(&format!(
                     "bad request: unknown field `{key}`, expected one of {}",
-                    KEYS.join(", ")
+                    keys.join(", ")
                 )));
             }
         }
     }
+    Ok(())
+}
+
+/// Reads a request, rejecting keys it does not know.
+fn parse_request(request: JsValue) -> Result<Request, JsValue> {
+    reject_unknown_keys(&request, KEYS)?;
     serde_wasm_bindgen::from_value(request)
         .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))
 }

@@ -6,20 +6,9 @@
 use crate::suggest::request::{SuggestRequest, KEYS};
 use crate::suggest::{report, Search, Suggestion};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
 
 fn parse(request: JsValue) -> Result<SuggestRequest, JsValue> {
-    if let Some(obj) = request.dyn_ref::<js_sys::Object>() {
-        for key in js_sys::Object::keys(obj).iter() {
-            let key = key.as_string().unwrap_or_default();
-            if !KEYS.contains(&key.as_str()) {
-                return Err(JsValue::from_str(&format!(
-                    "bad request: unknown field `{key}`, expected one of {}",
-                    KEYS.join(", ")
-                )));
-            }
-        }
-    }
+    super::api::reject_unknown_keys(&request, KEYS)?;
     serde_wasm_bindgen::from_value(request)
         .map_err(|e| JsValue::from_str(&format!("bad request: {e}")))
 }
