@@ -339,7 +339,13 @@ mod simulation {
                 );
                 assert!(r.comm_s > 0.0, "{name}: dp x mp communicates");
             }
-            let u = mfu(model_flops(&p.full.program, dtype), &s, &topo, dtype);
+            let u = mfu(
+                model_flops(&p.full.program, dtype),
+                s.step_s,
+                8,
+                &topo,
+                dtype,
+            );
             assert!(u > 0.0 && u <= 1.0, "{name}: MFU {u}");
         }
     }

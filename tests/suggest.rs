@@ -295,3 +295,63 @@ fn every_preset_is_searched_without_a_refused_candidate() {
         assert_eq!(back.to_string(), text, "{model:?}");
     }
 }
+
+/// Pricing a planning from each stage's first rank (what the search does when every group
+/// of a kind runs over one link) gives exactly what simulating every rank gives, order by
+/// order and schedule by schedule; where groups of a kind straddle node boundaries unevenly
+/// (12 of 16 devices on two nodes: a 6-rank group from rank 6 spans both nodes, the one
+/// from rank 0 does not), the search prices every rank.
+#[test]
+fn pricing_one_rank_per_stage_equals_pricing_every_rank() {
+    use shardlab::suggest::evaluate::{terms, Planned};
+    use shardlab::suggest::space;
+    let cases = [
+        (Model::Gpt, 4, 12, "h100x8x2", 12),
+        (Model::EmbeddingLm, 4, 8, "h100x8", 8),
+    ];
+    for (model, layers, batch, topology, devices) in cases {
+        let config = ModelConfig {
+            layers,
+            batch,
+            vocab: 512,
+            ..model.default_config()
+        };
+        let p = problem(model, config, topology, devices, 80e9);
+        let (mut shortcut, mut fallback) = (0, 0);
+        for family in space::families(model, &p.config, devices, false) {
+            let orders = space::axis_orders(&family);
+            let Ok(mut fast) = Planned::new(&p, &family, layers, &orders) else {
+                continue;
+            };
+            let mut full = Planned::every_rank(&p, &family, layers).expect("plans");
+            if fast.pipeline.is_fully_partitioned() {
+                fallback += 1;
+            } else {
+                shortcut += 1;
+            }
+            for order in &orders {
+                for schedule in space::schedules(&family, false) {
+                    let (a, b) = (
+                        fast.estimate(&p, order, schedule),
+                        full.estimate(&p, order, schedule),
+                    );
+                    let (Ok(a), Ok(b)) = (a, b) else {
+                        panic!("{family:?} {order:?} {schedule:?}: one refuses");
+                    };
+                    assert_eq!(
+                        terms(&fast.pipeline, &a),
+                        terms(&full.pipeline, &b),
+                        "{family:?} {order:?} {schedule:?}"
+                    );
+                    assert_eq!(a.mfu, b.mfu);
+                }
+            }
+        }
+        assert!(shortcut > 0, "{topology}: no family took the shortcut");
+        if devices == 12 {
+            assert!(fallback > 0, "{topology}: no family fell back");
+        } else {
+            assert_eq!(fallback, 0, "{topology}: symmetric links fell back");
+        }
+    }
+}

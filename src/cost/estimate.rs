@@ -86,14 +86,8 @@ pub fn estimate(
     };
     // A pipelined step runs every micro-batch: M times the model FLOPs in the schedule's time.
     let flops = model_flops(&p.full.program, dtype) * p.micro_batches() as f64;
-    let timed = match &pipeline {
-        Some(c) => StepTime {
-            step_s: c.timeline.step,
-            ..step.clone()
-        },
-        None => step.clone(),
-    };
-    let mfu = mfu(flops, &timed, topo, dtype);
+    let step_s = pipeline.as_ref().map_or(step.step_s, |c| c.timeline.step);
+    let mfu = mfu(flops, step_s, p.full.mesh.size(), topo, dtype);
     Ok(Estimate {
         topology: topo.name,
         placement: topo.placement,

@@ -119,6 +119,48 @@ fn in_flight(jobs: &[Job]) -> usize {
     most
 }
 
+/// A stage's jobs, cut from its first rank's program: what every pricing of one planning
+/// shares (the schedule, the micro-batch count and the step's times vary; these do not).
+#[derive(Clone, Debug)]
+pub struct StageJobs {
+    /// The stage's first rank, and its position in the partitioned ranks.
+    pub rank: u32,
+    pub index: usize,
+    pub jobs: RankJobs,
+    /// Bytes of activations one micro-batch's forward leaves for its backward.
+    pub activation_bytes: f64,
+}
+
+/// Every stage's jobs.
+pub fn stage_jobs(p: &Pipeline, elem: ElementBytes) -> Result<Vec<StageJobs>, PipelineTimeError> {
+    let stages = p.stages.stages;
+    let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
+    (0..stages)
+        .map(|s| {
+            let first = p
+                .stages
+                .ranks_of(&p.full.mesh, s)
+                .first()
+                .copied()
+                .unwrap_or(0);
+            let index = p
+                .partitioned
+                .ranks
+                .iter()
+                .position(|r| r.rank == first)
+                .ok_or(PipelineTimeError::Times(stages, s))?;
+            let jobs = cut(&p.partitioned.ranks[index], &grads, p.stages.chunks);
+            let activation_bytes = activation_bytes(&jobs, elem);
+            Ok(StageJobs {
+                rank: first,
+                index,
+                jobs,
+                activation_bytes,
+            })
+        })
+        .collect()
+}
+
 /// The pipeline cost of `p`, from `step` (its simulated single-micro-batch step), at
 /// element size `elem`; without a step, the ideal (textbook) durations.
 pub fn pipeline_cost(
@@ -126,41 +168,36 @@ pub fn pipeline_cost(
     step: Option<&StepTime>,
     elem: ElementBytes,
 ) -> Result<PipelineCost, PipelineTimeError> {
+    pipeline_cost_of(p, &stage_jobs(p, elem)?, step)
+}
+
+/// [`pipeline_cost`] from the stages' jobs (`stage_jobs` of `p`).
+pub fn pipeline_cost_of(
+    p: &Pipeline,
+    jobs: &[StageJobs],
+    step: Option<&StepTime>,
+) -> Result<PipelineCost, PipelineTimeError> {
     let ideal = step.is_none();
     let schedule = p.schedule();
     let (stages, m) = (p.stages.stages, p.micro_batches());
     let chunks = schedule.chunks();
-    let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
     let mut costs = Vec::with_capacity(stages);
     let mut lists = Vec::with_capacity(stages);
     for s in 0..stages {
         let list = job_list(schedule, stages, s, m)?;
-        let first = p
-            .stages
-            .ranks_of(&p.full.mesh, s)
-            .first()
-            .copied()
-            .unwrap_or(0);
-        let index = p
-            .partitioned
-            .ranks
-            .iter()
-            .position(|r| r.rank == first)
-            .ok_or(PipelineTimeError::Times(stages, s))?;
-        let jobs = cut(&p.partitioned.ranks[index], &grads, p.stages.chunks);
-        let times = match step.and_then(|st| st.ranks.get(index)) {
-            Some(timing) => times_of(&jobs, &timing.op_s),
+        let stage = jobs.get(s).ok_or(PipelineTimeError::Times(stages, s))?;
+        let times = match step.and_then(|st| st.ranks.get(stage.index)) {
+            Some(timing) => times_of(&stage.jobs, &timing.op_s),
             None => JobTimes::unit(),
         };
-        let act = activation_bytes(&jobs, elem);
         let held = in_flight(&list);
         costs.push(StageCost {
             stage: s,
-            rank: first,
+            rank: stage.rank,
             times,
-            activation_bytes: act,
+            activation_bytes: stage.activation_bytes,
             in_flight: held,
-            peak_activation_bytes: act * held as f64,
+            peak_activation_bytes: stage.activation_bytes * held as f64,
         });
         lists.push(list);
     }

@@ -569,11 +569,17 @@ pub fn model_flops(serial: &Program, dtype: ComputeDType) -> f64 {
         .sum()
 }
 
-/// Model FLOPs utilisation: model FLOPs / (step time × peak × devices used).
-pub fn mfu(model_flops: f64, step: &StepTime, topo: &Topology, dtype: ComputeDType) -> f64 {
-    let devices = step.ranks.len().max(1) as f64;
-    if step.step_s <= 0.0 {
+/// Model FLOPs utilisation: model FLOPs / (step time × peak × devices used). `devices` is
+/// the mesh's size, not the ranks simulated (symmetric ranks may be simulated once).
+pub fn mfu(
+    model_flops: f64,
+    step_s: f64,
+    devices: usize,
+    topo: &Topology,
+    dtype: ComputeDType,
+) -> f64 {
+    if step_s <= 0.0 {
         return 0.0;
     }
-    model_flops / (step.step_s * topo.device.peak(dtype) * devices)
+    model_flops / (step_s * topo.device.peak(dtype) * devices.max(1) as f64)
 }

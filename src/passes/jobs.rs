@@ -51,31 +51,43 @@ fn variables(
     backward: &[Vec<usize>],
     optimizer: &[usize],
 ) -> (Vec<VarId>, Vec<VarId>) {
-    let written = |lists: &[Vec<usize>]| -> HashSet<VarId> {
-        lists
-            .iter()
-            .flatten()
-            .flat_map(|&i| program.ops()[i].all_outputs().collect::<Vec<_>>())
-            .collect()
+    // Dense marks by variable index (a program has a few thousand variables; hashing them
+    // was a fifth of the auto-planner's time).
+    let n = program.vars().len();
+    let mark = |ops: &mut dyn Iterator<Item = &usize>, outputs: bool| -> Vec<bool> {
+        let mut marks = vec![false; n];
+        for &i in ops {
+            let op = &program.ops()[i];
+            let vars: Box<dyn Iterator<Item = VarId>> = if outputs {
+                Box::new(op.all_outputs())
+            } else {
+                Box::new(op.all_inputs())
+            };
+            for v in vars {
+                if let Some(m) = marks.get_mut(v.index()) {
+                    *m = true;
+                }
+            }
+        }
+        marks
     };
-    let fwd_written = written(forward);
-    let bwd_written = written(backward);
-    let opt_read: HashSet<VarId> = optimizer
-        .iter()
-        .flat_map(|&i| program.ops()[i].all_inputs().collect::<Vec<_>>())
-        .collect();
-    let per_micro_batch: Vec<VarId> = (0..program.vars().len() as u32)
-        .map(VarId)
+    let fwd_written = mark(&mut forward.iter().flatten(), true);
+    let bwd_written = mark(&mut backward.iter().flatten(), true);
+    let opt_read = mark(&mut optimizer.iter(), false);
+    let ids = (0..n as u32).map(VarId);
+    let per_micro_batch: Vec<VarId> = ids
+        .clone()
         .filter(|v| {
             matches!(
                 program.var(*v).kind,
                 crate::ir::VarKind::Input | crate::ir::VarKind::Label
-            ) || fwd_written.contains(v)
-                || bwd_written.contains(v)
+            ) || fwd_written[v.index()]
+                || bwd_written[v.index()]
         })
         .collect();
-    let mut accumulated: Vec<VarId> = bwd_written.intersection(&opt_read).copied().collect();
-    accumulated.sort();
+    let accumulated: Vec<VarId> = ids
+        .filter(|v| bwd_written[v.index()] && opt_read[v.index()])
+        .collect();
     (per_micro_batch, accumulated)
 }
 

@@ -47,7 +47,8 @@ pub struct Terms {
 
 impl Terms {
     pub fn comm_total(&self) -> f64 {
-        self.comm_s.iter().map(|(_, s)| s).sum()
+        // Folded from +0.0: an empty `sum` of floats is -0.0, printed "-0.0us".
+        self.comm_s.iter().fold(0.0, |t, (_, s)| t + s)
     }
 }
 
@@ -89,14 +90,57 @@ pub fn candidate_plan(problem: &Problem, c: &Candidate, layers: usize) -> Result
 /// A family planned once.
 pub struct Planned {
     pub pipeline: Pipeline,
+    /// The stages' jobs, cut once on first use (every order and schedule prices them).
+    stage_jobs: Option<Vec<crate::cost::pipeline_cost::StageJobs>>,
 }
 
 impl Planned {
-    pub fn new(problem: &Problem, family: &Family, layers: usize) -> Result<Planned, String> {
+    /// The family planned at `layers` blocks, to be priced in `orders`. When every order's
+    /// links are symmetric ([`symmetric_links`]), only each stage's first rank is
+    /// partitioned and simulated.
+    pub fn new(
+        problem: &Problem,
+        family: &Family,
+        layers: usize,
+        orders: &[MeshShape],
+    ) -> Result<Planned, String> {
+        let plan = family_plan(problem, family, layers)?;
+        let mut opts = PipelineOptions::from_plan(&plan.options);
+        if let Some(mesh) = plan.mesh() {
+            let symmetric = orders.iter().all(|o| {
+                let mut topo = problem.topology.clone();
+                topo.devices_of_ranks = o.devices_of_ranks().map(Arc::from);
+                symmetric_links(&topo, &o.canonical())
+            });
+            if symmetric {
+                let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
+                let firsts = (0..stages.stages)
+                    .filter_map(|s| stages.ranks_of(mesh, s).first().copied())
+                    .collect();
+                opts.partition.ranks = Some(firsts);
+            }
+        }
+        let pipeline = run_pipeline(&plan, &opts).map_err(|e| e.to_string())?;
+        Ok(Planned {
+            pipeline,
+            stage_jobs: None,
+        })
+    }
+
+    /// The family planned at `layers` blocks with every rank partitioned and simulated:
+    /// the reference [`Planned::new`]'s shortcut is tested against.
+    pub fn every_rank(
+        problem: &Problem,
+        family: &Family,
+        layers: usize,
+    ) -> Result<Planned, String> {
         let plan = family_plan(problem, family, layers)?;
         let pipeline = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
             .map_err(|e| e.to_string())?;
-        Ok(Planned { pipeline })
+        Ok(Planned {
+            pipeline,
+            stage_jobs: None,
+        })
     }
 
     /// The estimate with the mesh's axes in `order` and `schedule`.
@@ -133,10 +177,8 @@ impl Planned {
                 memory: w.memory.iter().map(|m| (**m).clone()).collect(),
                 mfu: crate::cost::simulate::mfu(
                     flops,
-                    &crate::cost::simulate::StepTime {
-                        step_s: w.step_s(),
-                        ..w.step.clone()
-                    },
+                    w.step_s(),
+                    problem.devices,
                     w.topo,
                     problem.dtype,
                 ),
@@ -183,6 +225,7 @@ impl Planned {
         mut f: impl FnMut(usize, usize, Result<Walked<'_>, String>),
     ) {
         let p = &mut self.pipeline;
+        let stage_jobs = &mut self.stage_jobs;
         let elem = crate::cost::work::ElementBytes(problem.dtype.bytes());
         let sizing = crate::cost::memory::Sizing {
             elem,
@@ -224,9 +267,15 @@ impl Planned {
                     .map_err(|e| e.to_string())
                     .and_then(|()| {
                         if p.is_pipelined() {
-                            crate::cost::pipeline_cost::pipeline_cost(p, Some(step), elem)
-                                .map(Some)
-                                .map_err(|e| e.to_string())
+                            let jobs = match stage_jobs.take() {
+                                Some(j) => j,
+                                None => crate::cost::pipeline_cost::stage_jobs(p, elem)
+                                    .map_err(|e| e.to_string())?,
+                            };
+                            let cost =
+                                crate::cost::pipeline_cost::pipeline_cost_of(p, &jobs, Some(step));
+                            *stage_jobs = Some(jobs);
+                            cost.map(Some).map_err(|e| e.to_string())
                         } else {
                             Ok(None)
                         }
@@ -262,10 +311,15 @@ impl Walked<'_> {
 /// A group's link as the simulator prices it: its class and effective bandwidth.
 type LinkKey = (&'static str, u64);
 
-/// The links of every group along every set of the mesh's axes (in canonical rank
-/// numbering), and of every pair of ranks along `pp` (the pipeline's sends): two orders
-/// with the same signature price every collective alike.
-fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
+/// Groups whose members play the same part (see [`group_classes`]).
+type GroupClass = Vec<Vec<u32>>;
+
+/// Every group a collective of a plan on `canonical` can use, as classes whose members
+/// play the same part: per non-empty set of the mesh's axes, the groups along those axes
+/// (ranks equal on the other axes), in order of their first rank; and with a `pp` axis,
+/// per pair of stages, the pairs of ranks between them (the pipeline's sends). Ranks are
+/// numbered canonically.
+fn group_classes(canonical: &MeshShape) -> Vec<GroupClass> {
     let sizes: Vec<usize> = canonical.axes.iter().map(|&(_, n)| n).collect();
     let k = sizes.len();
     let n: usize = sizes.iter().product();
@@ -278,16 +332,8 @@ fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
         }
         c
     };
-    let key = |group: &[u32]| -> LinkKey {
-        let name = topo.link_for(group).map_or("", |c| c.name);
-        let beta = topo
-            .effective_link(group)
-            .map_or(0, |l| l.beta_bytes_per_s as u64);
-        (name, beta)
-    };
     let mut out = Vec::new();
     for subset in 1..(1usize << k) {
-        // Groups: ranks equal on the axes outside `subset`, in order of their first rank.
         let mut groups: Vec<(Vec<usize>, Vec<u32>)> = Vec::new();
         for r in 0..n {
             let c = coords(r);
@@ -300,19 +346,58 @@ fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
                 None => groups.push((outside, vec![r as u32])),
             }
         }
-        out.extend(groups.iter().map(|(_, g)| key(g)));
+        out.push(groups.into_iter().map(|(_, g)| g).collect());
     }
     if let Some(pp) = canonical.axes.iter().position(|&(a, _)| a == Axis::Pp) {
+        let mut pairs: Vec<((usize, usize), GroupClass)> = Vec::new();
         for a in 0..n {
             for b in a + 1..n {
                 let (ca, cb) = (coords(a), coords(b));
                 if (0..k).all(|i| i == pp || ca[i] == cb[i]) {
-                    out.push(key(&[a as u32, b as u32]));
+                    let stages = (ca[pp], cb[pp]);
+                    let pair = vec![a as u32, b as u32];
+                    match pairs.iter_mut().find(|(s, _)| *s == stages) {
+                        Some((_, p)) => p.push(pair),
+                        None => pairs.push((stages, vec![pair])),
+                    }
                 }
             }
         }
+        out.extend(pairs.into_iter().map(|(_, p)| p));
     }
     out
+}
+
+fn link_key(topo: &Topology, group: &[u32]) -> LinkKey {
+    let name = topo.link_for(group).map_or("", |c| c.name);
+    let beta = topo
+        .effective_link(group)
+        .map_or(0, |l| l.beta_bytes_per_s as u64);
+    (name, beta)
+}
+
+/// The links of every group along every set of the mesh's axes (in canonical rank
+/// numbering), and of every pair of ranks along `pp` (the pipeline's sends): two orders
+/// with the same signature price every collective alike.
+fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
+    group_classes(canonical)
+        .iter()
+        .flatten()
+        .map(|g| link_key(topo, g))
+        .collect()
+}
+
+/// Whether every group of a class runs over the same link (the same time for the same
+/// bytes). Then, since the search's layouts split every dimension evenly (the planner
+/// refuses others) so that a stage's ranks run programs of one dataflow, every rank of a
+/// stage has the same timeline as the stage's first, and simulating that one is exact: a
+/// collective of a group with one simulated member starts when it arrives, which is when
+/// every member would. A test compares it with simulating every rank.
+pub fn symmetric_links(topo: &Topology, canonical: &MeshShape) -> bool {
+    group_classes(canonical).iter().all(|class| {
+        let first = class.first().map(|g| link_key(topo, g));
+        class.iter().all(|g| Some(link_key(topo, g)) == first)
+    })
 }
 
 /// The largest peak over the ranks; a pipeline stage also holds the activations of the

@@ -28,7 +28,7 @@ mod screen;
 pub mod space;
 
 use evaluate::{terms, Planned, Point, Problem, Terms};
-use space::{Axis, Candidate, Family};
+use space::{Axis, Candidate, Family, MeshShape};
 
 pub use evaluate::candidate_plan;
 
@@ -518,7 +518,7 @@ pub fn brute_force(problem: &Problem) -> Vec<Row> {
     let devices = problem.devices;
     let mut rows = Vec::new();
     for family in space::families(problem.model, &problem.config, devices, false) {
-        let Ok(mut planned) = Planned::new(problem, &family, problem.config.layers) else {
+        let Ok(mut planned) = Planned::every_rank(problem, &family, problem.config.layers) else {
             continue;
         };
         for order in space::axis_orders(&family) {
@@ -545,8 +545,9 @@ type Priced = Result<Vec<Result<Row, String>>, (String, usize)>;
 /// One family's finalists priced exactly at full depth (its planning shared; the families
 /// are priced in parallel natively). The error counts the members it refuses.
 fn price_family(problem: &Problem, family: &Family, members: &[&Screened]) -> Priced {
-    let mut planned =
-        Planned::new(problem, family, problem.config.layers).map_err(|e| (e, members.len()))?;
+    let orders: Vec<MeshShape> = members.iter().map(|s| s.candidate.mesh.clone()).collect();
+    let mut planned = Planned::new(problem, family, problem.config.layers, &orders)
+        .map_err(|e| (e, members.len()))?;
     Ok(members
         .iter()
         .map(|s| {

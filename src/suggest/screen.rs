@@ -206,7 +206,7 @@ impl Screener<'_> {
         let orders = space::axis_orders(family);
         let schedules = space::schedules(family, true);
         for &d in &depths {
-            let mut planned = Planned::new(self.problem, family, d * pp)?;
+            let mut planned = Planned::new(self.problem, family, d * pp, &orders)?;
             let mut points = HashMap::new();
             let mut bound = f64::INFINITY;
             for (o, s, e) in planned.points(self.problem, &orders, &schedules, per_stage) {
