@@ -298,7 +298,8 @@ fn every_preset_is_searched_without_a_refused_candidate() {
 
 /// Pricing a planning from each stage's first rank (what the search does when every group
 /// of a kind runs over one link) gives exactly what simulating every rank gives, order by
-/// order and schedule by schedule; where groups of a kind straddle node boundaries unevenly
+/// order and schedule by schedule, and so does re-partitioning ZeRO stage 0's planning for
+/// another stage (what the search does for a family's ZeRO stages); where groups of a kind straddle node boundaries unevenly
 /// (12 of 16 devices on two nodes: a 6-rank group from rank 6 spans both nodes, the one
 /// from rank 0 does not), the search prices every rank.
 #[test]
@@ -324,6 +325,18 @@ fn pricing_one_rank_per_stage_equals_pricing_every_rank() {
                 continue;
             };
             let mut full = Planned::every_rank(&p, &family, layers).expect("plans");
+            // ZeRO stage 0's planning re-partitioned for this family's stage.
+            let mut rezeroed = Planned::new(
+                &p,
+                &space::Family {
+                    zero: 0,
+                    ..family.clone()
+                },
+                layers,
+                &orders,
+            )
+            .expect("plans");
+            rezeroed.rezero(family.zero).expect("re-partitions");
             if fast.pipeline.is_fully_partitioned() {
                 fallback += 1;
             } else {
@@ -344,6 +357,12 @@ fn pricing_one_rank_per_stage_equals_pricing_every_rank() {
                         "{family:?} {order:?} {schedule:?}"
                     );
                     assert_eq!(a.mfu, b.mfu);
+                    let c = rezeroed.estimate(&p, order, schedule).expect("prices");
+                    assert_eq!(
+                        terms(&rezeroed.pipeline, &c),
+                        terms(&fast.pipeline, &a),
+                        "rezeroed {family:?} {order:?} {schedule:?}"
+                    );
                 }
             }
         }

@@ -115,7 +115,9 @@ struct Screened {
 pub struct Search {
     problem: Problem,
     top: usize,
-    families: Vec<Family>,
+    /// Work units: families that differ only in ZeRO stage, screened together (they share
+    /// a planning up to the partition), in order of their first member.
+    units: Vec<Vec<Family>>,
     next: usize,
     screened: Vec<Screened>,
     /// The screened step times that fit, ascending (for the bound).
@@ -123,6 +125,10 @@ pub struct Search {
     stats: Stats,
     mine: Option<crate::plan::Plan>,
 }
+
+/// Units per worker in a step natively (the threshold is refreshed between steps; more
+/// units per step balance the workers' loads better).
+const UNITS_PER_WORKER: usize = 3;
 
 /// How many families are screened at once: one per core natively, one in the browser
 /// (which runs the search in chunks between frames).
@@ -176,7 +182,25 @@ impl Search {
                 f.micro_batches,
             )
         });
-        if families.is_empty() {
+        let mut units: Vec<Vec<Family>> = Vec::new();
+        for f in families {
+            let key = Family {
+                zero: 0,
+                ..f.clone()
+            };
+            match units.iter_mut().find(|u| {
+                u.first().is_some_and(|g| {
+                    Family {
+                        zero: 0,
+                        ..g.clone()
+                    } == key
+                })
+            }) {
+                Some(u) => u.push(f),
+                None => units.push(vec![f]),
+            }
+        }
+        if units.is_empty() {
             return Err(SuggestError::NoCandidates {
                 model: problem.model.name(),
                 devices,
@@ -193,7 +217,7 @@ impl Search {
         Ok(Search {
             problem,
             top: top.max(1),
-            families,
+            units,
             next: 0,
             screened: Vec::new(),
             fitting: Vec::new(),
@@ -204,14 +228,14 @@ impl Search {
 
     /// Work units done and in all (one per family; the exact pass is the last unit).
     pub fn progress(&self) -> (usize, usize) {
-        (self.next, self.families.len() + 1)
+        (self.next, self.units.len() + 1)
     }
 
     /// Screens the next family; after the last, prices the finalists and answers.
     pub fn step(&mut self) -> Option<Result<Suggestion, SuggestError>> {
-        if self.next < self.families.len() {
-            let to = (self.next + workers()).min(self.families.len());
-            let chunk: Vec<Family> = self.families[self.next..to].to_vec();
+        if self.next < self.units.len() {
+            let to = (self.next + UNITS_PER_WORKER * workers()).min(self.units.len());
+            let chunk: Vec<Vec<Family>> = self.units[self.next..to].to_vec();
             self.next = to;
             for (points, stats) in self.screen_chunk(chunk) {
                 self.stats.add(&stats);
@@ -223,29 +247,67 @@ impl Search {
     }
 
     /// Screens families against the current threshold, one per worker thread natively.
-    fn screen_chunk(&self, chunk: Vec<Family>) -> Vec<(Vec<Screened>, Stats)> {
+    fn screen_chunk(&self, chunk: Vec<Vec<Family>>) -> Vec<(Vec<Screened>, Stats)> {
         let (problem, threshold) = (&self.problem, self.threshold());
         let other = self.runner_up_threshold();
         let other = &other;
-        let one = move |f: Family| {
+        let (fitting, finalists) = (&self.fitting, self.top + SPARE_FINALISTS);
+        let one = move |unit: Vec<Family>| {
             let mut s = screen::Screener {
                 problem,
                 threshold,
                 other: other.clone(),
                 stats: Stats::default(),
+                recent: Vec::new(),
             };
-            let points = s.screen(f);
+            // A unit's later members are bounded by its earlier ones' points too.
+            let mut fitting = fitting.clone();
+            let mut points = Vec::new();
+            for f in unit {
+                let found = s.screen(f);
+                for p in found
+                    .iter()
+                    .filter(|p| p.point.peak_bytes <= problem.budget_bytes)
+                {
+                    let at = fitting.partition_point(|&t| t <= p.point.step_s);
+                    fitting.insert(at, p.point.step_s);
+                }
+                if let Some(&t) = fitting.get(finalists.saturating_sub(1)) {
+                    s.threshold = s.threshold.min(t);
+                }
+                points.extend(found);
+            }
             (points, s.stats)
         };
         #[cfg(not(target_arch = "wasm32"))]
         if chunk.len() > 1 {
-            return std::thread::scope(|scope| {
-                let handles: Vec<_> = chunk
-                    .into_iter()
-                    .map(|f| scope.spawn(move || one(f)))
+            // Each worker takes the next unit when it is free (units differ in cost by
+            // tens: a pipeline is planned at many more blocks); results in unit order.
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let (chunk, next, one) = (&chunk, &next, &one);
+            let mut done: Vec<(usize, (Vec<Screened>, Stats))> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..workers())
+                    .map(|_| {
+                        scope.spawn(move || {
+                            let mut mine = Vec::new();
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some(unit) = chunk.get(i) else {
+                                    return mine;
+                                };
+                                mine.push((i, one(unit.clone())));
+                            }
+                        })
+                    })
                     .collect();
-                handles.into_iter().filter_map(|h| h.join().ok()).collect()
+                handles
+                    .into_iter()
+                    .filter_map(|h| h.join().ok())
+                    .flatten()
+                    .collect()
             });
+            done.sort_by_key(|(i, _)| *i);
+            return done.into_iter().map(|(_, r)| r).collect();
         }
         chunk.into_iter().map(one).collect()
     }
@@ -397,7 +459,17 @@ impl Search {
         // Price batches of finalists until `top` fit exactly (or none are left).
         while from < fitting.len() && rows.iter().filter(|r| r.fits).count() < self.top.max(2) {
             let to = (from + batch).min(fitting.len());
-            let priced = self.price_exactly(&fitting[from..to]);
+            let mut finalists = fitting[from..to].to_vec();
+            if from == 0 {
+                // The likely runner-up (the best screened plan of another shape than the
+                // screen's leader) is priced with them, in parallel, not after.
+                let leader = shape_of(&fitting[0].candidate);
+                let differs = |s: &Screened| shape_of(&s.candidate) != leader;
+                if !finalists.iter().any(differs) {
+                    finalists.extend(fitting[to..].iter().find(|s| differs(s)).cloned());
+                }
+            }
+            let priced = self.price_exactly(&finalists);
             rows.extend(priced);
             from = to;
         }

@@ -16,7 +16,15 @@ pub(super) struct Screener<'a> {
     /// of another shape must beat to be the runner-up the reason compares with.
     pub other: Option<(super::Shape, f64)>,
     pub stats: Stats,
+    /// Recent plannings, by family with ZeRO stage 0 and depth: the search screens the
+    /// ZeRO stages of a family one after another, and they share all but the partition.
+    pub recent: Vec<(Family, usize, Planned)>,
 }
+
+/// How many plannings a screener keeps: the two depths of the micro-batch counts and
+/// recomputation modes one ZeRO stage's escalation tried, which the next stage's
+/// bisection mostly tries again.
+const RECENT: usize = 16;
 
 impl Screener<'_> {
     fn refuse(&mut self, why: String, count: usize) {
@@ -193,6 +201,46 @@ impl Screener<'_> {
         out
     }
 
+    /// The planning of `family` at `layers` blocks: a recent one re-partitioned for its
+    /// ZeRO stage, or a new one.
+    fn planned(
+        &mut self,
+        family: &Family,
+        layers: usize,
+        orders: &[space::MeshShape],
+    ) -> Result<Planned, String> {
+        let key = Family {
+            zero: 0,
+            ..family.clone()
+        };
+        match self
+            .recent
+            .iter()
+            .position(|(k, l, _)| *k == key && *l == layers)
+        {
+            Some(i) => {
+                let (_, _, mut planned) = self.recent.remove(i);
+                if planned.pipeline.plan.options.zero != family.zero {
+                    planned.rezero(family.zero)?;
+                }
+                Ok(planned)
+            }
+            None => Planned::new(self.problem, family, layers, orders),
+        }
+    }
+
+    /// Keeps a planning for the next ZeRO stage of its family.
+    fn keep_recent(&mut self, family: &Family, layers: usize, planned: Planned) {
+        let key = Family {
+            zero: 0,
+            ..family.clone()
+        };
+        if self.recent.len() >= RECENT {
+            self.recent.remove(0);
+        }
+        self.recent.push((key, layers, planned));
+    }
+
     /// Every order and schedule of a family, at the full depth (exact) or extrapolated.
     fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
         let per_stage = layers_per_stage(self.problem, family);
@@ -206,7 +254,7 @@ impl Screener<'_> {
         let orders = space::axis_orders(family);
         let schedules = space::schedules(family, true);
         for &d in &depths {
-            let mut planned = Planned::new(self.problem, family, d * pp, &orders)?;
+            let mut planned = self.planned(family, d * pp, &orders)?;
             let mut points = HashMap::new();
             let mut bound = f64::INFINITY;
             for (o, s, e) in planned.points(self.problem, &orders, &schedules, per_stage) {
@@ -224,6 +272,7 @@ impl Screener<'_> {
                     Err(e) => self.refuse(e, 1),
                 }
             }
+            self.keep_recent(family, d * pp, planned);
             at_depth.push(points);
             if bound.is_infinite() {
                 continue;
