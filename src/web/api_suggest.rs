@@ -79,3 +79,35 @@ impl SuggestSearch {
         vec![d as u32, t as u32]
     }
 }
+
+/// A browser benchmark hook, the baseline `bench_suggest.mjs` reports the search against:
+/// the median time, over `repeat` runs, of planning `text` (every rank) and pricing it on
+/// `topology`, as `shardlab bench --what suggest` times one costing natively (no JSON).
+#[wasm_bindgen]
+pub fn bench_cost(text: &str, topology: &str, repeat: u32) -> Result<f64, JsValue> {
+    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    let err = |m: String| JsValue::from_str(&m);
+    let (plan, _) = crate::plan::parse_plan(text).map_err(|e| err(format!("{e:?}")))?;
+    let topo = crate::cost::device::Topology::preset(topology).map_err(|e| err(e.to_string()))?;
+    let now = || {
+        web_sys::window()
+            .and_then(|w| w.performance())
+            .map_or(0.0, |p| p.now())
+    };
+    let mut times = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let t = now();
+        let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
+            .map_err(|e| err(e.to_string()))?;
+        crate::cost::estimate::estimate(
+            &p,
+            &topo,
+            topo.default_dtype,
+            crate::cost::estimate::CostOptions::default(),
+        )
+        .map_err(|e| err(e.to_string()))?;
+        times.push(now() - t);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
