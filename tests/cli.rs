@@ -396,11 +396,36 @@ fn run_trains_serially_and_distributed_and_verifies() {
     ]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    // JAX: 1.3111387 (f32), 1.31113865 (f64); we accumulate f32 programs in f64.
+    // Verified in f64 by default: JAX's f64 loss is 1.31113865.
     assert!(
-        stdout.contains("     1      1.31113863      1.31113863"),
+        stdout.contains("     1      1.31113865      1.31113865"),
         "{stdout}"
     );
+    assert!(stdout.contains("computed in f64"), "{stdout}");
+    // In the program's f32 (JAX: 1.3111387; we accumulate f32 programs in f64).
+    let program = shardlab(&[
+        "run",
+        "--preset",
+        "mlp_mse",
+        "--mesh",
+        "2x4:dp,mp",
+        "--shard",
+        "batch.x=dp,-",
+        "--shard",
+        "params.W1=-,mp",
+        "--shard",
+        "params.W2=mp,-",
+        "--inputs",
+        inputs,
+        "--precision",
+        "program",
+    ]);
+    let program = text(&program.stdout);
+    assert!(
+        program.contains("     1      1.31113863      1.31113863"),
+        "{program}"
+    );
+    assert!(program.contains("in the program's dtypes"), "{program}");
     assert!(
         stdout.contains("PASS: 6 of 6 tensors within tolerance"),
         "{stdout}"
@@ -418,6 +443,7 @@ fn run_trains_serially_and_distributed_and_verifies() {
     .unwrap();
     assert_eq!(json["pass"], true);
     assert_eq!(json["ranks"], 4);
+    assert_eq!(json["precision"], "f64");
     let out = shardlab(&["run", "--scenario", "dp_mlp", "--inputs", "/nonexistent"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

@@ -1234,7 +1234,12 @@ fn a_suggestion_searches_the_sessions_model_and_compare_pins_the_old_plan() {
             break done.expect("found");
         }
     };
-    assert!(steps > 2, "the search runs in chunks ({steps} steps)");
+    // At least one screening step, then the exact pass.
+    let (done, total) = search.progress();
+    assert!(
+        steps >= 2 && done + 1 == total,
+        "steps {steps}, progress {done}/{total}"
+    );
     assert!(found.mine.is_some(), "the session's plan is priced beside");
     let text = found.plan.to_string();
     let before = s.text.clone();

@@ -220,6 +220,10 @@ pub(crate) struct RunArgs {
     /// under DIR/serial and DIR/distributed.
     #[arg(long, value_name = "DIR")]
     dump: Option<String>,
+    /// The precision both runs compute in: f64 (f32 variables promoted, so rounding cannot
+    /// hide a wrong result) or the program's own dtypes.
+    #[arg(long, value_enum, default_value_t = options::PrecisionFlag::F64)]
+    precision: options::PrecisionFlag,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,

@@ -11,6 +11,26 @@ pub enum Format {
     Json,
 }
 
+/// What precision `run` verifies in (see `exec::precision`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionFlag {
+    /// The program's f32 variables computed in f64: rounding cannot hide an error.
+    #[default]
+    F64,
+    /// Each variable in its declared dtype; on deep models the derived tolerance can be
+    /// loose enough to pass a wrong result.
+    Program,
+}
+
+impl PrecisionFlag {
+    pub fn precision(self) -> crate::exec::precision::Precision {
+        match self {
+            PrecisionFlag::F64 => crate::exec::precision::Precision::F64,
+            PrecisionFlag::Program => crate::exec::precision::Precision::Program,
+        }
+    }
+}
+
 /// The pipeline stage `plan` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Stage {

@@ -93,14 +93,17 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     }
     let opts = PipelineOptions::from_plan(&plan.options);
-    let pipeline = match run_pipeline(&plan, &opts) {
+    let planned = match run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(ExitCode::from(1));
         }
     };
-    let needed = crate::exec::run::estimated_run_bytes(&pipeline);
+    let precision = args.precision.precision();
+    let pipeline = crate::exec::precision::in_precision(&planned, precision);
+    let pipeline = pipeline.as_ref();
+    let needed = crate::exec::run::estimated_run_bytes(pipeline);
     if let Err(e) = super::budget::check("running", needed, budget) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
@@ -123,11 +126,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             pipeline.partitioned.ranks.len()
         );
     }
-    let serial = run_serial(&pipeline, &run_opts).map_err(|e| e.to_string());
+    let serial = run_serial(pipeline, &run_opts).map_err(|e| e.to_string());
     let dist = serial
         .as_ref()
         .ok()
-        .map(|_| run_distributed(&pipeline, &run_opts, true).map_err(|e| e.to_string()));
+        .map(|_| run_distributed(pipeline, &run_opts, true).map_err(|e| e.to_string()));
     if progress {
         eprintln!(" done");
     }
@@ -148,6 +151,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if args.format == super::options::Format::Json {
         let json = serde_json::json!({
             "ranks": pipeline.partitioned.ranks.len(),
+            "precision": precision.name(),
             "serial_losses": serial.losses,
             "distributed_losses": dist.losses,
             "max_replica_difference": dist.replica_difference(),
@@ -172,7 +176,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
         for (i, (a, b)) in serial.losses.iter().zip(&dist.losses).enumerate() {
             out.push_str(&format!("  {:>4}  {a:>14.8}  {b:>14.8}\n", i + 1));
         }
-        out.push_str("\nverification (distributed vs serial):\n");
+        out.push_str(&format!(
+            "\nverification (distributed vs serial, {}):\n",
+            match precision {
+                crate::exec::precision::Precision::F64 => "computed in f64",
+                crate::exec::precision::Precision::Program => "in the program's dtypes",
+            }
+        ));
         out.push_str(&table(&checks));
         out.push_str(&format!(
             "\n{}: {} of {} tensors within tolerance\n",

@@ -11,6 +11,7 @@ pub mod kernels;
 #[cfg(feature = "native")]
 pub mod npy;
 pub mod pipe;
+pub mod precision;
 pub mod run;
 pub mod run_pipe;
 pub mod step;

@@ -2,7 +2,7 @@
 
 use super::attr::{Attr, Attrs};
 use super::op_type::{OpRole, OpType};
-use super::types::{OpId, TensorType, Var, VarId, VarKind};
+use super::types::{DType, OpId, TensorType, Var, VarId, VarKind};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -195,6 +195,19 @@ impl Program {
             vars: Arc::new(vars),
             by_name: OnceLock::new(),
             ops: Vec::new(),
+        }
+    }
+
+    /// Every f32 variable made f64 (names, shapes and ops unchanged): verification runs the
+    /// program in f64 so rounding cannot hide a wrong result (`exec::precision`).
+    pub fn promote_floats(&mut self) {
+        if self.vars.iter().all(|v| v.ty.dtype != DType::F32) {
+            return;
+        }
+        for v in Arc::make_mut(&mut self.vars) {
+            if v.ty.dtype == DType::F32 {
+                v.ty.dtype = DType::F64;
+            }
         }
     }
 

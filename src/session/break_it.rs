@@ -209,7 +209,10 @@ impl Session {
             self.message = Some(why);
             return;
         }
-        let mut broken = (*p).clone();
+        // Verified in f64, as Run is (`exec::precision`).
+        let p = crate::exec::precision::in_precision(&p, crate::exec::precision::Precision::F64)
+            .into_owned();
+        let mut broken = p.clone();
         let all: Vec<u32> = p.full.mesh.process_ids().to_vec();
         for r in broken.partitioned.ranks.iter_mut() {
             for (key, b) in &self.breaks {
