@@ -49,6 +49,8 @@ fn dump(dir: &std::path::Path, log: &Log) -> Result<(), String> {
     Ok(())
 }
 
+/// The verification table: each tensor's largest difference from the serial value against
+/// its tolerance, and between its copies (replicas must be identical).
 fn table(checks: &[Check]) -> String {
     let width = checks
         .iter()
@@ -57,16 +59,17 @@ fn table(checks: &[Check]) -> String {
         .unwrap_or(6)
         .clamp(6, 80);
     let mut out = format!(
-        "  {:width$}  {:>12}  {:>12}  {:>6}  result\n",
-        "tensor", "max |diff|", "tolerance", "copies"
+        "  {:width$}  {:>12}  {:>12}  {:>6}  {:>12}  result\n",
+        "tensor", "max |diff|", "tolerance", "copies", "replica diff"
     );
     for c in checks {
         out.push_str(&format!(
-            "  {:width$}  {:>12.3e}  {:>12.3e}  {:>6}  {}\n",
+            "  {:width$}  {:>12.3e}  {:>12.3e}  {:>6}  {:>12.3e}  {}\n",
             c.tensor,
             c.max_abs_diff,
             c.tolerance,
             c.copies,
+            c.replica_diff,
             if c.pass { "pass" } else { "FAIL" }
         ));
     }

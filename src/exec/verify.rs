@@ -11,6 +11,14 @@
 //! underflow. No other constant enters: a tensor whose bound is `1e-20` is compared at
 //! `1e-20`, so a missing synchronisation is caught however small the tensor is.
 //!
+//! Every copy must also equal every other copy of the same tensor, bit for bit. Our
+//! collectives hand one result to every member (reduced in rank order, then copied), and
+//! the replicas of a tensor run the same ops on the same inputs, so a correct plan's
+//! replicas are identical (0.0 difference on every scenario, ZeRO stage and pipeline
+//! checked; `verify_random` checks random plans). A synchronisation missing on one rank
+//! breaks that at any depth, where the serial bound, which grows geometrically with depth,
+//! may not see it.
+//!
 //! Verification also checks that it compared what it should: the serial and distributed
 //! logs must record the same tensors under the same names (a missing or extra one is a
 //! failed check), so "0 of 0" cannot pass.
@@ -32,6 +40,8 @@ pub struct Check {
     pub tolerance: f64,
     /// How many copies of the tensor the distributed run holds (all compared).
     pub copies: usize,
+    /// The largest difference between two copies (must be 0: replicas are identical).
+    pub replica_diff: f64,
     pub pass: bool,
 }
 
@@ -62,11 +72,32 @@ pub fn max_difference(a: &Tensor, b: &Tensor) -> f64 {
 /// bounds, each element is held to its own tolerance, and the check reports the element
 /// closest to (or furthest beyond) its tolerance.
 pub fn compare(name: &str, serial: &Record, dist: &Record) -> Check {
+    let mut check = against_serial(name, serial, dist);
+    check.replica_diff = replica_difference(dist);
+    check.pass &= check.replica_diff == 0.0;
+    check
+}
+
+/// The largest difference between the first copy and any other (∞ for a shape mismatch or
+/// a NaN).
+pub fn replica_difference(dist: &Record) -> f64 {
+    let Some(first) = dist.copies.first() else {
+        return 0.0;
+    };
+    dist.copies[1..]
+        .iter()
+        .map(|c| max_difference(first, c))
+        .fold(0.0, f64::max)
+}
+
+/// Every copy against the serial value.
+fn against_serial(name: &str, serial: &Record, dist: &Record) -> Check {
     let fail = |tolerance| Check {
         tensor: name.to_string(),
         max_abs_diff: f64::INFINITY,
         tolerance,
         copies: dist.copies.len(),
+        replica_diff: 0.0,
         pass: false,
     };
     let Some(s) = serial.value() else {
@@ -124,6 +155,7 @@ fn missing(name: &str) -> Check {
         max_abs_diff: f64::INFINITY,
         tolerance: 0.0,
         copies: 0,
+        replica_diff: 0.0,
         pass: false,
     }
 }

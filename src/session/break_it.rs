@@ -389,6 +389,12 @@ fn explain(name: &str, serial: &crate::exec::tensor::Tensor, dist: &Record) -> S
             copies.len()
         );
     }
+    if spread > 0.0 && copies.iter().all(|c| tol(&base, c) <= 1e-6 * top) {
+        return format!(
+            "{what} is within rounding of serial, but its {} copies differ from each other (by up to {spread:.3e}): replicas are computed alike and must be identical, so a rank skipped or changed a sync on a value too small to show against serial",
+            copies.len()
+        );
+    }
     let factors: Vec<(f64, f64)> = copies
         .iter()
         .filter(|c| c.len() == base.len())

@@ -27,10 +27,10 @@ pub fn RunPanel() -> Html {
                     { format!("{passed} of {} tensors match the serial run", r.checks.len()) }
                 </p>
                 <table class="checks">
-                    <tr><th>{ "tensor" }</th><th>{ "max |diff|" }</th><th>{ "tolerance" }</th><th title="every replica's copy is compared">{ "copies" }</th><th></th></tr>
+                    <tr><th>{ "tensor" }</th><th>{ "max |diff|" }</th><th>{ "tolerance" }</th><th title="every replica's copy is compared">{ "copies" }</th><th title="the largest difference between two copies: replicas must be identical">{ "replica diff" }</th><th></th></tr>
                     { for r.checks.iter().map(|c| html! {
                         <tr class={classes!(if c.pass { "pass" } else { "fail" })}>
-                            <td>{ c.tensor.clone() }</td><td>{ format!("{:.2e}", c.max_abs_diff) }</td><td>{ format!("{:.2e}", c.tolerance) }</td><td>{ c.copies }</td><td>{ if c.pass { "✓" } else { "✗" } }</td>
+                            <td>{ c.tensor.clone() }</td><td>{ format!("{:.2e}", c.max_abs_diff) }</td><td>{ format!("{:.2e}", c.tolerance) }</td><td>{ c.copies }</td><td>{ format!("{:.2e}", c.replica_diff) }</td><td>{ if c.pass { "✓" } else { "✗" } }</td>
                         </tr>
                     }) }
                 </table>
@@ -40,7 +40,7 @@ pub fn RunPanel() -> Html {
     html! {
         <section class="panel run-panel">
             <h2>{ "Run" }<button id="run" class="small primary" {onclick}>{ "Run 2 steps" }</button></h2>
-            <p class="hint">{ "Executes the serial program and every rank's program (ranks stepped in turn, real collectives) and compares them." }</p>
+            <p class="hint">{ "Executes the serial program and every rank's program (ranks stepped in turn, real collectives, computed in f64) and compares them: every copy within its tolerance of the serial value, and replicas identical." }</p>
             { result }
         </section>
     }
