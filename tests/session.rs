@@ -1251,3 +1251,82 @@ fn a_suggestion_searches_the_sessions_model_and_compare_pins_the_old_plan() {
     assert!(s.text_errors.is_empty(), "{:?}", s.text_errors);
     assert_eq!(s.pinned.as_ref().map(|p| p.text.clone()), Some(before));
 }
+
+/// A send between pipeline stages with real values: lesson 12's plan (two stages, four
+/// micro-batches), each send and its recv shown as the block sent and the block that
+/// arrived in micro-batch 0 of the executor's first step; the same pair from either end;
+/// other collectives of a pipelined plan are refused with a message.
+#[test]
+fn a_send_between_stages_shows_the_block_sent_and_received() {
+    use shardlab::session::LESSONS;
+    let s = LESSONS[11]
+        .session()
+        .unwrap()
+        .reduce(Action::SetStage(Stage::Partition))
+        .reduce(Action::SelectRank(0));
+    let p = s.pipeline.clone().unwrap();
+    assert!(p.stages.is_pipelined() && p.micro_batches() == 4);
+    let program = &p.partitioned.ranks[0].program;
+    let sends: Vec<usize> = (0..program.ops().len())
+        .filter(|&i| program.ops()[i].ty == shardlab::ir::OpType::Send)
+        .collect();
+    let recvs: Vec<usize> = (0..program.ops().len())
+        .filter(|&i| program.ops()[i].ty == shardlab::ir::OpType::Recv)
+        .collect();
+    assert!(
+        !sends.is_empty() && !recvs.is_empty(),
+        "stage 0 sends and receives"
+    );
+    let send = s.clone().reduce(Action::ShowValues(Some(sends[0])));
+    let v = send.values.clone().unwrap().unwrap();
+    assert!(v.pair);
+    assert_eq!(v.group.len(), 2);
+    assert_eq!(v.group[0], 0, "rank 0 sends");
+    let (sent, arrived) = (&v.blocks[0], &v.blocks[1]);
+    assert!(sent.output.is_empty() && arrived.input.is_empty());
+    assert_eq!(sent.in_shape, arrived.out_shape);
+    assert!(!sent.input.is_empty() && sent.input.iter().any(|&x| x != 0.0));
+    assert!(
+        sent.input == arrived.output,
+        "what arrived is what was sent: {:?} against {:?}",
+        &sent.input[..4],
+        &arrived.output[..4.min(arrived.output.len())]
+    );
+    // The same pair seen from the receiver's end.
+    let receiver = v.group[1];
+    let from_b = s.clone().reduce(Action::SelectRank(receiver));
+    let rp = &from_b.pipeline.clone().unwrap().partitioned.ranks;
+    let rprog = &rp.iter().find(|r| r.rank == receiver).unwrap().program;
+    let ring = program.ops()[sends[0]].attr_int("ring_id", -1);
+    let recv = (0..rprog.ops().len())
+        .find(|&i| {
+            rprog.ops()[i].ty == shardlab::ir::OpType::Recv
+                && rprog.ops()[i].attr_int("ring_id", -1) == ring
+        })
+        .unwrap();
+    let w = from_b
+        .reduce(Action::ShowValues(Some(recv)))
+        .values
+        .unwrap()
+        .unwrap();
+    assert_eq!(w.blocks, v.blocks);
+    // A backward recv on stage 0 (an activation gradient) has values too.
+    let back = s.clone().reduce(Action::ShowValues(Some(recvs[0])));
+    let b = back.values.clone().unwrap().unwrap();
+    assert_eq!(b.group[1], 0, "rank 0 receives");
+    assert!(b.blocks[0].input == b.blocks[1].output && !b.blocks[0].input.is_empty());
+    // Another collective of a pipelined plan: a message, not a panic.
+    if let Some(other) = s.inserted_ops().into_iter().find(|o| {
+        !matches!(
+            program.ops()[o.op].ty,
+            shardlab::ir::OpType::Send | shardlab::ir::OpType::Recv
+        ) && program.ops()[o.op].ty.class() == shardlab::ir::OpClass::Collective
+    }) {
+        let e = s
+            .reduce(Action::ShowValues(Some(other.op)))
+            .values
+            .unwrap()
+            .unwrap_err();
+        assert!(e.contains("sends and recvs"), "{e}");
+    }
+}

@@ -826,6 +826,41 @@ async fn a_collective_shows_real_values_and_steps_through_its_ring() {
     assert_eq!(count(&root, ".values-panel"), 0);
 }
 
+/// A send between pipeline stages shows the block sent and the block that arrived (a dash
+/// where a send has no output or a recv no input), equal.
+#[wasm_bindgen_test]
+async fn a_send_between_stages_shows_the_block_sent_and_received() {
+    let root = app("#s=megatron_mlp&mesh=2x2:pp,mp&stage=partition").await;
+    let ops = root.query_selector_all("li.op").unwrap();
+    let send = (0..ops.length())
+        .filter_map(|i| ops.item(i))
+        .filter_map(|n| n.dyn_into::<Element>().ok())
+        .find(|e| {
+            let ty = e.query_selector(".type").ok().flatten();
+            ty.and_then(|t| t.text_content()).as_deref() == Some("send")
+                && e.query_selector("button.values").ok().flatten().is_some()
+        })
+        .expect("rank 0 sends to stage 1");
+    send.query_selector("button.values")
+        .unwrap()
+        .unwrap()
+        .dyn_into::<web_sys::HtmlElement>()
+        .unwrap()
+        .click();
+    settle().await;
+    until(|| count(&root, ".values-panel .value-blocks tbody tr") == 2).await;
+    let cell = |row: u32, col: u32| {
+        text(
+            &root,
+            &format!(".values-panel .value-blocks tbody tr:nth-child({row}) td:nth-child({col})"),
+        )
+    };
+    assert_eq!(cell(1, 3), "—", "a send has no output block");
+    assert_eq!(cell(2, 2), "—", "a recv has no input block");
+    assert_eq!(cell(1, 2), cell(2, 3), "what arrived is what was sent");
+    assert!(text(&root, ".values-panel .hint").contains("sends"));
+}
+
 #[wasm_bindgen_test]
 async fn exercises_are_graded_explained_and_remembered() {
     let root = app_at("exercises=1", "s=megatron_mlp&rank=2").await;

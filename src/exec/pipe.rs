@@ -87,6 +87,14 @@ impl<'a> PipeRank<'a> {
         [self.at, pc, ex]
     }
 
+    /// Micro-batch `m`'s value of `v` once its jobs are done (the step's values of the
+    /// micro-batch variables are stashed between jobs): `None` if `v` is not a micro-batch
+    /// variable or was not written.
+    pub fn stashed(&self, m: usize, v: VarId) -> Option<&Tensor> {
+        let k = self.position(v)?;
+        self.stash.get(m)?.get(k)?.as_ref()
+    }
+
     /// The job it is at, for reports.
     pub fn current(&self) -> Option<&Job> {
         self.list.get(self.at)

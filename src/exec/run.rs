@@ -553,7 +553,7 @@ pub fn values_around(
 ) -> Result<Vec<(u32, Tensor, Tensor)>, ExecError> {
     if p.is_pipelined() {
         return Err(ExecError::Setup(
-            "values of one op are shown for plans without pipeline stages".into(),
+            "in a plan with pipeline stages or micro-batches, values are shown for the sends and recvs between stages only".into(),
         ));
     }
     if !p.is_fully_partitioned() {

@@ -202,34 +202,48 @@ fn all_jobs(p: &Pipeline) -> Vec<RankJobs> {
         .collect()
 }
 
-/// Runs every rank's job list for `opts.steps` steps.
-pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+/// What a rank of a pipelined run needs before it can step: its jobs, placement, its
+/// stage's job list and each micro-batch's data inputs (index into `per_micro_batch`).
+struct RankSetup {
+    rank: u32,
+    jobs: RankJobs,
+    place: super::interp::Placement,
+    list: Vec<crate::passes::schedule::Job>,
+    inputs: Vec<Vec<(usize, Tensor)>>,
+}
+
+/// A rank's variables (by id).
+type RankEnv = Vec<Option<Tensor>>;
+
+/// Every rank's setup and initial variables, the schedule's order proven deadlock-free
+/// before anything waits on it.
+fn setup(p: &Pipeline, opts: &RunOptions) -> Result<(Vec<RankSetup>, Vec<RankEnv>), ExecError> {
     let mesh = &p.full.mesh;
     let schedule = p.schedule();
     let m = micro_batches(p);
-    let plan = StagePlan::new(&p.full, &p.stages);
     let globals = initial_values(p, opts)?;
     let envs = rank_envs(p, &globals)?;
     let inputs = micro_inputs(p, opts)?;
-    let jobs = all_jobs(p);
-    let places = placements(p);
-    let loss = reported_loss(p);
-    // The order is proven deadlock-free before anything waits on it.
     let lists: Vec<Vec<crate::passes::schedule::Job>> = (0..p.stages.stages)
         .map(|s| job_list(schedule, p.stages.stages, s, m))
         .collect::<Result<_, _>>()
         .map_err(|e| ExecError::Setup(format!("the schedule: {e}")))?;
     crate::passes::schedule_check::check_order(&lists, m, schedule.chunks())
         .map_err(|e| ExecError::Setup(e.to_string()))?;
-    let mut ranks: Vec<PipeRank> = Vec::with_capacity(jobs.len());
-    for (((r, env), rj), pl) in p.partitioned.ranks.iter().zip(envs).zip(&jobs).zip(&places) {
+    let mut out = Vec::with_capacity(p.partitioned.ranks.len());
+    for ((r, jobs), place) in p
+        .partitioned
+        .ranks
+        .iter()
+        .zip(all_jobs(p))
+        .zip(placements(p))
+    {
         let stage = p.stages.stage_of(mesh, r.rank);
-        let list = lists.get(stage).cloned().unwrap_or_default();
         let mut per_mb = Vec::with_capacity(m);
         for mb in &inputs {
             let mut mine = Vec::new();
             for (v, global) in mb {
-                let Ok(k) = rj.per_micro_batch.binary_search(v) else {
+                let Ok(k) = jobs.per_micro_batch.binary_search(v) else {
                     continue;
                 };
                 let piece = super::gather::shard(global, &p.full.tensors[v.index()], mesh, r.rank)
@@ -238,9 +252,56 @@ pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<L
             }
             per_mb.push(mine);
         }
-        let rank = Rank::new(r.rank, &rj.program, env, Some(pl));
-        ranks.push(PipeRank::new(rank, rj, list, per_mb, loss));
+        out.push(RankSetup {
+            rank: r.rank,
+            jobs,
+            place,
+            list: lists.get(stage).cloned().unwrap_or_default(),
+            inputs: per_mb,
+        });
     }
+    Ok((out, envs))
+}
+
+/// Each rank of `setups` ready to step.
+fn pipe_ranks<'a>(setups: &'a [RankSetup], envs: Vec<RankEnv>, loss: VarId) -> Vec<PipeRank<'a>> {
+    setups
+        .iter()
+        .zip(envs)
+        .map(|(s, env)| {
+            let rank = Rank::new(s.rank, &s.jobs.program, env, Some(&s.place));
+            PipeRank::new(rank, &s.jobs, s.list.clone(), s.inputs.clone(), loss)
+        })
+        .collect()
+}
+
+/// One step of every rank from the initial values (cooperatively), then what micro-batch 0
+/// left in each `(rank, variable)` asked for (a variable of that rank's program): the
+/// values a pipeline's sends and recvs carried, for showing them.
+pub fn first_micro_batch_values(
+    p: &Pipeline,
+    wanted: &[(u32, VarId)],
+    opts: &RunOptions,
+) -> Result<Vec<Option<Tensor>>, ExecError> {
+    let (setups, envs) = setup(p, opts)?;
+    let mut ranks = pipe_ranks(&setups, envs, reported_loss(p));
+    super::step::step_coop(&mut ranks, &CoopComm::default())?;
+    Ok(wanted
+        .iter()
+        .map(|&(rank, v)| {
+            let i = setups.iter().position(|s| s.rank == rank)?;
+            ranks[i].stashed(0, v).cloned()
+        })
+        .collect())
+}
+
+/// Runs every rank's job list for `opts.steps` steps.
+pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+    let mesh = &p.full.mesh;
+    let plan = StagePlan::new(&p.full, &p.stages);
+    let loss = reported_loss(p);
+    let (setups, envs) = setup(p, opts)?;
+    let mut ranks = pipe_ranks(&setups, envs, loss);
     let holds = |v: VarId| {
         let owner = plan.owner(v);
         move |rank: u32| p.stages.stage_of(mesh, rank) == owner

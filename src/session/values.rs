@@ -16,6 +16,9 @@ pub struct CollectiveView {
     pub blocks: Vec<Block>,
     /// For an all-reduce: the ring's states, the first before any step.
     pub ring: Vec<RingStep>,
+    /// A send between pipeline stages and its recv: the sender's block is what it sent,
+    /// the receiver's what arrived (micro-batch 0).
+    pub pair: bool,
 }
 
 /// One rank's values around the op.
@@ -109,6 +112,14 @@ impl Session {
         self.values = Some(self.collective_view(op));
     }
 
+    /// The inserted op's label as the rank lens lists it (else its type).
+    fn op_label(&self, op: usize, o: &crate::ir::Op) -> String {
+        self.inserted_ops()
+            .into_iter()
+            .find(|i| i.op == op)
+            .map_or_else(|| o.ty.to_string(), |i| i.label)
+    }
+
     fn collective_view(&self, op: usize) -> Result<CollectiveView, String> {
         let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
         if let Some(why) = super::break_it::too_large(p) {
@@ -124,6 +135,9 @@ impl Session {
             .ok_or(format!("rank {} has no op {op}", rank.rank))?;
         if o.ty.class() != OpClass::Collective {
             return Err(format!("op {op} ({}) is not a collective", o.ty));
+        }
+        if matches!(o.ty, crate::ir::OpType::Send | crate::ir::OpType::Recv) {
+            return p2p_view(p, rank, op, self.op_label(op, o));
         }
         let group: Vec<u32> = o
             .attr_ints("group")
@@ -155,17 +169,120 @@ impl Session {
         } else {
             Vec::new()
         };
-        let label = self
-            .inserted_ops()
-            .into_iter()
-            .find(|i| i.op == op)
-            .map_or_else(|| o.ty.to_string(), |i| i.label);
+        let label = self.op_label(op, o);
         Ok(CollectiveView {
             op,
             label,
             group,
             blocks,
             ring,
+            pair: false,
         })
+    }
+}
+
+/// A send or recv between pipeline stages with its values: the sender's block (what it
+/// sent) and the receiver's (what arrived), from micro-batch 0 of the executor's first
+/// step.
+fn p2p_view(
+    p: &Pipeline,
+    rank: &crate::passes::partition::RankProgram,
+    op: usize,
+    label: String,
+) -> Result<CollectiveView, String> {
+    if !p.is_fully_partitioned() {
+        return Err("every rank must be partitioned".into());
+    }
+    let (sender, receiver) = p2p_pair(p, rank, op)?;
+    let values = crate::exec::run_pipe::first_micro_batch_values(
+        p,
+        &[sender, receiver],
+        &RunOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let [Some(a), Some(b)] = [
+        values.first().cloned().flatten(),
+        values.get(1).cloned().flatten(),
+    ] else {
+        return Err("the executor left no value for this send and recv".into());
+    };
+    Ok(CollectiveView {
+        op,
+        label,
+        group: vec![sender.0, receiver.0],
+        blocks: vec![
+            Block {
+                rank: sender.0,
+                in_shape: a.shape.clone(),
+                input: a.to_f64(),
+                out_shape: Vec::new(),
+                output: Vec::new(),
+            },
+            Block {
+                rank: receiver.0,
+                in_shape: Vec::new(),
+                input: Vec::new(),
+                out_shape: b.shape.clone(),
+                output: b.to_f64(),
+            },
+        ],
+        ring: Vec::new(),
+        pair: true,
+    })
+}
+
+/// A variable of one rank's program.
+type RankVar = (u32, crate::ir::VarId);
+
+/// The send and recv that op `op` of `rank` is one end of: the sender's rank and the
+/// variable it sends, the receiver's rank and the variable it receives into. The pair
+/// shares a ring id; the k-th send on a ring meets the k-th recv on it.
+fn p2p_pair(
+    p: &Pipeline,
+    rank: &crate::passes::partition::RankProgram,
+    op: usize,
+) -> Result<(RankVar, RankVar), String> {
+    use crate::ir::OpType;
+    let o = &rank.program.ops()[op];
+    let ring = o.attr_int("ring_id", -1);
+    let peer = u32::try_from(o.attr_int("peer", -1))
+        .map_err(|_| format!("op {op} ({}) names no peer", o.ty))?;
+    let on_ring = |program: &crate::ir::Program, ty: OpType| -> Vec<usize> {
+        program
+            .ops()
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.ty == ty && x.attr_int("ring_id", -1) == ring)
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let other = if o.ty == OpType::Send {
+        OpType::Recv
+    } else {
+        OpType::Send
+    };
+    let nth = on_ring(&rank.program, o.ty)
+        .iter()
+        .position(|&i| i == op)
+        .ok_or("the op is not on its ring")?;
+    let peer_rank = p
+        .partitioned
+        .ranks
+        .iter()
+        .find(|r| r.rank == peer)
+        .ok_or(format!("rank {peer} is not built"))?;
+    let peer_op = *on_ring(&peer_rank.program, other).get(nth).ok_or(format!(
+        "rank {peer} has no matching {other} on ring {ring}"
+    ))?;
+    let ((s, s_op), (r, r_op)) = if o.ty == OpType::Send {
+        ((rank, op), (peer_rank, peer_op))
+    } else {
+        ((peer_rank, peer_op), (rank, op))
+    };
+    let sent = s.program.ops()[s_op].input("X").first().copied();
+    let received = r.program.ops()[r_op].output("Out").first().copied();
+    match (sent, received) {
+        (Some(x), Some(y)) => Ok(((s.rank, x), (r.rank, y))),
+        _ => Err("the send has no input or the recv no output".into()),
     }
 }

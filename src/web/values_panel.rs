@@ -16,6 +16,14 @@ fn numbers(v: &[f64]) -> String {
     s.join(" ")
 }
 
+/// A block's shape and first numbers ("—" for the side a send or recv does not have).
+fn block(shape: &[usize], values: &[f64]) -> Html {
+    if shape.is_empty() && values.is_empty() {
+        return html! { { "—" } };
+    }
+    html! { <><small>{ format!("{shape:?} ") }</small>{ numbers(values) }</> }
+}
+
 fn blocks(v: &CollectiveView) -> Html {
     html! {
         <table class="value-blocks">
@@ -24,8 +32,8 @@ fn blocks(v: &CollectiveView) -> Html {
                 { for v.blocks.iter().map(|b| html! {
                     <tr data-rank={b.rank.to_string()}>
                         <td>{ b.rank }</td>
-                        <td><small>{ format!("{:?} ", b.in_shape) }</small>{ numbers(&b.input) }</td>
-                        <td><small>{ format!("{:?} ", b.out_shape) }</small>{ numbers(&b.output) }</td>
+                        <td>{ block(&b.in_shape, &b.input) }</td>
+                        <td>{ block(&b.out_shape, &b.output) }</td>
                     </tr>
                 }) }
             </tbody>
@@ -83,7 +91,11 @@ pub fn ValuesPanel() -> Html {
             };
             html! {
                 <>
-                    <p class="hint">{ format!("Op {} of rank {}'s program over group {:?}: every member's block in the first step, from the executor.", v.op, s.selected_rank, v.group) }</p>
+                    if v.pair {
+                        <p class="hint">{ format!("Op {} of rank {}'s program: rank {} sends, rank {} receives. Micro-batch 0 of the executor's first step: the block sent and the block that arrived, equal.", v.op, s.selected_rank, v.group.first().copied().unwrap_or(0), v.group.get(1).copied().unwrap_or(0)) }</p>
+                    } else {
+                        <p class="hint">{ format!("Op {} of rank {}'s program over group {:?}: every member's block in the first step, from the executor.", v.op, s.selected_rank, v.group) }</p>
+                    }
                     { blocks(v) }
                     if n > 0 {
                         <h3>{ "The ring all-reduce, step by step" }</h3>
