@@ -1,5 +1,5 @@
 // End-to-end walks of the teaching features against the release build (dist/): every lesson,
-// break-it with its heatmap, tiles, an embed at 800×500, phone and tablet widths, and axe-core
+// break-it with its heatmap, tiles, a send's values, an embed at 800×500, phone and tablet widths, and axe-core
 // on every panel and state (0 critical, 0 serious). Screenshots go to target/e2e/.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -177,5 +177,21 @@ test('suggest: the search shows progress, then the table, the reason and an axe-
   assert.deepEqual(await axe(page, 'suggest'), []);
   await page.click('#suggest-compare');
   await page.waitForSelector('.diff-table');
+  assert.deepEqual(errors, []);
+});
+
+test('a send between pipeline stages: the block sent and the block that arrived, axe-clean', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = await open(page, `${server.url}#s=megatron_mlp&mesh=2x2:pp,mp&stage=partition`);
+  const send = page.locator('li.op', { has: page.locator('.type', { hasText: /^send$/ }) }).first();
+  await send.locator('button.values').click();
+  await page.waitForSelector('.values-panel .value-blocks');
+  const cells = page.locator('.values-panel .value-blocks tbody td');
+  // rank, input, output for the sender, then the receiver.
+  assert.equal(await cells.nth(2).innerText(), '—');
+  assert.equal(await cells.nth(4).innerText(), '—');
+  assert.equal(await cells.nth(1).innerText(), await cells.nth(5).innerText());
+  await page.locator('.values-panel').screenshot({ path: `${screenshotDir}/send-values.png` });
+  assert.deepEqual(await axe(page, 'send values'), []);
   assert.deepEqual(errors, []);
 });
