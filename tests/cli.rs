@@ -375,25 +375,27 @@ fn run_trains_serially_and_distributed_and_verifies() {
         "/tests/oracle/jax/mlp_mse/inputs"
     );
     let dump = std::env::temp_dir().join(format!("shardlab-dump-{}", std::process::id()));
-    let out = shardlab(&[
-        "run",
-        "--preset",
-        "mlp_mse",
-        "--mesh",
-        "2x4:dp,mp",
-        "--shard",
-        "batch.x=dp,-",
-        "--shard",
-        "params.W1=-,mp",
-        "--shard",
-        "params.W2=mp,-",
-        "--inputs",
-        inputs,
-        "--steps",
-        "2",
-        "--dump",
-        dump.to_str().unwrap(),
-    ]);
+    // The JAX oracle's mlp_mse plan on its inputs, with `extra` flags.
+    let run_mlp_mse = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--preset",
+            "mlp_mse",
+            "--mesh",
+            "2x4:dp,mp",
+            "--shard",
+            "batch.x=dp,-",
+            "--shard",
+            "params.W1=-,mp",
+            "--shard",
+            "params.W2=mp,-",
+            "--inputs",
+            inputs,
+        ];
+        args.extend_from_slice(extra);
+        shardlab(&args)
+    };
+    let out = run_mlp_mse(&["--steps", "2", "--dump", dump.to_str().unwrap()]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     // Verified in f64 by default: JAX's f64 loss is 1.31113865.
@@ -403,23 +405,7 @@ fn run_trains_serially_and_distributed_and_verifies() {
     );
     assert!(stdout.contains("computed in f64"), "{stdout}");
     // In the program's f32 (JAX: 1.3111387; we accumulate f32 programs in f64).
-    let program = shardlab(&[
-        "run",
-        "--preset",
-        "mlp_mse",
-        "--mesh",
-        "2x4:dp,mp",
-        "--shard",
-        "batch.x=dp,-",
-        "--shard",
-        "params.W1=-,mp",
-        "--shard",
-        "params.W2=mp,-",
-        "--inputs",
-        inputs,
-        "--precision",
-        "program",
-    ]);
+    let program = run_mlp_mse(&["--precision", "program"]);
     let program = text(&program.stdout);
     assert!(
         program.contains("     1      1.31113863      1.31113863"),

@@ -81,6 +81,13 @@ pub(super) fn reject_unknown_keys(request: &JsValue, keys: &[&str]) -> Result<()
     Ok(())
 }
 
+/// The page's clock in milliseconds (0 without one), for the benchmark hooks.
+pub(super) fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
+
 /// Reads a request, rejecting keys it does not know.
 fn parse_request(request: JsValue) -> Result<Request, JsValue> {
     reject_unknown_keys(&request, KEYS)?;
@@ -243,11 +250,7 @@ pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
         .first()
         .map(|v| v.name.to_string())
         .ok_or_else(|| JsValue::from_str("empty program"))?;
-    let now = || {
-        web_sys::window()
-            .and_then(|w| w.performance())
-            .map_or(0.0, |p| p.now())
-    };
+    let now = now_ms;
     let mut times = Vec::new();
     for i in 0..repeat.max(1) {
         let choice = if i % 2 == 0 {

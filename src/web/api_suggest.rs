@@ -89,14 +89,9 @@ pub fn bench_cost(text: &str, topology: &str, repeat: u32) -> Result<f64, JsValu
     let err = |m: String| JsValue::from_str(&m);
     let (plan, _) = crate::plan::parse_plan(text).map_err(|e| err(format!("{e:?}")))?;
     let topo = crate::cost::device::Topology::preset(topology).map_err(|e| err(e.to_string()))?;
-    let now = || {
-        web_sys::window()
-            .and_then(|w| w.performance())
-            .map_or(0.0, |p| p.now())
-    };
     let mut times = Vec::new();
     for _ in 0..repeat.max(1) {
-        let t = now();
+        let t = super::api::now_ms();
         let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
             .map_err(|e| err(e.to_string()))?;
         crate::cost::estimate::estimate(
@@ -106,7 +101,7 @@ pub fn bench_cost(text: &str, topology: &str, repeat: u32) -> Result<f64, JsValu
             crate::cost::estimate::CostOptions::default(),
         )
         .map_err(|e| err(e.to_string()))?;
-        times.push(now() - t);
+        times.push(super::api::now_ms() - t);
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
