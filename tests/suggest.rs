@@ -374,3 +374,38 @@ fn pricing_one_rank_per_stage_equals_pricing_every_rank() {
         }
     }
 }
+
+/// Every row of the table is what `shardlab cost` prices for its plan, term by term: the
+/// rows of families the screen planned at the full depth (three or fewer blocks per
+/// stage: their screened terms are used as they are) and those it extrapolated (priced
+/// again at the full depth) alike.
+#[test]
+fn every_row_is_priced_as_cost_prices_its_plan() {
+    use shardlab::suggest::evaluate::terms;
+    // On two nodes, pipelines of 16, 8 and 4 stages lead: 1 and 2 blocks per stage are
+    // screened at the full depth, 4 by extrapolation.
+    let config = ModelConfig {
+        layers: 16,
+        batch: 16,
+        ..Model::Gpt.default_config()
+    };
+    let p = problem(Model::Gpt, config, "h100x8x2", 16, 80e9);
+    let s = suggest(p.clone(), 40, None, |_, _| {}).expect("a plan is found");
+    let (mut screened_exactly, mut extrapolated) = (0, 0);
+    for row in &s.table {
+        let c = row.candidate.as_ref().expect("a candidate");
+        if p.config.layers / c.mesh.size(Axis::Pp) <= 3 {
+            screened_exactly += 1;
+        } else {
+            extrapolated += 1;
+        }
+        let plan = candidate_plan(&p, c, p.config.layers).expect("plan builds");
+        let pipe = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).expect("plans");
+        let e = estimate(&pipe, &p.topology, p.dtype, CostOptions::default()).expect("costs");
+        assert_eq!(row.terms, terms(&pipe, &e), "{c:?}");
+    }
+    assert!(
+        screened_exactly > 0 && extrapolated > 0,
+        "{screened_exactly} rows screened at the full depth, {extrapolated} extrapolated"
+    );
+}

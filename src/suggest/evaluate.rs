@@ -231,6 +231,33 @@ impl Planned {
         out
     }
 
+    /// Every order × schedule priced as [`Planned::estimate`] would at this depth, as the
+    /// point the screen ranks by and the row's terms: when the screen plans a family at
+    /// the full depth, its points are exact and the finalists among them need no second
+    /// planning.
+    pub fn exact_points(
+        &mut self,
+        problem: &Problem,
+        orders: &[MeshShape],
+        schedules: &[ScheduleKind],
+    ) -> Vec<(usize, usize, Result<(Point, Terms), String>)> {
+        let estimates = self.estimates(problem, orders, schedules);
+        estimates
+            .into_iter()
+            .map(|(o, s, e)| {
+                let priced = e.map(|e| {
+                    let t = terms(&self.pipeline, &e);
+                    let point = Point {
+                        step_s: t.step_s,
+                        peak_bytes: t.peak_bytes,
+                    };
+                    (point, t)
+                });
+                (o, s, priced)
+            })
+            .collect()
+    }
+
     /// Prices every order × schedule and hands each to `f`.
     fn walk(
         &mut self,

@@ -7,10 +7,13 @@
 //!    micro-batch count and recomputation) is planned once, at one and two blocks per
 //!    pipeline stage, and each of its axis orders and schedules is priced at both depths;
 //!    the full depth's step time and peak memory are extrapolated along the line through
-//!    them (identical blocks add identical time and memory). A family over the memory
-//!    budget escalates (more micro-batches, then recomputation) before it is dropped.
+//!    them (identical blocks add identical time and memory). With three or fewer blocks
+//!    per stage the family is planned at the full depth instead (no dearer than one and
+//!    two blocks, and exact). A family over the memory budget escalates (more
+//!    micro-batches, then recomputation) before it is dropped.
 //! 2. **Price exactly** the fastest screened candidates at the full depth, as
-//!    `shardlab cost` would, and rank them; the winner is the fastest that fits.
+//!    `shardlab cost` would (those screened at the full depth already are), and rank
+//!    them; the winner is the fastest that fits.
 //!
 //! Why not an ILP: with the layer classes' strategies fixed per mesh (every block the same,
 //! no layout conflicts between classes, so no reshard edges to weigh) the choices left are
@@ -103,12 +106,16 @@ pub struct Suggestion {
     pub stats: Stats,
 }
 
-/// A screened candidate: its extrapolated point.
+/// A screened candidate: its extrapolated point, or its exact point and terms when the
+/// screen planned it at the full depth.
 #[derive(Clone, Debug)]
 struct Screened {
     family: Family,
     candidate: Candidate,
     point: Point,
+    /// The terms at the full depth, as the exact pass would price them (`None`:
+    /// extrapolated).
+    exact: Option<Terms>,
 }
 
 /// A search in progress, advanced a step at a time (the browser runs it in chunks).
@@ -374,11 +381,23 @@ impl Search {
         self.fitting[k - 1]
     }
 
-    /// Prices `finalists` exactly at the full depth, one planning per family.
+    /// Prices `finalists` exactly at the full depth, one planning per family (none for
+    /// those the screen already priced at the full depth).
     fn price_exactly(&mut self, finalists: &[Screened]) -> Vec<Row> {
-        let mut rows = Vec::new();
+        let budget = self.problem.budget_bytes;
+        let mut rows: Vec<Row> = finalists
+            .iter()
+            .filter_map(|s| {
+                s.exact.as_ref().map(|t| Row {
+                    candidate: Some(s.candidate.clone()),
+                    fits: t.peak_bytes <= budget,
+                    terms: t.clone(),
+                })
+            })
+            .collect();
+        self.stats.exact += rows.len();
         let mut by_family: Vec<(Family, Vec<&Screened>)> = Vec::new();
-        for s in finalists {
+        for s in finalists.iter().filter(|s| s.exact.is_none()) {
             match by_family.iter_mut().find(|(f, _)| *f == s.family) {
                 Some((_, v)) => v.push(s),
                 None => by_family.push((s.family.clone(), vec![s])),

@@ -2,7 +2,7 @@
 //! schedules priced and extrapolated to the full depth, escalated while over the memory
 //! budget, and dropped early when a lower bound shows it cannot reach the finalists.
 
-use super::evaluate::{extrapolate, layered, layers_per_stage, Planned, Point, Problem};
+use super::evaluate::{extrapolate, layered, layers_per_stage, Planned, Point, Problem, Terms};
 use super::space::{self, Axis, Family};
 use super::{Screened, Stats};
 use std::collections::HashMap;
@@ -245,31 +245,44 @@ impl Screener<'_> {
     fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
         let per_stage = layers_per_stage(self.problem, family);
         let pp = family.mesh.size(Axis::Pp);
-        let depths: Vec<usize> = if layered(self.problem.model) && per_stage > 2 {
+        // Planning one and two blocks per stage costs three blocks' worth: with three or
+        // fewer per stage the full depth costs no more and is exact.
+        let depths: Vec<usize> = if layered(self.problem.model) && per_stage > 3 {
             vec![1, 2]
         } else {
             vec![per_stage]
         };
-        let mut at_depth: Vec<HashMap<(usize, usize), Point>> = Vec::new();
+        let mut at_depth: Vec<HashMap<(usize, usize), (Point, Option<Terms>)>> = Vec::new();
         let orders = space::axis_orders(family);
         let schedules = space::schedules(family, true);
         for &d in &depths {
             let mut planned = self.planned(family, d * pp, &orders)?;
             let mut points = HashMap::new();
             let mut bound = f64::INFINITY;
-            for (o, s, e) in planned.points(self.problem, &orders, &schedules, per_stage) {
-                match e {
-                    Ok((point, lower)) => {
-                        // The bound is taken from the first depth only: exact at the full
-                        // depth, else from one block per stage (what `lower_bound` reads).
-                        if d == per_stage {
+            if d == per_stage {
+                // The full depth: exact, and the bound is the step itself.
+                for (o, s, e) in planned.exact_points(self.problem, &orders, &schedules) {
+                    match e {
+                        Ok((point, terms)) => {
                             bound = bound.min(point.step_s);
-                        } else if d == 1 {
-                            bound = bound.min(lower);
+                            points.insert((o, s), (point, Some(terms)));
                         }
-                        points.insert((o, s), point);
+                        Err(e) => self.refuse(e, 1),
                     }
-                    Err(e) => self.refuse(e, 1),
+                }
+            } else {
+                for (o, s, e) in planned.points(self.problem, &orders, &schedules, per_stage) {
+                    match e {
+                        Ok((point, lower)) => {
+                            // The bound is taken from one block per stage (what
+                            // `lower_bound` reads).
+                            if d == 1 {
+                                bound = bound.min(lower);
+                            }
+                            points.insert((o, s), (point, None));
+                        }
+                        Err(e) => self.refuse(e, 1),
+                    }
                 }
             }
             self.keep_recent(family, d * pp, planned);
@@ -293,13 +306,15 @@ impl Screener<'_> {
         let mut out = Vec::new();
         for (o, order) in orders.iter().enumerate() {
             for (s, &schedule) in schedules.iter().enumerate() {
-                let point = match (at_depth.first(), at_depth.get(1)) {
+                let (point, exact) = match (at_depth.first(), at_depth.get(1)) {
                     (Some(a), Some(b)) => match (a.get(&(o, s)), b.get(&(o, s))) {
-                        (Some(&a), Some(&b)) => extrapolate(a, 1, b, 2, per_stage),
+                        (Some((a, _)), Some((b, _))) => {
+                            (extrapolate(*a, 1, *b, 2, per_stage), None)
+                        }
                         _ => continue,
                     },
                     (Some(a), None) => match a.get(&(o, s)) {
-                        Some(&a) => a,
+                        Some((a, terms)) => (*a, terms.clone()),
                         None => continue,
                     },
                     (None, _) => continue,
@@ -309,6 +324,7 @@ impl Screener<'_> {
                     family: family.clone(),
                     candidate: family.candidate(order.clone(), schedule),
                     point,
+                    exact,
                 });
             }
         }
