@@ -240,7 +240,7 @@ impl Planned {
         problem: &Problem,
         orders: &[MeshShape],
         schedules: &[ScheduleKind],
-    ) -> Vec<(usize, usize, Result<(Point, Terms), String>)> {
+    ) -> Vec<(usize, usize, Result<Exact, String>)> {
         let estimates = self.estimates(problem, orders, schedules);
         estimates
             .into_iter()
@@ -639,6 +639,9 @@ fn in_block(rank: &crate::passes::partition::RankProgram, op: &crate::ir::Op) ->
 
 /// A point and the lower bound of its step time at full depth.
 pub type Screen = (Point, f64);
+
+/// An order × schedule priced at the full depth: its point and its terms.
+pub type Exact = (Point, Terms);
 
 /// The busiest rank so far: busy time, compute, communication by purpose.
 type Busiest = (f64, f64, Vec<(Purpose, f64)>);

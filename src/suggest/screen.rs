@@ -7,6 +7,9 @@ use super::space::{self, Axis, Family};
 use super::{Screened, Stats};
 use std::collections::HashMap;
 
+/// An order × schedule's point at one depth, with its terms when the depth is the full one.
+type AtDepth = (Point, Option<Terms>);
+
 /// Screens families against a fixed threshold (one per thread).
 pub(super) struct Screener<'a> {
     pub problem: &'a Problem,
@@ -252,7 +255,7 @@ impl Screener<'_> {
         } else {
             vec![per_stage]
         };
-        let mut at_depth: Vec<HashMap<(usize, usize), (Point, Option<Terms>)>> = Vec::new();
+        let mut at_depth: Vec<HashMap<(usize, usize), AtDepth>> = Vec::new();
         let orders = space::axis_orders(family);
         let schedules = space::schedules(family, true);
         for &d in &depths {
