@@ -14,7 +14,6 @@
 use crate::passes::schedule::{job_list, Job, JobKind, Schedule, ScheduleError};
 use crate::passes::schedule_check::{check_order, family, needs, virtual_of, DepKey, OrderError};
 use serde::Serialize;
-use std::collections::HashMap;
 
 /// How long a stage's jobs take for one micro-batch (any consistent unit).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -134,7 +133,9 @@ pub fn lay_out(
     }
     check_order(lists, micro_batches, chunks)?;
     let virtual_stages = stages * chunks.max(1);
-    let mut done: HashMap<DepKey, f64> = HashMap::new();
+    let total: usize = lists.iter().map(Vec::len).sum();
+    let mut done: rustc_hash::FxHashMap<DepKey, f64> =
+        rustc_hash::FxHashMap::with_capacity_and_hasher(total, Default::default());
     let mut placed: Vec<Vec<Placed>> = vec![Vec::new(); stages];
     let mut free = vec![0.0f64; stages];
     let mut pc = vec![0usize; stages];

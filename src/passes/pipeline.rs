@@ -86,7 +86,14 @@ pub struct Pipeline {
     pub stages: crate::dist::Stages,
 }
 
-fn verify(stage: &'static str, program: &crate::ir::Program) -> Result<(), PipelineError> {
+fn verify(
+    stage: &'static str,
+    program: &crate::ir::Program,
+    opts: &PipelineOptions,
+) -> Result<(), PipelineError> {
+    if !opts.partition.verify {
+        return Ok(());
+    }
     let issues = verify_program(program);
     match issues.first() {
         None => Ok(()),
@@ -136,7 +143,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     }
     let completed = complete(&plan)?;
     let backward = append_backward(&plan.program)?;
-    verify("backward", &backward.program)?;
+    verify("backward", &backward.program, opts)?;
     let mut full = complete_backward(&backward, &completed);
     let stages = super::stages::assign_stages(
         &mut full,
@@ -145,11 +152,11 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         backward.first_backward_op,
     )?;
     let backward = super::recompute::apply_recompute(&mut full, backward, opts.recompute)?;
-    verify("recompute", &full.program)?;
+    verify("recompute", &full.program, opts)?;
     let before_optimizer = full.program.ops().len();
     append_optimizer(&mut full, &backward.param_grads, &opts.optimizer)?;
     super::stages::assign_optimizer_stages(&mut full, &stages, before_optimizer);
-    verify("optimizer", &full.program)?;
+    verify("optimizer", &full.program, opts)?;
     check_layouts(&full)?;
     let grads: Vec<_> = backward.param_grads.iter().map(|&(_, g)| g).collect();
     let loss_attr = &full.tensors[backward.loss.index()];

@@ -10,7 +10,7 @@
 //! Sends are buffered (`exec::comm`), so a job never waits for its own send to be received.
 
 use super::schedule::{Job, JobKind};
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 use std::fmt;
 
 /// (kind family, micro-batch, virtual stage): what a dependency names.
@@ -108,7 +108,7 @@ fn check_complete(
     chunks: usize,
 ) -> Result<(), OrderError> {
     for (s, list) in lists.iter().enumerate() {
-        let mut seen: HashSet<(u8, usize, usize)> = HashSet::new();
+        let mut seen: HashSet<(u8, usize, usize)> = HashSet::default();
         for job in list {
             let Some(f) = family(job.kind) else {
                 continue;
@@ -152,7 +152,8 @@ pub fn check_order(
     check_complete(lists, micro_batches, chunks)?;
     let stages = lists.len();
     let virtual_stages = stages * chunks.max(1);
-    let mut done: HashSet<DepKey> = HashSet::new();
+    let total: usize = lists.iter().map(Vec::len).sum();
+    let mut done: HashSet<DepKey> = HashSet::with_capacity_and_hasher(total, Default::default());
     let mut pc = vec![0usize; stages];
     loop {
         let mut moved = false;

@@ -106,6 +106,8 @@ impl Planned {
     ) -> Result<Planned, String> {
         let plan = family_plan(problem, family, layers)?;
         let mut opts = PipelineOptions::from_plan(&plan.options);
+        // The planner's self-checks, in debug builds only (`PartitionOptions::verify`).
+        opts.partition.verify = cfg!(debug_assertions);
         if let Some(mesh) = plan.mesh() {
             let symmetric = orders.iter().all(|o| {
                 let mut topo = problem.topology.clone();
@@ -134,6 +136,7 @@ impl Planned {
         let p = &mut self.pipeline;
         p.plan.options.zero = zero;
         let mut opts = PipelineOptions::from_plan(&p.plan.options).partition;
+        opts.verify = cfg!(debug_assertions);
         if !p.is_fully_partitioned() {
             opts.ranks = Some(p.partitioned.ranks.iter().map(|r| r.rank).collect());
         }

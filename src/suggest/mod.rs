@@ -86,6 +86,9 @@ pub struct Stats {
     /// Families dropped by the bound: their step time's lower bound exceeds what the
     /// finalists need.
     pub bounded: usize,
+    /// ZeRO stage 2 families not screened because stage 1 fits (the same ops, so the same
+    /// time; stage 2 saves only memory).
+    pub dominated: usize,
 }
 
 /// The search's answer.
@@ -163,6 +166,7 @@ impl Stats {
         self.refused += o.refused;
         self.exact += o.exact;
         self.bounded += o.bounded;
+        self.dominated += o.dominated;
         if self.first_refusal.is_none() {
             self.first_refusal.clone_from(&o.first_refusal);
         }
@@ -270,8 +274,22 @@ impl Search {
             // A unit's later members are bounded by its earlier ones' points too.
             let mut fitting = fitting.clone();
             let mut points = Vec::new();
+            let mut stage_one_fits = false;
             for f in unit {
-                let found = s.screen(f);
+                if f.zero == 2 && stage_one_fits {
+                    // Dominated by stage 1 (`space.rs`).
+                    s.stats.dominated += 1;
+                    continue;
+                }
+                let found = s.screen(f.clone());
+                if f.zero == 1 {
+                    stage_one_fits = !found.is_empty()
+                        && found.iter().all(|p| {
+                            p.point.peak_bytes <= problem.budget_bytes
+                                && p.candidate.micro_batches == f.micro_batches
+                                && p.candidate.recompute == f.recompute
+                        });
+                }
                 for p in found
                     .iter()
                     .filter(|p| p.point.peak_bytes <= problem.budget_bytes)

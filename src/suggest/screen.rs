@@ -244,6 +244,47 @@ impl Screener<'_> {
         self.recent.push((key, layers, planned));
     }
 
+    /// Every order × schedule of a planning at `d` blocks per stage, with the family's
+    /// lower bound from it (infinite when this depth gives none).
+    fn price_at_depth(
+        &mut self,
+        planned: &mut Planned,
+        d: usize,
+        per_stage: usize,
+        orders: &[space::MeshShape],
+        schedules: &[crate::plan::ScheduleKind],
+    ) -> (HashMap<(usize, usize), AtDepth>, f64) {
+        let mut points = HashMap::new();
+        let mut bound = f64::INFINITY;
+        if d == per_stage {
+            // The full depth: exact, and the bound is the step itself.
+            for (o, s, e) in planned.exact_points(self.problem, orders, schedules) {
+                match e {
+                    Ok((point, terms)) => {
+                        bound = bound.min(point.step_s);
+                        points.insert((o, s), (point, Some(terms)));
+                    }
+                    Err(e) => self.refuse(e, 1),
+                }
+            }
+        } else {
+            for (o, s, e) in planned.points(self.problem, orders, schedules, per_stage) {
+                match e {
+                    Ok((point, lower)) => {
+                        // The bound is taken from one block per stage (what `lower_bound`
+                        // reads).
+                        if d == 1 {
+                            bound = bound.min(lower);
+                        }
+                        points.insert((o, s), (point, None));
+                    }
+                    Err(e) => self.refuse(e, 1),
+                }
+            }
+        }
+        (points, bound)
+    }
+
     /// Every order and schedule of a family, at the full depth (exact) or extrapolated.
     fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
         let per_stage = layers_per_stage(self.problem, family);
@@ -260,34 +301,8 @@ impl Screener<'_> {
         let schedules = space::schedules(family, true);
         for &d in &depths {
             let mut planned = self.planned(family, d * pp, &orders)?;
-            let mut points = HashMap::new();
-            let mut bound = f64::INFINITY;
-            if d == per_stage {
-                // The full depth: exact, and the bound is the step itself.
-                for (o, s, e) in planned.exact_points(self.problem, &orders, &schedules) {
-                    match e {
-                        Ok((point, terms)) => {
-                            bound = bound.min(point.step_s);
-                            points.insert((o, s), (point, Some(terms)));
-                        }
-                        Err(e) => self.refuse(e, 1),
-                    }
-                }
-            } else {
-                for (o, s, e) in planned.points(self.problem, &orders, &schedules, per_stage) {
-                    match e {
-                        Ok((point, lower)) => {
-                            // The bound is taken from one block per stage (what
-                            // `lower_bound` reads).
-                            if d == 1 {
-                                bound = bound.min(lower);
-                            }
-                            points.insert((o, s), (point, None));
-                        }
-                        Err(e) => self.refuse(e, 1),
-                    }
-                }
-            }
+            let (points, bound) =
+                self.price_at_depth(&mut planned, d, per_stage, &orders, &schedules);
             self.keep_recent(family, d * pp, planned);
             at_depth.push(points);
             if bound.is_infinite() {

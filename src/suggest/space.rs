@@ -26,6 +26,10 @@
 //! - without `pp`, more micro-batches only when fewer exceed the memory budget
 //!   (accumulation adds per-micro-batch overhead and saves only activation memory);
 //! - recomputation only when the same plan without it exceeds the budget (it adds compute);
+//! - ZeRO stage 2 only when stage 1 of the same family exceeds the budget (or escalated):
+//!   the two insert the same ops and differ only in how long the full gradient lives, so
+//!   their step times are equal and stage 2 saves only memory (the search skips it; the
+//!   space keeps it);
 //! - `pp` must divide the layer count (balanced stages), `dp × micro-batches` the batch,
 //!   and `mp` the heads, the hidden width and (vocab parallel) the vocabulary.
 

@@ -74,6 +74,12 @@ pub struct PartitionOptions {
     /// gradient's seed is 1/M so the accumulated gradients are the full batch's (Megatron
     /// divides each micro-batch's loss by their number the same way).
     pub micro_batches: usize,
+    /// Verify every program built: the pipeline's after each stage (`run_pipeline`) and
+    /// each rank's. These are the planner's checks of its own output, never of the user's
+    /// plan (its errors come from completion). On by default; the auto-planner turns them
+    /// off outside debug builds, where they are about a sixth of its time (its plans are
+    /// generated, and the tests, built with debug assertions, search with them on).
+    pub verify: bool,
 }
 
 impl Default for PartitionOptions {
@@ -86,6 +92,7 @@ impl Default for PartitionOptions {
             zero: 0,
             bucket_bytes: 0,
             micro_batches: 1,
+            verify: true,
         }
     }
 }
@@ -329,7 +336,7 @@ fn partition_rank(
         rz.after(&mut b, op);
     }
     sync.buckets.close_all(&mut b);
-    finish(b, rank)
+    finish(b, rank, opts.verify)
 }
 
 /// The global norm's sum of squares, or (Megatron sums) a backward sum of partial values:
@@ -380,8 +387,16 @@ fn seed_micro_batch(op: &mut Arc<Op>, micro_batches: usize) {
 }
 
 /// The rank's program, verified, with its recipes.
-fn finish(b: RankBuilder, rank: u32) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
-    let issues = verify_program(&b.program);
+fn finish(
+    b: RankBuilder,
+    rank: u32,
+    verify: bool,
+) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
+    let issues = if verify {
+        verify_program(&b.program)
+    } else {
+        Vec::new()
+    };
     if let Some(first) = issues.first() {
         return Err(PartitionError::Layout(format!(
             "rank {rank}'s program does not verify: {first} ({} problems)",
