@@ -174,6 +174,14 @@ fn the_search_finds_the_brute_force_optimum_on_small_cases() {
         ..Model::Gpt.default_config()
     };
     matches_brute_force(Model::Gpt, deep, "h100x8x2", 4);
+    // Six blocks on threads of one CPU: a pipeline of two stages of three blocks wins,
+    // screened at one block and then at the full depth.
+    let six = ModelConfig {
+        layers: 6,
+        batch: 8,
+        ..Model::Gpt.default_config()
+    };
+    matches_brute_force(Model::Gpt, six, "cpu", 4);
 }
 
 #[test]
@@ -375,37 +383,44 @@ fn pricing_one_rank_per_stage_equals_pricing_every_rank() {
     }
 }
 
-/// Every row of the table is what `shardlab cost` prices for its plan, term by term: the
-/// rows of families the screen planned at the full depth (three or fewer blocks per
-/// stage: their screened terms are used as they are) and those it extrapolated (priced
-/// again at the full depth) alike.
+/// Every row of the table is what `shardlab cost` prices for its plan, term by term: rows
+/// of families the screen priced at the full depth (one to three blocks per stage: their
+/// screened terms are used as they are) and rows it extrapolated (priced again at the
+/// full depth) alike.
 #[test]
 fn every_row_is_priced_as_cost_prices_its_plan() {
     use shardlab::suggest::evaluate::terms;
-    // On two nodes, pipelines of 16, 8 and 4 stages lead: 1 and 2 blocks per stage are
-    // screened at the full depth, 4 by extrapolation.
-    let config = ModelConfig {
-        layers: 16,
-        batch: 16,
-        ..Model::Gpt.default_config()
-    };
-    let p = problem(Model::Gpt, config, "h100x8x2", 16, 80e9);
-    let s = suggest(p.clone(), 40, None, |_, _| {}).expect("a plan is found");
-    let (mut screened_exactly, mut extrapolated) = (0, 0);
-    for row in &s.table {
-        let c = row.candidate.as_ref().expect("a candidate");
-        if p.config.layers / c.mesh.size(Axis::Pp) <= 3 {
-            screened_exactly += 1;
-        } else {
-            extrapolated += 1;
+    // 16 blocks on two nodes: pipelines of 16, 8 and 4 stages lead (1, 2 and 4 blocks per
+    // stage); 6 blocks on 4 devices: 2 stages of 3 blocks, and no pipeline.
+    let cases = [(16, 16, "h100x8x2", 16), (6, 8, "h100x8x2", 4)];
+    let mut per_stage_seen = std::collections::BTreeSet::new();
+    for (layers, batch, topology, devices) in cases {
+        let config = ModelConfig {
+            layers,
+            batch,
+            ..Model::Gpt.default_config()
+        };
+        let p = problem(Model::Gpt, config, topology, devices, 80e9);
+        let s = suggest(p.clone(), 40, None, |_, _| {}).expect("a plan is found");
+        for row in &s.table {
+            let c = row.candidate.as_ref().expect("a candidate");
+            per_stage_seen.insert(p.config.layers / c.mesh.size(Axis::Pp));
+            let plan = candidate_plan(&p, c, p.config.layers).expect("plan builds");
+            let options = PipelineOptions::from_plan(&plan.options);
+            let pipe = run_pipeline(&plan, &options).expect("plans");
+            let e = estimate(&pipe, &p.topology, p.dtype, CostOptions::default()).expect("costs");
+            assert_eq!(row.terms, terms(&pipe, &e), "{c:?}");
         }
-        let plan = candidate_plan(&p, c, p.config.layers).expect("plan builds");
-        let pipe = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).expect("plans");
-        let e = estimate(&pipe, &p.topology, p.dtype, CostOptions::default()).expect("costs");
-        assert_eq!(row.terms, terms(&pipe, &e), "{c:?}");
+    }
+    // Screened exactly (1, 2, 3 blocks per stage) and extrapolated (4 and more).
+    for d in [1, 2, 3] {
+        assert!(
+            per_stage_seen.contains(&d),
+            "no row with {d} blocks per stage: {per_stage_seen:?}"
+        );
     }
     assert!(
-        screened_exactly > 0 && extrapolated > 0,
-        "{screened_exactly} rows screened at the full depth, {extrapolated} extrapolated"
+        per_stage_seen.iter().any(|&d| d > 3),
+        "no extrapolated row: {per_stage_seen:?}"
     );
 }

@@ -289,12 +289,17 @@ impl Screener<'_> {
     fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
         let per_stage = layers_per_stage(self.problem, family);
         let pp = family.mesh.size(Axis::Pp);
-        // Planning one and two blocks per stage costs three blocks' worth: with three or
-        // fewer per stage the full depth costs no more and is exact.
-        let depths: Vec<usize> = if layered(self.problem.model) && per_stage > 3 {
-            vec![1, 2]
-        } else {
-            vec![per_stage]
+        // One block per stage first: its bound drops most families cheaply. The survivors
+        // are priced at two blocks and extrapolated, except with three blocks per stage:
+        // then the full depth costs one block more than two, is exact, and spares the
+        // finalists a second planning; and before any threshold exists (nothing can be
+        // bounded yet) it is priced at once.
+        let depths: Vec<usize> = match per_stage {
+            _ if !layered(self.problem.model) => vec![per_stage],
+            0..=2 => vec![per_stage],
+            3 if self.threshold.is_infinite() => vec![3],
+            3 => vec![1, 3],
+            _ => vec![1, 2],
         };
         let mut at_depth: Vec<HashMap<(usize, usize), AtDepth>> = Vec::new();
         let orders = space::axis_orders(family);
@@ -324,18 +329,16 @@ impl Screener<'_> {
         let mut out = Vec::new();
         for (o, order) in orders.iter().enumerate() {
             for (s, &schedule) in schedules.iter().enumerate() {
-                let (point, exact) = match (at_depth.first(), at_depth.get(1)) {
-                    (Some(a), Some(b)) => match (a.get(&(o, s)), b.get(&(o, s))) {
-                        (Some((a, _)), Some((b, _))) => {
-                            (extrapolate(*a, 1, *b, 2, per_stage), None)
-                        }
-                        _ => continue,
-                    },
-                    (Some(a), None) => match a.get(&(o, s)) {
-                        Some((a, terms)) => (*a, terms.clone()),
-                        None => continue,
-                    },
-                    (None, _) => continue,
+                let found: Vec<&AtDepth> = at_depth.iter().filter_map(|d| d.get(&(o, s))).collect();
+                if found.len() < at_depth.len() {
+                    continue; // refused at some depth
+                }
+                let (point, exact) = match found.as_slice() {
+                    // Priced at the full depth: exact.
+                    [.., (p, Some(terms))] => (*p, Some(terms.clone())),
+                    [(a, None), (b, None)] => (extrapolate(*a, 1, *b, 2, per_stage), None),
+                    [(p, None)] => (*p, None),
+                    _ => continue,
                 };
                 self.stats.screened += 1;
                 out.push(Screened {
