@@ -28,6 +28,7 @@ pub mod passes;
 pub mod plan;
 pub mod report;
 pub mod session;
+pub mod sort;
 pub mod spmd;
 pub mod suggest;
 

@@ -78,12 +78,40 @@ fn modules_depend_only_downward() {
         ),
     ];
     for (module, ok) in allowed {
+        // `sort` is a leaf every layer may use (the crate's one stable sort).
         let bad: Vec<String> = used_modules(module)
             .into_iter()
-            .filter(|m| !ok.contains(&m.as_str()))
+            .filter(|m| !ok.contains(&m.as_str()) && m != "sort")
             .collect();
         assert!(bad.is_empty(), "src/{module} uses crate::{bad:?}");
     }
+}
+
+/// The standard library's stable sorts are instantiated once per call site (~3-5 KB of
+/// wasm each): the library sorts through `crate::sort`, whose one instance serves all.
+#[test]
+fn stable_sorts_go_through_the_one_sort() {
+    let calls = [
+        ".sort()",
+        ".sort_by(",
+        ".sort_by_key(",
+        ".sort_by_cached_key(",
+    ];
+    let mut found = Vec::new();
+    for f in rust_files(&src()) {
+        if f.ends_with("sort.rs") {
+            continue;
+        }
+        let text = code(&f);
+        for call in calls {
+            if text.contains(call) {
+                found.push(format!("{}: {call}", f.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "use crate::sort instead: {found:?}");
+    // The check sees what it looks for: the one sort itself calls the standard one.
+    assert!(code(&src().join("sort.rs")).contains(".sort_by("));
 }
 
 /// The check itself sees a dependency (so an empty result above means something).

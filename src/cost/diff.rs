@@ -104,7 +104,7 @@ pub fn diff(pa: &Pipeline, ea: &Estimate, pb: &Pipeline, eb: &Estimate) -> PlanD
     );
     let (ca, cb) = (collective_counts(pa), collective_counts(pb));
     let mut keys: Vec<_> = ca.keys().chain(cb.keys()).copied().collect();
-    keys.sort_by_key(|&(phase, op)| (phase_order(phase), op));
+    crate::sort::sort_by_key(&mut keys, |&(phase, op)| (phase_order(phase), op));
     keys.dedup();
     let collectives = keys
         .into_iter()

@@ -83,7 +83,7 @@ impl Memory {
                 None => out.push((c, bytes)),
             }
         }
-        out.sort_by_key(|(c, _)| *c);
+        crate::sort::sort_by_key(&mut out, |(c, _)| *c);
         out
     }
 }
@@ -215,7 +215,9 @@ pub fn memory(program: &Program, sizing: Sizing) -> Memory {
             (v, sizing.bytes(program, v), Category::of(kind))
         })
         .collect();
-    live_at_peak.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    crate::sort::sort_by(&mut live_at_peak, |a, b| {
+        b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+    });
     Memory {
         at_op,
         peak,

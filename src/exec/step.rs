@@ -69,7 +69,7 @@ pub fn step_threads<S: Stepper>(
     });
     // Report the first real failure (a timeout elsewhere is usually its consequence).
     let mut errors: Vec<ExecError> = results.into_iter().filter_map(Result::err).collect();
-    errors.sort_by_key(|e| e.to_string().contains("timed out"));
+    crate::sort::sort_by_key(&mut errors, |e| e.to_string().contains("timed out"));
     match errors.into_iter().next() {
         Some(e) => Err(e),
         None => Ok(()),

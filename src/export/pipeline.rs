@@ -211,7 +211,7 @@ fn routes(stages: &[Stage], p: &Pipeline) -> String {
             ));
         }
     }
-    lines.sort();
+    crate::sort::sort(&mut lines);
     format!(
         "# Which recv each send feeds: (stage, send) -> (stage, recv).\nROUTES = {{\n{}}}\n",
         lines.concat()
@@ -450,7 +450,7 @@ fn stage_outputs(p: &Pipeline, per_stage: &[Vec<usize>]) -> Vec<Vec<VarId>> {
             .into_iter()
             .filter(|v| read_later.contains(v) || *v == loss || *v == reported)
             .collect();
-        outs.sort();
+        crate::sort::sort(&mut outs);
         outs_of.push(outs);
         read_later.extend(read_first(program, ops));
     }

@@ -84,7 +84,7 @@ impl<'a> RanksEnv<'a> {
                 same.then_some((block, self.ranks[q]))
             })
             .collect();
-        members.sort();
+        crate::sort::sort(&mut members);
         members.into_iter().map(|(_, r)| r).collect()
     }
 
@@ -103,7 +103,7 @@ impl<'a> RanksEnv<'a> {
             }
         }
         extend(&mut Vec::new(), n, &mut out);
-        out.sort_by_key(|t| (t.len(), t.windows(2).any(|w| w[0] > w[1])));
+        crate::sort::sort_by_key(&mut out, |t| (t.len(), t.windows(2).any(|w| w[0] > w[1])));
         out
     }
 

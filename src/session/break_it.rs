@@ -288,7 +288,7 @@ fn diagnose(serial: &Log, dist: &Log, breaks: Vec<String>) -> BreakReport {
         i => n_loss + n_grad + i,
     };
     let mut order: Vec<usize> = (0..checks.len()).collect();
-    order.sort_by_key(|&i| when(i));
+    crate::sort::sort_by_key(&mut order, |&i| when(i));
     let diverged = order
         .into_iter()
         .map(|i| &checks[i])

@@ -54,8 +54,8 @@ impl Exercise {
             AnswerKind::Group => {
                 let mut a = numbers(answer);
                 let mut b = numbers(&self.answer);
-                a.sort_by(f64::total_cmp);
-                b.sort_by(f64::total_cmp);
+                crate::sort::sort_by(&mut a, f64::total_cmp);
+                crate::sort::sort_by(&mut b, f64::total_cmp);
                 a == b
             }
             AnswerKind::Collective => {

@@ -231,7 +231,7 @@ fn merge_axis(
             // the order the axes were met): on [2, 4], x batch 0 and y batch 1 give [1, 0].
             if let Some(s) = sizes {
                 let mut axes: Vec<MeshAxis> = merged.to_vec();
-                axes.sort_by_key(|a| {
+                crate::sort::sort_by_key(&mut axes, |a| {
                     std::cmp::Reverse(s.mesh.get(a.index()).copied().unwrap_or(1))
                 });
                 merged = DimAxes::from_axes(axes).unwrap_or(merged);

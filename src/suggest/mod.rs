@@ -185,7 +185,7 @@ impl Search {
         let mine = mine.filter(|p| p.mesh().map_or(1, |m| m.size()) == devices);
         let mut families = space::families(problem.model, &problem.config, devices, true);
         // Plain plans first: they are often good, and a good threshold early bounds more.
-        families.sort_by_key(|f| {
+        crate::sort::sort_by_key(&mut families, |f| {
             (
                 f.mesh.axes.len(),
                 f.mesh.size(Axis::Pp),
@@ -331,7 +331,7 @@ impl Search {
                     .flatten()
                     .collect()
             });
-            done.sort_by_key(|(i, _)| *i);
+            crate::sort::sort_by_key(&mut done, |(i, _)| *i);
             return done.into_iter().map(|(_, r)| r).collect();
         }
         chunk.into_iter().map(one).collect()
@@ -489,7 +489,9 @@ impl Search {
             .filter(|s| s.point.peak_bytes <= budget)
             .cloned()
             .collect();
-        fitting.sort_by(|a, b| a.point.step_s.total_cmp(&b.point.step_s));
+        crate::sort::sort_by(&mut fitting, |a, b| {
+            a.point.step_s.total_cmp(&b.point.step_s)
+        });
         let mut rows: Vec<Row> = Vec::new();
         let batch = self.top + SPARE_FINALISTS;
         let mut from = 0;
@@ -643,7 +645,7 @@ pub fn brute_force(problem: &Problem) -> Vec<Row> {
             }
         }
     }
-    rows.sort_by(|a, b| a.terms.step_s.total_cmp(&b.terms.step_s));
+    crate::sort::sort_by(&mut rows, |a, b| a.terms.step_s.total_cmp(&b.terms.step_s));
     rows
 }
 
@@ -701,7 +703,7 @@ fn plainness(c: &Option<Candidate>) -> (usize, u8, usize, usize, bool, bool) {
 /// Rows fastest first, ties broken towards the plainer plan, and rows that differ from a
 /// faster-or-equal one only in axis order or schedule at the same time dropped.
 fn rank_rows(mut rows: Vec<Row>) -> Vec<Row> {
-    rows.sort_by(|a, b| {
+    crate::sort::sort_by(&mut rows, |a, b| {
         if tied(a.terms.step_s, b.terms.step_s) {
             plainness(&a.candidate).cmp(&plainness(&b.candidate))
         } else {

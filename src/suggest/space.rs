@@ -90,7 +90,7 @@ impl MeshShape {
     /// orders are priced as a relabelling of its ranks ([`MeshShape::devices_of_ranks`]).
     pub fn canonical(&self) -> MeshShape {
         let mut axes = self.axes.clone();
-        axes.sort_by_key(|&(a, _)| a);
+        crate::sort::sort_by_key(&mut axes, |&(a, _)| a);
         MeshShape { axes }
     }
 

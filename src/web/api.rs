@@ -282,7 +282,7 @@ pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
     }
     let (steps, selects) = bench_teaching(&session, &var, repeat, &now);
     let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
+        crate::sort::sort_by(&mut v, f64::total_cmp);
         v[v.len() / 2]
     };
     let out = serde_json::json!({

@@ -103,6 +103,6 @@ pub fn bench_cost(text: &str, topology: &str, repeat: u32) -> Result<f64, JsValu
         .map_err(|e| err(e.to_string()))?;
         times.push(super::api::now_ms() - t);
     }
-    times.sort_by(f64::total_cmp);
+    crate::sort::sort_by(&mut times, f64::total_cmp);
     Ok(times[times.len() / 2])
 }

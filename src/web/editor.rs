@@ -42,7 +42,7 @@ pub fn mark_errors(text: &str, errors: &[(usize, usize, String)]) -> Vec<Vec<Seg
                 (start, end, e.2.as_str())
             })
             .collect();
-        marks.sort_by_key(|m| m.0);
+        crate::sort::sort_by_key(&mut marks, |m| m.0);
         for (start, end, message) in marks {
             if start < at {
                 continue; // two errors at one place: the first one marks it

@@ -205,7 +205,9 @@ fn by_stage(
         all.extend(stamped);
     }
     let order: HashMap<u32, usize> = wanted.iter().enumerate().map(|(i, &r)| (r, i)).collect();
-    all.sort_by_key(|r| order.get(&r.rank).copied().unwrap_or(usize::MAX));
+    crate::sort::sort_by_key(&mut all, |r| {
+        order.get(&r.rank).copied().unwrap_or(usize::MAX)
+    });
     Ok(all)
 }
 

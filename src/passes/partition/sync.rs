@@ -74,7 +74,7 @@ impl GradSync<'_> {
         // map), so layer_norm_grad's Bias@GRAD is synchronised before its Scale@GRAD.
         let (_, out_specs) = op.ty.slots();
         let mut slots: Vec<usize> = (0..op.outputs.len()).collect();
-        slots.sort_by_key(|&i| out_specs.get(i).map(|s| s.name));
+        crate::sort::sort_by_key(&mut slots, |&i| out_specs.get(i).map(|s| s.name));
         let grads: Vec<_> = slots
             .into_iter()
             .flat_map(|i| op.outputs[i].iter().copied())
