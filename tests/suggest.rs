@@ -424,3 +424,56 @@ fn every_row_is_priced_as_cost_prices_its_plan() {
         "no extrapolated row: {per_stage_seen:?}"
     );
 }
+
+/// ZeRO 2 is skipped only where stage 1 of the same plan fits: with the budget between the
+/// two stages' peaks of the plan brute force ranks first among the ZeRO 2 plans, the search
+/// still finds the brute-force optimum (a ZeRO 2 plan where nothing faster fits). Three
+/// blocks on 4 devices: no pipeline divides them (pipelines win every budget at 4).
+#[test]
+fn zero_two_is_searched_where_stage_one_does_not_fit() {
+    let config = ModelConfig {
+        layers: 3,
+        batch: 8,
+        ..Model::Gpt.default_config()
+    };
+    let ample = problem(Model::Gpt, config, "h100x8", 4, 80e9);
+    let rows = brute_force(&ample);
+    let twin = |c: &Candidate, zero: u8| {
+        rows.iter()
+            .find(|r| r.candidate.as_ref() == Some(&Candidate { zero, ..c.clone() }))
+    };
+    // A budget under which a ZeRO 2 plan is the fastest that fits.
+    let budget = rows
+        .iter()
+        .filter_map(|r| {
+            let c = r.candidate.as_ref()?;
+            let one = twin(c, 1)?;
+            (c.zero == 2 && one.terms.peak_bytes > r.terms.peak_bytes)
+                .then(|| (r.terms.peak_bytes + one.terms.peak_bytes) / 2.0)
+        })
+        .find(|&b| {
+            rows.iter()
+                .filter(|r| r.terms.peak_bytes <= b)
+                .min_by(|x, y| x.terms.step_s.total_cmp(&y.terms.step_s))
+                .is_some_and(|best| best.candidate.as_ref().is_some_and(|c| c.zero == 2))
+        })
+        .expect("a budget where ZeRO 2 wins");
+    let tight = Problem {
+        budget_bytes: budget,
+        ..ample
+    };
+    let best = rows
+        .iter()
+        .filter(|r| r.terms.peak_bytes <= budget)
+        .min_by(|x, y| x.terms.step_s.total_cmp(&y.terms.step_s))
+        .expect("something fits");
+    let s = run(&tight);
+    assert!(
+        (s.winner.terms.step_s - best.terms.step_s).abs() <= 1e-12 * best.terms.step_s,
+        "search {:?} at {} s; brute force {:?} at {} s",
+        s.winner.candidate,
+        s.winner.terms.step_s,
+        best.candidate,
+        best.terms.step_s
+    );
+}

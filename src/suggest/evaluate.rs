@@ -87,6 +87,10 @@ pub fn candidate_plan(problem: &Problem, c: &Candidate, layers: usize) -> Result
     Ok(plan)
 }
 
+/// Whether the search's plannings run the planner's self-checks
+/// (`PartitionOptions::verify`): in debug builds, as the tests are, only.
+const SELF_CHECKS: bool = cfg!(debug_assertions);
+
 /// A family planned once.
 pub struct Planned {
     pub pipeline: Pipeline,
@@ -106,8 +110,7 @@ impl Planned {
     ) -> Result<Planned, String> {
         let plan = family_plan(problem, family, layers)?;
         let mut opts = PipelineOptions::from_plan(&plan.options);
-        // The planner's self-checks, in debug builds only (`PartitionOptions::verify`).
-        opts.partition.verify = cfg!(debug_assertions);
+        opts.partition.verify = SELF_CHECKS;
         if let Some(mesh) = plan.mesh() {
             let symmetric = orders.iter().all(|o| {
                 let mut topo = problem.topology.clone();
@@ -136,7 +139,7 @@ impl Planned {
         let p = &mut self.pipeline;
         p.plan.options.zero = zero;
         let mut opts = PipelineOptions::from_plan(&p.plan.options).partition;
-        opts.verify = cfg!(debug_assertions);
+        opts.verify = SELF_CHECKS;
         if !p.is_fully_partitioned() {
             opts.ranks = Some(p.partitioned.ranks.iter().map(|r| r.rank).collect());
         }

@@ -7,10 +7,11 @@
 //!    micro-batch count and recomputation) is planned once, at one and two blocks per
 //!    pipeline stage, and each of its axis orders and schedules is priced at both depths;
 //!    the full depth's step time and peak memory are extrapolated along the line through
-//!    them (identical blocks add identical time and memory). With three or fewer blocks
-//!    per stage the family is planned at the full depth instead (no dearer than one and
-//!    two blocks, and exact). A family over the memory budget escalates (more
-//!    micro-batches, then recomputation) before it is dropped.
+//!    them (identical blocks add identical time and memory). With one or two blocks per
+//!    stage the family is planned at the full depth instead, and with three at one block
+//!    (for the bound) and then at the full depth (`screen.rs`): exact, and no dearer. A
+//!    family over the memory budget escalates (more micro-batches, then recomputation)
+//!    before it is dropped.
 //! 2. **Price exactly** the fastest screened candidates at the full depth, as
 //!    `shardlab cost` would (those screened at the full depth already are), and rank
 //!    them; the winner is the fastest that fits.
