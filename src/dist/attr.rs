@@ -107,13 +107,24 @@ pub enum DistAttrError {
 
 /// A tensor's layout on a mesh of the plan's mesh table, and which dims the user pinned. It
 /// dereferences to its [`Layout`], so `attr.dims` and `attr.partial` read the layout.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorDistAttr {
     pub mesh: MeshId,
     pub layout: Layout,
     /// Dims the user annotated; completion never changes them (inline up to rank 8: rank
     /// programs copy every attr).
     pub annotated: SmallVec<[bool; 8]>,
+}
+
+/// By copying slices, as [`Layout`]'s clone does (rank programs copy every attr).
+impl Clone for TensorDistAttr {
+    fn clone(&self) -> TensorDistAttr {
+        TensorDistAttr {
+            mesh: self.mesh,
+            layout: self.layout.clone(),
+            annotated: SmallVec::from_slice(&self.annotated),
+        }
+    }
 }
 
 impl Deref for TensorDistAttr {
@@ -200,7 +211,7 @@ impl TensorDistAttr {
             });
         }
         let ndim = mesh.ndim();
-        let mut owner: Vec<Option<usize>> = vec![None; MAX_MESH_NDIM];
+        let mut owner: [Option<usize>; MAX_MESH_NDIM] = [None; MAX_MESH_NDIM];
         for (dim, axes) in self.dims.iter().enumerate() {
             for &axis in axes.iter() {
                 if axis.index() >= ndim {

@@ -291,10 +291,22 @@ impl<'de> Deserialize<'de> for Partial {
 pub type Dims = SmallVec<[DimAxes; 4]>;
 
 /// How one tensor is laid out: per dim the splitting mesh axes, and the partial axes.
-#[derive(Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Layout {
     pub dims: Dims,
     pub partial: Partial,
+}
+
+/// By copying the dims' slice: smallvec's derived clone collects element by element, and
+/// the planner clones every variable's layout per rank (a twentieth of the auto-planner's
+/// instructions went to it).
+impl Clone for Layout {
+    fn clone(&self) -> Layout {
+        Layout {
+            dims: Dims::from_slice(&self.dims),
+            partial: self.partial,
+        }
+    }
 }
 
 impl Layout {

@@ -3,9 +3,9 @@
 use super::attr::{Attr, Attrs};
 use super::op_type::{OpRole, OpType};
 use super::types::{DType, OpId, TensorType, Var, VarId, VarKind};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 /// The variables of one slot: inline up to two (most slots hold one).
@@ -154,9 +154,11 @@ pub struct Program {
     /// Shared copy-on-write: every rank stamped from a template declares the same variables.
     vars: Arc<Vec<Var>>,
     /// Name -> id, built on first use: per-rank programs are built by the thousand and
-    /// rarely looked up by name.
+    /// rarely looked up by name. FxHash: SipHash of the names was a twentieth of the
+    /// auto-planner's instructions (names come from the user's own plan, so resistance to
+    /// crafted collisions buys nothing: a hostile plan can only slow its own author).
     #[serde(skip)]
-    by_name: OnceLock<HashMap<std::sync::Arc<str>, VarId>>,
+    by_name: OnceLock<FxHashMap<std::sync::Arc<str>, VarId>>,
     /// Shared: a rank's program keeps every serial op it runs unchanged as the same
     /// allocation, so partitioning copies (and later frees) only the ops it rewrites.
     ops: Vec<Arc<Op>>,
@@ -222,13 +224,16 @@ impl Program {
         id
     }
 
-    fn index(&self) -> &HashMap<std::sync::Arc<str>, VarId> {
+    fn index(&self) -> &FxHashMap<std::sync::Arc<str>, VarId> {
         self.by_name.get_or_init(|| {
-            self.vars
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (v.name.clone(), VarId(i as u32)))
-                .collect()
+            let mut map = FxHashMap::with_capacity_and_hasher(self.vars.len(), Default::default());
+            map.extend(
+                self.vars
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (v.name.clone(), VarId(i as u32))),
+            );
+            map
         })
     }
 

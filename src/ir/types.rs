@@ -149,10 +149,21 @@ impl fmt::Display for OpId {
 }
 
 /// Element type and global shape of a tensor. A scalar has shape `[]`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TensorType {
     pub dtype: DType,
     pub shape: Shape,
+}
+
+/// By copying the shape's slice (smallvec's derived clone collects element by element;
+/// every rank program copies every variable's type).
+impl Clone for TensorType {
+    fn clone(&self) -> TensorType {
+        TensorType {
+            dtype: self.dtype,
+            shape: Shape::from_slice(&self.shape),
+        }
+    }
 }
 
 /// A tensor's dims, inline up to rank 4: every rank's program declares thousands of

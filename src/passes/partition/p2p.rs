@@ -21,7 +21,7 @@ use crate::dist::Stages;
 use crate::ir::{Attr, Op, OpRole, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
 use crate::passes::stages::{virtual_stage, ALL_STAGES};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::FxHashSet;
 use std::sync::Arc;
 
 /// Where every op runs and every variable lives, shared by all ranks.
@@ -115,9 +115,10 @@ pub struct RankPipe<'a> {
     /// This rank's physical stage.
     me: usize,
     /// (variable, destination stage) pairs already sent.
-    sent: HashSet<(VarId, usize)>,
-    /// Received variables and the local variable consumers read instead.
-    received: HashMap<VarId, VarId>,
+    sent: FxHashSet<(VarId, usize)>,
+    /// By serial variable: the local variable consumers read instead, once received
+    /// (dense: every input of every op on the stage is looked up).
+    received: Vec<Option<VarId>>,
 }
 
 impl<'a> RankPipe<'a> {
@@ -125,8 +126,8 @@ impl<'a> RankPipe<'a> {
         RankPipe {
             plan,
             me,
-            sent: HashSet::new(),
-            received: HashMap::new(),
+            sent: FxHashSet::default(),
+            received: vec![None; plan.home.len()],
         }
     }
 
@@ -148,8 +149,8 @@ impl<'a> RankPipe<'a> {
         }
         let to = self.plan.physical(k);
         let role = b.role;
-        let inputs: Vec<VarId> = local.all_inputs().collect();
-        for v in inputs {
+        // Not collected: this runs for every op on every stage's rank.
+        for v in local.all_inputs() {
             let Some(h) = self.plan.home[v.index()] else {
                 continue;
             };
@@ -161,10 +162,10 @@ impl<'a> RankPipe<'a> {
                 b.chunk = self.plan.chunk(h);
                 self.send(b, dp, v, to)?;
             }
-            if self.me == to && !self.received.contains_key(&v) {
+            if self.me == to && self.received.get(v.index()).is_some_and(Option::is_none) {
                 b.chunk = self.plan.chunk(k);
                 let got = self.recv(b, dp, v, from, role)?;
-                self.received.insert(v, got);
+                self.received[v.index()] = Some(got);
             }
         }
         b.role = role;
@@ -175,7 +176,7 @@ impl<'a> RankPipe<'a> {
         for slot in 0..local.inputs.len() {
             for j in 0..local.inputs[slot].len() {
                 let v = local.inputs[slot][j];
-                if let Some(&got) = self.received.get(&v) {
+                if let Some(&Some(got)) = self.received.get(v.index()) {
                     if got != v {
                         Arc::make_mut(local).inputs[slot][j] = got;
                     }
