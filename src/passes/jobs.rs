@@ -109,10 +109,16 @@ fn deferred(op: &crate::ir::Op, is_weight: &dyn Fn(VarId) -> bool) -> bool {
 pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> RankJobs {
     let chunks = chunks.max(1);
     let mut program = r.program.clone();
+    // Dense marks by serial variable: looked up for every backward op's outputs.
+    let mut grad_marks = vec![false; param_grads.iter().map(|g| g.index() + 1).max().unwrap_or(0)];
+    for g in param_grads {
+        grad_marks[g.index()] = true;
+    }
     let is_weight = |v: VarId| {
         r.origin
             .get(v.index())
-            .is_some_and(|o| param_grads.contains(o))
+            .and_then(|o| grad_marks.get(o.index()))
+            .is_some_and(|&m| m)
     };
     let mut forward = vec![Vec::new(); chunks];
     let mut backward = vec![Vec::new(); chunks];
@@ -120,8 +126,7 @@ pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> Rank
     let mut w_ops = vec![Vec::new(); chunks];
     let mut optimizer = Vec::new();
     let mut copied_from = Vec::new();
-    let ops: Vec<_> = r.program.ops().to_vec();
-    for (i, op) in ops.iter().enumerate() {
+    for (i, op) in r.program.ops().iter().enumerate() {
         let c = r
             .op_chunks
             .get(i)
@@ -136,11 +141,12 @@ pub fn cut(r: &RankProgram, param_grads: &HashSet<VarId>, chunks: usize) -> Rank
             continue;
         }
         backward[c].push(i);
-        let outs: Vec<VarId> = op.all_outputs().collect();
-        let weights = outs.iter().filter(|&&v| is_weight(v)).count();
-        if weights == 0 || outs.is_empty() {
+        let (outs, weights) = op
+            .all_outputs()
+            .fold((0, 0), |(n, w), v| (n + 1, w + usize::from(is_weight(v))));
+        if weights == 0 || outs == 0 {
             b_ops[c].push(i);
-        } else if weights == outs.len() {
+        } else if weights == outs {
             w_ops[c].push(i);
         } else {
             let keep = |op: &crate::ir::Op, weight: bool| {

@@ -6,6 +6,7 @@
 use super::space::{Axis, Candidate, Family, MeshShape};
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::Estimate;
+use crate::cost::pipeline_cost::StageJobs;
 use crate::ir::{OpRole, Purpose};
 use crate::models::{Model, ModelConfig};
 use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
@@ -95,7 +96,7 @@ const SELF_CHECKS: bool = cfg!(debug_assertions);
 pub struct Planned {
     pub pipeline: Pipeline,
     /// The stages' jobs, cut once on first use (every order and schedule prices them).
-    stage_jobs: Option<Vec<crate::cost::pipeline_cost::StageJobs>>,
+    stage_jobs: Option<Vec<StageJobs>>,
 }
 
 impl Planned {
@@ -252,7 +253,7 @@ impl Planned {
             .into_iter()
             .map(|(o, s, e)| {
                 let priced = e.map(|e| {
-                    let t = terms(&self.pipeline, &e);
+                    let t = self.terms(&e);
                     let point = Point {
                         step_s: t.step_s,
                         peak_bytes: t.peak_bytes,
@@ -262,6 +263,15 @@ impl Planned {
                 (o, s, priced)
             })
             .collect()
+    }
+
+    /// The terms of `e`, an estimate of this planning (its stages' jobs reused).
+    pub fn terms(&self, e: &Estimate) -> Terms {
+        terms_with(
+            &self.pipeline,
+            e,
+            self.stage_jobs.as_deref().unwrap_or_default(),
+        )
     }
 
     /// Prices every order × schedule and hands each to `f`.
@@ -480,11 +490,18 @@ fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
 /// Where the step's time goes on the busiest rank (the one with the most compute and
 /// communication): per-micro-batch ops counted once per micro-batch.
 pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
+    terms_with(p, e, &[])
+}
+
+/// [`terms`] with some ranks' jobs already cut (`stage_jobs` of `p`, which every order and
+/// schedule of a planning shares); the other ranks are cut here.
+fn terms_with(p: &Pipeline, e: &Estimate, cut: &[StageJobs]) -> Terms {
     let mut best: Option<Busiest> = None;
-    for (rank, time) in p.partitioned.ranks.iter().zip(&e.step.ranks) {
+    for (index, (rank, time)) in p.partitioned.ranks.iter().zip(&e.step.ranks).enumerate() {
         let mut compute = 0.0;
         let mut comm = [0.0; Purpose::ALL.len()];
-        for (i, s) in op_times(p, e, rank, &time.op_s) {
+        let jobs = cut.iter().find(|s| s.index == index).map(|s| &s.jobs);
+        for (i, s) in op_times(p, e, rank, jobs, &time.op_s) {
             let op = &rank.program.ops()[i];
             match crate::cost::simulate::is_communication(&rank.program, op).then(|| op.purpose()) {
                 Some(purpose) => {
@@ -527,14 +544,22 @@ fn op_times(
     p: &Pipeline,
     e: &Estimate,
     rank: &crate::passes::partition::RankProgram,
+    cut: Option<&crate::passes::jobs::RankJobs>,
     op_s: &[f64],
 ) -> Vec<(usize, f64)> {
     if e.pipeline.is_none() {
         return op_s.iter().copied().enumerate().collect();
     }
-    let grads: std::collections::HashSet<crate::ir::VarId> =
-        p.backward.param_grads.iter().map(|&(_, g)| g).collect();
-    let jobs = crate::passes::jobs::cut(rank, &grads, p.stages.chunks);
+    let owned;
+    let jobs = match cut {
+        Some(jobs) => jobs,
+        None => {
+            let grads: std::collections::HashSet<crate::ir::VarId> =
+                p.backward.param_grads.iter().map(|&(_, g)| g).collect();
+            owned = crate::passes::jobs::cut(rank, &grads, p.stages.chunks);
+            &owned
+        }
+    };
     let n = op_s.len();
     let m = p.micro_batches() as f64;
     let mut out = Vec::new();

@@ -637,7 +637,7 @@ pub fn brute_force(problem: &Problem) -> Vec<Row> {
         for order in space::axis_orders(&family) {
             for schedule in space::schedules(&family, false) {
                 if let Ok(e) = planned.estimate(problem, &order, schedule) {
-                    let t = terms(&planned.pipeline, &e);
+                    let t = planned.terms(&e);
                     rows.push(Row {
                         fits: t.peak_bytes <= problem.budget_bytes,
                         candidate: Some(family.candidate(order.clone(), schedule)),
@@ -667,7 +667,7 @@ fn price_family(problem: &Problem, family: &Family, members: &[&Screened]) -> Pr
             planned
                 .estimate(problem, &s.candidate.mesh, s.candidate.schedule)
                 .map(|e| {
-                    let t = terms(&planned.pipeline, &e);
+                    let t = planned.terms(&e);
                     Row {
                         fits: t.peak_bytes <= problem.budget_bytes,
                         candidate: Some(s.candidate.clone()),
