@@ -18,7 +18,7 @@ use super::device::{ComputeDType, Topology, TopologyError};
 use super::work::{op_work, ElementBytes};
 use crate::ir::{CollectiveOp, Op, OpRole, OpType, Program, Purpose, RankLocalOp, VarId};
 use crate::passes::partition::RankProgram;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// How a step is simulated.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -204,10 +204,10 @@ pub fn simulate_with(
         op_costs,
         overlap: opts.overlap_grad_sync,
         comm_free: vec![0.0; n],
-        pending: vec![HashSet::new(); n],
-        ready: vec![HashMap::new(); n],
-        queued: vec![HashMap::new(); n],
-        root: vec![HashMap::new(); n],
+        pending: vec![HashSet::default(); n],
+        ready: vec![HashMap::default(); n],
+        queued: vec![HashMap::default(); n],
+        root: vec![HashMap::default(); n],
         index: ranks.iter().enumerate().map(|(i, r)| (r.rank, i)).collect(),
         out: ranks
             .iter()
@@ -218,8 +218,8 @@ pub fn simulate_with(
             })
             .collect(),
         pc: vec![0; ranks.len()],
-        waiting: HashMap::new(),
-        group_index: HashMap::new(),
+        waiting: HashMap::default(),
+        group_index: HashMap::default(),
         groups: Vec::new(),
         seq: vec![Vec::new(); ranks.len()],
         blocked: vec![false; ranks.len()],

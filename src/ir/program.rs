@@ -283,8 +283,10 @@ impl Program {
     /// what depends on dataflow alone (op work, liveness) is computed once for all of them;
     /// shared variables and ops compare by pointer.
     pub fn same_dataflow(&self, other: &Program) -> bool {
-        (Arc::ptr_eq(&self.vars, &other.vars) || self.vars == other.vars)
-            && self.ops.len() == other.ops.len()
+        // Ops first: different pipeline stages declare the same serial variables (a long
+        // equal prefix to compare) but differ in their first ops.
+        self.ops.len() == other.ops.len()
+            && self.vars.len() == other.vars.len()
             && self.ops.iter().zip(&other.ops).all(|(a, b)| {
                 Arc::ptr_eq(a, b)
                     || (a.ty == b.ty
@@ -293,6 +295,7 @@ impl Program {
                         && (matches!(a.ty, OpType::Collective(_) | OpType::RankLocal(_))
                             || a.attrs == b.attrs))
             })
+            && (Arc::ptr_eq(&self.vars, &other.vars) || self.vars == other.vars)
     }
 
     /// Removes and returns op `i` (for fault injection: the checker's own tests delete a

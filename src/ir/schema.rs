@@ -5,7 +5,7 @@
 
 use super::attr::AttrKind::{self, Bool, Float, Int, Ints, Str};
 use super::op_type::OpType;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::OnceLock;
 
 /// How many variables a slot holds.
@@ -383,7 +383,7 @@ fn optional(arity: Arity) -> Arity {
 fn grad_slots(grad: OpType) -> Slots {
     static TABLE: OnceLock<HashMap<OpType, Slots>> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
-        let mut table = HashMap::new();
+        let mut table = HashMap::default();
         for fwd in OpType::ALL {
             let Some(g) = fwd.grad() else { continue };
             let (ins, outs) = fwd.slots();

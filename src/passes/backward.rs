@@ -12,7 +12,7 @@
 use crate::ir::{
     Attr, DType, Op, OpId, OpRole, OpType, Program, ProgramError, Slot, TensorType, VarId, VarKind,
 };
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Why the backward pass failed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -183,9 +183,9 @@ pub fn append_backward(forward: &Program) -> Result<Backward, BackwardError> {
     let mut program = forward.clone();
     let first_backward_op = program.ops().len();
     let mut grads = Grads {
-        parts: HashMap::new(),
-        expected: HashMap::new(),
-        total: HashMap::new(),
+        parts: HashMap::default(),
+        expected: HashMap::default(),
+        total: HashMap::default(),
     };
     let active = |op: &Op| {
         op.ty.grad().is_some()
@@ -224,7 +224,7 @@ pub fn append_backward(forward: &Program) -> Result<Backward, BackwardError> {
         .insert("dtype".into(), Attr::Str(loss_var.ty.dtype.name().into()));
     program.push_op(fill);
     grads.total.insert(loss, loss_grad);
-    let mut forward_of = HashMap::new();
+    let mut forward_of = HashMap::default();
     for (i, op) in forward.ops().iter().enumerate().rev() {
         if !active(op) {
             continue;

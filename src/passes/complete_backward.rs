@@ -23,7 +23,7 @@ use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{OpId, OpType, Program, VarId};
 use crate::spmd::elementwise::operand_letters;
 use crate::spmd::matmul::notation;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// The mesh axes that split `out` dims whose letters are missing from `letters`.
 fn contracted_axes(out_letters: &str, out: &TensorDistAttr, letters: &str) -> Vec<MeshAxis> {
@@ -44,7 +44,7 @@ fn grad_partials(
     forward: &crate::ir::Op,
     fwd_attr: &crate::dist::OperatorDistAttr,
 ) -> HashMap<(usize, usize), Vec<MeshAxis>> {
-    let mut out = HashMap::new();
+    let mut out = HashMap::default();
     let out_attr = || fwd_attr.outputs.first().and_then(|s| s.first());
     match forward.ty {
         OpType::MatmulV2 => {

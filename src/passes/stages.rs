@@ -22,7 +22,7 @@ use super::dist_program::DistProgram;
 use crate::dist::{MeshId, Stages};
 use crate::ir::{OpId, OpType, VarKind};
 use crate::plan::{Plan, StageTarget};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Why stages cannot be assigned.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -231,8 +231,8 @@ pub fn split_if_unplaced(plan: &mut Plan) -> Result<(), StageError> {
 type Placements = (HashMap<usize, usize>, HashMap<usize, usize>);
 
 fn placements(plan: &Plan, count: usize) -> Result<Placements, StageError> {
-    let mut placed: HashMap<usize, usize> = HashMap::new();
-    let mut raised: HashMap<usize, usize> = HashMap::new();
+    let mut placed: HashMap<usize, usize> = HashMap::default();
+    let mut raised: HashMap<usize, usize> = HashMap::default();
     for s in &plan.stages {
         if s.stage >= count {
             return Err(StageError::NoSuchStage {
@@ -276,7 +276,7 @@ fn check_parameters(
     stage: &[Option<usize>],
     first_backward: usize,
 ) -> Result<(), StageError> {
-    let mut home: HashMap<usize, usize> = HashMap::new();
+    let mut home: HashMap<usize, usize> = HashMap::default();
     for (i, op) in full.program.ops().iter().enumerate().take(first_backward) {
         let s = stage[i].unwrap_or(0);
         for v in op.all_inputs() {

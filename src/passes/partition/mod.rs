@@ -20,7 +20,7 @@ use dist_ops::find_impl;
 use lower::{after, lower};
 use rank::{Groups, PartitionError, RankBuilder};
 use reshard::reshard;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use sync::{global_norm_sum, sync_amp_flag, GradSync};
 use zero::{RankZero, ZeroLayout, ZeroStage};

@@ -7,7 +7,8 @@ use crate::dist::{local_shape, Layout, MeshAxis, ProcessMesh, TensorDistAttr};
 use crate::ir::{
     Attr, Attrs, Op, OpRole, OpType, Program, Purpose, TensorType, Var, VarId, VarKind,
 };
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Communication groups of the job, deduplicated. Ring ids are canonical: ring 0 is the
@@ -47,7 +48,7 @@ impl Groups {
         let complete = subsets.saturating_mul(mesh.size()) <= CANONICAL_WORK;
         let mut world = mesh.process_ids().to_vec();
         world.sort_unstable();
-        let mut table = HashMap::new();
+        let mut table = HashMap::default();
         table.insert(world, 0);
         let masks: Vec<Vec<usize>> = if complete {
             (1..subsets)
@@ -139,7 +140,7 @@ impl Groups {
 /// Every group along the mesh axes `along`, sorted, in order of their first process: O(ranks).
 fn groups_along(mesh: &ProcessMesh, along: &[usize]) -> Vec<Vec<u32>> {
     let shape = mesh.shape();
-    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut index: HashMap<usize, usize> = HashMap::default();
     let mut groups: Vec<Vec<u32>> = Vec::new();
     for (linear, &p) in mesh.process_ids().iter().enumerate() {
         // The key is the coordinate on the axes not in `along`, as a mixed-radix number.
@@ -258,7 +259,7 @@ impl<'a> RankBuilder<'a> {
             serial,
             role: OpRole::Forward,
             temps: 0,
-            reshard_cache: HashMap::new(),
+            reshard_cache: HashMap::default(),
             recipes: Vec::new(),
             gradient_scale: None,
             chunk: 0,

@@ -42,7 +42,7 @@ use super::rank::RankBuilder;
 use crate::dist::{MeshAxis, MeshId, ReduceType, TensorDistAttr};
 use crate::ir::{Attr, Op, OpRole, OpType, Purpose, TensorType, Var, VarId, VarKind};
 use crate::passes::dist_program::DistProgram;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// The ZeRO stage: 0 (off), 1, 2 or 3.
