@@ -154,6 +154,42 @@ fn workers() -> usize {
     }
 }
 
+/// `one` of every unit of `units`, on all workers, each taking the next unit in `order`
+/// (indices into `units`) when it is free; the results in unit order.
+#[cfg(not(target_arch = "wasm32"))]
+fn on_workers<T: Send>(
+    units: &[Vec<Family>],
+    order: &[usize],
+    one: &(dyn Fn(Vec<Family>) -> T + Sync),
+) -> Vec<T> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let next = &next;
+    let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers())
+            .map(|_| {
+                scope.spawn(move || {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((i, unit)) = order.get(k).and_then(|&i| Some((i, units.get(i)?)))
+                        else {
+                            return mine;
+                        };
+                        mine.push((i, one(unit.clone())));
+                    }
+                })
+            })
+            .collect();
+        // A worker that panicked is a planner bug: re-raise it rather than lose its units.
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    crate::sort::sort_by_key(&mut done, |(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 /// The finalists priced exactly beyond the table's `top` (the screen's extrapolation can
 /// misorder near-ties).
 const SPARE_FINALISTS: usize = 4;
@@ -308,33 +344,15 @@ impl Search {
         };
         #[cfg(not(target_arch = "wasm32"))]
         if chunk.len() > 1 {
-            // Each worker takes the next unit when it is free (units differ in cost by
-            // tens: a pipeline is planned at many more blocks); results in unit order.
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let (chunk, next, one) = (&chunk, &next, &one);
-            let mut done: Vec<(usize, (Vec<Screened>, Stats))> = std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..workers())
-                    .map(|_| {
-                        scope.spawn(move || {
-                            let mut mine = Vec::new();
-                            loop {
-                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let Some(unit) = chunk.get(i) else {
-                                    return mine;
-                                };
-                                mine.push((i, one(unit.clone())));
-                            }
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .filter_map(|h| h.join().ok())
-                    .flatten()
-                    .collect()
+            // Each worker takes the next unit when it is free, costliest first (units
+            // differ in cost by tens: a pipeline is planned at many more blocks; longest
+            // first shortens the step); results in unit order. The order changes no
+            // result: a unit sees only the step's threshold and its own points.
+            let mut order: Vec<usize> = (0..chunk.len()).collect();
+            crate::sort::sort_by_key(&mut order, |&i| {
+                std::cmp::Reverse(screen::unit_work(problem, &chunk[i], threshold))
             });
-            crate::sort::sort_by_key(&mut done, |(i, _)| *i);
-            return done.into_iter().map(|(_, r)| r).collect();
+            return on_workers(&chunk, &order, &one);
         }
         chunk.into_iter().map(one).collect()
     }
@@ -433,7 +451,11 @@ impl Search {
                 .into_iter()
                 .map(|f| scope.spawn(move || price(f)))
                 .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            // A panic is a planner bug: re-raised, not a finalist lost.
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
         });
         #[cfg(target_arch = "wasm32")]
         let priced: Vec<Priced> = by_family.into_iter().map(price).collect();

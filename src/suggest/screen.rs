@@ -289,18 +289,7 @@ impl Screener<'_> {
     fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
         let per_stage = layers_per_stage(self.problem, family);
         let pp = family.mesh.size(Axis::Pp);
-        // One block per stage first: its bound drops most families cheaply. The survivors
-        // are priced at two blocks and extrapolated, except with three blocks per stage:
-        // then the full depth costs one block more than two, is exact, and spares the
-        // finalists a second planning; and before any threshold exists (nothing can be
-        // bounded yet) it is priced at once.
-        let depths: Vec<usize> = match per_stage {
-            _ if !layered(self.problem.model) => vec![per_stage],
-            0..=2 => vec![per_stage],
-            3 if self.threshold.is_infinite() => vec![3],
-            3 => vec![1, 3],
-            _ => vec![1, 2],
-        };
+        let depths = depths(self.problem, family, self.threshold);
         let mut at_depth: Vec<HashMap<(usize, usize), AtDepth>> = Vec::new();
         let orders = space::axis_orders(family);
         let schedules = space::schedules(family, true);
@@ -351,4 +340,32 @@ impl Screener<'_> {
         }
         Ok(Some(out))
     }
+}
+
+/// The blocks per stage a family is screened at. One block per stage first: its bound
+/// drops most families cheaply. The survivors are priced at two blocks and extrapolated,
+/// except with three blocks per stage: then the full depth costs one block more than two,
+/// is exact, and spares the finalists a second planning; and before any threshold exists
+/// (nothing can be bounded yet) it is priced at once.
+pub(super) fn depths(problem: &Problem, family: &Family, threshold: f64) -> Vec<usize> {
+    let per_stage = layers_per_stage(problem, family);
+    match per_stage {
+        _ if !layered(problem.model) => vec![per_stage],
+        0..=2 => vec![per_stage],
+        3 if threshold.is_infinite() => vec![3],
+        3 => vec![1, 3],
+        _ => vec![1, 2],
+    }
+}
+
+/// About how much work screening a unit (a family's ZeRO stages) takes, in blocks planned:
+/// its depths times its stages, the ZeRO stages after the first at half (they redo only
+/// the partition). Workers take a step's units costliest first, which shortens the step.
+pub(super) fn unit_work(problem: &Problem, unit: &[Family], threshold: f64) -> usize {
+    let Some(first) = unit.first() else {
+        return 0;
+    };
+    let blocks: usize =
+        depths(problem, first, threshold).iter().sum::<usize>() * first.mesh.size(Axis::Pp).max(1);
+    blocks * 2 + blocks * unit.len().saturating_sub(1)
 }
