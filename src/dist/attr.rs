@@ -309,13 +309,18 @@ pub fn local_shape(
         .collect()
 }
 
+/// The attrs of one slot's variables: inline for one (most slots hold one; every op of
+/// every planning has an attr per slot, and their allocations were a tenth of the
+/// auto-planner's allocations).
+pub type SlotAttrs = SmallVec<[TensorDistAttr; 1]>;
+
 /// What an operator wants: a dist attr per variable of each input and output slot, and the
 /// distributed implementation chosen for it, plus its pipeline chunk.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorDistAttr {
     pub mesh: MeshId,
-    pub inputs: Vec<Vec<TensorDistAttr>>,
-    pub outputs: Vec<Vec<TensorDistAttr>>,
+    pub inputs: Vec<SlotAttrs>,
+    pub outputs: Vec<SlotAttrs>,
     pub imp: super::DistImpl,
     pub chunk_id: usize,
 }

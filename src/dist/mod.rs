@@ -12,7 +12,9 @@ pub mod notation;
 pub mod pipeline;
 pub mod tiles;
 
-pub use attr::{local_shape, DistAttrError, OperatorDistAttr, ReduceType, TensorDistAttr};
+pub use attr::{
+    local_shape, DistAttrError, OperatorDistAttr, ReduceType, SlotAttrs, TensorDistAttr,
+};
 pub use dist_impl::DistImpl;
 pub use layout::{DimAxes, Dims, Layout, MeshAxis, Partial, MAX_MESH_NDIM};
 pub use mesh::{MeshError, ProcessMesh, MAX_MESH_SIZE};

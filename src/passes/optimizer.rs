@@ -356,12 +356,10 @@ fn clip_by_global_norm(
     let sum = op(OpType::Sum, vec![norms.clone()], vec![vec![total]], &[], "");
     // The sum wants every squared norm complete (non-partial): sharded grads' norms are
     // all-reduced first (global-norm synchronisation, in the partitioner).
+    let scalar = || TensorDistAttr::replicated(MeshId::JOB, 0);
     let mut attr = OperatorDistAttr::new(MeshId::JOB);
-    attr.inputs = vec![norms
-        .iter()
-        .map(|_| TensorDistAttr::replicated(MeshId::JOB, 0))
-        .collect()];
-    attr.outputs = vec![vec![TensorDistAttr::replicated(MeshId::JOB, 0)]];
+    attr.inputs = vec![norms.iter().map(|_| scalar()).collect()];
+    attr.outputs = vec![std::iter::once(scalar()).collect()];
     b.dp.program.push_op(sum);
     b.dp.ops.push(attr);
     let norm = b.scalar_activation("global_norm_0", dtype)?;

@@ -360,7 +360,9 @@ pub(super) fn depths(problem: &Problem, family: &Family, threshold: f64) -> Vec<
 
 /// About how much work screening a unit (a family's ZeRO stages) takes, in blocks planned:
 /// its depths times its stages, the ZeRO stages after the first at half (they redo only
-/// the partition). Workers take a step's units costliest first, which shortens the step.
+/// the partition). Workers take a step's units costliest first, which shortens the step
+/// (natively: the browser runs one unit at a time).
+#[cfg(not(target_arch = "wasm32"))]
 pub(super) fn unit_work(problem: &Problem, unit: &[Family], threshold: f64) -> usize {
     let Some(first) = unit.first() else {
         return 0;

@@ -75,7 +75,7 @@ pub fn attrs_text(
         ));
         let slots = |specs: &[crate::ir::SlotSpec],
                      vars: &[crate::ir::Slot],
-                     attrs: &[Vec<TensorDistAttr>],
+                     attrs: &[crate::dist::SlotAttrs],
                      inputs: bool| {
             let mut parts = Vec::new();
             for ((spec, vs), ats) in specs.iter().zip(vars).zip(attrs) {
@@ -162,7 +162,7 @@ pub fn completed_json(program: &Program, c: &Completed) -> Value {
             let attr = &c.ops[i];
             let slots = |specs: &[crate::ir::SlotSpec],
                          vars: &[crate::ir::Slot],
-                         attrs: &[Vec<TensorDistAttr>]| {
+                         attrs: &[crate::dist::SlotAttrs]| {
                 let mut m = serde_json::Map::new();
                 for ((spec, vs), ats) in specs.iter().zip(vars).zip(attrs) {
                     if vs.is_empty() {
