@@ -113,10 +113,11 @@ impl Planned {
         let mut opts = PipelineOptions::from_plan(&plan.options);
         opts.partition.verify = SELF_CHECKS;
         if let Some(mesh) = plan.mesh() {
+            let mut classes = ClassCache::default();
             let symmetric = orders.iter().all(|o| {
                 let mut topo = problem.topology.clone();
                 topo.devices_of_ranks = o.devices_of_ranks().map(Arc::from);
-                symmetric_links(&topo, &o.canonical())
+                symmetric_classes(&topo, classes.of(&o.canonical()))
             });
             if symmetric {
                 let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
@@ -293,11 +294,12 @@ impl Planned {
         let memory = crate::cost::simulate::shared_per_dataflow(&p.partitioned.ranks, |r| {
             crate::cost::memory::memory(&r.program, sizing)
         });
+        let mut classes = ClassCache::default();
         let mut steps: Vec<(Vec<LinkKey>, crate::cost::simulate::StepTime)> = Vec::new();
         for (o, order) in orders.iter().enumerate() {
             let mut topo = problem.topology.clone();
             topo.devices_of_ranks = order.devices_of_ranks().map(Arc::from);
-            let key = link_signature(&topo, &order.canonical());
+            let key = link_signature(&topo, classes.of(&order.canonical()));
             let at = match steps.iter().position(|(k, _)| *k == key) {
                 Some(i) => i,
                 None => match crate::cost::simulate::simulate_with(
@@ -434,15 +436,33 @@ fn link_key(topo: &Topology, group: &[u32]) -> LinkKey {
     (name, beta)
 }
 
-/// The links of every group along every set of the mesh's axes (in canonical rank
-/// numbering), and of every pair of ranks along `pp` (the pipeline's sends): two orders
-/// with the same signature price every collective alike.
-fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
-    group_classes(canonical)
+/// The links of every group of `classes` (a canonical mesh's [`group_classes`]: along
+/// every set of its axes, and every pair of ranks along `pp`, the pipeline's sends): two
+/// orders with the same signature price every collective alike.
+fn link_signature(topo: &Topology, classes: &[GroupClass]) -> Vec<LinkKey> {
+    classes
         .iter()
         .flatten()
         .map(|g| link_key(topo, g))
         .collect()
+}
+
+/// The group classes of the canonical meshes seen, computed once each: a family's orders
+/// share one canonical mesh, and its classes are enumerated over every subset of axes.
+#[derive(Default)]
+struct ClassCache(Vec<(MeshShape, Vec<GroupClass>)>);
+
+impl ClassCache {
+    fn of(&mut self, canonical: &MeshShape) -> &[GroupClass] {
+        let at = match self.0.iter().position(|(m, _)| m == canonical) {
+            Some(i) => i,
+            None => {
+                self.0.push((canonical.clone(), group_classes(canonical)));
+                self.0.len() - 1
+            }
+        };
+        &self.0[at].1
+    }
 }
 
 /// Whether every group of a class runs over the same link (the same time for the same
@@ -452,7 +472,12 @@ fn link_signature(topo: &Topology, canonical: &MeshShape) -> Vec<LinkKey> {
 /// collective of a group with one simulated member starts when it arrives, which is when
 /// every member would. A test compares it with simulating every rank.
 pub fn symmetric_links(topo: &Topology, canonical: &MeshShape) -> bool {
-    group_classes(canonical).iter().all(|class| {
+    symmetric_classes(topo, &group_classes(canonical))
+}
+
+/// [`symmetric_links`] of the classes of a canonical mesh.
+fn symmetric_classes(topo: &Topology, classes: &[GroupClass]) -> bool {
+    classes.iter().all(|class| {
         let first = class.first().map(|g| link_key(topo, g));
         class.iter().all(|g| Some(link_key(topo, g)) == first)
     })
