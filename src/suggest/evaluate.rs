@@ -102,16 +102,38 @@ pub struct Planned {
 impl Planned {
     /// The family planned at `layers` blocks, to be priced in `orders`. When every order's
     /// links are symmetric ([`symmetric_links`]), only each stage's first rank is
-    /// partitioned and simulated.
+    /// partitioned and simulated. On one core: the screen's workers fill the others.
     pub fn new(
         problem: &Problem,
         family: &Family,
         layers: usize,
         orders: &[MeshShape],
     ) -> Result<Planned, String> {
+        Self::plan_with(problem, family, layers, orders, false)
+    }
+
+    /// [`Planned::new`] with the stages partitioned on all cores, for a planning that runs
+    /// alone (the exact pass's single family).
+    pub fn alone(
+        problem: &Problem,
+        family: &Family,
+        layers: usize,
+        orders: &[MeshShape],
+    ) -> Result<Planned, String> {
+        Self::plan_with(problem, family, layers, orders, true)
+    }
+
+    fn plan_with(
+        problem: &Problem,
+        family: &Family,
+        layers: usize,
+        orders: &[MeshShape],
+        parallel_stages: bool,
+    ) -> Result<Planned, String> {
         let plan = family_plan(problem, family, layers)?;
         let mut opts = PipelineOptions::from_plan(&plan.options);
         opts.partition.verify = SELF_CHECKS;
+        opts.partition.parallel_stages = parallel_stages;
         if let Some(mesh) = plan.mesh() {
             let mut classes = ClassCache::default();
             let symmetric = orders.iter().all(|o| {
@@ -142,6 +164,7 @@ impl Planned {
         p.plan.options.zero = zero;
         let mut opts = PipelineOptions::from_plan(&p.plan.options).partition;
         opts.verify = SELF_CHECKS;
+        opts.parallel_stages = false;
         if !p.is_fully_partitioned() {
             opts.ranks = Some(p.partitioned.ranks.iter().map(|r| r.rank).collect());
         }

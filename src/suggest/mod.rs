@@ -442,8 +442,9 @@ impl Search {
             }
         }
         let problem = &self.problem;
+        let alone = by_family.len() == 1;
         let price = move |(family, members): (Family, Vec<&Screened>)| {
-            price_family(problem, &family, &members)
+            price_family(problem, &family, &members, alone)
         };
         #[cfg(not(target_arch = "wasm32"))]
         let priced: Vec<Priced> = std::thread::scope(|scope| {
@@ -679,10 +680,15 @@ type Priced = Result<Vec<Result<Row, String>>, (String, usize)>;
 
 /// One family's finalists priced exactly at full depth (its planning shared; the families
 /// are priced in parallel natively). The error counts the members it refuses.
-fn price_family(problem: &Problem, family: &Family, members: &[&Screened]) -> Priced {
+fn price_family(problem: &Problem, family: &Family, members: &[&Screened], alone: bool) -> Priced {
     let orders: Vec<MeshShape> = members.iter().map(|s| s.candidate.mesh.clone()).collect();
-    let mut planned = Planned::new(problem, family, problem.config.layers, &orders)
-        .map_err(|e| (e, members.len()))?;
+    // Alone on the machine when it is the only family priced (often: the runner-up).
+    let mut planned = if alone {
+        Planned::alone(problem, family, problem.config.layers, &orders)
+    } else {
+        Planned::new(problem, family, problem.config.layers, &orders)
+    }
+    .map_err(|e| (e, members.len()))?;
     Ok(members
         .iter()
         .map(|s| {

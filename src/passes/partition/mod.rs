@@ -82,6 +82,10 @@ pub struct PartitionOptions {
     /// its time (its plans are generated, and the tests, built with debug assertions,
     /// search with them on).
     pub verify: bool,
+    /// Build the stages' template programs on all cores (natively, with canonical ring
+    /// ids). On by default; off where other work already fills the cores (the
+    /// auto-planner's screen).
+    pub parallel_stages: bool,
 }
 
 impl Default for PartitionOptions {
@@ -95,6 +99,7 @@ impl Default for PartitionOptions {
             bucket_bytes: 0,
             micro_batches: 1,
             verify: true,
+            parallel_stages: true,
         }
     }
 }
@@ -150,7 +155,8 @@ pub fn partition(
             rank_program(r, g).map(|p| p.0)
         })?
     } else {
-        by_stage(dp, &wanted, stages, &mut groups, &rank_program)?
+        let parallel = opts.parallel_stages;
+        by_stage(dp, &wanted, stages, &mut groups, parallel, &rank_program)?
     };
     Ok(Partitioned {
         ranks,
@@ -170,6 +176,7 @@ fn by_stage(
     wanted: &[u32],
     stages: &crate::dist::Stages,
     groups: &mut Groups,
+    parallel: bool,
     rank_program: &RankBuild<'_>,
 ) -> Result<Vec<RankProgram>, PartitionError> {
     let mut by_stage: Vec<Vec<u32>> = Vec::new();
@@ -184,18 +191,14 @@ fn by_stage(
             }
         }
     }
+    let firsts: Vec<u32> = by_stage.iter().filter_map(|m| m.first().copied()).collect();
     let mut all = Vec::with_capacity(wanted.len());
-    for members in &by_stage {
-        let Some((&first, rest)) = members.split_first() else {
-            continue;
-        };
-        let mut local = groups.fresh();
-        let (template, recipes) = if groups.is_complete() {
-            rank_program(first, &mut local)?
-        } else {
-            rank_program(first, groups)?
-        };
-        groups.merge(&local);
+    for (members, (template, recipes)) in
+        by_stage
+            .iter()
+            .zip(templates(&firsts, groups, parallel, rank_program)?)
+    {
+        let rest = members.get(1..).unwrap_or_default();
         let stamped = build_each(rest, groups, &|rank, registry| {
             Ok(stamp::stamp(
                 &template,
@@ -211,6 +214,40 @@ fn by_stage(
         order.get(&r.rank).copied().unwrap_or(usize::MAX)
     });
     Ok(all)
+}
+
+/// The template of each stage from its first rank, in stage order. With canonical ring ids
+/// they are independent: each gets its own registry, merged in stage order, and with
+/// `parallel` they are built on all cores.
+fn templates(
+    firsts: &[u32],
+    groups: &mut Groups,
+    parallel: bool,
+    rank_program: &RankBuild<'_>,
+) -> Result<Vec<(RankProgram, stamp::Recipes)>, PartitionError> {
+    let mut out = Vec::with_capacity(firsts.len());
+    if !groups.is_complete() {
+        for &first in firsts {
+            out.push(rank_program(first, groups)?);
+        }
+        return Ok(out);
+    }
+    let shared: &Groups = groups;
+    let one = |rank: u32| {
+        let mut local = shared.fresh();
+        rank_program(rank, &mut local).map(|t| (t, local))
+    };
+    let built: Vec<_> = if parallel {
+        run_ranks(firsts, &one)
+    } else {
+        firsts.iter().map(|&r| one(r)).collect()
+    };
+    for b in built {
+        let (template, local) = b?;
+        groups.merge(&local);
+        out.push(template);
+    }
+    Ok(out)
 }
 
 /// Builds every rank's program with `build`. With canonical ring ids the ranks are
