@@ -204,7 +204,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("passes/optimizer.rs", "clip_by_global_norm", 99),
     ("exec/bound.rs", "adam", 99),
     ("web/inspector.rs", "Inspector", 98),
-    ("passes/complete/mod.rs", "complete_checked", 88),
+    ("passes/complete/mod.rs", "complete_from", 92),
     ("cli/mod.rs", "plan", 91),
     ("passes/complete/print.rs", "explain_text", 85),
     ("passes/partition/mod.rs", "partition_rank", 83),

@@ -141,13 +141,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     if opts.optimizer.amp {
         scale_loss(&mut plan)?;
     }
-    // Without self-checks (the auto-planner, on its own model presets) the program itself
-    // is trusted; a user's plan is always verified.
-    let completed = if opts.partition.verify {
-        complete(&plan)?
-    } else {
-        super::complete::complete_trusted(&plan)?
-    };
+    let completed = complete(&plan)?;
     let backward = append_backward(&plan.program)?;
     verify("backward", &backward.program, opts)?;
     let mut full = complete_backward(&backward, &completed);

@@ -163,14 +163,6 @@ pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
             },
         })
         .collect();
-    issues.extend(verify_annotations(plan));
-    issues
-}
-
-/// Verifies every annotation against its variable and the mesh (the part of
-/// [`verify_plan`] a plan whose program the planner built itself still needs).
-pub fn verify_annotations(plan: &Plan) -> Vec<PlanIssue> {
-    let mut issues = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (i, ann) in plan.annotations.iter().enumerate() {
         let var = plan.program.var(ann.var);

@@ -90,36 +90,17 @@ pub fn complete(plan: &Plan) -> Result<Completed, CompleteError> {
     complete_from(plan, None)
 }
 
-/// Completes a plan whose program the planner built itself (the auto-planner's model
-/// presets, verified by the model tests): its annotations are checked, its program is
-/// not (verifying it was a fiftieth of a search).
-pub fn complete_trusted(plan: &Plan) -> Result<Completed, CompleteError> {
-    let issues = crate::plan::verify_annotations(plan);
-    if !issues.is_empty() {
-        return Err(CompleteError::Invalid(issues));
-    }
-    complete_checked(plan, None)
-}
-
 /// Completes starting from `start` (one attr per variable; annotations still pinned) instead
 /// of replicated tensors. Completing a completed result again changes nothing.
 pub fn complete_from(
     plan: &Plan,
     start: Option<&[TensorDistAttr]>,
 ) -> Result<Completed, CompleteError> {
+    let mesh = plan.mesh().cloned().ok_or(CompleteError::NoMesh)?;
     let issues = verify_plan(plan);
     if !issues.is_empty() {
         return Err(CompleteError::Invalid(issues));
     }
-    complete_checked(plan, start)
-}
-
-/// [`complete_from`] of a verified plan.
-fn complete_checked(
-    plan: &Plan,
-    start: Option<&[TensorDistAttr]>,
-) -> Result<Completed, CompleteError> {
-    let mesh = plan.mesh().cloned().ok_or(CompleteError::NoMesh)?;
     let program = &plan.program;
     let bindings = program
         .ops()

@@ -75,12 +75,10 @@ pub struct PartitionOptions {
     /// divides each micro-batch's loss by their number the same way).
     pub micro_batches: usize,
     /// Verify every program built: the pipeline's after each stage (`run_pipeline`) and
-    /// each rank's, and the plan's own program before completion. These are the planner's
-    /// checks of its own output; off, only a plan whose program the planner built (a model
-    /// preset) may be planned, as its annotations alone are checked. On by default; the
-    /// auto-planner turns them off outside debug builds, where they are about a sixth of
-    /// its time (its plans are generated, and the tests, built with debug assertions,
-    /// search with them on).
+    /// each rank's. These are the planner's checks of its own output, never of the user's
+    /// plan (its errors come from completion). On by default; the auto-planner turns them
+    /// off outside debug builds, where they are about a sixth of its time (its plans are
+    /// generated, and the tests, built with debug assertions, search with them on).
     pub verify: bool,
     /// Build the stages' template programs on all cores (natively, with canonical ring
     /// ids). On by default; off where other work already fills the cores (the
