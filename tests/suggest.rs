@@ -425,39 +425,68 @@ fn every_row_is_priced_as_cost_prices_its_plan() {
     );
 }
 
-/// ZeRO 2 is skipped only where stage 1 of the same plan fits: with the budget between the
-/// two stages' peaks of the plan brute force ranks first among the ZeRO 2 plans, the search
-/// still finds the brute-force optimum (a ZeRO 2 plan where nothing faster fits). Three
-/// blocks on 4 devices: no pipeline divides them (pipelines win every budget at 4).
+/// ZeRO stages 2 and 3 are skipped only where a lower stage from 1 up of the same plan
+/// fits (`space.rs`): with the budget between a stage's peak and its lower twins', where
+/// brute force ranks a plan of that stage first, the search still finds the brute-force
+/// optimum. And the rule's premise holds on every row: no stage 2 or 3 plan is faster than
+/// its stage 1 twin. Three blocks on 4 devices: no pipeline divides them (pipelines win
+/// every budget at 4); stage 3 wins a budget only with the language model's embedding.
 #[test]
-fn zero_two_is_searched_where_stage_one_does_not_fit() {
-    let config = ModelConfig {
+fn zero_two_and_three_are_searched_where_no_lower_stage_fits() {
+    let gpt = ModelConfig {
         layers: 3,
         batch: 8,
         ..Model::Gpt.default_config()
     };
-    let ample = problem(Model::Gpt, config, "h100x8", 4, 80e9);
+    searched_where_no_lower_stage_fits(problem(Model::Gpt, gpt, "h100x8", 4, 80e9), 2);
+    let lm = ModelConfig {
+        layers: 3,
+        batch: 8,
+        vocab: 512,
+        ..Model::EmbeddingLm.default_config()
+    };
+    searched_where_no_lower_stage_fits(problem(Model::EmbeddingLm, lm, "h100x8", 4, 80e9), 3);
+}
+
+fn searched_where_no_lower_stage_fits(ample: Problem, zero: u8) {
     let rows = brute_force(&ample);
     let twin = |c: &Candidate, zero: u8| {
         rows.iter()
             .find(|r| r.candidate.as_ref() == Some(&Candidate { zero, ..c.clone() }))
     };
-    // A budget under which a ZeRO 2 plan is the fastest that fits.
+    let mut pairs = 0;
+    for r in &rows {
+        let Some(c) = r.candidate.as_ref().filter(|c| c.zero >= 2) else {
+            continue;
+        };
+        let one = twin(c, 1).expect("every sharded plan has a stage 1 twin");
+        assert!(
+            r.terms.step_s >= one.terms.step_s,
+            "{c:?} is faster than its stage 1 twin"
+        );
+        pairs += 1;
+    }
+    assert!(pairs > 50, "{pairs} stage 2 and 3 plans");
+    // A budget under which a plan of this stage is the fastest that fits: below the peaks
+    // of its lower twins.
     let budget = rows
         .iter()
         .filter_map(|r| {
-            let c = r.candidate.as_ref()?;
-            let one = twin(c, 1)?;
-            (c.zero == 2 && one.terms.peak_bytes > r.terms.peak_bytes)
-                .then(|| (r.terms.peak_bytes + one.terms.peak_bytes) / 2.0)
+            let c = r.candidate.as_ref().filter(|c| c.zero == zero)?;
+            let lower = (1..zero)
+                .filter_map(|z| twin(c, z))
+                .map(|t| t.terms.peak_bytes)
+                .fold(f64::INFINITY, f64::min);
+            (lower > r.terms.peak_bytes && lower.is_finite())
+                .then(|| (r.terms.peak_bytes + lower) / 2.0)
         })
         .find(|&b| {
             rows.iter()
                 .filter(|r| r.terms.peak_bytes <= b)
                 .min_by(|x, y| x.terms.step_s.total_cmp(&y.terms.step_s))
-                .is_some_and(|best| best.candidate.as_ref().is_some_and(|c| c.zero == 2))
+                .is_some_and(|best| best.candidate.as_ref().is_some_and(|c| c.zero == zero))
         })
-        .expect("a budget where ZeRO 2 wins");
+        .unwrap_or_else(|| panic!("a budget where ZeRO {zero} wins"));
     let tight = Problem {
         budget_bytes: budget,
         ..ample
@@ -470,7 +499,7 @@ fn zero_two_is_searched_where_stage_one_does_not_fit() {
     let s = run(&tight);
     assert!(
         (s.winner.terms.step_s - best.terms.step_s).abs() <= 1e-12 * best.terms.step_s,
-        "search {:?} at {} s; brute force {:?} at {} s",
+        "ZeRO {zero}: search {:?} at {} s; brute force {:?} at {} s",
         s.winner.candidate,
         s.winner.terms.step_s,
         best.candidate,

@@ -87,8 +87,8 @@ pub struct Stats {
     /// Families dropped by the bound: their step time's lower bound exceeds what the
     /// finalists need.
     pub bounded: usize,
-    /// ZeRO stage 2 families not screened because stage 1 fits (the same ops, so the same
-    /// time; stage 2 saves only memory).
+    /// ZeRO stage 2 and 3 families not screened because a lower stage from 1 up fits
+    /// (stage 2 takes stage 1's time, stage 3 more; both only save memory; `space.rs`).
     pub dominated: usize,
 }
 
@@ -311,16 +311,17 @@ impl Search {
             // A unit's later members are bounded by its earlier ones' points too.
             let mut fitting = fitting.clone();
             let mut points = Vec::new();
-            let mut stage_one_fits = false;
+            // Whether a ZeRO stage from 1 up fits without escalation: the higher stages are
+            // then dominated (`space.rs`).
+            let mut sharded_fits = false;
             for f in unit {
-                if f.zero == 2 && stage_one_fits {
-                    // Dominated by stage 1 (`space.rs`).
+                if f.zero >= 2 && sharded_fits {
                     s.stats.dominated += 1;
                     continue;
                 }
                 let found = s.screen(f.clone());
-                if f.zero == 1 {
-                    stage_one_fits = !found.is_empty()
+                if f.zero >= 1 {
+                    sharded_fits = !found.is_empty()
                         && found.iter().all(|p| {
                             p.point.peak_bytes <= problem.budget_bytes
                                 && p.candidate.micro_batches == f.micro_batches

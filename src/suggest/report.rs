@@ -79,8 +79,8 @@ fn comm_cell(r: &Row) -> String {
 pub fn text(s: &Suggestion, model: Model, topology: &str, budget: f64) -> String {
     let mut out = format!(
         "suggest on {topology} ({} devices), memory budget {} per device: {} families planned \
-         ({} escalated for memory, {} cut by the bound, {} refused; {} ZeRO 2 skipped as \
-         stage 1 fits), {} candidates screened ({} over budget), {} priced exactly\n\n",
+         ({} escalated for memory, {} cut by the bound, {} refused; {} ZeRO 2-3 skipped \
+         as a lower stage fits), {} candidates screened ({} over budget), {} priced exactly\n\n",
         s.plan.mesh().map_or(1, |m| m.size()),
         human_bytes(budget),
         s.stats.families,
@@ -202,7 +202,7 @@ pub fn json(s: &Suggestion, model: Model, topology: &str, budget: f64) -> Value 
             "first_refusal": s.stats.first_refusal,
             "priced_exactly": s.stats.exact,
             "bounded": s.stats.bounded,
-            "zero2_dominated": s.stats.dominated,
+            "zero_dominated": s.stats.dominated,
         },
         "solver": "exhaustive enumeration of a pruned space with the cost model; depth extrapolated while screening, the finalists priced exactly",
     })

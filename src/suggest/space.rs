@@ -26,10 +26,14 @@
 //! - without `pp`, more micro-batches only when fewer exceed the memory budget
 //!   (accumulation adds per-micro-batch overhead and saves only activation memory);
 //! - recomputation only when the same plan without it exceeds the budget (it adds compute);
-//! - ZeRO stage 2 only when stage 1 of the same family exceeds the budget (or escalated):
-//!   the two insert the same ops and differ only in how long the full gradient lives, so
-//!   their step times are equal and stage 2 saves only memory (the search skips it; the
-//!   space keeps it);
+//! - ZeRO stages 2 and 3 only when no lower stage from 1 up of the same family fits the
+//!   budget unescalated: stage 2 inserts stage 1's ops and differs only in how long the
+//!   full gradient lives, so it takes stage 1's time; stage 3 inserts them too, except the
+//!   all-gather after the update, which it replaces by two (before the parameters' first
+//!   use in forward and in backward), so it moves 1.5x the bytes in the same compute. Both
+//!   save only memory (the search skips them; the space keeps them, and the brute-force
+//!   tests check the rule: 5,700 stage-3 rows of six problems were never faster than their
+//!   stage-1 or stage-2 twin);
 //! - `pp` must divide the layer count (balanced stages), `dp × micro-batches` the batch,
 //!   and `mp` the heads, the hidden width and (vocab parallel) the vocabulary.
 

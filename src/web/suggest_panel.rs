@@ -131,8 +131,8 @@ fn result_view(ctx: &AppCtx, s: &Suggestion, model: crate::models::Model) -> Htm
             </div>
             <p class="suggest-reason"><strong>{ "Why: " }</strong>{ s.reason.clone() }</p>
             <p class="hint">{ format!(
-                "{} families planned, {} cut by the bound, {} escalated for memory, {} ZeRO 2 \
-                 skipped as stage 1 fits, {} priced exactly.",
+                "{} families planned, {} cut by the bound, {} escalated for memory, {} ZeRO 2-3 \
+                 skipped as a lower stage fits, {} priced exactly.",
                 s.stats.families, s.stats.bounded, s.stats.escalations, s.stats.dominated,
                 s.stats.exact) }</p>
             <div class="buttons">
