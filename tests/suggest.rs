@@ -506,3 +506,50 @@ fn searched_where_no_lower_stage_fits(ample: Problem, zero: u8) {
         best.terms.step_s
     );
 }
+
+/// The ZeRO 2 and 3 plans the screen skips (a lower stage fits, and they are never faster)
+/// are still listed where they rank among the table's rows: one GPT block on 8 devices,
+/// where ZeRO 1 over dp wins and its stage 2 twin ties it (the same ops; only the full
+/// gradient lives shorter) and its stage 3 twin is the next plan. Every skipped stage of a
+/// table row whose best brute-force time beats the table's last row must be in the table,
+/// at that time.
+#[test]
+fn skipped_zero_stages_are_listed_where_they_rank() {
+    let one_block = ModelConfig {
+        layers: 1,
+        ..Model::Gpt.default_config()
+    };
+    let p = problem(Model::Gpt, one_block, "h100x8", 8, 80e9);
+    let s = run(&p);
+    assert!(s.stats.dominated > 0, "{:?}", s.stats);
+    let rows = brute_force(&p);
+    let last = s.table.last().expect("a table").terms.step_s;
+    let mut listed = 0;
+    for r in &s.table {
+        let Some(c) = r.candidate.as_ref().filter(|c| c.zero == 1) else {
+            continue;
+        };
+        for zero in [2, 3] {
+            let family = Candidate { zero, ..c.clone() }.family();
+            let Some(best) = rows
+                .iter()
+                .filter(|b| b.candidate.as_ref().is_some_and(|b| b.family() == family))
+                .map(|b| b.terms.step_s)
+                .reduce(f64::min)
+            else {
+                continue;
+            };
+            if best >= last {
+                continue;
+            }
+            let row = s
+                .table
+                .iter()
+                .find(|t| t.candidate.as_ref().is_some_and(|t| t.family() == family))
+                .unwrap_or_else(|| panic!("ZeRO {zero} of {c:?} at {best} s is not in the table"));
+            assert!((row.terms.step_s - best).abs() <= 1e-12 * best);
+            listed += 1;
+        }
+    }
+    assert!(listed >= 2, "{listed} skipped stages listed");
+}

@@ -134,8 +134,15 @@ pub struct Search {
     /// The screened step times that fit, ascending (for the bound).
     fitting: Vec<f64>,
     stats: Stats,
+    /// ZeRO 2 and 3 families the screen skipped because a lower stage fits: never faster
+    /// than that twin, but they may still belong in the table (`with_dominated`).
+    dominated: Vec<Family>,
     mine: Option<crate::plan::Plan>,
 }
+
+/// What screening a unit gives: its points, its counts, and the families it skipped as
+/// dominated.
+type UnitScreened = (Vec<Screened>, Stats, Vec<Family>);
 
 /// Units per worker in a step natively (the threshold is refreshed between steps; more
 /// units per step balance the workers' loads better).
@@ -270,6 +277,7 @@ impl Search {
             screened: Vec::new(),
             fitting: Vec::new(),
             stats: Stats::default(),
+            dominated: Vec::new(),
             mine,
         })
     }
@@ -285,9 +293,10 @@ impl Search {
             let to = (self.next + UNITS_PER_WORKER * workers()).min(self.units.len());
             let chunk: Vec<Vec<Family>> = self.units[self.next..to].to_vec();
             self.next = to;
-            for (points, stats) in self.screen_chunk(chunk) {
+            for (points, stats, dominated) in self.screen_chunk(chunk) {
                 self.stats.add(&stats);
                 self.keep(points);
+                self.dominated.extend(dominated);
             }
             return None;
         }
@@ -295,7 +304,7 @@ impl Search {
     }
 
     /// Screens families against the current threshold, one per worker thread natively.
-    fn screen_chunk(&self, chunk: Vec<Vec<Family>>) -> Vec<(Vec<Screened>, Stats)> {
+    fn screen_chunk(&self, chunk: Vec<Vec<Family>>) -> Vec<UnitScreened> {
         let (problem, threshold) = (&self.problem, self.threshold());
         let other = self.runner_up_threshold();
         let other = &other;
@@ -311,12 +320,14 @@ impl Search {
             // A unit's later members are bounded by its earlier ones' points too.
             let mut fitting = fitting.clone();
             let mut points = Vec::new();
+            let mut dominated = Vec::new();
             // Whether a ZeRO stage from 1 up fits without escalation: the higher stages are
             // then dominated (`space.rs`).
             let mut sharded_fits = false;
             for f in unit {
                 if f.zero >= 2 && sharded_fits {
                     s.stats.dominated += 1;
+                    dominated.push(f);
                     continue;
                 }
                 let found = s.screen(f.clone());
@@ -340,7 +351,7 @@ impl Search {
                 }
                 points.extend(found);
             }
-            (points, s.stats)
+            (points, s.stats, dominated)
         };
         #[cfg(not(target_arch = "wasm32"))]
         if chunk.len() > 1 {
@@ -517,27 +528,9 @@ impl Search {
         crate::sort::sort_by(&mut fitting, |a, b| {
             a.point.step_s.total_cmp(&b.point.step_s)
         });
-        let mut rows: Vec<Row> = Vec::new();
-        let batch = self.top + SPARE_FINALISTS;
-        let mut from = 0;
-        // Price batches of finalists until `top` fit exactly (or none are left).
-        while from < fitting.len() && rows.iter().filter(|r| r.fits).count() < self.top.max(2) {
-            let to = (from + batch).min(fitting.len());
-            let mut finalists = fitting[from..to].to_vec();
-            if from == 0 {
-                // The likely runner-up (the best screened plan of another shape than the
-                // screen's leader) is priced with them, in parallel, not after.
-                let leader = shape_of(&fitting[0].candidate);
-                let differs = |s: &Screened| shape_of(&s.candidate) != leader;
-                if !finalists.iter().any(differs) {
-                    finalists.extend(fitting[to..].iter().find(|s| differs(s)).cloned());
-                }
-            }
-            let priced = self.price_exactly(&finalists);
-            rows.extend(priced);
-            from = to;
-        }
+        let rows = self.price_finalists(&fitting);
         let rows = self.with_runner_up(rank_rows(rows), &fitting);
+        let rows = self.with_dominated(rows);
         let mine = self.price_mine();
         let table: Vec<Row> = rows
             .iter()
@@ -587,6 +580,31 @@ impl Search {
         })
     }
 
+    /// Prices batches of `fitting` (fastest first) exactly until `top` fit (or none are
+    /// left).
+    fn price_finalists(&mut self, fitting: &[Screened]) -> Vec<Row> {
+        let mut rows: Vec<Row> = Vec::new();
+        let batch = self.top + SPARE_FINALISTS;
+        let mut from = 0;
+        while from < fitting.len() && rows.iter().filter(|r| r.fits).count() < self.top.max(2) {
+            let to = (from + batch).min(fitting.len());
+            let mut finalists = fitting[from..to].to_vec();
+            if from == 0 {
+                // The likely runner-up (the best screened plan of another shape than the
+                // screen's leader) is priced with them, in parallel, not after.
+                let leader = shape_of(&fitting[0].candidate);
+                let differs = |s: &Screened| shape_of(&s.candidate) != leader;
+                if !finalists.iter().any(differs) {
+                    finalists.extend(fitting[to..].iter().find(|s| differs(s)).cloned());
+                }
+            }
+            let priced = self.price_exactly(&finalists);
+            rows.extend(priced);
+            from = to;
+        }
+        rows
+    }
+
     /// `rows` with a runner-up of another shape priced if none is: the reason compares the
     /// winner with a different plan, the best screened one whose mesh shape or strategy
     /// differs.
@@ -611,6 +629,61 @@ impl Search {
             }
         }
         rows
+    }
+
+    /// `rows` with the dominated families the table may hold priced in: a ZeRO 2 or 3
+    /// family the screen skipped is never faster than its lower twins (stage 1 up, same
+    /// everything else; `space.rs`), so it is priced only where their fastest point (exact
+    /// if priced, else screened) is no slower than the table's last row. A stage 2 plan
+    /// takes its stage 1 twin's time, so when that twin is in the table, so is it.
+    fn with_dominated(&mut self, rows: Vec<Row>) -> Vec<Row> {
+        let last = rows
+            .iter()
+            .filter(|r| r.fits)
+            .nth(self.top.saturating_sub(1))
+            .map_or(f64::INFINITY, |r| r.terms.step_s);
+        let twins = |f: &Family, c: &Candidate| {
+            c.zero >= 1
+                && c.zero < f.zero
+                && Family {
+                    zero: f.zero,
+                    ..c.family()
+                } == *f
+        };
+        let mut members = Vec::new();
+        for f in std::mem::take(&mut self.dominated) {
+            let exact = rows
+                .iter()
+                .filter(|r| r.candidate.as_ref().is_some_and(|c| twins(&f, c)))
+                .map(|r| r.terms.step_s);
+            let screened = self
+                .screened
+                .iter()
+                .filter(|s| twins(&f, &s.candidate))
+                .map(|s| s.point.step_s);
+            let bound = exact.chain(screened).fold(f64::INFINITY, f64::min);
+            if bound < last || tied(bound, last) {
+                for order in space::axis_orders(&f) {
+                    for schedule in space::schedules(&f, true) {
+                        members.push(Screened {
+                            candidate: f.candidate(order.clone(), schedule),
+                            family: f.clone(),
+                            point: Point {
+                                step_s: bound,
+                                peak_bytes: 0.0,
+                            },
+                            exact: None,
+                        });
+                    }
+                }
+            }
+        }
+        if members.is_empty() {
+            return rows;
+        }
+        let mut rows = rows;
+        rows.extend(self.price_exactly(&members));
+        rank_rows(rows)
     }
 
     fn over_budget(&self) -> SuggestError {

@@ -31,9 +31,11 @@
 //!   full gradient lives, so it takes stage 1's time; stage 3 inserts them too, except the
 //!   all-gather after the update, which it replaces by two (before the parameters' first
 //!   use in forward and in backward), so it moves 1.5x the bytes in the same compute. Both
-//!   save only memory (the search skips them; the space keeps them, and the brute-force
+//!   save only memory (the screen skips them; the space keeps them, and the brute-force
 //!   tests check the rule: 5,700 stage-3 rows of six problems were never faster than their
-//!   stage-1 or stage-2 twin);
+//!   stage-1 or stage-2 twin). A skipped family is priced at the end where its twins'
+//!   fastest point is no slower than the table's last row, so the table still lists it
+//!   where it ranks (a stage 2 plan ties its stage 1 twin);
 //! - `pp` must divide the layer count (balanced stages), `dp × micro-batches` the batch,
 //!   and `mp` the heads, the hidden width and (vocab parallel) the vocabulary.
 
@@ -395,6 +397,20 @@ impl Family {
             zero: self.zero,
             micro_batches: self.micro_batches,
             schedule,
+            recompute: self.recompute,
+        }
+    }
+}
+
+impl Candidate {
+    /// The family this candidate belongs to (its axes in canonical order).
+    pub fn family(&self) -> Family {
+        Family {
+            mesh: self.mesh.canonical(),
+            vocab_parallel: self.vocab_parallel,
+            megatron_sums: self.megatron_sums,
+            zero: self.zero,
+            micro_batches: self.micro_batches,
             recompute: self.recompute,
         }
     }
