@@ -553,3 +553,69 @@ fn skipped_zero_stages_are_listed_where_they_rank() {
     }
     assert!(listed >= 2, "{listed} skipped stages listed");
 }
+
+/// A planning of one micro-batch count (and ZeRO stage 0) re-planned for another count and
+/// stage (`Planned::replan`: rebatched, then re-partitioned, as the search shares one
+/// planning among a family's micro-batch counts) prices exactly as planning that family
+/// afresh, order by order and schedule by schedule: with and without pipelines, from and
+/// to a micro-batch of one sample, with recomputation and with AMP.
+#[test]
+fn rebatching_equals_planning_afresh() {
+    use shardlab::suggest::evaluate::{terms, Planned};
+    use shardlab::suggest::space::{self, Family};
+    let cases = [
+        (Model::Gpt, 16, "h100x8", 8, false),
+        (Model::EmbeddingLm, 8, "h100x8", 4, true),
+    ];
+    let mut rebatched = 0;
+    for (model, batch, topology, devices, amp) in cases {
+        let config = ModelConfig {
+            layers: 4,
+            batch,
+            vocab: 512,
+            ..model.default_config()
+        };
+        let mut p = problem(model, config, topology, devices, 80e9);
+        p.base.amp = amp;
+        for family in space::families(model, &p.config, devices, false) {
+            let ladder = space::micro_batch_ladder(
+                batch,
+                family.mesh.size(Axis::Dp),
+                family.mesh.size(Axis::Pp),
+            );
+            let orders = space::axis_orders(&family);
+            let Ok(mut fresh) = Planned::new(&p, &family, 4, &orders) else {
+                continue;
+            };
+            let froms = [ladder.first(), ladder.last()];
+            for &from in froms.into_iter().flatten() {
+                if from == family.micro_batches {
+                    continue;
+                }
+                let source = Family {
+                    zero: 0,
+                    micro_batches: from,
+                    ..family.clone()
+                };
+                let mut shared = Planned::new(&p, &source, 4, &orders).expect("plans");
+                if let Err(e) = shared.replan(&p, &family, 4) {
+                    panic!("{family:?} from {from} micro-batches: {e}");
+                }
+                rebatched += 1;
+                for order in &orders {
+                    for schedule in space::schedules(&family, false) {
+                        let a = fresh.estimate(&p, order, schedule).expect("prices");
+                        let b = shared.estimate(&p, order, schedule).expect("prices");
+                        assert_eq!(
+                            terms(&fresh.pipeline, &a),
+                            terms(&shared.pipeline, &b),
+                            "{family:?} from {from}: {order:?} {schedule:?}"
+                        );
+                        assert_eq!(a.mfu, b.mfu);
+                    }
+                }
+            }
+        }
+    }
+    assert!(rebatched > 50, "{rebatched} plannings rebatched");
+}

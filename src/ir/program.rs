@@ -213,6 +213,15 @@ impl Program {
         }
     }
 
+    /// Gives the variables these types, in id order (names, kinds and ops unchanged): a
+    /// planned program re-inferred at another batch size (`passes::rebatch`). Extra types
+    /// are ignored; variables without one keep theirs.
+    pub fn set_types(&mut self, types: Vec<TensorType>) {
+        for (v, t) in Arc::make_mut(&mut self.vars).iter_mut().zip(types) {
+            v.ty = t;
+        }
+    }
+
     /// Declares a variable whose name the caller guarantees is new (the partitioner's
     /// per-rank copies of a verified program); skips the name check.
     pub fn add_var_unchecked(&mut self, var: Var) -> VarId {

@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod optimizer;
 pub mod partition;
 pub mod pipeline;
+pub mod rebatch;
 pub mod recompute;
 pub mod schedule;
 pub mod schedule_check;

@@ -173,6 +173,33 @@ impl Planned {
         Ok(())
     }
 
+    /// The same planning for `family`, another micro-batch count and ZeRO stage of the
+    /// family it was planned for: rebatched (`passes::rebatch`) when the micro-batch count
+    /// differs, then re-partitioned once. Equal to planning afresh (tested). On an error
+    /// the planning is spent: plan afresh.
+    pub fn replan(
+        &mut self,
+        problem: &Problem,
+        family: &Family,
+        layers: usize,
+    ) -> Result<(), String> {
+        let m = family.micro_batches.max(1);
+        if self.pipeline.micro_batches() == m {
+            if self.pipeline.plan.options.zero != family.zero {
+                self.rezero(family.zero)?;
+            }
+            return Ok(());
+        }
+        let config = ModelConfig {
+            layers,
+            batch: problem.config.batch / m,
+            ..problem.config.clone()
+        };
+        let forward = problem.model.build(&config).map_err(|e| e.to_string())?;
+        crate::passes::rebatch::rebatch(&mut self.pipeline, &forward, m)?;
+        self.rezero(family.zero)
+    }
+
     /// The family planned at `layers` blocks with every rank partitioned and simulated:
     /// the reference [`Planned::new`]'s shortcut is tested against.
     pub fn every_rank(

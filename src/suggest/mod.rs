@@ -90,6 +90,9 @@ pub struct Stats {
     /// ZeRO stage 2 and 3 families not screened because a lower stage from 1 up fits
     /// (stage 2 takes stage 1's time, stage 3 more; both only save memory; `space.rs`).
     pub dominated: usize,
+    /// Plannings of another micro-batch count that `passes::rebatch` could not reuse
+    /// (planned afresh instead).
+    pub replanned_afresh: usize,
 }
 
 /// The search's answer.
@@ -146,7 +149,7 @@ type UnitScreened = (Vec<Screened>, Stats, Vec<Family>);
 
 /// Units per worker in a step natively (the threshold is refreshed between steps; more
 /// units per step balance the workers' loads better).
-const UNITS_PER_WORKER: usize = 3;
+const UNITS_PER_WORKER: usize = 2;
 
 /// How many families are screened at once: one per core natively, one in the browser
 /// (which runs the search in chunks between frames).
@@ -211,6 +214,7 @@ impl Stats {
         self.exact += o.exact;
         self.bounded += o.bounded;
         self.dominated += o.dominated;
+        self.replanned_afresh += o.replanned_afresh;
         if self.first_refusal.is_none() {
             self.first_refusal.clone_from(&o.first_refusal);
         }
@@ -237,23 +241,28 @@ impl Search {
                 f.micro_batches,
             )
         });
+        // A unit is the families that differ only in ZeRO stage and micro-batch count: one
+        // screener plans them one after another, sharing a planning (`Planned::replan`),
+        // micro-batch count by micro-batch count, each count's ZeRO stages in order (the
+        // higher ones may be dominated by the lower).
+        let shared = |f: &Family| Family {
+            zero: 0,
+            micro_batches: 0,
+            ..f.clone()
+        };
         let mut units: Vec<Vec<Family>> = Vec::new();
         for f in families {
-            let key = Family {
-                zero: 0,
-                ..f.clone()
-            };
-            match units.iter_mut().find(|u| {
-                u.first().is_some_and(|g| {
-                    Family {
-                        zero: 0,
-                        ..g.clone()
-                    } == key
-                })
-            }) {
+            let key = shared(&f);
+            match units
+                .iter_mut()
+                .find(|u| u.first().is_some_and(|g| shared(g) == key))
+            {
                 Some(u) => u.push(f),
                 None => units.push(vec![f]),
             }
+        }
+        for u in &mut units {
+            crate::sort::sort_by_key(u, |f| (f.micro_batches, f.zero));
         }
         if units.is_empty() {
             return Err(SuggestError::NoCandidates {
@@ -321,23 +330,38 @@ impl Search {
             let mut fitting = fitting.clone();
             let mut points = Vec::new();
             let mut dominated = Vec::new();
-            // Whether a ZeRO stage from 1 up fits without escalation: the higher stages are
-            // then dominated (`space.rs`).
-            let mut sharded_fits = false;
+            // The micro-batch counts at which a ZeRO stage from 1 up fits without
+            // escalation: their higher stages are then dominated (`space.rs`).
+            let mut sharded_fits: Vec<usize> = Vec::new();
+            // The micro-batch counts at which such a stage was cut by the bound: the higher
+            // stages, never faster, are cut too.
+            let mut sharded_bounded: Vec<usize> = Vec::new();
             for f in unit {
-                if f.zero >= 2 && sharded_fits {
+                if f.zero >= 2 && sharded_bounded.contains(&f.micro_batches) {
+                    s.stats.bounded += 1;
+                    continue;
+                }
+                if f.zero >= 2 && sharded_fits.contains(&f.micro_batches) {
                     s.stats.dominated += 1;
                     dominated.push(f);
                     continue;
                 }
+                let bounded = s.stats.bounded;
                 let found = s.screen(f.clone());
+                if f.zero >= 1 && found.is_empty() && s.stats.bounded > bounded {
+                    sharded_bounded.push(f.micro_batches);
+                }
                 if f.zero >= 1 {
-                    sharded_fits = !found.is_empty()
+                    let fits = !found.is_empty()
                         && found.iter().all(|p| {
                             p.point.peak_bytes <= problem.budget_bytes
                                 && p.candidate.micro_batches == f.micro_batches
                                 && p.candidate.recompute == f.recompute
                         });
+                    sharded_fits.retain(|&m| m != f.micro_batches);
+                    if fits {
+                        sharded_fits.push(f.micro_batches);
+                    }
                 }
                 for p in found
                     .iter()

@@ -202,6 +202,7 @@ pub fn json(s: &Suggestion, model: Model, topology: &str, budget: f64) -> Value 
             "first_refusal": s.stats.first_refusal,
             "priced_exactly": s.stats.exact,
             "bounded": s.stats.bounded,
+            "replanned_afresh": s.stats.replanned_afresh,
             "zero_dominated": s.stats.dominated,
         },
         "solver": "exhaustive enumeration of a pruned space with the cost model; depth extrapolated while screening, the finalists priced exactly",

@@ -19,8 +19,9 @@ pub(super) struct Screener<'a> {
     /// of another shape must beat to be the runner-up the reason compares with.
     pub other: Option<(super::Shape, f64)>,
     pub stats: Stats,
-    /// Recent plannings, by family with ZeRO stage 0 and depth: the search screens the
-    /// ZeRO stages of a family one after another, and they share all but the partition.
+    /// Recent plannings, by family without ZeRO stage and micro-batch count, and depth: the
+    /// search screens those of a family one after another, and they share all but the
+    /// partition and the batch's size (`Planned::replan`).
     pub recent: Vec<(Family, usize, Planned)>,
 }
 
@@ -204,40 +205,33 @@ impl Screener<'_> {
         out
     }
 
-    /// The planning of `family` at `layers` blocks: a recent one re-partitioned for its
-    /// ZeRO stage, or a new one.
+    /// The planning of `family` at `layers` blocks: a recent one of another ZeRO stage or
+    /// micro-batch count re-planned for it (`Planned::replan`), or a new one.
     fn planned(
         &mut self,
         family: &Family,
         layers: usize,
         orders: &[space::MeshShape],
     ) -> Result<Planned, String> {
-        let key = Family {
-            zero: 0,
-            ..family.clone()
-        };
-        match self
+        let key = recent_key(family);
+        let found = self
             .recent
             .iter()
-            .position(|(k, l, _)| *k == key && *l == layers)
-        {
-            Some(i) => {
-                let (_, _, mut planned) = self.recent.remove(i);
-                if planned.pipeline.plan.options.zero != family.zero {
-                    planned.rezero(family.zero)?;
-                }
-                Ok(planned)
+            .position(|(k, l, _)| *k == key && *l == layers);
+        if let Some(i) = found {
+            let (_, _, mut planned) = self.recent.remove(i);
+            if planned.replan(self.problem, family, layers).is_ok() {
+                return Ok(planned);
             }
-            None => Planned::new(self.problem, family, layers, orders),
+            // Not re-plannable (`passes::rebatch` refuses where it could be inexact).
+            self.stats.replanned_afresh += 1;
         }
+        Planned::new(self.problem, family, layers, orders)
     }
 
-    /// Keeps a planning for the next ZeRO stage of its family.
+    /// Keeps a planning for the family's next ZeRO stage or micro-batch count.
     fn keep_recent(&mut self, family: &Family, layers: usize, planned: Planned) {
-        let key = Family {
-            zero: 0,
-            ..family.clone()
-        };
+        let key = recent_key(family);
         if self.recent.len() >= RECENT {
             self.recent.remove(0);
         }
@@ -339,6 +333,16 @@ impl Screener<'_> {
             }
         }
         Ok(Some(out))
+    }
+}
+
+/// What a family shares a planning with: the families that differ from it only in ZeRO
+/// stage and micro-batch count.
+fn recent_key(family: &Family) -> Family {
+    Family {
+        zero: 0,
+        micro_batches: 0,
+        ..family.clone()
     }
 }
 

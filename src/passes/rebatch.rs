@@ -1,0 +1,153 @@
+//! A planned pipeline at another micro-batch size, without planning it again: the
+//! auto-planner prices a pipelined plan at several micro-batch counts, whose plannings
+//! differ only in the size of the batch dim. The model at the new size gives the sources'
+//! types; every op's outputs are re-inferred in program order; the partition is then
+//! redone by the caller (`Pipeline::repartition`).
+//!
+//! Exact only where completion, differentiation and the optimizer made no choice that
+//! depends on the batch's size, so it refuses (and the caller plans afresh) where one
+//! could have:
+//! - completion rejected a split as uneven (a different size could accept it);
+//! - a dim of size 1 changes size where completion split it (the rules treat size 1 as
+//!   broadcast, which cannot be split: a dim no annotation or rule split stays whole);
+//! - an op outside the forward has a `shape` attribute that is neither a scalar fill nor
+//!   one the forward has (differentiation writes shapes into fills of zeros);
+//! - the forward re-inferred differs from the model built at the new size.
+//!
+//! The search's tests compare every rebatched planning with a fresh one, order by order
+//! and schedule by schedule (`rebatching_equals_planning_afresh`).
+
+use super::complete::trace::{Conflict, EventKind};
+use super::pipeline::Pipeline;
+use crate::dist::TensorDistAttr;
+use crate::ir::{infer::infer_op, OpType, Program, TensorType};
+
+/// Gives `p` the types of the model at another micro-batch size (`forward`: the model's
+/// program built at that size) and `micro_batches` in its options. The partition is left
+/// for the caller to redo. On an error `p` is unchanged.
+pub fn rebatch(p: &mut Pipeline, forward: &Program, micro_batches: usize) -> Result<(), String> {
+    let uneven = p
+        .completed
+        .trace
+        .events
+        .iter()
+        .any(|e| e.kind == EventKind::Rejected(Conflict::Uneven));
+    if uneven {
+        return Err("completion rejected an uneven split".into());
+    }
+    check_sizes(&p.plan.program, &p.completed.tensors, forward)?;
+    check_shape_attrs(&p.plan.program, &p.full.program)?;
+    check_shape_attrs(&p.plan.program, &p.backward.program)?;
+    let source = |name: &str| forward.var_id(name).map(|id| forward.var(id).ty.clone());
+    let plan = reinferred(&p.plan.program, &source)?;
+    for v in forward.vars() {
+        let same = p
+            .plan
+            .program
+            .var_id(&v.name)
+            .and_then(|id| plan.get(id.index()))
+            .is_some_and(|t| *t == v.ty);
+        if !same {
+            return Err(format!("`{}` re-inferred differs from the model's", v.name));
+        }
+    }
+    let backward = reinferred(&p.backward.program, &source)?;
+    let full = reinferred(&p.full.program, &source)?;
+    p.plan.program.set_types(plan);
+    p.backward.program.set_types(backward);
+    p.full.program.set_types(full);
+    p.plan.options.micro_batches = micro_batches;
+    Ok(())
+}
+
+/// Every forward variable keeps its rank, and no dim completion split (`attrs`, by
+/// variable) changes from or to size 1.
+fn check_sizes(old: &Program, attrs: &[TensorDistAttr], forward: &Program) -> Result<(), String> {
+    for v in forward.vars() {
+        let Some(id) = old.var_id(&v.name) else {
+            return Err(format!("`{}` is not in the planned program", v.name));
+        };
+        let before = &old.var(id).ty.shape;
+        if before.len() != v.ty.shape.len() {
+            return Err(format!("`{}` changes rank", v.name));
+        }
+        let split = |d: usize| {
+            attrs
+                .get(id.index())
+                .is_none_or(|a| a.dims.get(d).is_none_or(|axes| !axes.is_empty()))
+        };
+        let size_one = before
+            .iter()
+            .zip(&v.ty.shape)
+            .enumerate()
+            .any(|(d, (&a, &b))| a != b && (a == 1 || b == 1) && split(d));
+        if size_one {
+            return Err(format!("a split dim of size 1 of `{}` changes", v.name));
+        }
+    }
+    Ok(())
+}
+
+/// Every `shape` attribute of `program` is a scalar fill's or one the forward has (a
+/// gradient op copies its forward op's), so re-inference cannot read a stale size.
+fn check_shape_attrs(forward: &Program, program: &Program) -> Result<(), String> {
+    let known: Vec<&[i64]> = forward
+        .ops()
+        .iter()
+        .filter_map(|op| op.attr_ints("shape"))
+        .collect();
+    for op in program.ops() {
+        let Some(shape) = op.attr_ints("shape") else {
+            continue;
+        };
+        let scalar_fill = op.ty == OpType::FillConstant && shape.iter().product::<i64>() <= 1;
+        if !scalar_fill && !known.contains(&shape) {
+            return Err(format!("{} has a shape {shape:?} of its own", op.ty));
+        }
+    }
+    Ok(())
+}
+
+/// Every variable's type with the sources (variables no op writes) from `source` where it
+/// has them and every op's outputs re-inferred in order.
+fn reinferred(
+    program: &Program,
+    source: &dyn Fn(&str) -> Option<TensorType>,
+) -> Result<Vec<TensorType>, String> {
+    let vars = program.vars();
+    let mut written = vec![false; vars.len()];
+    for op in program.ops() {
+        for v in op.all_outputs() {
+            if let Some(w) = written.get_mut(v.index()) {
+                *w = true;
+            }
+        }
+    }
+    let mut types: Vec<TensorType> = vars
+        .iter()
+        .zip(&written)
+        .map(|(v, &w)| match w {
+            true => v.ty.clone(),
+            false => source(&v.name).unwrap_or_else(|| v.ty.clone()),
+        })
+        .collect();
+    for op in program.ops() {
+        let inferred = {
+            let inputs = op
+                .inputs
+                .iter()
+                .map(|slot| slot.iter().map(|v| types.get(v.index())).collect())
+                .collect::<Option<Vec<Vec<&TensorType>>>>()
+                .ok_or("a variable id out of range")?;
+            infer_op(op, &inputs).map_err(|e| format!("{}: {e}", op.ty))?
+        };
+        for (slot, slot_types) in op.outputs.iter().zip(inferred) {
+            for (v, t) in slot.iter().zip(slot_types) {
+                *types
+                    .get_mut(v.index())
+                    .ok_or("a variable id out of range")? = t;
+            }
+        }
+    }
+    Ok(types)
+}
