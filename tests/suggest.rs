@@ -619,3 +619,29 @@ fn rebatching_equals_planning_afresh() {
     }
     assert!(rebatched > 50, "{rebatched} plannings rebatched");
 }
+
+/// The search answers the same, counts included, however its worker threads interleave:
+/// a unit sees only its step's threshold, its own points and the plannings its lineage's
+/// earlier units left (a step takes one unit per lineage).
+#[test]
+fn the_search_is_deterministic() {
+    let config = ModelConfig {
+        layers: 4,
+        batch: 16,
+        ..Model::Gpt.default_config()
+    };
+    let p = problem(Model::Gpt, config, "h100x8", 8, 80e9);
+    let first = run(&p);
+    assert!(first.stats.families > 20, "{:?}", first.stats);
+    for _ in 0..4 {
+        let again = run(&p);
+        assert_eq!(again.stats, first.stats);
+        let steps = |s: &Suggestion| -> Vec<(Option<Candidate>, f64)> {
+            s.table
+                .iter()
+                .map(|r| (r.candidate.clone(), r.terms.step_s))
+                .collect()
+        };
+        assert_eq!(steps(&again), steps(&first));
+    }
+}

@@ -132,7 +132,13 @@ pub struct Search {
     /// Work units: families that differ only in ZeRO stage, screened together (they share
     /// a planning up to the partition), in order of their first member.
     units: Vec<Vec<Family>>,
-    next: usize,
+    /// The units not screened yet, in order.
+    left: Vec<usize>,
+    /// Recent plannings by lineage (a unit's families without ZeRO stage and micro-batch
+    /// count): the lineage's next unit, another micro-batch count, re-plans them
+    /// (`Planned::replan`). A step screens at most one unit of a lineage, so each unit
+    /// sees the plannings of the same earlier units whatever the threads do.
+    recent: Vec<(Family, Vec<screen::Recent>)>,
     screened: Vec<Screened>,
     /// The screened step times that fit, ascending (for the bound).
     fitting: Vec<f64>,
@@ -143,13 +149,20 @@ pub struct Search {
     mine: Option<crate::plan::Plan>,
 }
 
-/// What screening a unit gives: its points, its counts, and the families it skipped as
-/// dominated.
-type UnitScreened = (Vec<Screened>, Stats, Vec<Family>);
+/// What screening a unit gives: its points, its counts, the families it skipped as
+/// dominated, and its recent plannings for the lineage's next unit.
+type UnitScreened = (Vec<Screened>, Stats, Vec<Family>, Vec<screen::Recent>);
+
+/// A unit to screen, with its lineage's recent plannings.
+type UnitJob = (Vec<Family>, Vec<screen::Recent>);
+
+/// How many recent plannings a lineage keeps between its units (the depths its units are
+/// planned at, and a few escalations'): each holds a whole planning.
+const LINEAGE_RECENT: usize = 6;
 
 /// Units per worker in a step natively (the threshold is refreshed between steps; more
 /// units per step balance the workers' loads better).
-const UNITS_PER_WORKER: usize = 2;
+const UNITS_PER_WORKER: usize = 3;
 
 /// How many families are screened at once: one per core natively, one in the browser
 /// (which runs the search in chunks between frames).
@@ -164,14 +177,19 @@ fn workers() -> usize {
     }
 }
 
-/// `one` of every unit of `units`, on all workers, each taking the next unit in `order`
-/// (indices into `units`) when it is free; the results in unit order.
+/// `one` of every item, on all workers, each taking the next item in `order` (indices into
+/// `items`) when it is free; the results in item order.
 #[cfg(not(target_arch = "wasm32"))]
-fn on_workers<T: Send>(
-    units: &[Vec<Family>],
+fn on_workers<I: Send, T: Send>(
+    items: Vec<I>,
     order: &[usize],
-    one: &(dyn Fn(Vec<Family>) -> T + Sync),
+    one: &(dyn Fn(I) -> T + Sync),
 ) -> Vec<T> {
+    let items: Vec<std::sync::Mutex<Option<I>>> = items
+        .into_iter()
+        .map(|i| std::sync::Mutex::new(Some(i)))
+        .collect();
+    let units = &items;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let next = &next;
     let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
@@ -181,11 +199,15 @@ fn on_workers<T: Send>(
                     let mut mine = Vec::new();
                     loop {
                         let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((i, unit)) = order.get(k).and_then(|&i| Some((i, units.get(i)?)))
-                        else {
+                        // Each index is in `order` once: its item is taken once.
+                        let Some((i, unit)) = order.get(k).and_then(|&i| {
+                            let slot = units.get(i)?;
+                            let item = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+                            Some((i, item))
+                        }) else {
                             return mine;
                         };
-                        mine.push((i, one(unit.clone())));
+                        mine.push((i, one(unit)));
                     }
                 })
             })
@@ -241,28 +263,25 @@ impl Search {
                 f.micro_batches,
             )
         });
-        // A unit is the families that differ only in ZeRO stage and micro-batch count: one
-        // screener plans them one after another, sharing a planning (`Planned::replan`),
-        // micro-batch count by micro-batch count, each count's ZeRO stages in order (the
-        // higher ones may be dominated by the lower).
-        let shared = |f: &Family| Family {
-            zero: 0,
-            micro_batches: 0,
-            ..f.clone()
-        };
+        // A unit is the families that differ only in ZeRO stage (in order: the higher ones
+        // may be dominated by the lower); its lineage's units differ in micro-batch count.
         let mut units: Vec<Vec<Family>> = Vec::new();
         for f in families {
-            let key = shared(&f);
-            match units
-                .iter_mut()
-                .find(|u| u.first().is_some_and(|g| shared(g) == key))
-            {
+            let key = Family {
+                zero: 0,
+                ..f.clone()
+            };
+            match units.iter_mut().find(|u| {
+                u.first().is_some_and(|g| {
+                    Family {
+                        zero: 0,
+                        ..g.clone()
+                    } == key
+                })
+            }) {
                 Some(u) => u.push(f),
                 None => units.push(vec![f]),
             }
-        }
-        for u in &mut units {
-            crate::sort::sort_by_key(u, |f| (f.micro_batches, f.zero));
         }
         if units.is_empty() {
             return Err(SuggestError::NoCandidates {
@@ -281,8 +300,9 @@ impl Search {
         Ok(Search {
             problem,
             top: top.max(1),
+            left: (0..units.len()).collect(),
             units,
-            next: 0,
+            recent: Vec::new(),
             screened: Vec::new(),
             fitting: Vec::new(),
             stats: Stats::default(),
@@ -293,38 +313,65 @@ impl Search {
 
     /// Work units done and in all (one per family; the exact pass is the last unit).
     pub fn progress(&self) -> (usize, usize) {
-        (self.next, self.units.len() + 1)
+        (self.units.len() - self.left.len(), self.units.len() + 1)
     }
 
-    /// Screens the next family; after the last, prices the finalists and answers.
+    /// Screens the next units; after the last, prices the finalists and answers.
     pub fn step(&mut self) -> Option<Result<Suggestion, SuggestError>> {
-        if self.next < self.units.len() {
-            let to = (self.next + UNITS_PER_WORKER * workers()).min(self.units.len());
-            let chunk: Vec<Vec<Family>> = self.units[self.next..to].to_vec();
-            self.next = to;
-            for (points, stats, dominated) in self.screen_chunk(chunk) {
-                self.stats.add(&stats);
-                self.keep(points);
-                self.dominated.extend(dominated);
-            }
-            return None;
+        if self.left.is_empty() {
+            return Some(self.finish());
         }
-        Some(self.finish())
+        let lineage = |u: &[Family]| u.first().map(screen::recent_key);
+        // The next units in order, one per lineage.
+        let want = UNITS_PER_WORKER * workers();
+        let mut picked: Vec<usize> = Vec::new();
+        let mut lineages = Vec::new();
+        for &i in &self.left {
+            let l = lineage(&self.units[i]);
+            if picked.len() < want && !lineages.contains(&l) {
+                picked.push(i);
+                lineages.push(l);
+            }
+        }
+        self.left.retain(|i| !picked.contains(i));
+        let jobs: Vec<UnitJob> = lineages
+            .iter()
+            .zip(&picked)
+            .map(|(l, &i)| {
+                let at = self.recent.iter().position(|(k, _)| Some(k) == l.as_ref());
+                let recent = at.map(|at| self.recent.swap_remove(at).1);
+                (self.units[i].clone(), recent.unwrap_or_default())
+            })
+            .collect();
+        for ((points, stats, dominated, mut recent), l) in
+            self.screen_chunk(jobs).into_iter().zip(lineages)
+        {
+            self.stats.add(&stats);
+            self.keep(points);
+            self.dominated.extend(dominated);
+            let more = self.left.iter().any(|&j| lineage(&self.units[j]) == l);
+            if let (true, Some(l)) = (more, l) {
+                let drop = recent.len().saturating_sub(LINEAGE_RECENT);
+                recent.drain(..drop);
+                self.recent.push((l, recent));
+            }
+        }
+        None
     }
 
-    /// Screens families against the current threshold, one per worker thread natively.
-    fn screen_chunk(&self, chunk: Vec<Vec<Family>>) -> Vec<UnitScreened> {
+    /// Screens units against the current threshold, one per worker thread natively.
+    fn screen_chunk(&self, chunk: Vec<UnitJob>) -> Vec<UnitScreened> {
         let (problem, threshold) = (&self.problem, self.threshold());
         let other = self.runner_up_threshold();
         let other = &other;
         let (fitting, finalists) = (&self.fitting, self.top + SPARE_FINALISTS);
-        let one = move |unit: Vec<Family>| {
+        let one = move |(unit, recent): UnitJob| {
             let mut s = screen::Screener {
                 problem,
                 threshold,
                 other: other.clone(),
                 stats: Stats::default(),
-                recent: Vec::new(),
+                recent,
             };
             // A unit's later members are bounded by its earlier ones' points too.
             let mut fitting = fitting.clone();
@@ -375,7 +422,7 @@ impl Search {
                 }
                 points.extend(found);
             }
-            (points, s.stats, dominated)
+            (points, s.stats, dominated, s.recent)
         };
         #[cfg(not(target_arch = "wasm32"))]
         if chunk.len() > 1 {
@@ -385,9 +432,9 @@ impl Search {
             // result: a unit sees only the step's threshold and its own points.
             let mut order: Vec<usize> = (0..chunk.len()).collect();
             crate::sort::sort_by_key(&mut order, |&i| {
-                std::cmp::Reverse(screen::unit_work(problem, &chunk[i], threshold))
+                std::cmp::Reverse(screen::unit_work(problem, &chunk[i].0, threshold))
             });
-            return on_workers(&chunk, &order, &one);
+            return on_workers(chunk, &order, &one);
         }
         chunk.into_iter().map(one).collect()
     }

@@ -22,8 +22,11 @@ pub(super) struct Screener<'a> {
     /// Recent plannings, by family without ZeRO stage and micro-batch count, and depth: the
     /// search screens those of a family one after another, and they share all but the
     /// partition and the batch's size (`Planned::replan`).
-    pub recent: Vec<(Family, usize, Planned)>,
+    pub recent: Vec<Recent>,
 }
+
+/// A recent planning: the family it is keyed by (`recent_key`), its depth, the planning.
+pub(super) type Recent = (Family, usize, Planned);
 
 /// How many plannings a screener keeps: the two depths of the micro-batch counts and
 /// recomputation modes one ZeRO stage's escalation tried, which the next stage's
@@ -338,7 +341,7 @@ impl Screener<'_> {
 
 /// What a family shares a planning with: the families that differ from it only in ZeRO
 /// stage and micro-batch count.
-fn recent_key(family: &Family) -> Family {
+pub(super) fn recent_key(family: &Family) -> Family {
     Family {
         zero: 0,
         micro_batches: 0,
