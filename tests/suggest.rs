@@ -31,6 +31,7 @@ fn problem(
         topology,
         devices,
         budget_bytes: budget,
+        models: Default::default(),
     }
 }
 

@@ -476,6 +476,7 @@ pub fn bench_suggest(repeat: usize) -> Result<String, String> {
             devices: topology.devices,
             budget_bytes: topology.device.mem_capacity,
             topology,
+            models: Default::default(),
         };
         let mut plan = None;
         let search = median(repeat, || {

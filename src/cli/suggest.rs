@@ -149,6 +149,7 @@ fn problem(
             devices,
             dtype,
             budget_bytes,
+            models: Default::default(),
         },
         mine,
     )))

@@ -39,7 +39,11 @@ pub fn rebatch(p: &mut Pipeline, forward: &Program, micro_batches: usize) -> Res
     check_shape_attrs(&p.plan.program, &p.full.program)?;
     check_shape_attrs(&p.plan.program, &p.backward.program)?;
     let source = |name: &str| forward.var_id(name).map(|id| forward.var(id).ty.clone());
-    let plan = reinferred(&p.plan.program, &source)?;
+    let full = reinferred(&p.full.program, &source)?;
+    // The forward and backward programs are prefixes of the full one (later passes only
+    // append): their types are read from it where the variables line up.
+    let plan = prefix_of(&p.plan.program, &p.full.program, &full)
+        .map_or_else(|| reinferred(&p.plan.program, &source), Ok)?;
     for v in forward.vars() {
         let same = p
             .plan
@@ -51,8 +55,8 @@ pub fn rebatch(p: &mut Pipeline, forward: &Program, micro_batches: usize) -> Res
             return Err(format!("`{}` re-inferred differs from the model's", v.name));
         }
     }
-    let backward = reinferred(&p.backward.program, &source)?;
-    let full = reinferred(&p.full.program, &source)?;
+    let backward = prefix_of(&p.backward.program, &p.full.program, &full)
+        .map_or_else(|| reinferred(&p.backward.program, &source), Ok)?;
     p.plan.program.set_types(plan);
     p.backward.program.set_types(backward);
     p.full.program.set_types(full);
@@ -106,6 +110,19 @@ fn check_shape_attrs(forward: &Program, program: &Program) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// `program`'s types from `full_types` (the types of `full`'s variables) when its
+/// variables are `full`'s first ones, name for name.
+fn prefix_of(
+    program: &Program,
+    full: &Program,
+    full_types: &[TensorType],
+) -> Option<Vec<TensorType>> {
+    let vars = program.vars();
+    let lined_up = vars.len() <= full.vars().len()
+        && vars.iter().zip(full.vars()).all(|(a, b)| a.name == b.name);
+    lined_up.then(|| full_types.get(..vars.len()).map(<[TensorType]>::to_vec))?
 }
 
 /// Every variable's type with the sources (variables no op writes) from `source` where it

@@ -28,6 +28,45 @@ pub struct Problem {
     pub dtype: ComputeDType,
     /// The most bytes a rank may hold at its peak.
     pub budget_bytes: f64,
+    /// The model's programs built so far (shared by the problem's clones).
+    pub models: ModelCache,
+}
+
+/// The model's programs by depth and batch, each built once per search: a search plans
+/// and rebatches many families at the same few sizes (a program's copy shares its
+/// variables and ops).
+#[derive(Clone, Debug, Default)]
+pub struct ModelCache(Arc<std::sync::Mutex<Vec<Built>>>);
+
+/// A model program and its (depth, batch).
+type Built = ((usize, usize), crate::ir::Program);
+
+impl Problem {
+    /// The model's program at `layers` blocks and a batch of `batch`.
+    pub fn program(&self, layers: usize, batch: usize) -> Result<crate::ir::Program, String> {
+        let key = (layers, batch);
+        let cache = &self.models.0;
+        let found = cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, p)| p.clone());
+        if let Some(p) = found {
+            return Ok(p);
+        }
+        let config = ModelConfig {
+            layers,
+            batch,
+            ..self.config.clone()
+        };
+        let program = self.model.build(&config).map_err(|e| e.to_string())?;
+        cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, program.clone()));
+        Ok(program)
+    }
 }
 
 /// A plan's step time and peak memory, and where the time goes.
@@ -64,12 +103,7 @@ pub fn family_plan(problem: &Problem, family: &Family, layers: usize) -> Result<
 /// size, the mesh, the annotations and the options.
 pub fn candidate_plan(problem: &Problem, c: &Candidate, layers: usize) -> Result<Plan, String> {
     let m = c.micro_batches.max(1);
-    let config = ModelConfig {
-        layers,
-        batch: problem.config.batch / m,
-        ..problem.config.clone()
-    };
-    let program = problem.model.build(&config).map_err(|e| e.to_string())?;
+    let program = problem.program(layers, problem.config.batch / m)?;
     let mesh = Arc::new(parse_mesh_spec(&c.mesh.spec()).map_err(|e| e.to_string())?);
     let mut plan = Plan::from_program(program);
     plan.set_mesh(mesh.clone());
@@ -190,12 +224,7 @@ impl Planned {
             }
             return Ok(());
         }
-        let config = ModelConfig {
-            layers,
-            batch: problem.config.batch / m,
-            ..problem.config.clone()
-        };
-        let forward = problem.model.build(&config).map_err(|e| e.to_string())?;
+        let forward = problem.program(layers, problem.config.batch / m)?;
         crate::passes::rebatch::rebatch(&mut self.pipeline, &forward, m)?;
         self.rezero(family.zero)
     }

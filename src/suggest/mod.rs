@@ -250,6 +250,11 @@ impl Search {
         top: usize,
         mine: Option<crate::plan::Plan>,
     ) -> Result<Search, SuggestError> {
+        // Each search builds its own models (a benchmark's repeats start cold).
+        let problem = Problem {
+            models: Default::default(),
+            ..problem
+        };
         let devices = problem.devices;
         // The user's plan is compared only on as many devices as the search uses.
         let mine = mine.filter(|p| p.mesh().map_or(1, |m| m.size()) == devices);

@@ -152,6 +152,7 @@ impl SuggestRequest {
             topology,
             devices,
             budget_bytes,
+            models: Default::default(),
         };
         Ok((problem, mine, top))
     }
