@@ -199,3 +199,28 @@ fn deadlocks_are_found_statically_with_their_cycle() {
     assert!(err.to_string().contains("forward(0) runs twice"), "{err}");
     assert!(parse_jobs("F0 X1").unwrap_err().contains("stage 0, `X1`"));
 }
+
+/// Laying an order out in time reports what the order's check reports: the lay-out runs the
+/// check only when it stalls, so a deadlock still names its cycle and an incomplete list
+/// its missing job; a sound order lays out as the check passes it.
+#[test]
+fn laying_out_a_bad_order_reports_the_checks_error() {
+    use shardlab::cost::pipeline::{lay_out, PipelineTimeError};
+    use shardlab::passes::schedule_check::{check_order, parse_jobs};
+    let times = [JobTimes::unit(), JobTimes::unit()];
+    for (order, m) in [
+        ("F0 B0 F1 B1 | F1 B1 F0 B0", 2),
+        ("F0 B0 | F0", 1),
+        ("F0 F0 B0 | F0 B0", 1),
+    ] {
+        let lists = parse_jobs(order).unwrap();
+        let expected = check_order(&lists, m, 1).unwrap_err();
+        match lay_out(&lists, m, 1, &times) {
+            Err(PipelineTimeError::Order(e)) => assert_eq!(e, expected, "{order}"),
+            other => panic!("{order}: {other:?}"),
+        }
+    }
+    let lists = parse_jobs("F0 F1 B0 B1 | F0 B0 F1 B1").unwrap();
+    let t = lay_out(&lists, 2, 1, &times).expect("a sound order lays out");
+    assert_eq!(t.step, 9.0);
+}

@@ -12,7 +12,9 @@
 //! takes 1/chunks of it.
 
 use crate::passes::schedule::{job_list, Job, JobKind, Schedule, ScheduleError};
-use crate::passes::schedule_check::{check_order, family, needs, virtual_of, DepKey, OrderError};
+use crate::passes::schedule_check::{
+    check_complete, check_order, family, needs, virtual_of, DepKey, OrderError,
+};
 use serde::Serialize;
 
 /// How long a stage's jobs take for one micro-batch (any consistent unit).
@@ -88,6 +90,10 @@ pub enum PipelineTimeError {
     Order(#[from] OrderError),
     #[error("{0} stages but job times for {1}")]
     Times(usize, usize),
+    /// The lay-out stalled on an order its check passes (the two replay the same
+    /// dependencies: a bug, reported rather than looped on).
+    #[error("the pipeline's lay-out stalled on an order that checks")]
+    Stalled,
 }
 
 /// The fraction of `step` a stage running `jobs` is idle.
@@ -119,8 +125,9 @@ pub fn pipeline_timeline(
 }
 
 /// Lays job lists (one per stage, e.g. hand-written) out in time, stage `s` taking
-/// `times[s]`. The order is checked first (`schedule_check`): a deadlock is an error
-/// naming its cycle.
+/// `times[s]`. Each list must be complete (`schedule_check`); a deadlock stalls the
+/// lay-out, and is then reported by the order's check, naming its cycle (run only then:
+/// it replays the same dependencies, and pricing lays out thousands of orders).
 pub fn lay_out(
     lists: &[Vec<Job>],
     micro_batches: usize,
@@ -131,7 +138,7 @@ pub fn lay_out(
     if times.len() != stages {
         return Err(PipelineTimeError::Times(stages, times.len()));
     }
-    check_order(lists, micro_batches, chunks)?;
+    check_complete(lists, micro_batches, chunks)?;
     let virtual_stages = stages * chunks.max(1);
     let total: usize = lists.iter().map(Vec::len).sum();
     let mut done: rustc_hash::FxHashMap<DepKey, f64> =
@@ -140,6 +147,7 @@ pub fn lay_out(
     let mut free = vec![0.0f64; stages];
     let mut pc = vec![0usize; stages];
     while (0..stages).any(|s| pc[s] < lists[s].len()) {
+        let before: usize = pc.iter().sum();
         for s in 0..stages {
             while let Some(job) = lists[s].get(pc[s]) {
                 let v = virtual_of(job, s, stages);
@@ -168,6 +176,11 @@ pub fn lay_out(
                 free[s] = end;
                 pc[s] += 1;
             }
+        }
+        if pc.iter().sum::<usize>() == before {
+            // Stalled: the order deadlocks (the check names the cycle).
+            check_order(lists, micro_batches, chunks)?;
+            return Err(PipelineTimeError::Stalled);
         }
     }
     let step = free.iter().copied().fold(0.0, f64::max);

@@ -102,7 +102,7 @@ fn job_name(key: DepKey) -> String {
 
 /// Checks that each stage's list runs every micro-batch's forward and backward (whole or as
 /// B then W) once per chunk.
-fn check_complete(
+pub fn check_complete(
     lists: &[Vec<Job>],
     micro_batches: usize,
     chunks: usize,
