@@ -286,7 +286,14 @@ impl Screener<'_> {
     fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
         let per_stage = layers_per_stage(self.problem, family);
         let pp = family.mesh.size(Axis::Pp);
-        let depths = depths(self.problem, family, self.threshold);
+        let mut depths = depths(self.problem, family, self.threshold);
+        // A recent planning at the full depth is re-planned there at once: that costs less
+        // than planning one block afresh to bound it first, and is exact.
+        let key = recent_key(family);
+        let full = per_stage * pp.max(1);
+        if depths.len() > 1 && self.recent.iter().any(|(k, l, _)| *k == key && *l == full) {
+            depths = vec![per_stage];
+        }
         let mut at_depth: Vec<HashMap<(usize, usize), AtDepth>> = Vec::new();
         let orders = space::axis_orders(family);
         let schedules = space::schedules(family, true);
