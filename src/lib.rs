@@ -18,6 +18,7 @@
 // handled everywhere, not folded silently into a default.
 #![deny(clippy::wildcard_enum_match_arm)]
 
+pub mod cores;
 pub mod cost;
 pub mod dist;
 pub mod exec;

@@ -78,10 +78,11 @@ fn modules_depend_only_downward() {
         ),
     ];
     for (module, ok) in allowed {
-        // `sort` is a leaf every layer may use (the crate's one stable sort).
+        // `sort` and `cores` are leaves every layer may use (the crate's one stable sort,
+        // the cores read once).
         let bad: Vec<String> = used_modules(module)
             .into_iter()
-            .filter(|m| !ok.contains(&m.as_str()) && m != "sort")
+            .filter(|m| !ok.contains(&m.as_str()) && m != "sort" && m != "cores")
             .collect();
         assert!(bad.is_empty(), "src/{module} uses crate::{bad:?}");
     }
@@ -112,6 +113,20 @@ fn stable_sorts_go_through_the_one_sort() {
     assert!(found.is_empty(), "use crate::sort instead: {found:?}");
     // The check sees what it looks for: the one sort itself calls the standard one.
     assert!(code(&src().join("sort.rs")).contains(".sort_by("));
+}
+
+/// The standard library reads the cores from cgroup files on every call: the crate asks
+/// `crate::cores`, which reads them once.
+#[test]
+fn the_cores_are_read_once() {
+    let mut found = Vec::new();
+    for f in rust_files(&src()) {
+        if !f.ends_with("cores.rs") && code(&f).contains("available_parallelism") {
+            found.push(f.display().to_string());
+        }
+    }
+    assert!(found.is_empty(), "use crate::cores::cores(): {found:?}");
+    assert!(code(&src().join("cores.rs")).contains("available_parallelism"));
 }
 
 /// The check itself sees a dependency (so an empty result above means something).

@@ -454,7 +454,7 @@ fn matmul_checks(
 pub fn bench_suggest(repeat: usize) -> Result<String, String> {
     use crate::cost::device::Topology;
     use crate::suggest::evaluate::Problem;
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = crate::cores::cores();
     let mut out = format!(
         "suggest (medians of {} runs, {workers} worker threads)\n{:<44} {:>10} {:>12} {:>8}\n",
         repeat.max(1),

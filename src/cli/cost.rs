@@ -150,7 +150,7 @@ pub fn cpu_topology(ranks: usize) -> Topology {
     static MEASURED: std::sync::OnceLock<crate::cost::device::CpuCalibration> =
         std::sync::OnceLock::new();
     let c = MEASURED.get_or_init(super::calibrate::calibrate);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::cores::cores();
     eprintln!(
         "cpu calibrated: {:.1} GFLOP/s, {:.1} GB/s memory per core, exchange {:.1} µs + {:.2} GB/s; \
          {ranks} ranks share {cores} cores",

@@ -168,7 +168,7 @@ fn planning_fits(problem: &Problem, max_memory: &Option<String>) -> Result<bool,
     let mesh = crate::plan::parse_mesh_spec(&format!("{}:dp", problem.devices))
         .map_err(|e| e.to_string())?;
     plan.set_mesh(std::sync::Arc::new(mesh));
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let workers = crate::cores::cores() as f64;
     let needed = plan.estimated_planning_bytes(crate::plan::RanksPlanned::All) * workers;
     match super::budget::check("the search's largest planning", needed, budget) {
         Ok(()) => Ok(true),

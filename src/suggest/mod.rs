@@ -169,7 +169,7 @@ const UNITS_PER_WORKER: usize = 3;
 fn workers() -> usize {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        crate::cores::cores()
     }
     #[cfg(target_arch = "wasm32")]
     {

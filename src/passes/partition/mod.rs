@@ -282,10 +282,7 @@ fn build_each(
 fn run_ranks<T: Send>(ranks: &[u32], f: &(dyn Fn(u32) -> T + Sync)) -> Vec<T> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let workers = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(ranks.len())
-            .max(1);
+        let workers = crate::cores::cores().min(ranks.len()).max(1);
         if workers > 1 {
             let chunk = ranks.len().div_ceil(workers);
             return std::thread::scope(|s| {
