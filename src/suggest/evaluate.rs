@@ -131,6 +131,9 @@ pub struct Planned {
     pub pipeline: Pipeline,
     /// The stages' jobs, cut once on first use (every order and schedule prices them).
     stage_jobs: Option<Vec<StageJobs>>,
+    /// Whether its partitions run the stages on all cores (a planning alone on the
+    /// machine: [`Planned::alone`]); re-partitions do the same.
+    parallel_stages: bool,
 }
 
 impl Planned {
@@ -187,6 +190,7 @@ impl Planned {
         Ok(Planned {
             pipeline,
             stage_jobs: None,
+            parallel_stages,
         })
     }
 
@@ -198,7 +202,7 @@ impl Planned {
         p.plan.options.zero = zero;
         let mut opts = PipelineOptions::from_plan(&p.plan.options).partition;
         opts.verify = SELF_CHECKS;
-        opts.parallel_stages = false;
+        opts.parallel_stages = self.parallel_stages;
         if !p.is_fully_partitioned() {
             opts.ranks = Some(p.partitioned.ranks.iter().map(|r| r.rank).collect());
         }
@@ -242,6 +246,7 @@ impl Planned {
         Ok(Planned {
             pipeline,
             stage_jobs: None,
+            parallel_stages: false,
         })
     }
 

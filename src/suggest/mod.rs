@@ -521,32 +521,52 @@ impl Search {
             })
             .collect();
         self.stats.exact += rows.len();
-        let mut by_family: Vec<(Family, Vec<&Screened>)> = Vec::new();
+        // By family, and the families by ZeRO stage's twins (one planning, re-partitioned
+        // per stage: `Planned::rezero`), lowest stage first.
+        let mut groups: Vec<Vec<(Family, Vec<&Screened>)>> = Vec::new();
         for s in finalists.iter().filter(|s| s.exact.is_none()) {
-            match by_family.iter_mut().find(|(f, _)| *f == s.family) {
+            let base = Family {
+                zero: 0,
+                ..s.family.clone()
+            };
+            let same = |f: &Family| {
+                Family {
+                    zero: 0,
+                    ..f.clone()
+                } == base
+            };
+            let group = match groups.iter().position(|g| same(&g[0].0)) {
+                Some(i) => &mut groups[i],
+                None => {
+                    groups.push(Vec::new());
+                    groups.last_mut().expect("just pushed")
+                }
+            };
+            match group.iter_mut().find(|(f, _)| *f == s.family) {
                 Some((_, v)) => v.push(s),
-                None => by_family.push((s.family.clone(), vec![s])),
+                None => group.push((s.family.clone(), vec![s])),
             }
         }
+        for g in &mut groups {
+            crate::sort::sort_by_key(g, |(f, _)| f.zero);
+        }
         let problem = &self.problem;
-        let alone = by_family.len() == 1;
-        let price = move |(family, members): (Family, Vec<&Screened>)| {
-            price_family(problem, &family, &members, alone)
-        };
+        let alone = groups.len() == 1;
+        let price = move |group: Vec<(Family, Vec<&Screened>)>| price_group(problem, &group, alone);
         #[cfg(not(target_arch = "wasm32"))]
         let priced: Vec<Priced> = std::thread::scope(|scope| {
-            let handles: Vec<_> = by_family
+            let handles: Vec<_> = groups
                 .into_iter()
-                .map(|f| scope.spawn(move || price(f)))
+                .map(|g| scope.spawn(move || price(g)))
                 .collect();
             // A panic is a planner bug: re-raised, not a finalist lost.
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
                 .collect()
         });
         #[cfg(target_arch = "wasm32")]
-        let priced: Vec<Priced> = by_family.into_iter().map(price).collect();
+        let priced: Vec<Priced> = groups.into_iter().flat_map(price).collect();
         for family in priced {
             match family {
                 Ok(members) => {
@@ -827,32 +847,50 @@ pub fn brute_force(problem: &Problem) -> Vec<Row> {
 /// be planned with how many members that refuses.
 type Priced = Result<Vec<Result<Row, String>>, (String, usize)>;
 
-/// One family's finalists priced exactly at full depth (its planning shared; the families
-/// are priced in parallel natively). The error counts the members it refuses.
-fn price_family(problem: &Problem, family: &Family, members: &[&Screened], alone: bool) -> Priced {
-    let orders: Vec<MeshShape> = members.iter().map(|s| s.candidate.mesh.clone()).collect();
-    // Alone on the machine when it is the only family priced (often: the runner-up).
-    let mut planned = if alone {
-        Planned::alone(problem, family, problem.config.layers, &orders)
-    } else {
-        Planned::new(problem, family, problem.config.layers, &orders)
-    }
-    .map_err(|e| (e, members.len()))?;
-    Ok(members
+/// The finalists of families that differ only in ZeRO stage (lowest first) priced exactly
+/// at full depth: one planning, re-partitioned for each later stage (`Planned::rezero`,
+/// equal to planning afresh), shared by each family's orders and schedules (the groups are
+/// priced in parallel natively). A family's error counts the members it refuses.
+fn price_group(problem: &Problem, group: &[(Family, Vec<&Screened>)], alone: bool) -> Vec<Priced> {
+    let orders: Vec<MeshShape> = group
         .iter()
-        .map(|s| {
-            planned
-                .estimate(problem, &s.candidate.mesh, s.candidate.schedule)
-                .map(|e| {
-                    let t = planned.terms(&e);
-                    Row {
-                        fits: t.peak_bytes <= problem.budget_bytes,
-                        candidate: Some(s.candidate.clone()),
-                        terms: t,
-                    }
+        .flat_map(|(_, m)| m.iter().map(|s| s.candidate.mesh.clone()))
+        .collect();
+    let layers = problem.config.layers;
+    let mut shared: Option<Planned> = None;
+    group
+        .iter()
+        .map(|(family, members)| {
+            let reused = shared
+                .take()
+                .and_then(|mut p| p.rezero(family.zero).ok().map(|()| p));
+            let planned = match reused {
+                Some(p) => Ok(p),
+                // Alone on the machine when it is the only group priced (often: the
+                // runner-up).
+                None if alone => Planned::alone(problem, family, layers, &orders),
+                None => Planned::new(problem, family, layers, &orders),
+            };
+            let mut planned = planned.map_err(|e| (e, members.len()))?;
+            let rows = members
+                .iter()
+                .map(|s| {
+                    planned
+                        .estimate(problem, &s.candidate.mesh, s.candidate.schedule)
+                        .map(|e| {
+                            let t = planned.terms(&e);
+                            Row {
+                                fits: t.peak_bytes <= problem.budget_bytes,
+                                candidate: Some(s.candidate.clone()),
+                                terms: t,
+                            }
+                        })
                 })
+                .collect();
+            shared = Some(planned);
+            Ok(rows)
         })
-        .collect())
+        .collect()
 }
 
 /// Two step times equal up to rounding.
