@@ -382,38 +382,32 @@ impl Search {
             let mut fitting = fitting.clone();
             let mut points = Vec::new();
             let mut dominated = Vec::new();
-            // The micro-batch counts at which a ZeRO stage from 1 up fits without
-            // escalation: their higher stages are then dominated (`space.rs`).
-            let mut sharded_fits: Vec<usize> = Vec::new();
-            // The micro-batch counts at which such a stage was cut by the bound: the higher
-            // stages, never faster, are cut too.
-            let mut sharded_bounded: Vec<usize> = Vec::new();
+            // Whether a ZeRO stage from 1 up fits without escalation: the higher stages are
+            // then dominated (`space.rs`). A unit's families differ only in ZeRO stage.
+            let mut sharded_fits = false;
+            // Whether such a stage was cut by the bound: the higher ones, never faster, are
+            // cut too.
+            let mut sharded_bounded = false;
             for f in unit {
-                if f.zero >= 2 && sharded_bounded.contains(&f.micro_batches) {
+                if f.zero >= 2 && sharded_bounded {
                     s.stats.bounded += 1;
                     continue;
                 }
-                if f.zero >= 2 && sharded_fits.contains(&f.micro_batches) {
+                if f.zero >= 2 && sharded_fits {
                     s.stats.dominated += 1;
                     dominated.push(f);
                     continue;
                 }
                 let bounded = s.stats.bounded;
                 let found = s.screen(f.clone());
-                if f.zero >= 1 && found.is_empty() && s.stats.bounded > bounded {
-                    sharded_bounded.push(f.micro_batches);
-                }
                 if f.zero >= 1 {
-                    let fits = !found.is_empty()
+                    sharded_bounded = found.is_empty() && s.stats.bounded > bounded;
+                    sharded_fits = !found.is_empty()
                         && found.iter().all(|p| {
                             p.point.peak_bytes <= problem.budget_bytes
                                 && p.candidate.micro_batches == f.micro_batches
                                 && p.candidate.recompute == f.recompute
                         });
-                    sharded_fits.retain(|&m| m != f.micro_batches);
-                    if fits {
-                        sharded_fits.push(f.micro_batches);
-                    }
                 }
                 for p in found
                     .iter()
@@ -535,13 +529,14 @@ impl Search {
                     ..f.clone()
                 } == base
             };
-            let group = match groups.iter().position(|g| same(&g[0].0)) {
-                Some(i) => &mut groups[i],
-                None => {
-                    groups.push(Vec::new());
-                    groups.last_mut().expect("just pushed")
-                }
-            };
+            let at = groups
+                .iter()
+                .position(|g| g.first().is_some_and(|(f, _)| same(f)));
+            let at = at.unwrap_or_else(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            let group = &mut groups[at];
             match group.iter_mut().find(|(f, _)| *f == s.family) {
                 Some((_, v)) => v.push(s),
                 None => group.push((s.family.clone(), vec![s])),
