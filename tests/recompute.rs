@@ -7,7 +7,7 @@
 mod common;
 
 use common::{preset_plan, standard_configs, with_optimizer};
-use shardlab::cost::memory::{memory, Sizing};
+use shardlab::cost::memory::Sizing;
 use shardlab::cost::work::{op_work, ElementBytes};
 use shardlab::ir::{OpRole, VarId, VarKind};
 use shardlab::models::scenarios::scenarios;
@@ -38,11 +38,11 @@ fn live_activations(layers: usize, r: Recompute) -> f64 {
         mixed_precision: false,
         zero: None,
     };
-    let m = memory(rank, sizing);
+    let live = shardlab::cost::memory::live_ranges(rank);
     (0..rank.vars().len())
         .filter(|&i| {
             rank.vars()[i].kind == VarKind::Activation
-                && m.live[i].is_some_and(|l| l.first <= first_backward && first_backward <= l.last)
+                && live[i].is_some_and(|l| l.contains(first_backward))
         })
         .map(|i| sizing.bytes(rank, VarId(i as u32)))
         .sum()

@@ -8,7 +8,7 @@ mod common;
 
 use common::{preset_plan, standard_configs, with_optimizer};
 use expect_test::{expect_file, ExpectFile};
-use shardlab::cost::memory::{memory, Sizing};
+use shardlab::cost::memory::Sizing;
 use shardlab::cost::work::ElementBytes;
 use shardlab::ir::{OpType, Purpose, VarId, VarKind};
 use shardlab::models::scenarios::scenarios;
@@ -161,7 +161,7 @@ fn ledger_bytes_match_the_zero_papers_volume() {
 /// the parameter gradients (and shards), and the optimizer's moments (not its scalars).
 fn model_states(p: &Pipeline, sizing: Sizing) -> f64 {
     let r = &p.partitioned.ranks[0].program;
-    let m = memory(r, sizing);
+    let live = shardlab::cost::memory::live_ranges(r);
     let first_update = r
         .ops()
         .iter()
@@ -176,9 +176,7 @@ fn model_states(p: &Pipeline, sizing: Sizing) -> f64 {
         .collect();
     (0..r.vars().len())
         .map(|i| VarId(i as u32))
-        .filter(|&v| {
-            m.live[v.index()].is_some_and(|l| l.first <= first_update && first_update <= l.last)
-        })
+        .filter(|&v| live[v.index()].is_some_and(|l| l.contains(first_update)))
         .filter(|&v| {
             let var = r.var(v);
             match var.kind {

@@ -16,8 +16,8 @@ pub struct Estimate {
     pub placement: &'static str,
     pub dtype: ComputeDType,
     pub step: StepTime,
-    /// Per rank, in the order of `step.ranks`.
-    pub memory: Vec<Memory>,
+    /// Per rank, in the order of `step.ranks` (shared by ranks with one dataflow).
+    pub memory: Vec<std::sync::Arc<Memory>>,
     pub mfu: f64,
     pub overlap_grad_sync: bool,
     /// With pipeline stages or micro-batches: the schedule in time. `step` is then one
@@ -71,10 +71,7 @@ pub fn estimate(
     };
     // Ranks with one dataflow have one memory timeline: computed once, copied.
     let memory =
-        super::simulate::shared_per_dataflow(&p.partitioned.ranks, |r| memory(&r.program, sizing))
-            .into_iter()
-            .map(|m| (*m).clone())
-            .collect();
+        super::simulate::shared_per_dataflow(&p.partitioned.ranks, |r| memory(&r.program, sizing));
     let pipeline = if p.is_pipelined() {
         Some(super::pipeline_cost::pipeline_cost(
             p,

@@ -29,6 +29,15 @@ pub enum Category {
 }
 
 impl Category {
+    /// Every category, in order (`Category as usize` indexes it).
+    const ALL: [Category; 5] = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::Input,
+    ];
+
     fn of(kind: VarKind) -> Category {
         match kind {
             VarKind::Parameter => Category::Parameter,
@@ -51,11 +60,19 @@ impl Category {
     }
 }
 
-/// A variable's live range: the ops (by index) during which it occupies memory.
+/// A variable's live range: the ops (by index) during which it occupies memory (`u32`: a
+/// range per variable per rank is built for every planning the auto-planner prices).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Live {
-    pub first: usize,
-    pub last: usize,
+    pub first: u32,
+    pub last: u32,
+}
+
+impl Live {
+    /// Whether the variable occupies memory while op `op` runs.
+    pub fn contains(&self, op: usize) -> bool {
+        (self.first as usize..=self.last as usize).contains(&op)
+    }
 }
 
 /// One rank's memory over the step.
@@ -67,24 +84,16 @@ pub struct Memory {
     /// reached.
     pub peak: f64,
     pub peak_op: usize,
-    /// The variables live at the peak with their bytes and category, largest first.
-    pub live_at_peak: Vec<(VarId, f64, Category)>,
-    /// Every variable's live range (`None`: never touched by an op and not held all step).
-    pub live: Vec<Option<Live>>,
+    /// The bytes live at the peak, by category (in `Category` order, categories with no
+    /// variable live at the peak left out). Exact whatever the order of summation: every
+    /// variable's bytes are a whole number far below 2^53.
+    pub breakdown: Vec<(Category, f64)>,
 }
 
 impl Memory {
     /// The bytes live at the peak, by category (in `Category` order, empty ones left out).
     pub fn peak_breakdown(&self) -> Vec<(Category, f64)> {
-        let mut out: Vec<(Category, f64)> = Vec::new();
-        for &(_, bytes, c) in &self.live_at_peak {
-            match out.iter_mut().find(|(k, _)| *k == c) {
-                Some((_, b)) => *b += bytes,
-                None => out.push((c, bytes)),
-            }
-        }
-        crate::sort::sort_by_key(&mut out, |(c, _)| *c);
-        out
+        self.breakdown.clone()
     }
 }
 
@@ -140,42 +149,38 @@ impl Sizing<'_> {
     }
 }
 
-/// Every variable's live range in `program` (see the module doc).
+/// Every variable's live range in `program` (see the module doc): `None` for a variable
+/// never touched by an op.
 pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
     let n_ops = program.ops().len();
-    // A variable no op touches takes no memory, whatever its kind (under ZeRO a rank keeps
-    // the shards of the optimizer state, and the whole state variables go unused).
-    let mut touched = vec![false; program.vars().len()];
-    for op in program.ops() {
+    let mut live: Vec<Option<Live>> = vec![None; program.vars().len()];
+    for (i, op) in program.ops().iter().enumerate() {
+        let i = i as u32;
         for v in op.all_inputs().chain(op.all_outputs()) {
-            touched[v.index()] = true;
+            if let Some(slot) = live.get_mut(v.index()) {
+                *slot = Some(match *slot {
+                    Some(l) => Live {
+                        first: l.first.min(i),
+                        last: l.last.max(i),
+                    },
+                    None => Live { first: i, last: i },
+                });
+            }
         }
     }
-    let mut live: Vec<Option<Live>> = program
-        .vars()
-        .iter()
-        .zip(&touched)
-        .map(|(v, &touched)| {
-            let whole = matches!(
-                v.kind,
-                VarKind::Parameter | VarKind::OptimizerState | VarKind::Input | VarKind::Label
-            ) || v.persistable;
-            (whole && touched && n_ops > 0).then(|| Live {
-                first: 0,
-                last: n_ops - 1,
-            })
-        })
-        .collect();
-    for (i, op) in program.ops().iter().enumerate() {
-        for v in op.all_inputs().chain(op.all_outputs()) {
-            let slot = &mut live[v.index()];
-            *slot = Some(match *slot {
-                Some(l) => Live {
-                    first: l.first.min(i),
-                    last: l.last.max(i),
-                },
-                None => Live { first: i, last: i },
-            });
+    // A variable held all step takes its memory from the first op to the last if any op
+    // touches it (under ZeRO a rank keeps the shards of the optimizer state, and the whole
+    // state variables go unused).
+    let last = n_ops.saturating_sub(1) as u32;
+    for (slot, v) in live.iter_mut().zip(program.vars()) {
+        let whole = matches!(
+            v.kind,
+            VarKind::Parameter | VarKind::OptimizerState | VarKind::Input | VarKind::Label
+        ) || v.persistable;
+        if whole {
+            if let Some(l) = slot {
+                *l = Live { first: 0, last };
+            }
         }
     }
     live
@@ -190,8 +195,8 @@ pub fn memory(program: &Program, sizing: Sizing) -> Memory {
     for (i, l) in live.iter().enumerate() {
         if let Some(l) = l {
             let b = sizing.bytes(program, VarId(i as u32));
-            delta[l.first] += b;
-            delta[l.last + 1] -= b;
+            delta[l.first as usize] += b;
+            delta[l.last as usize + 1] -= b;
         }
     }
     let mut at_op = Vec::with_capacity(n_ops);
@@ -205,24 +210,23 @@ pub fn memory(program: &Program, sizing: Sizing) -> Memory {
             (0, 0.0f64),
             |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) },
         );
-    let mut live_at_peak: Vec<(VarId, f64, Category)> = live
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.is_some_and(|l| l.first <= peak_op && peak_op <= l.last))
-        .map(|(i, _)| {
+    let mut by_category: [Option<f64>; 5] = [None; 5];
+    for (i, l) in live.iter().enumerate() {
+        if l.is_some_and(|l| l.contains(peak_op)) {
             let v = VarId(i as u32);
-            let kind = program.var(v).kind;
-            (v, sizing.bytes(program, v), Category::of(kind))
-        })
+            let c = Category::of(program.var(v).kind);
+            *by_category[c as usize].get_or_insert(0.0) += sizing.bytes(program, v);
+        }
+    }
+    let breakdown = Category::ALL
+        .into_iter()
+        .zip(by_category)
+        .filter_map(|(c, b)| Some((c, b?)))
         .collect();
-    crate::sort::sort_by(&mut live_at_peak, |a, b| {
-        b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
-    });
     Memory {
         at_op,
         peak,
         peak_op,
-        live_at_peak,
-        live,
+        breakdown,
     }
 }

@@ -238,24 +238,30 @@ pub fn simulate_with(
     }
 }
 
-/// `f` of every rank, computed once per distinct dataflow: ranks whose program has the
-/// first rank's dataflow (every rank stamped from one template) share its result.
+/// `f` of every rank, computed once per distinct dataflow: a rank whose program has an
+/// earlier rank's dataflow (the ranks stamped from one stage's template) shares that
+/// rank's result. Ranks are compared with the distinct ones met so far, most recent first
+/// (a pipeline's ranks come stage by stage); `same_dataflow` rejects a program of another
+/// stage at its first differing op.
 pub fn shared_per_dataflow<T>(
     ranks: &[RankProgram],
     f: impl Fn(&RankProgram) -> T,
 ) -> Vec<std::sync::Arc<T>> {
-    let Some(first) = ranks.first() else {
-        return Vec::new();
-    };
-    let shared = std::sync::Arc::new(f(first));
+    let mut distinct: Vec<(&RankProgram, std::sync::Arc<T>)> = Vec::new();
     ranks
         .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            if i == 0 || r.program.same_dataflow(&first.program) {
-                std::sync::Arc::clone(&shared)
-            } else {
-                std::sync::Arc::new(f(r))
+        .map(|r| {
+            let known = distinct
+                .iter()
+                .rev()
+                .find(|(d, _)| r.program.same_dataflow(&d.program));
+            match known {
+                Some((_, shared)) => std::sync::Arc::clone(shared),
+                None => {
+                    let own = std::sync::Arc::new(f(r));
+                    distinct.push((r, std::sync::Arc::clone(&own)));
+                    own
+                }
             }
         })
         .collect()

@@ -281,7 +281,7 @@ impl Planned {
                 placement: w.topo.placement,
                 dtype: problem.dtype,
                 step: w.step.clone(),
-                memory: w.memory.iter().map(|m| (**m).clone()).collect(),
+                memory: w.memory.to_vec(),
                 mfu: crate::cost::simulate::mfu(
                     flops,
                     w.step_s(),

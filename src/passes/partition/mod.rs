@@ -336,7 +336,8 @@ fn partition_rank(
         .as_ref()
         .and_then(|s| s.stages.axis.filter(|_| s.stages.stages > 1));
     let mut seeded = false;
-    for (i, op) in dp.program.ops().iter().enumerate() {
+    let ops = dp.program.ops();
+    for (i, op) in visits(dp, marks, rank).filter_map(|i| Some((i, ops.get(i)?))) {
         let mut attr = std::borrow::Cow::Borrowed(&dp.ops[i]);
         b.role = op.role;
         let mut local = Arc::clone(op);
@@ -373,6 +374,23 @@ fn partition_rank(
     }
     sync.buckets.close_all(&mut b);
     finish(b, rank, opts.verify)
+}
+
+/// The ops `rank` visits, by index: a pipeline stage's ranks only those that touch their
+/// stage (`StagePlan::visits`); without stages, every op.
+fn visits<'m>(
+    dp: &DistProgram,
+    marks: &'m Marks,
+    rank: u32,
+) -> Box<dyn Iterator<Item = usize> + 'm> {
+    match marks
+        .stages
+        .as_ref()
+        .and_then(|plan| plan.visits.get(plan.stages.stage_of(&dp.mesh, rank)))
+    {
+        Some(visits) => Box::new(visits.iter().copied()),
+        None => Box::new(0..dp.program.ops().len()),
+    }
 }
 
 /// The global norm's sum of squares, or (Megatron sums) a backward sum of partial values:

@@ -35,6 +35,11 @@ pub struct StagePlan {
     pub home: Vec<Option<usize>>,
     /// Each variable's first reader's virtual stage.
     pub first_reader: Vec<Option<usize>>,
+    /// By physical stage, the ops its ranks must look at, in program order: those it runs
+    /// (its own and every-stage ops) and those reading a variable it sends. Every other op
+    /// leaves its ranks' programs unchanged ([`RankPipe::before`] returns false and emits
+    /// nothing), so a rank visits a stage's share of the program, not all of it.
+    pub visits: Vec<Vec<usize>>,
 }
 
 impl StagePlan {
@@ -55,12 +60,47 @@ impl StagePlan {
                 }
             }
         }
-        StagePlan {
+        let mut plan = StagePlan {
             stages: *stages,
             op_stage,
             home,
             first_reader,
+            visits: Vec::new(),
+        };
+        plan.visits = plan.stage_visits(dp);
+        plan
+    }
+
+    /// [`StagePlan::visits`]: `before`'s conditions for emitting a send, a recv or the op.
+    fn stage_visits(&self, dp: &DistProgram) -> Vec<Vec<usize>> {
+        let count = self.stages.stages.max(1);
+        let mut visits: Vec<Vec<usize>> = vec![Vec::new(); count];
+        let mut visit = |stage: usize, i: usize| {
+            if let Some(list) = visits.get_mut(stage) {
+                if list.last() != Some(&i) {
+                    list.push(i);
+                }
+            }
+        };
+        for (i, op) in dp.program.ops().iter().enumerate() {
+            let k = self.op_stage[i];
+            if k == ALL_STAGES {
+                (0..count).for_each(|s| visit(s, i));
+                continue;
+            }
+            let to = self.physical(k);
+            for v in op.all_inputs() {
+                let Some(h) = self.home.get(v.index()).copied().flatten() else {
+                    continue;
+                };
+                let from = self.physical(h);
+                if from != to && from != ALL_STAGES {
+                    visit(from, i);
+                }
+            }
+            visit(to, i);
         }
+        visits
     }
 
     /// The physical stage whose ranks hold `v` at the end of the step: where it is
