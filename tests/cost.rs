@@ -284,7 +284,7 @@ mod simulation {
         RankProgram {
             rank: r,
             program: program(&text),
-            attrs: Arc::new(Vec::new()),
+            attrs: Arc::new(Vec::new().into()),
             origin: Arc::new(Vec::new()),
             op_chunks: Default::default(),
         }
@@ -413,7 +413,7 @@ mod simulation {
             .map(|r| RankProgram {
                 rank: r,
                 program: program(text),
-                attrs: Arc::new(Vec::new()),
+                attrs: Arc::new(Vec::new().into()),
                 origin: Arc::new(Vec::new()),
                 op_chunks: Default::default(),
             })
@@ -443,7 +443,7 @@ mod simulation {
             .map(|r| RankProgram {
                 rank: r,
                 program: program(&tp),
-                attrs: Arc::new(Vec::new()),
+                attrs: Arc::new(Vec::new().into()),
                 origin: Arc::new(Vec::new()),
                 op_chunks: Default::default(),
             })

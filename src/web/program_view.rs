@@ -135,6 +135,8 @@ pub fn ProgramView() -> Html {
         None
     };
     let rank_program = s.rank_program();
+    // One rank's layouts as a table (its program shares the serial ones with the others).
+    let rank_attrs = rank_program.map(|r| r.attrs.to_vec());
     let (program, attrs, title): (&Program, Option<&[TensorDistAttr]>, String) = match s.stage {
         Stage::Forward => (
             &s.plan.program,
@@ -149,7 +151,7 @@ pub fn ProgramView() -> Html {
         Stage::Partition => match rank_program {
             Some(r) => (
                 &r.program,
-                Some(r.attrs.as_slice()),
+                rank_attrs.as_deref(),
                 format!(
                     "Rank {} — {} ops with local shapes",
                     r.rank,

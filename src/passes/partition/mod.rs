@@ -4,6 +4,7 @@
 
 pub mod bucket;
 pub mod dist_ops;
+pub mod layouts;
 pub mod lower;
 pub mod p2p;
 pub mod rank;
@@ -31,8 +32,8 @@ pub struct RankProgram {
     pub rank: u32,
     pub program: Program,
     /// The layout of each local variable's contents at the end of the step (shared by the
-    /// ranks stamped from one template).
-    pub attrs: Arc<Vec<TensorDistAttr>>,
+    /// ranks stamped from one template; the serial variables' by every rank).
+    pub attrs: Arc<layouts::Layouts>,
     /// The serial variable each local variable holds a piece of (shared likewise).
     pub origin: Arc<Vec<VarId>>,
     /// Each op's model chunk (all 0 without virtual pipeline stages; shared likewise).
@@ -119,6 +120,7 @@ pub fn partition(
         param_grad: vec![false; dp.program.vars().len()],
         summed: vec![false; dp.program.vars().len()],
         locals,
+        tensors: Arc::new(dp.tensors.clone()),
         zero: Arc::clone(&zero),
         stages: stages
             .is_pipelined()
@@ -314,7 +316,7 @@ fn partition_rank(
         rank,
         &dp.mesh,
         &dp.program,
-        &dp.tensors,
+        &marks.tensors,
         &marks.locals,
         groups,
     );
@@ -502,6 +504,8 @@ struct Marks {
     /// The serial variables with their local shapes (the same on every rank), then the
     /// ZeRO shard variables.
     locals: Vec<crate::ir::Var>,
+    /// The serial variables' completed layouts, which every rank starts from.
+    tensors: Arc<Vec<TensorDistAttr>>,
     zero: Arc<ZeroLayout>,
     /// Each op's and variable's pipeline stage (`None` without a pipeline).
     stages: Option<p2p::StagePlan>,

@@ -210,7 +210,7 @@ pub struct RankBuilder<'a> {
     pub mesh: &'a ProcessMesh,
     pub program: Program,
     /// The layout each local variable's contents are in right now.
-    pub cur: Vec<TensorDistAttr>,
+    pub cur: super::layouts::Layouts,
     /// The serial variable each local variable holds (a piece of).
     pub origin: Vec<VarId>,
     /// The serial program: a local variable holds a piece of `serial.var(origin[v])`.
@@ -237,7 +237,7 @@ impl<'a> RankBuilder<'a> {
         rank: u32,
         mesh: &'a ProcessMesh,
         serial: &'a Program,
-        attrs: &[TensorDistAttr],
+        attrs: &Arc<Vec<TensorDistAttr>>,
         locals: &[Var],
         groups: &'a mut Groups,
     ) -> Self {
@@ -246,8 +246,7 @@ impl<'a> RankBuilder<'a> {
         let room = locals.len() + locals.len() / 4 + 16;
         let mut vars = Vec::with_capacity(room);
         vars.extend_from_slice(locals);
-        let mut cur = Vec::with_capacity(room.max(attrs.len()));
-        cur.extend_from_slice(attrs);
+        let cur = super::layouts::Layouts::new(Arc::clone(attrs), room.saturating_sub(attrs.len()));
         let mut origin = Vec::with_capacity(room.max(serial.vars().len()));
         origin.extend((0..serial.vars().len() as u32).map(VarId));
         RankBuilder {
