@@ -243,7 +243,11 @@ impl<'a> RankBuilder<'a> {
     ) -> Self {
         // Room for the temporaries the rank adds (reshards, receives, shards): growing a
         // vector of every variable by copying it was a twentieth of the auto-planner's work.
-        let room = locals.len() + locals.len() / 4 + 16;
+        // A rank adds few (1.5% of its variables on average over the auto-planner's 8-device
+        // search, at most 28% on the 1.3B model's): an eighth spare covers most ranks without
+        // holding a quarter spare in every program kept (8-device search: a tenth fewer page
+        // faults and 3% less CPU time, for 0.4% more instructions in the ranks that grow).
+        let room = locals.len() + locals.len() / 8 + 16;
         let mut vars = Vec::with_capacity(room);
         vars.extend_from_slice(locals);
         let cur = super::layouts::Layouts::new(Arc::clone(attrs), room.saturating_sub(attrs.len()));
