@@ -13,6 +13,7 @@ pub mod purpose;
 pub mod schema;
 pub mod text;
 pub mod types;
+pub mod vars;
 pub mod verify;
 
 pub use attr::{Attr, AttrKind, Attrs};
@@ -25,4 +26,5 @@ pub use purpose::Purpose;
 pub use schema::{Arity, AttrSpec, SlotSpec};
 pub use text::{parse_program, ParseError};
 pub use types::{DType, OpId, Shape, TensorType, Var, VarId, VarKind, MAX_ELEMENTS};
+pub use vars::Vars;
 pub use verify::{verify_program, Subject, VerifyError};

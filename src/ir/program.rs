@@ -3,6 +3,7 @@
 use super::attr::{Attr, Attrs};
 use super::op_type::{OpRole, OpType};
 use super::types::{DType, OpId, TensorType, Var, VarId, VarKind};
+use super::vars::Vars;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -151,8 +152,9 @@ pub enum ProgramError {
 /// The variables and the ordered operators of one training step.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Program {
-    /// Shared copy-on-write: every rank stamped from a template declares the same variables.
-    vars: Arc<Vec<Var>>,
+    /// Shared copy-on-write: every rank program of a partition starts with the same
+    /// variables, and every rank stamped from a template declares the same ones (`Vars`).
+    vars: Vars,
     /// Name -> id, built on first use: per-rank programs are built by the thousand and
     /// rarely looked up by name. FxHash: SipHash of the names was a twentieth of the
     /// auto-planner's instructions (names come from the user's own plan, so resistance to
@@ -186,7 +188,7 @@ impl Program {
             }
             map.insert(var.name.clone(), id);
         }
-        Arc::make_mut(&mut self.vars).push(var);
+        self.vars.push(var);
         Ok(id)
     }
 
@@ -194,7 +196,18 @@ impl Program {
     /// unique (the partitioner's per-rank copies of a verified program's variables).
     pub fn with_vars(vars: Vec<Var>) -> Program {
         Program {
-            vars: Arc::new(vars),
+            vars: Vars::from(vars),
+            by_name: OnceLock::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// A program whose variables start with `shared`, the table other programs start with
+    /// too (a partition's rank programs), and no ops; the caller guarantees the names are
+    /// unique.
+    pub fn sharing_vars(shared: Arc<Vec<Var>>) -> Program {
+        Program {
+            vars: Vars::sharing(shared),
             by_name: OnceLock::new(),
             ops: Vec::new(),
         }
@@ -206,7 +219,7 @@ impl Program {
         if self.vars.iter().all(|v| v.ty.dtype != DType::F32) {
             return;
         }
-        for v in Arc::make_mut(&mut self.vars) {
+        for v in self.vars.iter_mut() {
             if v.ty.dtype == DType::F32 {
                 v.ty.dtype = DType::F64;
             }
@@ -217,7 +230,7 @@ impl Program {
     /// planned program re-inferred at another batch size (`passes::rebatch`). Extra types
     /// are ignored; variables without one keep theirs.
     pub fn set_types(&mut self, types: Vec<TensorType>) {
-        for (v, t) in Arc::make_mut(&mut self.vars).iter_mut().zip(types) {
+        for (v, t) in self.vars.iter_mut().zip(types) {
             v.ty = t;
         }
     }
@@ -229,7 +242,7 @@ impl Program {
         if let Some(map) = self.by_name.get_mut() {
             map.insert(var.name.clone(), id);
         }
-        Arc::make_mut(&mut self.vars).push(var);
+        self.vars.push(var);
         id
     }
 
@@ -275,7 +288,7 @@ impl Program {
     }
 
     /// All variables, indexed by `VarId`.
-    pub fn vars(&self) -> &[Var] {
+    pub fn vars(&self) -> &Vars {
         &self.vars
     }
 
@@ -304,7 +317,7 @@ impl Program {
                         && (matches!(a.ty, OpType::Collective(_) | OpType::RankLocal(_))
                             || a.attrs == b.attrs))
             })
-            && (Arc::ptr_eq(&self.vars, &other.vars) || self.vars == other.vars)
+            && self.vars.same(&other.vars)
     }
 
     /// Removes and returns op `i` (for fault injection: the checker's own tests delete a
@@ -317,7 +330,7 @@ impl Program {
     /// later passes appended to it.
     pub fn prefix(&self, vars: usize, ops: usize) -> Program {
         Program {
-            vars: Arc::new(self.vars[..vars.min(self.vars.len())].to_vec()),
+            vars: self.vars.prefix(vars),
             by_name: OnceLock::new(),
             ops: self.ops[..ops.min(self.ops.len())].to_vec(),
         }

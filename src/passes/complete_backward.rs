@@ -133,7 +133,7 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
         ops: fwd.ops.clone(),
     };
     // New variables start replicated; grad ops below lay them out.
-    for v in &program.vars()[fwd.tensors.len()..] {
+    for v in program.vars().iter().skip(fwd.tensors.len()) {
         dp.tensors
             .push(TensorDistAttr::replicated(MeshId::JOB, v.ty.rank()));
     }

@@ -119,7 +119,7 @@ pub fn partition(
     let mut marks = Marks {
         param_grad: vec![false; dp.program.vars().len()],
         summed: vec![false; dp.program.vars().len()],
-        locals,
+        locals: Arc::new(locals),
         tensors: Arc::new(dp.tensors.clone()),
         zero: Arc::clone(&zero),
         stages: stages
@@ -503,7 +503,7 @@ struct Marks {
     summed: Vec<bool>,
     /// The serial variables with their local shapes (the same on every rank), then the
     /// ZeRO shard variables.
-    locals: Vec<crate::ir::Var>,
+    locals: Arc<Vec<crate::ir::Var>>,
     /// The serial variables' completed layouts, which every rank starts from.
     tensors: Arc<Vec<TensorDistAttr>>,
     zero: Arc<ZeroLayout>,

@@ -232,31 +232,28 @@ pub struct RankBuilder<'a> {
 
 impl<'a> RankBuilder<'a> {
     /// Starts rank `rank`'s program with `locals`, every serial variable with its local
-    /// shape under `attrs` (see [`local_vars`]).
+    /// shape under `attrs` (see [`local_vars`]), a table every rank of the partition shares.
     pub fn new(
         rank: u32,
         mesh: &'a ProcessMesh,
         serial: &'a Program,
         attrs: &Arc<Vec<TensorDistAttr>>,
-        locals: &[Var],
+        locals: &Arc<Vec<Var>>,
         groups: &'a mut Groups,
     ) -> Self {
-        // Room for the temporaries the rank adds (reshards, receives, shards): growing a
-        // vector of every variable by copying it was a twentieth of the auto-planner's work.
-        // A rank adds few (1.5% of its variables on average over the auto-planner's 8-device
+        // Room in the per-variable tables for the temporaries the rank adds (reshards,
+        // receives): growing them by copying was a twentieth of the auto-planner's work. A
+        // rank adds few (1.5% of its variables on average over the auto-planner's 8-device
         // search, at most 28% on the 1.3B model's): an eighth spare covers most ranks without
-        // holding a quarter spare in every program kept (8-device search: a tenth fewer page
-        // faults and 3% less CPU time, for 0.4% more instructions in the ranks that grow).
+        // holding a quarter spare in every program kept (a tenth fewer page faults).
         let room = locals.len() + locals.len() / 8 + 16;
-        let mut vars = Vec::with_capacity(room);
-        vars.extend_from_slice(locals);
         let cur = super::layouts::Layouts::new(Arc::clone(attrs), room.saturating_sub(attrs.len()));
         let mut origin = Vec::with_capacity(room.max(serial.vars().len()));
         origin.extend((0..serial.vars().len() as u32).map(VarId));
         RankBuilder {
             ctx: RankCtx::new(rank, mesh, groups),
             mesh,
-            program: Program::with_vars(vars),
+            program: Program::sharing_vars(Arc::clone(locals)),
             cur,
             origin,
             serial,
