@@ -319,6 +319,16 @@ async fn the_partition_stage_colours_communication() {
     assert!(text(&root, ".program-panel h2").starts_with("Rank 2 — "));
     assert!(text(&root, ".rank-lens").contains("all_reduce linear_1.tmp_0 over [0, 1, 2, 3]"));
     assert!(text(&root, ".rank-lens .comm-group.tp summary").contains("tensor parallel (1)"));
+    // The rank program's chips show each variable's layout: the column-parallel weight
+    // split, the all-reduced output settled to replicated.
+    assert_eq!(
+        text(&root, ".program-panel .chip[data-var='linear_0.w_0'] .shard"),
+        "[-1, 0]"
+    );
+    assert_eq!(
+        text(&root, ".program-panel .op.comm.tp .chip[data-var='linear_1.tmp_0'] .shard"),
+        "[-1, -1]"
+    );
     // linear_0.w_0 is split by columns over the 4 ranks: rank 2 holds the third block.
     let first = q(&root, ".rank-lens .shards li");
     assert!(

@@ -135,8 +135,11 @@ pub fn ProgramView() -> Html {
         None
     };
     let rank_program = s.rank_program();
-    // One rank's layouts as a table (its program shares the serial ones with the others).
-    let rank_attrs = rank_program.map(|r| r.attrs.to_vec());
+    // One rank's layouts as a table (its program shares the serial ones with the others),
+    // copied only when its program is shown.
+    let rank_attrs = rank_program
+        .filter(|_| s.stage == Stage::Partition)
+        .map(|r| r.attrs.to_vec());
     let (program, attrs, title): (&Program, Option<&[TensorDistAttr]>, String) = match s.stage {
         Stage::Forward => (
             &s.plan.program,
