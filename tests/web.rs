@@ -322,11 +322,17 @@ async fn the_partition_stage_colours_communication() {
     // The rank program's chips show each variable's layout: the column-parallel weight
     // split, the all-reduced output settled to replicated.
     assert_eq!(
-        text(&root, ".program-panel .chip[data-var='linear_0.w_0'] .shard"),
+        text(
+            &root,
+            ".program-panel .chip[data-var='linear_0.w_0'] .shard"
+        ),
         "[-1, 0]"
     );
     assert_eq!(
-        text(&root, ".program-panel .op.comm.tp .chip[data-var='linear_1.tmp_0'] .shard"),
+        text(
+            &root,
+            ".program-panel .op.comm.tp .chip[data-var='linear_1.tmp_0'] .shard"
+        ),
         "[-1, -1]"
     );
     // linear_0.w_0 is split by columns over the 4 ranks: rank 2 holds the third block.
