@@ -108,6 +108,13 @@ fn chip(c: &ChipCtx, v: VarId, on_select: &Callback<String>) -> Html {
     }
 }
 
+/// The shown rank's layouts as a table, copied only on the per-rank tab (its program
+/// shares the serial layouts with the other ranks').
+fn shown_rank_attrs(s: &crate::session::Session) -> Option<Vec<TensorDistAttr>> {
+    let rank = s.rank_program().filter(|_| s.stage == Stage::Partition)?;
+    Some(rank.attrs.to_vec())
+}
+
 /// The program panel.
 #[component]
 pub fn ProgramView() -> Html {
@@ -135,11 +142,7 @@ pub fn ProgramView() -> Html {
         None
     };
     let rank_program = s.rank_program();
-    // One rank's layouts as a table (its program shares the serial ones with the others),
-    // copied only when its program is shown.
-    let rank_attrs = rank_program
-        .filter(|_| s.stage == Stage::Partition)
-        .map(|r| r.attrs.to_vec());
+    let rank_attrs = shown_rank_attrs(s);
     let (program, attrs, title): (&Program, Option<&[TensorDistAttr]>, String) = match s.stage {
         Stage::Forward => (
             &s.plan.program,
