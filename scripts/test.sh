@@ -61,8 +61,9 @@ echo "browser tests: $(( $(date +%s) - SUITE_START ))s"
 
 step "release build (trunk build --release, wasm-opt)"
 trunk build --release 2>&1 | tail -n 5
-WASM=$(ls dist/*.wasm | head -n 1)
-echo "release wasm: $WASM, $(stat -c %s "$WASM") bytes, $(gzip -9 -c "$WASM" | wc -c) bytes gzipped"
+for WASM in dist/shardlab_bg.wasm dist/shardlab-engine_bg.wasm; do
+  echo "release wasm: $WASM, $(stat -c %s "$WASM") bytes, $(gzip -9 -c "$WASM" | wc -c) bytes gzipped"
+done
 
 step "end-to-end tests (Playwright + Chromium against dist/)"
 (cd tests/e2e && node --test --test-reporter=spec --test-reporter-destination=stdout \

@@ -21,6 +21,7 @@
 pub mod cores;
 pub mod cost;
 pub mod dist;
+pub mod engine;
 pub mod exec;
 pub mod export;
 pub mod ir;

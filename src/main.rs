@@ -10,9 +10,3 @@ fn main() -> std::process::ExitCode {
 fn main() {
     shardlab::web::start();
 }
-
-#[cfg(all(not(feature = "native"), not(target_arch = "wasm32")))]
-fn main() {
-    eprintln!("shardlab was built without the `native` feature; rebuild with `--features native`");
-    std::process::exit(2);
-}

@@ -2,7 +2,19 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use shardlab::dist::Notation;
+use shardlab::engine::{Outcome, Reply, Task};
 use shardlab::session::{decode, encode, Action, DimChoice, PipelineAction, Session, Stage};
+
+/// Lets the engine answer the job the session waits for (in-process, as natively).
+trait Settle {
+    fn settled(self) -> Session;
+}
+
+impl Settle for Session {
+    fn settled(self) -> Session {
+        shardlab::engine::finish(self)
+    }
+}
 
 fn megatron() -> Session {
     Session::from_scenario("megatron_mlp").unwrap()
@@ -257,10 +269,28 @@ fn editing_text_applies_when_valid_and_reports_errors_inline() {
 fn running_in_the_session_verifies() {
     let s = megatron().reduce(Action::SelectRank(2));
     assert!(!s.pipeline.as_ref().unwrap().is_fully_partitioned());
-    let s = s.reduce(Action::Run);
+    let asked = s.reduce(Action::Run);
+    assert_eq!(
+        asked.waiting_for(),
+        Some(&Task::Run),
+        "Run is a job for the engine"
+    );
+    assert!(asked.run.is_none());
+    // A reply to another job (an older plan's) is dropped; the job keeps waiting.
+    let id = asked.job.as_ref().unwrap().id;
+    let stray = asked.clone().reduce(Action::Reply(Reply {
+        id: id + 1,
+        outcome: Outcome::Run(Err("stray".into())),
+    }));
+    assert_eq!(
+        (stray.job.as_ref().map(|j| j.id), stray.message),
+        (Some(id), None)
+    );
+    let s = asked.settled();
+    assert!(s.job.is_none());
     assert!(
-        s.pipeline.as_ref().unwrap().is_fully_partitioned(),
-        "running builds every rank"
+        !s.pipeline.as_ref().unwrap().is_fully_partitioned(),
+        "the engine builds every rank in its own copy; the page keeps the rank it shows"
     );
     assert_eq!(s.selected_rank, 2);
     let run = s.run.as_ref().expect("ran");
@@ -272,6 +302,13 @@ fn running_in_the_session_verifies() {
         choice: DimChoice::Axes(vec![0]),
     });
     assert!(s.run.is_none(), "a new plan clears old results");
+    // A plan change drops a waiting job: its answer would be about the old plan.
+    let s = s.reduce(Action::Run).reduce(Action::SetDim {
+        var: "x".into(),
+        dim: 0,
+        choice: DimChoice::Free,
+    });
+    assert!(s.job.is_none());
     let s = s.reduce(Action::Dismiss);
     assert!(s.message.is_none());
 }
@@ -305,7 +342,7 @@ fn megatron_sums_replan_and_survive_links_and_presets() {
     let back = Session::from_hash(&hash).unwrap();
     assert!(back.megatron_sums);
     assert_eq!(backward_tp(&back), 2);
-    let run = s.clone().reduce(Action::Run);
+    let run = s.clone().reduce(Action::Run).settled();
     assert!(run.run.as_ref().unwrap().checks.iter().all(|c| c.pass));
     let other = s.reduce(Action::LoadScenario("megatron_mlp".into()));
     assert!(other.megatron_sums, "a preference, kept across presets");
@@ -545,6 +582,9 @@ mod random_actions {
         prop_assert_eq!(back.stage, s.stage);
         prop_assert_eq!(back.notation, s.notation);
         prop_assert_eq!(back.megatron_sums, s.megatron_sums);
+        // The engine rebuilds a job's session from its link and refuses one that does not
+        // come back unchanged.
+        prop_assert_eq!(back.to_hash(), s.to_hash());
         Ok(())
     }
 
@@ -562,7 +602,9 @@ mod random_actions {
             check(&s)?;
             for (i, a) in actions.into_iter().enumerate() {
                 let a = resolve(a, &vars);
-                s = s.reduce(a.clone());
+                // The engine answers every job in-process (a job must reach it intact).
+                s = shardlab::engine::finish(s.reduce(a.clone()));
+                prop_assert!(s.job.is_none());
                 check(&s).map_err(|e| TestCaseError::fail(format!("after action {i} {a:?}: {e}")))?;
             }
         }
@@ -700,7 +742,7 @@ fn pipeline_schedule_boundaries_and_links() {
     assert_eq!(back.to_hash(), hash);
     assert!(Session::from_hash(&format!("{hash}&pps=0,9")).is_err());
     // The browser's run of every rank's jobs verifies against the serial step.
-    let run = moved.reduce(Action::Run);
+    let run = moved.reduce(Action::Run).settled();
     let r = run.run.as_ref().expect("a run");
     assert!(
         !r.checks.is_empty() && r.checks.iter().all(|c| c.pass),
@@ -732,7 +774,8 @@ mod break_it {
     fn an_unbroken_run_diverges_nowhere() {
         let s = dp()
             .reduce(Action::SetBreakMode(true))
-            .reduce(Action::RunBroken);
+            .reduce(Action::RunBroken)
+            .settled();
         let r = s.break_report.as_ref().expect("a report");
         assert!(r.diverged.is_empty(), "{:?}", r.diverged);
         assert!(r.compared >= 5, "{}", r.compared);
@@ -746,7 +789,8 @@ mod break_it {
         let scale = op_where(&s, |l| l.starts_with("scale linear_0.w_0@GRAD"));
         let s = s
             .reduce(Action::Break(Breakage::Delete { op: scale }))
-            .reduce(Action::RunBroken);
+            .reduce(Action::RunBroken)
+            .settled();
         let r = s.break_report.as_ref().expect("a report");
         assert_eq!(r.breaks.len(), 1);
         assert!(
@@ -785,7 +829,8 @@ mod break_it {
         let ar = op_where(&s, |l| l.starts_with("all_reduce linear_1.w_0@GRAD"));
         let s = s
             .reduce(Action::Break(Breakage::Delete { op: ar }))
-            .reduce(Action::RunBroken);
+            .reduce(Action::RunBroken)
+            .settled();
         let r = s.break_report.as_ref().unwrap();
         let grad = r
             .diverged
@@ -813,7 +858,10 @@ mod break_it {
         ] {
             let s = dp().reduce(Action::SetBreakMode(true));
             let ar = op_where(&s, |l| l.starts_with("all_reduce linear_0.w_0@GRAD"));
-            let s = s.reduce(Action::Break(b(ar))).reduce(Action::RunBroken);
+            let s = s
+                .reduce(Action::Break(b(ar)))
+                .reduce(Action::RunBroken)
+                .settled();
             let r = s.break_report.as_ref().unwrap();
             assert!(
                 r.diverged
@@ -831,7 +879,8 @@ mod break_it {
         let ar = op_where(&s, |l| l.starts_with("all_reduce linear_0.w_0@GRAD"));
         let s = s
             .reduce(Action::Break(Breakage::SkipOnRank { op: ar, rank: 0 }))
-            .reduce(Action::RunBroken);
+            .reduce(Action::RunBroken)
+            .settled();
         let r = s.break_report.as_ref().unwrap();
         let said = format!(
             "{:?} {:?}",
@@ -963,7 +1012,7 @@ fn a_collective_shows_real_values_and_its_ring() {
         .find(|o| o.label.starts_with("all_reduce linear_1.tmp_0"))
         .unwrap()
         .op;
-    let s = s.reduce(Action::ShowValues(Some(ar)));
+    let s = s.reduce(Action::ShowValues(Some(ar))).settled();
     let v = s.values.clone().unwrap().unwrap();
     assert_eq!(v.group, vec![0, 1, 2, 3]);
     assert_eq!(v.blocks.len(), 4);
@@ -1002,7 +1051,7 @@ fn a_collective_shows_real_values_and_its_ring() {
     let mid = &v.ring[3].chunks;
     assert_eq!(mid[0][1].len(), n / 4);
     // A non-collective is an error, not a panic; another rank or a re-plan hides the view.
-    let s = s.reduce(Action::ShowValues(Some(0)));
+    let s = s.reduce(Action::ShowValues(Some(0))).settled();
     assert!(s
         .values
         .clone()
@@ -1117,7 +1166,7 @@ fn sequence_parallel_gathers_and_reduce_scatters_and_verifies() {
         .ops()
         .iter()
         .any(|o| o.role == OpRole::Forward && o.ty == OpType::AllReduce));
-    let s = s.reduce(Action::Run);
+    let s = s.reduce(Action::Run).settled();
     let run = s.run.as_ref().expect("a run");
     assert!(
         run.checks.len() >= 30 && run.checks.iter().all(|c| c.pass),
@@ -1277,7 +1326,10 @@ fn a_send_between_stages_shows_the_block_sent_and_received() {
         !sends.is_empty() && !recvs.is_empty(),
         "stage 0 sends and receives"
     );
-    let send = s.clone().reduce(Action::ShowValues(Some(sends[0])));
+    let send = s
+        .clone()
+        .reduce(Action::ShowValues(Some(sends[0])))
+        .settled();
     let v = send.values.clone().unwrap().unwrap();
     assert!(v.pair);
     assert_eq!(v.group.len(), 2);
@@ -1306,12 +1358,16 @@ fn a_send_between_stages_shows_the_block_sent_and_received() {
         .unwrap();
     let w = from_b
         .reduce(Action::ShowValues(Some(recv)))
+        .settled()
         .values
         .unwrap()
         .unwrap();
     assert_eq!(w.blocks, v.blocks);
     // A backward recv on stage 0 (an activation gradient) has values too.
-    let back = s.clone().reduce(Action::ShowValues(Some(recvs[0])));
+    let back = s
+        .clone()
+        .reduce(Action::ShowValues(Some(recvs[0])))
+        .settled();
     let b = back.values.clone().unwrap().unwrap();
     assert_eq!(b.group[1], 0, "rank 0 receives");
     assert!(b.blocks[0].input == b.blocks[1].output && !b.blocks[0].input.is_empty());
@@ -1324,6 +1380,7 @@ fn a_send_between_stages_shows_the_block_sent_and_received() {
     }) {
         let e = s
             .reduce(Action::ShowValues(Some(other.op)))
+            .settled()
             .values
             .unwrap()
             .unwrap_err();

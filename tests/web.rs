@@ -3,7 +3,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use shardlab::dist::ProcessMesh;
-use shardlab::web::{App, MeshView, MeshViewProps};
+use shardlab::web::{App, AppProps, EngineLink, MeshView, MeshViewProps};
 use std::sync::Arc;
 use std::time::Duration;
 use wasm_bindgen::JsCast;
@@ -84,9 +84,17 @@ fn select(root: &Element, selector: &str, value: &str) {
     s.dispatch_event(&Event::new("change").unwrap()).unwrap();
 }
 
+/// The app's props for a test page: the engine in-process (there is no worker here; the
+/// end-to-end tests run the real one), through the worker's codec.
+fn in_process() -> AppProps {
+    AppProps {
+        engine: Some(EngineLink::in_process(shardlab::engine::handle)),
+    }
+}
+
 async fn app(hash: &str) -> Element {
     let root = fresh_root(hash);
-    yew::Renderer::<App>::with_root(root.clone()).render();
+    yew::Renderer::<App>::with_root_and_props(root.clone(), in_process()).render();
     settle().await;
     root
 }
@@ -647,7 +655,7 @@ async fn app_at(query: &str, hash: &str) -> Element {
             )),
         )
         .unwrap();
-    yew::Renderer::<App>::with_root(root.clone()).render();
+    yew::Renderer::<App>::with_root_and_props(root.clone(), in_process()).render();
     settle().await;
     root
 }
@@ -1046,4 +1054,30 @@ async fn the_suggest_panel_explains_a_plan_it_cannot_search() {
         "{}",
         text(&root, ".suggest-panel")
     );
+}
+
+/// The worker's codec (structured clone through serde-wasm-bindgen) carries what JSON
+/// cannot: a broken run's NaN and infinite losses, and negative zero.
+#[wasm_bindgen_test]
+fn a_reply_with_nan_and_infinity_crosses_the_worker_codec() {
+    use shardlab::engine::{Outcome, Reply};
+    use shardlab::session::RunSummary;
+    let r = Reply {
+        id: 3,
+        outcome: Outcome::Run(Ok(RunSummary {
+            serial_losses: vec![1.5, f64::NAN],
+            dist_losses: vec![f64::INFINITY, -0.0],
+            checks: Vec::new(),
+        })),
+    };
+    let js = serde_wasm_bindgen::to_value(&r).unwrap();
+    let back: Reply = serde_wasm_bindgen::from_value(js).unwrap();
+    let Outcome::Run(Ok(b)) = back.outcome else {
+        panic!("{back:?}");
+    };
+    assert_eq!(back.id, 3);
+    assert_eq!(b.serial_losses[0], 1.5);
+    assert!(b.serial_losses[1].is_nan());
+    assert_eq!(b.dist_losses[0], f64::INFINITY);
+    assert!(b.dist_losses[1] == 0.0 && b.dist_losses[1].is_sign_negative());
 }

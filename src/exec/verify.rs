@@ -26,13 +26,13 @@
 use super::run::{Log, Record};
 use super::tensor::Tensor;
 use crate::ir::DType;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How many serial error bounds a distributed value may differ by.
 pub const TOLERANCE_FACTOR: f64 = 8.0;
 
 /// One compared tensor.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     pub tensor: String,
     /// The largest difference over every element of every copy.

@@ -28,7 +28,7 @@ use crate::passes::pipeline::Pipeline;
 use std::fmt::Write as _;
 
 /// How the script expresses the plan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ExportMode {
     Gspmd,
     ShardMap,

@@ -7,11 +7,12 @@ use super::*;
 use crate::dist::ReduceType;
 use crate::exec::run::{Log, Record};
 use crate::ir::Op;
+use serde::{Deserialize, Serialize};
 
 /// One deliberate mistake. `op` indexes the selected rank's program when it was made; on
 /// other ranks the same op is found by type, purpose and operand names (pipeline stages
 /// have different programs), and ranks without it are left alone.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Breakage {
     /// Delete the op on every rank.
     Delete { op: usize },
@@ -24,7 +25,7 @@ pub enum Breakage {
 }
 
 /// How a broken collective's group changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GroupChange {
     /// Each rank alone: the collective does nothing.
     Alone,
@@ -34,7 +35,7 @@ pub enum GroupChange {
 
 /// The op a breakage applies to, recognised on every rank by type, namescope, operand
 /// names, and which occurrence of that combination it is.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BrokenOp {
     op: Op,
     names: Vec<String>,
@@ -77,7 +78,7 @@ pub(super) fn locate(program: &crate::ir::Program, key: &BrokenOp) -> Option<usi
 }
 
 /// What a broken run found.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BreakReport {
     /// The mistakes, described.
     pub breaks: Vec<String>,
@@ -91,7 +92,7 @@ pub struct BreakReport {
 }
 
 /// One tensor that diverged.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Divergence {
     pub tensor: String,
     /// The one-line diagnosis.
@@ -199,15 +200,13 @@ fn apply(program: &mut crate::ir::Program, rank: u32, key: &BrokenOp, b: &Breaka
 
 impl Session {
     /// Runs the plan with the breakages applied and reports what diverged.
-    pub(super) fn run_broken(&mut self) {
+    pub(crate) fn compute_broken(&mut self) -> Result<BreakReport, String> {
         self.ensure_partitioned(None);
         let Some(p) = self.pipeline.clone() else {
-            self.message = Some("nothing to run: the plan has an error".into());
-            return;
+            return Err("nothing to run: the plan has an error".into());
         };
         if let Some(why) = too_large(&p) {
-            self.message = Some(why);
-            return;
+            return Err(why);
         }
         // Verified in f64, as Run is (`exec::precision`).
         let p = crate::exec::precision::in_precision(&p, crate::exec::precision::Precision::F64)
@@ -228,14 +227,8 @@ impl Session {
             .iter()
             .map(|(_, b)| self.describe_break(b))
             .collect();
-        let serial = match run_serial(&p, &opts) {
-            Ok(s) => s,
-            Err(e) => {
-                self.message = Some(format!("the serial run failed: {e}"));
-                return;
-            }
-        };
-        self.break_report = Some(match run_distributed(&broken, &opts, false) {
+        let serial = run_serial(&p, &opts).map_err(|e| format!("the serial run failed: {e}"))?;
+        Ok(match run_distributed(&broken, &opts, false) {
             Ok(d) => diagnose(&serial, &d, breaks),
             Err(e) => BreakReport {
                 breaks,
@@ -243,7 +236,7 @@ impl Session {
                 compared: 0,
                 failure: Some(e.to_string()),
             },
-        });
+        })
     }
 }
 

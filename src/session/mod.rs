@@ -17,6 +17,7 @@ mod cost;
 mod edit;
 mod exercises;
 mod export;
+mod jobs;
 mod lessons;
 mod link;
 mod picture;
@@ -136,6 +137,9 @@ pub enum Action {
     OpenLink(String),
     /// Show a collective of the selected rank's program with real values (`None`: hide).
     ShowValues(Option<usize>),
+    /// The engine's answer to a job (`crate::engine`); ignored unless it answers the job
+    /// the session waits for.
+    Reply(crate::engine::Reply),
     Dismiss,
 }
 
@@ -155,7 +159,7 @@ pub enum PipelineAction {
 }
 
 /// A finished browser run.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunSummary {
     pub serial_losses: Vec<f64>,
     pub dist_losses: Vec<f64>,
@@ -213,6 +217,9 @@ pub struct Session {
     pub break_report: Option<BreakReport>,
     /// The collective shown with real values, or why it cannot be.
     pub values: Option<Result<CollectiveView, String>>,
+    /// The engine job this session waits for (Run, a broken run, a collective's values);
+    /// the page sends it to the engine and dispatches the reply.
+    pub job: Option<crate::engine::Job>,
 }
 
 impl PartialEq for Session {
@@ -242,6 +249,7 @@ impl PartialEq for Session {
             && self.breaks == other.breaks
             && self.break_report == other.break_report
             && self.values == other.values
+            && self.job == other.job
             && match (&self.pinned, &other.pinned) {
                 (None, None) => true,
                 (Some(a), Some(b)) => Arc::ptr_eq(&a.pipeline, &b.pipeline),
@@ -341,6 +349,7 @@ impl Session {
             breaks: Vec::new(),
             break_report: None,
             values: None,
+            job: None,
         };
         s.replan();
         s
@@ -366,6 +375,8 @@ impl Session {
         self.values = None;
         self.breaks.clear();
         self.break_report = None;
+        // A job on the old plan answers for the old plan.
+        self.job = None;
         if self.plan.program.ops().len() > MAX_BROWSER_OPS {
             self.pipeline = None;
             self.plan_error = Some(format!(
@@ -488,7 +499,7 @@ impl Session {
             Action::SetPlaySpeed(k) => self.play_speed = k.clamp(1, 64),
             Action::SetLayers(n) => self.set_layers(n),
             Action::EditText(text) => self.edit_text(text),
-            Action::Run => self.run(),
+            Action::Run => self.request(crate::engine::Task::Run),
             Action::SetMegatronSums(on) => {
                 if self.megatron_sums != on {
                     self.megatron_sums = on;
@@ -513,7 +524,8 @@ impl Session {
             | Action::ClearBreaks
             | Action::RunBroken
             | Action::OpenLink(_)
-            | Action::ShowValues(_)) => return self.reduce_teaching(a),
+            | Action::ShowValues(_)
+            | Action::Reply(_)) => return self.reduce_teaching(a),
             Action::Dismiss => {}
         }
         self
@@ -542,8 +554,14 @@ impl Session {
                 self.breaks.clear();
                 self.break_report = None;
             }
-            Action::RunBroken => self.run_broken(),
-            Action::ShowValues(op) => self.show_values(op),
+            Action::RunBroken => self.request(crate::engine::Task::RunBroken(self.breaks.clone())),
+            Action::ShowValues(op) => {
+                self.values = None;
+                if let Some(op) = op {
+                    self.request(crate::engine::Task::Values(op));
+                }
+            }
+            Action::Reply(reply) => self.receive(reply),
             Action::OpenLink(hash) => match Session::from_hash(&hash) {
                 Ok(mut s) => {
                     s.embed = self.embed;

@@ -1,18 +1,17 @@
-//! Running the plan in the browser: every rank stepped cooperatively, checked against the
-//! serial run.
+//! Running the plan: every rank stepped cooperatively, checked against the serial run.
+//! The page asks the engine for it (`crate::engine`); this is what the engine does.
 
 use super::*;
 
 impl Session {
-    pub(super) fn run(&mut self) {
+    /// Runs every rank of the plan for two steps and verifies them against serial.
+    pub(crate) fn compute_run(&mut self) -> Result<RunSummary, String> {
         self.ensure_partitioned(None);
         let Some(p) = self.pipeline.clone() else {
-            self.message = Some("nothing to run: the plan has an error".into());
-            return;
+            return Err("nothing to run: the plan has an error".into());
         };
         if let Some(why) = super::break_it::too_large(&p) {
-            self.message = Some(why);
-            return;
+            return Err(why);
         }
         let opts = RunOptions {
             steps: 2,
@@ -21,17 +20,12 @@ impl Session {
         // Verified in f64: in f32 the derived tolerance cannot catch every error on a deep
         // model (`exec::precision`).
         let p = crate::exec::precision::in_precision(&p, crate::exec::precision::Precision::F64);
-        let result =
-            run_serial(&p, &opts).and_then(|s| run_distributed(&p, &opts, false).map(|d| (s, d)));
-        match result {
-            Ok((s, d)) => {
-                self.run = Some(RunSummary {
-                    serial_losses: s.losses.clone(),
-                    dist_losses: d.losses.clone(),
-                    checks: verify(&s, &d),
-                })
-            }
-            Err(e) => self.message = Some(format!("run failed: {e}")),
-        }
+        let s = run_serial(&p, &opts).map_err(|e| format!("run failed: {e}"))?;
+        let d = run_distributed(&p, &opts, false).map_err(|e| format!("run failed: {e}"))?;
+        Ok(RunSummary {
+            serial_losses: s.losses.clone(),
+            dist_losses: d.losses.clone(),
+            checks: verify(&s, &d),
+        })
     }
 }

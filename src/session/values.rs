@@ -4,9 +4,10 @@
 
 use super::*;
 use crate::ir::OpClass;
+use serde::{Deserialize, Serialize};
 
 /// A collective's values across its group.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollectiveView {
     /// The op's index in the selected rank's program, and its text.
     pub op: usize,
@@ -22,7 +23,7 @@ pub struct CollectiveView {
 }
 
 /// One rank's values around the op.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     pub rank: u32,
     pub in_shape: Vec<usize>,
@@ -32,7 +33,7 @@ pub struct Block {
 }
 
 /// The ring after one step: what each member holds of each chunk.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RingStep {
     /// "start", "reduce-scatter k/N-1", "all-gather k/N-1".
     pub title: String,
@@ -102,14 +103,10 @@ pub fn ring_all_reduce(inputs: &[Vec<f64>]) -> Vec<RingStep> {
 }
 
 impl Session {
-    /// Shows op `op` of the selected rank's program with real values (`None` hides it).
-    pub(super) fn show_values(&mut self, op: Option<usize>) {
-        self.values = None;
-        let Some(op) = op else {
-            return;
-        };
+    /// Op `op` of the selected rank's program with real values.
+    pub(crate) fn compute_values(&mut self, op: usize) -> Result<CollectiveView, String> {
         self.ensure_partitioned(None);
-        self.values = Some(self.collective_view(op));
+        self.collective_view(op)
     }
 
     /// The inserted op's label as the rank lens lists it (else its type).

@@ -97,7 +97,6 @@ fn parse_request(request: JsValue) -> Result<Request, JsValue> {
 
 /// Plans `request` and returns the whole pipeline as a JS object; errors are JS errors
 /// with a message.
-#[wasm_bindgen]
 pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
     let req = parse_request(request)?;
     let err = |m: String| JsValue::from_str(&m);
@@ -205,7 +204,6 @@ fn request_plan(req: &Request) -> Result<crate::plan::Plan, JsValue> {
 /// The plan as a self-contained JAX script (`shardlab export --to jax`): the request of
 /// `plan` plus `mode` (`gspmd` or `shard_map`) and `constrain` (`annotated` or `all`).
 /// Returns the script text; errors are JS errors with a message.
-#[wasm_bindgen]
 pub fn export_jax(request: JsValue) -> Result<String, JsValue> {
     use crate::export::{Constrain, ExportMode, ExportOptions};
     let req = parse_request(request)?;
@@ -238,7 +236,6 @@ pub fn export_jax(request: JsValue) -> Result<String, JsValue> {
 /// `timeline_step_ms` (one timeline step with the replayed attrs and the inspector's tiles)
 /// and `select_ms` (selecting a matmul output: tiles, A · B = C, why, exercises). The DOM
 /// update is not included.
-#[wasm_bindgen]
 pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
     use crate::session::{Action, DimChoice, Session};
     let (plan, _) = parse_plan(text).map_err(|e| JsValue::from_str(&format!("{e:?}")))?;

@@ -27,7 +27,6 @@ pub fn document(
 }
 
 /// Runs a search to the end (blocking: prefer `SuggestSearch` for large ones).
-#[wasm_bindgen]
 pub fn suggest(request: JsValue) -> Result<JsValue, JsValue> {
     let mut search = SuggestSearch::new(request)?;
     loop {
@@ -38,7 +37,6 @@ pub fn suggest(request: JsValue) -> Result<JsValue, JsValue> {
 }
 
 /// A search run a step at a time: `step()` returns `undefined` until the answer.
-#[wasm_bindgen]
 pub struct SuggestSearch {
     search: Search,
     model: crate::models::Model,
@@ -46,9 +44,7 @@ pub struct SuggestSearch {
     budget: f64,
 }
 
-#[wasm_bindgen]
 impl SuggestSearch {
-    #[wasm_bindgen(constructor)]
     pub fn new(request: JsValue) -> Result<SuggestSearch, JsValue> {
         let req = parse(request)?;
         let err = |m: String| JsValue::from_str(&m);
@@ -83,7 +79,6 @@ impl SuggestSearch {
 /// A browser benchmark hook, the baseline `bench_suggest.mjs` reports the search against:
 /// the median time, over `repeat` runs, of planning `text` (every rank) and pricing it on
 /// `topology`, as `shardlab bench --what suggest` times one costing natively (no JSON).
-#[wasm_bindgen]
 pub fn bench_cost(text: &str, topology: &str, repeat: u32) -> Result<f64, JsValue> {
     use crate::passes::pipeline::{run_pipeline, PipelineOptions};
     let err = |m: String| JsValue::from_str(&m);

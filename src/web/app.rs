@@ -4,6 +4,7 @@
 use super::break_panel::BreakPanel;
 use super::cost_panel::CostPanel;
 use super::editor::Editor;
+use super::engine_link::EngineLink;
 use super::exercise_panel::ExercisePanel;
 use super::export_panel::ExportPanel;
 use super::inspector::{Inspector, WhyPanel};
@@ -43,6 +44,8 @@ pub struct AppCtx {
     pub hidden: Rc<Vec<String>>,
     /// The state the page opened with (an embed's reset returns to it).
     pub initial_hash: Rc<String>,
+    /// Where Run, break-it, values, export and suggest are done (`crate::engine`).
+    pub engine: EngineLink,
 }
 
 impl AppCtx {
@@ -117,6 +120,29 @@ fn initial() -> Session {
     session
 }
 
+/// Starts the engine loading once the page is up, and sends it the job the session waits
+/// for (each job once: its id changes), dispatching the replies.
+#[hook]
+fn use_engine(ctx: &AppCtx) {
+    let (engine, job) = (ctx.engine.clone(), ctx.session().job.clone());
+    {
+        let engine = engine.clone();
+        use_effect_with((), move |_| engine.warm());
+    }
+    let state = ctx.state.clone();
+    use_effect_with(job, move |job| {
+        if let Some(job) = job {
+            let id = job.id;
+            engine.send(
+                job.clone(),
+                Callback::from(move |outcome| {
+                    state.dispatch(Action::Reply(crate::engine::Reply { id, outcome }))
+                }),
+            );
+        }
+    });
+}
+
 /// The right column: rank lens, cost, ledger, run.
 fn right_column(ctx: &AppCtx) -> Html {
     html! {
@@ -135,9 +161,22 @@ fn right_column(ctx: &AppCtx) -> Html {
 }
 
 /// The playground.
+/// The root's properties.
+#[derive(Properties, PartialEq, Default)]
+pub struct AppProps {
+    /// The engine to use (the browser tests pass one in-process); by default the engine's
+    /// Web Worker.
+    #[prop_or_default]
+    pub engine: Option<EngineLink>,
+}
+
 #[component]
-pub fn App() -> Html {
+pub fn App(props: &AppProps) -> Html {
     let state = use_reducer_eq(|| State(initial()));
+    let engine = use_memo((), {
+        let given = props.engine.clone();
+        move |_| given.unwrap_or_else(EngineLink::worker)
+    });
     let initial_hash = use_memo((), {
         let h = state.0.to_hash();
         move |_| h
@@ -151,8 +190,10 @@ pub fn App() -> Html {
         state: state.clone(),
         hidden: Rc::new((*hidden).clone()),
         initial_hash: Rc::new((*initial_hash).clone()),
+        engine: (*engine).clone(),
     };
     let s = &state.0;
+    use_engine(&ctx);
 
     // Keep the URL and the autosave in step with the state.
     let hash = s.to_hash();

@@ -6,6 +6,7 @@
 use super::app::AppCtx;
 use super::program_view::purpose_class;
 use crate::dist::ReduceType;
+use crate::engine::Task;
 use crate::ir::OpType;
 use crate::session::{Action, Breakage, Divergence, GroupChange, InsertedOp};
 use web_sys::{HtmlInputElement, HtmlSelectElement};
@@ -172,6 +173,9 @@ pub fn BreakPanel() -> Html {
                 { " " }
                 <button class="small" onclick={clear} disabled={s.breaks.is_empty()}>{ "undo all" }</button>
             </p>
+            if matches!(s.waiting_for(), Some(Task::RunBroken(_))) {
+                <p class="hint waiting" role="status">{ "Running the broken programs…" }</p>
+            }
             { report }
         </section>
     }

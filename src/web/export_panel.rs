@@ -3,32 +3,54 @@
 //! checks it against the numbers ShardLab computes.
 
 use super::app::AppCtx;
+use crate::engine::{Job, Outcome, Task};
 use crate::export::ExportMode;
 use yew::prelude::*;
 
-/// The export panel.
+/// The export panel. The engine writes the script (`crate::engine`).
 #[component]
 pub fn ExportPanel() -> Html {
-    let script = use_state(|| None::<(ExportMode, Result<String, String>)>);
+    let script = use_state(|| None::<(ExportMode, Option<Result<String, String>>)>);
     let copied = use_state(|| false);
+    // The job whose answer is wanted (a later click supersedes an earlier one).
+    let latest = use_mut_ref(|| 0u64);
     let Some(ctx) = use_context::<AppCtx>() else {
         return html! {};
     };
     let make = |mode: ExportMode| {
         let script = script.clone();
         let copied = copied.clone();
-        let ctx = ctx.clone();
+        let (ctx, latest) = (ctx.clone(), latest.clone());
         Callback::from(move |_: MouseEvent| {
             copied.set(false);
-            script.set(Some((mode, ctx.session().export_script(mode))));
+            script.set(Some((mode, None)));
+            let job = Job::new(ctx.session(), Task::Export(mode));
+            *latest.borrow_mut() = job.id;
+            let (script, latest, id) = (script.clone(), latest.clone(), job.id);
+            let on = Callback::from(move |outcome| {
+                let r = match outcome {
+                    Outcome::Export(r) => r,
+                    Outcome::Failed(e) => Err(e),
+                    Outcome::Progress { .. }
+                    | Outcome::Run(_)
+                    | Outcome::Broken(_)
+                    | Outcome::Values(_)
+                    | Outcome::Suggest(_) => return,
+                };
+                if *latest.borrow() == id {
+                    script.set(Some((mode, Some(r))));
+                }
+            });
+            ctx.engine.send(job, on);
         })
     };
     let shown = script.as_ref().map(|(m, _)| *m);
     let class = |mode: ExportMode| classes!("small", (shown == Some(mode)).then_some("primary"));
     let body = match &*script {
         None => html! {},
-        Some((_, Err(e))) => html! { <p class="error export-error">{ e.clone() }</p> },
-        Some((mode, Ok(text))) => {
+        Some((_, None)) => html! { <p class="hint export-waiting">{ "Writing the script…" }</p> },
+        Some((_, Some(Err(e)))) => html! { <p class="error export-error">{ e.clone() }</p> },
+        Some((mode, Some(Ok(text)))) => {
             let href = format!(
                 "data:text/x-python;charset=utf-8,{}",
                 String::from(js_sys::encode_uri_component(text))

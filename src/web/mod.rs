@@ -7,6 +7,7 @@ mod app;
 mod break_panel;
 mod cost_panel;
 mod editor;
+mod engine_link;
 mod exercise_panel;
 mod export_panel;
 mod inspector;
@@ -22,10 +23,12 @@ mod suggest_panel;
 mod tile_view;
 mod timeline;
 mod values_panel;
+pub mod worker;
 
 pub use api::{bench_replan, export_jax, plan};
-pub use api_suggest::{suggest, SuggestSearch};
-pub use app::{App, AppCtx, State};
+pub use api_suggest::{bench_cost, suggest, SuggestSearch};
+pub use app::{App, AppCtx, AppProps, State};
+pub use engine_link::EngineLink;
 pub use mesh_view::{MeshView, MeshViewProps};
 
 /// Mounts the playground on `<body>`, unless the page only wants the JavaScript API

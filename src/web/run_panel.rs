@@ -1,7 +1,8 @@
-//! Run: two training steps serially and on every rank (stepped cooperatively in the page),
+//! Run: two training steps serially and on every rank (stepped cooperatively in the engine's worker),
 //! the losses, and the per-tensor verification table.
 
 use super::app::AppCtx;
+use crate::engine::Task;
 use crate::session::Action;
 use yew::prelude::*;
 
@@ -41,6 +42,9 @@ pub fn RunPanel() -> Html {
         <section class="panel run-panel">
             <h2>{ "Run" }<button id="run" class="small primary" {onclick}>{ "Run 2 steps" }</button></h2>
             <p class="hint">{ "Executes the serial program and every rank's program (ranks stepped in turn, real collectives, computed in f64) and compares them: every copy within its tolerance of the serial value, and replicas identical." }</p>
+            if s.waiting_for() == Some(&Task::Run) {
+                <p class="hint waiting" role="status">{ "Running every rank…" }</p>
+            }
             { result }
         </section>
     }

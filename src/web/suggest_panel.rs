@@ -1,108 +1,43 @@
 //! Suggest: the auto-planner over the session's model on the cost panel's topology. The
-//! search runs a family at a time between frames (a zero-delay timer per step, about 30 ms
-//! of work each), with a progress bar, so the page never freezes. The winner can be loaded,
-//! or loaded with the current plan pinned to see the diff in the cost panel.
+//! search runs in the engine's worker (`crate::engine`), which reports progress for the bar
+//! while the page stays live. The winner can be loaded, or loaded with the current plan
+//! pinned to see the diff in the cost panel.
 
 use super::app::AppCtx;
+use crate::engine::{Job, Outcome, SuggestRow, SuggestView, Task};
 use crate::session::Action;
-use crate::suggest::report::{human_bytes, human_seconds};
-use crate::suggest::{Row, Search, Suggestion};
-use std::cell::RefCell;
 use std::rc::Rc;
 use yew::prelude::*;
-
-/// How long one chunk of the search may run before yielding to the page (ms).
-const SLICE_MS: f64 = 30.0;
-
-fn now() -> f64 {
-    web_sys::window()
-        .and_then(|w| w.performance())
-        .map_or(0.0, |p| p.now())
-}
 
 /// The search's state as the panel shows it.
 #[derive(Clone)]
 enum Status {
     Idle,
     Running(usize, usize),
-    Done(Rc<Suggestion>),
+    Done(Rc<SuggestView>),
     Failed(String),
 }
 
-/// Runs `search` a slice at a time on zero-delay timers, reporting to `status`.
-fn drive(search: Rc<RefCell<Option<Search>>>, status: UseStateHandle<Status>) {
-    let started = now();
-    let mut finished = None;
-    {
-        let mut slot = search.borrow_mut();
-        let Some(s) = slot.as_mut() else {
-            return;
-        };
-        while now() - started < SLICE_MS {
-            if let Some(done) = s.step() {
-                finished = Some(done);
-                break;
-            }
-        }
-        if finished.is_none() {
-            let (d, t) = s.progress();
-            status.set(Status::Running(d, t));
-        }
-    }
-    match finished {
-        Some(Ok(s)) => {
-            search.borrow_mut().take();
-            status.set(Status::Done(Rc::new(s)));
-        }
-        Some(Err(e)) => {
-            search.borrow_mut().take();
-            status.set(Status::Failed(e.to_string()));
-        }
-        None => {
-            gloo::timers::callback::Timeout::new(0, move || drive(search, status)).forget();
-        }
-    }
-}
-
-fn row_view(model: crate::models::Model, i: usize, r: &Row) -> Html {
-    let (mesh, strategy, zero, schedule) = match &r.candidate {
-        Some(c) => (
-            c.mesh.spec(),
-            c.strategy(model),
-            c.zero.to_string(),
-            if c.micro_batches > 1 {
-                format!("{}×{}", c.micro_batches, c.schedule.name())
-            } else {
-                "-".into()
-            },
-        ),
-        None => (
-            "your plan".into(),
-            "as written".into(),
-            String::new(),
-            String::new(),
-        ),
-    };
-    let recompute = r.candidate.as_ref().map_or("", |c| c.recompute.name());
+fn row_view(i: usize, r: &SuggestRow) -> Html {
     html! {
-        <tr class={classes!(r.candidate.is_none().then_some("mine"))}>
-            <td>{ if r.candidate.is_some() { (i + 1).to_string() } else { "*".into() } }</td>
-            <td><code>{ mesh }</code></td>
-            <td>{ strategy }</td>
-            <td>{ zero }</td>
-            <td>{ schedule }</td>
-            <td>{ recompute }</td>
-            <td class="num">{ human_seconds(r.terms.compute_s) }</td>
-            <td class="num">{ human_seconds(r.terms.comm_total()) }</td>
-            <td class="num">{ human_seconds(r.terms.bubble_s) }</td>
-            <td class="num">{ human_bytes(r.terms.peak_bytes) }</td>
-            <td class="num"><strong>{ human_seconds(r.terms.step_s) }</strong></td>
+        <tr class={classes!(r.mine.then_some("mine"))}>
+            <td>{ if r.mine { "*".into() } else { (i + 1).to_string() } }</td>
+            <td><code>{ r.mesh.clone() }</code></td>
+            <td>{ r.strategy.clone() }</td>
+            <td>{ r.zero.clone() }</td>
+            <td>{ r.schedule.clone() }</td>
+            <td>{ r.recompute.clone() }</td>
+            <td class="num">{ r.compute.clone() }</td>
+            <td class="num">{ r.comm.clone() }</td>
+            <td class="num">{ r.bubble.clone() }</td>
+            <td class="num">{ r.peak.clone() }</td>
+            <td class="num"><strong>{ r.step.clone() }</strong></td>
         </tr>
     }
 }
 
-fn result_view(ctx: &AppCtx, s: &Suggestion, model: crate::models::Model) -> Html {
-    let text = s.plan.to_string();
+fn result_view(ctx: &AppCtx, s: &SuggestView) -> Html {
+    let text = s.plan.clone();
     let load = {
         let text = text.clone();
         ctx.on(move |_: MouseEvent| Action::AdoptSuggestion {
@@ -124,17 +59,12 @@ fn result_view(ctx: &AppCtx, s: &Suggestion, model: crate::models::Model) -> Htm
                         <th>{ "comm" }</th><th>{ "bubble" }</th><th>{ "peak" }</th><th>{ "step" }</th>
                     </tr></thead>
                     <tbody>
-                        { for s.table.iter().enumerate().map(|(i, r)| row_view(model, i, r)) }
-                        { for s.mine.iter().map(|r| row_view(model, 0, r)) }
+                        { for s.rows.iter().enumerate().map(|(i, r)| row_view(i, r)) }
                     </tbody>
                 </table>
             </div>
             <p class="suggest-reason"><strong>{ "Why: " }</strong>{ s.reason.clone() }</p>
-            <p class="hint">{ format!(
-                "{} families planned, {} cut by the bound, {} escalated for memory, {} ZeRO 2-3 \
-                 skipped as a lower stage fits, {} priced exactly.",
-                s.stats.families, s.stats.bounded, s.stats.escalations, s.stats.dominated,
-                s.stats.exact) }</p>
+            <p class="hint">{ s.stats.clone() }</p>
             <div class="buttons">
                 <button id="suggest-load" class="small" onclick={load}>{ "Load the winner" }</button>
                 <button id="suggest-compare" class="small" onclick={compare}>{ "Compare with my plan" }</button>
@@ -149,44 +79,58 @@ fn input_value(e: &Event) -> String {
         .unwrap_or_default()
 }
 
+/// Sends the search to the engine; its replies move `status` (only the latest search's).
+fn start_search(
+    ctx: &AppCtx,
+    status: UseStateHandle<Status>,
+    latest: Rc<std::cell::RefCell<u64>>,
+    devices: UseStateHandle<String>,
+    memory: UseStateHandle<String>,
+) -> Callback<MouseEvent> {
+    let ctx = ctx.clone();
+    Callback::from(move |_: MouseEvent| {
+        let task = Task::Suggest {
+            devices: devices.parse().ok(),
+            memory_gb: memory.parse().ok(),
+        };
+        let job = Job::new(ctx.session(), task);
+        *latest.borrow_mut() = job.id;
+        status.set(Status::Running(0, 1));
+        let (status, latest, id) = (status.clone(), latest.clone(), job.id);
+        let on = Callback::from(move |outcome| {
+            if *latest.borrow() != id {
+                return;
+            }
+            match outcome {
+                Outcome::Progress { done, total } => status.set(Status::Running(done, total)),
+                Outcome::Suggest(Ok(v)) => status.set(Status::Done(Rc::new(v))),
+                Outcome::Suggest(Err(e)) | Outcome::Failed(e) => status.set(Status::Failed(e)),
+                Outcome::Run(_) | Outcome::Broken(_) | Outcome::Values(_) | Outcome::Export(_) => {}
+            }
+        });
+        ctx.engine.send(job, on);
+    })
+}
+
 /// The Suggest panel.
 #[component]
 pub fn SuggestPanel() -> Html {
     let status = use_state(|| Status::Idle);
-    let search = use_mut_ref(|| None::<Search>);
+    // The search whose answer is wanted (a later search supersedes an earlier one).
+    let latest = use_mut_ref(|| 0u64);
     let devices = use_state(String::new);
     let memory = use_state(String::new);
-    let model = use_state(|| crate::models::Model::Gpt);
     let Some(ctx) = use_context::<AppCtx>() else {
         return html! {};
     };
     let s = ctx.session();
-    let start = {
-        let (status, search, devices, memory, model) = (
-            status.clone(),
-            search.clone(),
-            devices.clone(),
-            memory.clone(),
-            model.clone(),
-        );
-        let session = s.clone();
-        Callback::from(move |_: MouseEvent| {
-            let req = session.suggest_request(devices.parse().ok(), memory.parse().ok());
-            let built = req.problem().and_then(|(p, mine, top)| {
-                model.set(p.model);
-                Search::new(p, top, mine).map_err(|e| e.to_string())
-            });
-            match built {
-                Ok(found) => {
-                    *search.borrow_mut() = Some(found);
-                    status.set(Status::Running(0, 1));
-                    let (search, status) = (search.clone(), status.clone());
-                    gloo::timers::callback::Timeout::new(0, move || drive(search, status)).forget();
-                }
-                Err(e) => status.set(Status::Failed(e)),
-            }
-        })
-    };
+    let start = start_search(
+        &ctx,
+        status.clone(),
+        latest.clone(),
+        devices.clone(),
+        memory.clone(),
+    );
     let on_devices = {
         let devices = devices.clone();
         Callback::from(move |e: Event| devices.set(input_value(&e)))
@@ -206,7 +150,7 @@ pub fn SuggestPanel() -> Html {
                 { format!(" {d}/{t}") }
             </p>
         },
-        Status::Done(found) => result_view(&ctx, found, *model),
+        Status::Done(found) => result_view(&ctx, found),
         Status::Failed(e) => html! { <p class="error suggest-error">{ e.clone() }</p> },
     };
     let mesh_size = s.plan.mesh().map_or(1, |m| m.size());

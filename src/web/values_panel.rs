@@ -2,6 +2,7 @@
 //! from the executor's first step), and for an all-reduce the ring algorithm step by step.
 
 use super::app::AppCtx;
+use crate::engine::Task;
 use crate::session::{Action, CollectiveView, RingStep};
 use yew::prelude::*;
 
@@ -73,6 +74,13 @@ pub fn ValuesPanel() -> Html {
     };
     let s = ctx.session();
     let Some(values) = &s.values else {
+        if matches!(s.waiting_for(), Some(Task::Values(_))) {
+            return html! {
+                <section class="panel values-panel">
+                    <p class="hint waiting" role="status">{ "Running the step for the values…" }</p>
+                </section>
+            };
+        }
         return html! {};
     };
     let close = ctx.on(|_: MouseEvent| Action::ShowValues(None));

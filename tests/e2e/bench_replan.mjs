@@ -18,7 +18,7 @@ try {
   // Warm up: the first runs include compiling the module to optimised code.
   await page.evaluate(
     async ([all]) => {
-      const m = await import('./shardlab.js');
+      const m = await import('./shardlab-engine.js');
       await m.default();
       for (const t of all) m.bench_replan(t, 5);
     },
@@ -28,7 +28,7 @@ try {
     const text = texts[n];
     const r = await page.evaluate(
       async ([text, repeat]) => {
-        const m = await import('./shardlab.js');
+        const m = await import('./shardlab-engine.js');
         await m.default();
         return m.bench_replan(text, repeat);
       },

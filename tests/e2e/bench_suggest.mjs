@@ -24,7 +24,7 @@ try {
   for (const [name, req] of cases) {
     const r = await page.evaluate(
       async ([req, repeat]) => {
-        const m = await import('./shardlab.js');
+        const m = await import('./shardlab-engine.js');
         await m.default();
         const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
         const doc = m.suggest(req); // warm-up (compiles the module's hot code)

@@ -135,27 +135,37 @@ test('axe-core: 0 critical and 0 serious violations on every panel and state', a
   assert.deepEqual(found, []);
 });
 
-test('scripts/serve.mjs serves the wasm gzip-compressed', async () => {
+test('scripts/serve.mjs serves both wasm modules gzip-compressed; the page module has no engine', async () => {
   const { spawn } = await import('node:child_process');
   const port = 20000 + Math.floor(Math.random() * 20000);
   const proc = spawn(process.execPath, [new URL('../../scripts/serve.mjs', import.meta.url).pathname, String(port)]);
   try {
     await new Promise((ok) => proc.stdout.on('data', (d) => /playground/.test(String(d)) && ok()));
-    const raw = await fetch(`http://127.0.0.1:${port}/shardlab_bg.wasm`, { headers: { 'accept-encoding': 'identity' } });
-    const rawBytes = (await raw.arrayBuffer()).byteLength;
     const { request } = await import('node:http');
-    const gz = await new Promise((ok, fail) => {
-      const req = request({ host: '127.0.0.1', port, path: '/shardlab_bg.wasm', headers: { 'accept-encoding': 'gzip' } }, (res) => {
-        let n = 0;
-        res.on('data', (c) => { n += c.length; });
-        res.on('end', () => ok({ encoding: res.headers['content-encoding'], bytes: n }));
+    for (const file of ['shardlab_bg.wasm', 'shardlab-engine_bg.wasm']) {
+      const raw = await fetch(`http://127.0.0.1:${port}/${file}`, { headers: { 'accept-encoding': 'identity' } });
+      const rawBytes = (await raw.arrayBuffer()).byteLength;
+      const gz = await new Promise((ok, fail) => {
+        const req = request({ host: '127.0.0.1', port, path: `/${file}`, headers: { 'accept-encoding': 'gzip' } }, (res) => {
+          let n = 0;
+          res.on('data', (c) => { n += c.length; });
+          res.on('end', () => ok({ encoding: res.headers['content-encoding'], bytes: n }));
+        });
+        req.on('error', fail);
+        req.end();
       });
-      req.on('error', fail);
-      req.end();
-    });
-    assert.equal(gz.encoding, 'gzip');
-    assert.ok(gz.bytes < rawBytes / 2, `gzip ${gz.bytes} B of ${rawBytes} B`);
-    console.log(`# wasm: ${rawBytes} B raw, ${gz.bytes} B gzip-9`);
+      assert.equal(gz.encoding, 'gzip');
+      assert.ok(gz.bytes < rawBytes / 2, `gzip ${gz.bytes} B of ${rawBytes} B`);
+      console.log(`# ${file}: ${rawBytes} B raw, ${gz.bytes} B gzip-9`);
+    }
+    // The split holds: the page's module exports none of the engine's API (a page module
+    // that linked the executor, exporter or search would also export them).
+    const glue = await (await fetch(`http://127.0.0.1:${port}/shardlab.js`)).text();
+    for (const name of ['export_jax', 'suggest', 'SuggestSearch', 'plan']) {
+      assert.ok(!new RegExp(`export function ${name}\\b|export class ${name}\\b`).test(glue), `the page module exports ${name}`);
+    }
+    const engine = await (await fetch(`http://127.0.0.1:${port}/shardlab-engine.js`)).text();
+    assert.match(engine, /export function export_jax\b/);
   } finally {
     proc.kill();
   }

@@ -1,0 +1,135 @@
+//! The playground's heavy work behind a message boundary: running a plan on the CPU
+//! executor (Run, break-it, a collective's values), exporting it to JAX, and the
+//! auto-planner's search.
+//!
+//! Why a boundary: in the browser these run in a Web Worker built as its own wasm module
+//! (`src/bin/engine.rs`), so the page's module carries neither the executor, the exporter
+//! nor the search (a quarter of the code; README, "The playground"), and the page stays
+//! live while they work. The page sends a [`Job`]; the worker answers with [`Reply`]s
+//! (progress, then one outcome). Natively and in the browser tests the same [`handle`] runs
+//! in-process.
+//!
+//! A job names the session by its link (`Session::to_hash`): the whole state round-trips
+//! through it, so the worker rebuilds the page's plan, and [`handle`] refuses a link that
+//! does not come back unchanged rather than answer for a different plan.
+
+mod suggest_view;
+
+pub use suggest_view::{SuggestRow, SuggestView};
+
+use crate::export::ExportMode;
+use crate::session::{BreakReport, Breakage, BrokenOp, CollectiveView, RunSummary, Session};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One piece of work for the engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Unique in the page (see [`Job::new`]); the replies carry it.
+    pub id: u64,
+    /// The session's link (`Session::to_hash`).
+    pub link: String,
+    pub task: Task,
+}
+
+/// What to do with the session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Task {
+    /// Run the plan (every rank) and verify it against serial.
+    Run,
+    /// Run the plan with these mistakes made and report what diverges.
+    RunBroken(Vec<(BrokenOp, Breakage)>),
+    /// Op `op` of the selected rank's program with real values.
+    Values(usize),
+    /// The plan as a JAX script.
+    Export(ExportMode),
+    /// The auto-planner on the session's model (devices: the mesh's by default; memory:
+    /// GB per device, the device's by default).
+    Suggest {
+        devices: Option<usize>,
+        memory_gb: Option<f64>,
+    },
+}
+
+/// What the engine answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Work done so far, of the total (the search sends these before its answer).
+    Progress {
+        done: usize,
+        total: usize,
+    },
+    Run(Result<RunSummary, String>),
+    Broken(Result<BreakReport, String>),
+    Values(Result<CollectiveView, String>),
+    Export(Result<String, String>),
+    Suggest(Result<SuggestView, String>),
+    /// The job could not be done at all (the link did not open, the worker failed).
+    Failed(String),
+}
+
+impl Outcome {
+    /// Whether more replies follow for the same job.
+    pub fn is_progress(&self) -> bool {
+        matches!(self, Outcome::Progress { .. })
+    }
+}
+
+/// One message from the engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub id: u64,
+    pub outcome: Outcome,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Job {
+    /// A job on `session` with a fresh id (ids never repeat in a page, even across the new
+    /// sessions a preset or a link makes, so a late reply cannot land on a newer job).
+    pub fn new(session: &Session, task: Task) -> Job {
+        Job {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            link: session.to_hash(),
+            task,
+        }
+    }
+}
+
+/// Does `job`, reporting progress to `progress` (done, total) as it goes.
+pub fn handle(job: &Job, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
+    let mut s = match Session::from_hash(&job.link) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Failed(format!("the engine could not open the plan: {e}")),
+    };
+    if s.to_hash() != job.link {
+        return Outcome::Failed(
+            "the engine rebuilt a different plan from the page's link; reload the page".into(),
+        );
+    }
+    match &job.task {
+        Task::Run => Outcome::Run(s.compute_run()),
+        Task::RunBroken(breaks) => {
+            s.breaks = breaks.clone();
+            Outcome::Broken(s.compute_broken())
+        }
+        Task::Values(op) => Outcome::Values(s.compute_values(*op)),
+        Task::Export(mode) => Outcome::Export(s.export_script(*mode)),
+        Task::Suggest { devices, memory_gb } => {
+            Outcome::Suggest(suggest_view::search(&s, *devices, *memory_gb, progress))
+        }
+    }
+}
+
+/// Does the job `session` waits for, in-process, and applies the answer (natively and in
+/// tests, where there is no worker).
+pub fn finish(mut session: Session) -> Session {
+    while let Some(job) = session.job.clone() {
+        let outcome = handle(&job, &mut |_, _| {});
+        session = session.reduce(crate::session::Action::Reply(Reply {
+            id: job.id,
+            outcome,
+        }));
+    }
+    session
+}

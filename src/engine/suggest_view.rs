@@ -1,0 +1,113 @@
+//! The Suggest panel's answer as the page shows it: the search runs in the engine, and the
+//! page gets the table already formatted (so it needs none of the search's types).
+
+use crate::session::Session;
+use crate::suggest::report::{human_bytes, human_seconds};
+use crate::suggest::{Row, Search, Suggestion};
+use serde::{Deserialize, Serialize};
+
+/// One row of the cost table, formatted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SuggestRow {
+    /// The user's own plan (priced beside the candidates).
+    pub mine: bool,
+    pub mesh: String,
+    pub strategy: String,
+    pub zero: String,
+    pub schedule: String,
+    pub recompute: String,
+    pub compute: String,
+    pub comm: String,
+    pub bubble: String,
+    pub peak: String,
+    pub step: String,
+}
+
+/// The search's answer, formatted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SuggestView {
+    /// The candidates, fastest first, then the user's plan if priced.
+    pub rows: Vec<SuggestRow>,
+    pub reason: String,
+    /// How much was searched, in a sentence.
+    pub stats: String,
+    /// The winner's plan text (loads into the playground).
+    pub plan: String,
+}
+
+/// Runs the auto-planner on `session`'s model, reporting progress.
+pub(super) fn search(
+    session: &Session,
+    devices: Option<usize>,
+    memory_gb: Option<f64>,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SuggestView, String> {
+    let req = session.suggest_request(devices, memory_gb);
+    let (problem, mine, top) = req.problem()?;
+    let model = problem.model;
+    let mut search = Search::new(problem, top, mine).map_err(|e| e.to_string())?;
+    loop {
+        if let Some(done) = search.step() {
+            return done.map(|s| view(&s, model)).map_err(|e| e.to_string());
+        }
+        let (d, t) = search.progress();
+        progress(d, t);
+    }
+}
+
+fn row(model: crate::models::Model, r: &Row) -> SuggestRow {
+    let t = &r.terms;
+    let (mesh, strategy, zero, schedule, recompute) = match &r.candidate {
+        Some(c) => (
+            c.mesh.spec(),
+            c.strategy(model),
+            c.zero.to_string(),
+            if c.micro_batches > 1 {
+                format!("{}×{}", c.micro_batches, c.schedule.name())
+            } else {
+                "-".into()
+            },
+            c.recompute.name().to_string(),
+        ),
+        None => (
+            "your plan".into(),
+            "as written".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ),
+    };
+    SuggestRow {
+        mine: r.candidate.is_none(),
+        mesh,
+        strategy,
+        zero,
+        schedule,
+        recompute,
+        compute: human_seconds(t.compute_s),
+        comm: human_seconds(t.comm_total()),
+        bubble: human_seconds(t.bubble_s),
+        peak: human_bytes(t.peak_bytes),
+        step: human_seconds(t.step_s),
+    }
+}
+
+/// The answer as the panel shows it.
+pub fn view(s: &Suggestion, model: crate::models::Model) -> SuggestView {
+    let st = &s.stats;
+    SuggestView {
+        rows: s
+            .table
+            .iter()
+            .chain(s.mine.iter())
+            .map(|r| row(model, r))
+            .collect(),
+        reason: s.reason.clone(),
+        stats: format!(
+            "{} families planned, {} cut by the bound, {} escalated for memory, {} ZeRO 2-3 \
+             skipped as a lower stage fits, {} priced exactly.",
+            st.families, st.bounded, st.escalations, st.dominated, st.exact
+        ),
+        plan: s.plan.to_string(),
+    }
+}

@@ -1,0 +1,38 @@
+//! The session's side of the engine boundary (`crate::engine`): Run, a broken run and a
+//! collective's values become a job the page sends to the engine, and the reply lands
+//! here. Only the job the session waits for is answered: a plan change drops the job, so a
+//! late reply about the old plan is ignored.
+
+use super::*;
+use crate::engine::{Job, Outcome, Reply, Task};
+
+impl Session {
+    /// Asks the engine for `task` (replacing any job still waiting).
+    pub(super) fn request(&mut self, task: Task) {
+        self.job = Some(Job::new(self, task));
+    }
+
+    /// Applies the engine's reply to the job the session waits for.
+    pub(super) fn receive(&mut self, reply: Reply) {
+        if reply.outcome.is_progress() || self.job.as_ref().map(|j| j.id) != Some(reply.id) {
+            return;
+        }
+        self.job = None;
+        match reply.outcome {
+            Outcome::Run(Ok(r)) => self.run = Some(r),
+            Outcome::Broken(Ok(r)) => self.break_report = Some(r),
+            Outcome::Values(v) => self.values = Some(v),
+            Outcome::Run(Err(e)) | Outcome::Broken(Err(e)) | Outcome::Failed(e) => {
+                self.message = Some(e)
+            }
+            // The export and suggest panels send their own jobs; the session never waits
+            // for these.
+            Outcome::Export(_) | Outcome::Suggest(_) | Outcome::Progress { .. } => {}
+        }
+    }
+
+    /// The task the session waits for the engine to finish, if any.
+    pub fn waiting_for(&self) -> Option<&Task> {
+        self.job.as_ref().map(|j| &j.task)
+    }
+}

@@ -1,0 +1,221 @@
+//! The page's handle on the engine (`crate::engine`): a Web Worker running the engine's
+//! own wasm module (`shardlab-engine`, which Trunk builds beside the page's), or, in the
+//! browser tests, the engine in-process. Jobs and replies cross as structured-cloned JS
+//! values (serde-wasm-bindgen), which carry the NaNs and infinities of a broken run that
+//! JSON cannot; the in-process link sends them through the same codec.
+
+use crate::engine::{Job, Outcome, Reply};
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use yew::Callback;
+
+/// Where the worker's loader is, beside the page (Trunk's `data-loader-shim`).
+pub const WORKER_URL: &str = "./shardlab-engine_loader.js";
+
+/// The engine in-process: `crate::engine::handle`.
+pub type Handler = fn(&Job, &mut dyn FnMut(usize, usize)) -> Outcome;
+
+/// A cheap, shared handle; equal when it is the same engine.
+#[derive(Clone)]
+pub struct EngineLink(Rc<Inner>);
+
+impl PartialEq for EngineLink {
+    fn eq(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+struct Inner {
+    kind: Kind,
+    /// Who waits for which job's replies.
+    waiting: RefCell<Vec<(u64, Callback<Outcome>)>>,
+}
+
+/// Runs a job in-process, delivering its replies. A closure made by
+/// [`EngineLink::in_process`], so the page's module (which never makes one) links neither
+/// the engine nor the job's decoder.
+type Local = Rc<dyn Fn(&Weak<Inner>, &Job)>;
+
+enum Kind {
+    /// Spawned on first use (or `warm`); dropped after an error, so the next job respawns.
+    Worker(RefCell<Option<Spawned>>),
+    InProcess(Local),
+}
+
+struct Spawned {
+    worker: web_sys::Worker,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    _on_error: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, String> {
+    serde_wasm_bindgen::to_value(v).map_err(|e| e.to_string())
+}
+
+fn from_js<T: serde::de::DeserializeOwned>(v: JsValue) -> Result<T, String> {
+    serde_wasm_bindgen::from_value(v).map_err(|e| e.to_string())
+}
+
+impl EngineLink {
+    /// The engine in its Web Worker (the playground).
+    pub fn worker() -> EngineLink {
+        EngineLink(Rc::new(Inner {
+            kind: Kind::Worker(RefCell::new(None)),
+            waiting: RefCell::new(Vec::new()),
+        }))
+    }
+
+    /// The engine in-process (the browser tests): each job runs on a zero-delay timer,
+    /// its job and replies through the worker's codec.
+    pub fn in_process(handler: Handler) -> EngineLink {
+        let local: Local = Rc::new(move |inner, job| in_process(inner, handler, job));
+        EngineLink(Rc::new(Inner {
+            kind: Kind::InProcess(local),
+            waiting: RefCell::new(Vec::new()),
+        }))
+    }
+
+    /// Starts the worker loading, so the first job does not wait for it.
+    pub fn warm(&self) {
+        if let Kind::Worker(slot) = &self.0.kind {
+            if let Err(e) = spawn_into(&self.0, slot) {
+                web_sys::console::warn_1(&JsValue::from_str(&e));
+            }
+        }
+    }
+
+    /// Sends `job`; `on` gets its progress replies, then its outcome.
+    pub fn send(&self, job: Job, on: Callback<Outcome>) {
+        self.0.waiting.borrow_mut().push((job.id, on));
+        match &self.0.kind {
+            Kind::Worker(slot) => {
+                let posted = spawn_into(&self.0, slot).and_then(|()| {
+                    let js = to_js(&job)?;
+                    match slot.borrow().as_ref() {
+                        Some(s) => s.worker.post_message(&js).map_err(|e| format!("{e:?}")),
+                        None => Err("the engine is not running".into()),
+                    }
+                });
+                if let Err(e) = posted {
+                    deliver(
+                        &self.0,
+                        job.id,
+                        Outcome::Failed(format!("the engine failed: {e}")),
+                    );
+                }
+            }
+            Kind::InProcess(local) => {
+                let (inner, local) = (Rc::downgrade(&self.0), local.clone());
+                gloo::timers::callback::Timeout::new(0, move || local(&inner, &job)).forget();
+            }
+        }
+    }
+}
+
+/// Runs `job` in-process through the codec, delivering its replies.
+fn in_process(inner: &Weak<Inner>, handler: Handler, job: &Job) {
+    let through = |r: Reply| -> Reply {
+        to_js(&r).and_then(from_js).unwrap_or_else(|e| Reply {
+            id: r.id,
+            outcome: Outcome::Failed(format!("the engine's reply did not cross: {e}")),
+        })
+    };
+    let job: Job = match to_js(job).and_then(from_js) {
+        Ok(j) => j,
+        Err(e) => {
+            if let Some(inner) = inner.upgrade() {
+                deliver(
+                    &inner,
+                    job.id,
+                    Outcome::Failed(format!("the job did not cross: {e}")),
+                );
+            }
+            return;
+        }
+    };
+    let id = job.id;
+    let outcome = handler(&job, &mut |done, total| {
+        if let Some(inner) = inner.upgrade() {
+            let r = through(Reply {
+                id,
+                outcome: Outcome::Progress { done, total },
+            });
+            deliver(&inner, r.id, r.outcome);
+        }
+    });
+    if let Some(inner) = inner.upgrade() {
+        let r = through(Reply { id, outcome });
+        deliver(&inner, r.id, r.outcome);
+    }
+}
+
+/// Hands `outcome` to whoever waits for job `id` (and stops waiting unless it is progress).
+fn deliver(inner: &Inner, id: u64, outcome: Outcome) {
+    let on = {
+        let mut waiting = inner.waiting.borrow_mut();
+        let Some(at) = waiting.iter().position(|(j, _)| *j == id) else {
+            return;
+        };
+        if outcome.is_progress() {
+            waiting[at].1.clone()
+        } else {
+            waiting.remove(at).1
+        }
+    };
+    on.emit(outcome);
+}
+
+/// Spawns the worker into `slot` unless it runs.
+fn spawn_into(inner: &Rc<Inner>, slot: &RefCell<Option<Spawned>>) -> Result<(), String> {
+    if slot.borrow().is_some() {
+        return Ok(());
+    }
+    let opts = web_sys::WorkerOptions::new();
+    opts.set_type(web_sys::WorkerType::Module);
+    let worker = web_sys::Worker::new_with_options(WORKER_URL, &opts)
+        .map_err(|e| format!("the engine's worker did not start: {e:?}"))?;
+    let weak = Rc::downgrade(inner);
+    let on_message =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            match from_js::<Reply>(e.data()) {
+                Ok(r) => deliver(&inner, r.id, r.outcome),
+                Err(err) => fail_all(&inner, &format!("the engine's reply did not parse: {err}")),
+            }
+        });
+    let weak = Rc::downgrade(inner);
+    let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        let why = e
+            .dyn_ref::<web_sys::ErrorEvent>()
+            .map_or_else(|| "it did not load".to_string(), |e| e.message());
+        if let Kind::Worker(slot) = &inner.kind {
+            if let Some(s) = slot.borrow_mut().take() {
+                s.worker.terminate();
+            }
+        }
+        fail_all(&inner, &format!("the engine failed: {why}"));
+    });
+    worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    *slot.borrow_mut() = Some(Spawned {
+        worker,
+        _on_message: on_message,
+        _on_error: on_error,
+    });
+    Ok(())
+}
+
+/// Every waiting job fails with `why`.
+fn fail_all(inner: &Inner, why: &str) {
+    let waiting: Vec<_> = inner.waiting.borrow_mut().drain(..).collect();
+    for (_, on) in waiting {
+        on.emit(Outcome::Failed(why.to_string()));
+    }
+}

@@ -1,0 +1,114 @@
+//! The engine boundary (`shardlab::engine`), natively: each task gives what the session
+//! computes directly, the search reports progress, and a job whose link does not rebuild
+//! the page's plan is refused rather than answered for another plan.
+#![cfg(not(target_arch = "wasm32"))]
+
+use shardlab::engine::{finish, handle, Job, Outcome, Reply, Task};
+use shardlab::export::ExportMode;
+use shardlab::session::{Action, Session};
+
+fn megatron() -> Session {
+    Session::from_scenario("megatron_mlp").unwrap()
+}
+
+#[test]
+fn an_export_job_writes_the_script_the_session_writes() {
+    let s = megatron();
+    for mode in [ExportMode::Gspmd, ExportMode::ShardMap] {
+        let job = Job::new(&s, Task::Export(mode));
+        let Outcome::Export(Ok(script)) = handle(&job, &mut |_, _| {}) else {
+            panic!("no script for {mode:?}");
+        };
+        assert_eq!(script, s.export_script(mode).unwrap());
+        assert!(
+            script.contains(&format!("({} mode)", mode.name())),
+            "{script}"
+        );
+    }
+}
+
+#[test]
+fn a_suggest_job_reports_progress_then_a_table_with_the_users_plan() {
+    let s = Session::from_scenario("gpt_dp_mp").unwrap();
+    let job = Job::new(
+        &s,
+        Task::Suggest {
+            devices: None,
+            memory_gb: None,
+        },
+    );
+    let mut steps = Vec::new();
+    let out = handle(&job, &mut |d, t| steps.push((d, t)));
+    let Outcome::Suggest(Ok(v)) = out else {
+        panic!("no suggestion: {out:?}");
+    };
+    assert!(!steps.is_empty(), "the search reports progress");
+    assert!(steps.iter().all(|&(d, t)| d <= t), "{steps:?}");
+    assert!(
+        steps.windows(2).all(|w| w[0].0 <= w[1].0),
+        "progress only grows"
+    );
+    let mine: Vec<_> = v.rows.iter().filter(|r| r.mine).collect();
+    assert_eq!(mine.len(), 1, "the session's plan is priced beside");
+    assert!(v.rows.last().unwrap().mine, "after the candidates");
+    assert!(v.rows.len() > 1);
+    assert!(v.reason.contains(" beats "), "{}", v.reason);
+    shardlab::plan::parse_plan(&v.plan).expect("the winner's text parses");
+    // The page adopts it as any plan text.
+    let adopted = s.reduce(Action::AdoptSuggestion {
+        text: v.plan.clone(),
+        compare: true,
+    });
+    assert!(adopted.pipeline.is_some(), "{:?}", adopted.plan_error);
+}
+
+#[test]
+fn a_job_on_a_link_that_does_not_rebuild_the_plan_is_refused() {
+    let s = megatron();
+    let mut job = Job::new(&s, Task::Run);
+    job.link = "s=nope".into();
+    match handle(&job, &mut |_, _| {}) {
+        Outcome::Failed(e) => assert!(e.contains("could not open the plan"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    // Opens, but is not the link the page would send (the defaults are spelled out there).
+    job.link = "s=megatron_mlp".into();
+    match handle(&job, &mut |_, _| {}) {
+        Outcome::Failed(e) => assert!(e.contains("different plan"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    job.link = s.to_hash();
+    assert!(matches!(handle(&job, &mut |_, _| {}), Outcome::Run(Ok(_))));
+}
+
+#[test]
+fn job_ids_never_repeat_across_sessions() {
+    let a = Job::new(&megatron(), Task::Run);
+    let b = Job::new(&megatron(), Task::Run);
+    assert!(b.id > a.id && a.id > 0, "{} then {}", a.id, b.id);
+}
+
+#[test]
+fn a_failed_job_is_a_message_and_the_session_stops_waiting() {
+    let s = megatron().reduce(Action::Run);
+    let id = s.job.as_ref().unwrap().id;
+    let s = s.reduce(Action::Reply(Reply {
+        id,
+        outcome: Outcome::Failed("the engine failed: it did not load".into()),
+    }));
+    assert!(s.job.is_none());
+    assert_eq!(
+        s.message.as_deref(),
+        Some("the engine failed: it did not load")
+    );
+    // Progress for the job does not end the wait.
+    let s = s.reduce(Action::Run);
+    let id = s.job.as_ref().unwrap().id;
+    let s = s.reduce(Action::Reply(Reply {
+        id,
+        outcome: Outcome::Progress { done: 1, total: 2 },
+    }));
+    assert_eq!(s.job.as_ref().map(|j| j.id), Some(id));
+    let s = finish(s);
+    assert!(s.run.as_ref().unwrap().checks.iter().all(|c| c.pass));
+}
