@@ -8,7 +8,7 @@ source scripts/env.sh
 
 layers=("$@")
 [ $# -gt 0 ] || layers=(12 24)
-trunk build --release 2>&1 | tail -n 1
+(source scripts/release_env.sh && trunk build --release 2>&1 | tail -n 1)
 cargo build --release --quiet
 plans=target/bench_replan
 mkdir -p "$plans"

@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-trunk build --release 2>&1 | tail -n 1
+(source scripts/release_env.sh && trunk build --release 2>&1 | tail -n 1)
 node tests/e2e/bench_suggest.mjs

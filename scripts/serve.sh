@@ -12,6 +12,7 @@ PORT="${PORT:-8080}"
 echo
 echo "ShardLab playground: http://127.0.0.1:$PORT/"
 echo
+source scripts/release_env.sh
 if [ "${WATCH:-0}" = 1 ]; then
   exec trunk serve --release --address 127.0.0.1 --port "$PORT"
 fi

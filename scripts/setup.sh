@@ -21,7 +21,8 @@ if [ "$(printf '%s\n%s\n' "$RUSTC_MIN" "$have_rustc" | sort -V | head -n1)" != "
   echo "setup: rustc $have_rustc is older than $RUSTC_MIN (Cargo.toml's rust-version); run rustup update" >&2
   exit 1
 fi
-for component in rustfmt clippy; do
+# rust-src: the release wasm rebuilds std for size (scripts/release_env.sh).
+for component in rustfmt clippy rust-src; do
   if ! rustup component list --installed | grep -q "^$component"; then
     say "adding rustup component $component"
     rustup component add "$component"

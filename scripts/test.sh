@@ -60,7 +60,7 @@ per_suite "$LOGS/browser.log" '^tests/web\.rs '
 echo "browser tests: $(( $(date +%s) - SUITE_START ))s"
 
 step "release build (trunk build --release, wasm-opt)"
-trunk build --release 2>&1 | tail -n 5
+(source scripts/release_env.sh && trunk build --release 2>&1 | tail -n 5)
 for WASM in dist/shardlab_bg.wasm dist/shardlab-engine_bg.wasm; do
   echo "release wasm: $WASM, $(stat -c %s "$WASM") bytes, $(gzip -9 -c "$WASM" | wc -c) bytes gzipped"
 done
