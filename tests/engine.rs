@@ -112,3 +112,40 @@ fn a_failed_job_is_a_message_and_the_session_stops_waiting() {
     let s = finish(s);
     assert!(s.run.as_ref().unwrap().checks.iter().all(|c| c.pass));
 }
+
+#[test]
+fn a_cost_job_prices_the_plan_and_the_pinned_one_as_the_session_does() {
+    let s = Session::from_scenario("gpt_dp_mp")
+        .unwrap()
+        .reduce(Action::Pin)
+        .reduce(Action::SetZero(1));
+    let pinned = s.pinned.as_ref().map(|p| p.link.clone());
+    assert!(pinned.is_some());
+    let Outcome::Cost(v) = handle(&Job::new(&s, Task::Cost { pinned }), &mut |_, _| {}) else {
+        panic!("no cost");
+    };
+    assert_eq!(v.cost, s.cost());
+    assert_eq!(v.diff, s.pinned_diff());
+    let d = v.diff.unwrap().unwrap();
+    assert!(d.differs(), "ZeRO 1 against the pinned ZeRO 0");
+    assert!(
+        d.collectives.iter().any(|c| c.op == "reduce_scatter" && c.a == 0 && c.b > 0),
+        "{:?}",
+        d.collectives
+    );
+}
+
+#[test]
+fn a_pipeline_cost_job_lays_out_the_schedule_as_the_session_does() {
+    use shardlab::session::PipelineAction;
+    let s = Session::from_hash("s=megatron_mlp&mesh=2x2:pp,mp")
+        .unwrap()
+        .reduce(Action::Pipeline(PipelineAction::SetMicroBatches(4)))
+        .reduce(Action::Pipeline(PipelineAction::SetGanttIdeal(true)));
+    let Outcome::PipelineCost(Ok(c)) = handle(&Job::new(&s, Task::PipelineCost), &mut |_, _| {})
+    else {
+        panic!("no schedule");
+    };
+    assert_eq!(Ok(c.clone()), s.pipeline_cost());
+    assert!((c.bubble - 1.0 / 5.0).abs() < 1e-12, "{}", c.bubble);
+}

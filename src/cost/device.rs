@@ -32,7 +32,7 @@
 use super::collective::Link;
 
 /// The precision the cost model prices compute at (independent of the executor's f32/f64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ComputeDType {
     Bf16,
     F16,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// A tensor whose layout differs (`None`: the plan has no such tensor).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LayoutChange {
     pub tensor: String,
     pub a: Option<String>,
@@ -18,16 +18,16 @@ pub struct LayoutChange {
 }
 
 /// How many collectives of one kind a phase runs, over all ranks, in each plan.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CollectiveCount {
-    pub phase: &'static str,
-    pub op: &'static str,
+    pub phase: std::borrow::Cow<'static, str>,
+    pub op: std::borrow::Cow<'static, str>,
     pub a: usize,
     pub b: usize,
 }
 
 /// A number in both plans.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pair {
     pub a: f64,
     pub b: f64,
@@ -44,7 +44,7 @@ impl Pair {
 }
 
 /// Two plans compared.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PlanDiff {
     /// Tensors (of forward, backward and optimizer) by name, in the first plan's order then
     /// the second's.
@@ -109,8 +109,8 @@ pub fn diff(pa: &Pipeline, ea: &Estimate, pb: &Pipeline, eb: &Estimate) -> PlanD
     let collectives = keys
         .into_iter()
         .map(|k| CollectiveCount {
-            phase: k.0,
-            op: k.1,
+            phase: k.0.into(),
+            op: k.1.into(),
             a: ca.get(&k).copied().unwrap_or(0),
             b: cb.get(&k).copied().unwrap_or(0),
         })

@@ -9,11 +9,12 @@ use super::work::ElementBytes;
 use crate::passes::pipeline::Pipeline;
 use serde_json::{json, Value};
 
-/// A pipeline's cost on a topology.
-#[derive(Clone, Debug, PartialEq)]
+/// A pipeline's cost on a topology. Serde: the engine sends it to the page's cost panel
+/// (`crate::engine`); the names are `Cow`s so a received one owns them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Estimate {
-    pub topology: &'static str,
-    pub placement: &'static str,
+    pub topology: std::borrow::Cow<'static, str>,
+    pub placement: std::borrow::Cow<'static, str>,
     pub dtype: ComputeDType,
     pub step: StepTime,
     /// Per rank, in the order of `step.ranks` (shared by ranks with one dataflow).
@@ -86,8 +87,8 @@ pub fn estimate(
     let step_s = pipeline.as_ref().map_or(step.step_s, |c| c.timeline.step);
     let mfu = mfu(flops, step_s, p.full.mesh.size(), topo, dtype);
     Ok(Estimate {
-        topology: topo.name,
-        placement: topo.placement,
+        topology: topo.name.into(),
+        placement: topo.placement.into(),
         dtype,
         step,
         memory,

@@ -19,7 +19,9 @@ use crate::ir::{DType, Program, VarId, VarKind};
 use crate::passes::partition::zero::ZeroLayout;
 
 /// What a variable holds, for the breakdown of a rank's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Category {
     Parameter,
     Gradient,
@@ -76,7 +78,7 @@ impl Live {
 }
 
 /// One rank's memory over the step.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Memory {
     /// Bytes live while each op runs.
     pub at_op: Vec<f64>,

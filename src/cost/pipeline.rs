@@ -15,10 +15,10 @@ use crate::passes::schedule::{job_list, Job, JobKind, Schedule, ScheduleError};
 use crate::passes::schedule_check::{
     check_complete, check_order, family, needs, virtual_of, DepKey, OrderError,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How long a stage's jobs take for one micro-batch (any consistent unit).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobTimes {
     pub forward: f64,
     /// A whole backward; a split one is `backward_b` + `backward_w`.
@@ -56,7 +56,7 @@ impl JobTimes {
 }
 
 /// One job placed in time.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Placed {
     pub job: Job,
     pub start: f64,
@@ -64,7 +64,7 @@ pub struct Placed {
 }
 
 /// A whole step of the pipeline.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Timeline {
     /// Per stage, its jobs in order.
     pub stages: Vec<Vec<Placed>>,

@@ -15,11 +15,11 @@ use crate::ir::{OpType, VarId};
 use crate::passes::jobs::{cut, RankJobs};
 use crate::passes::pipeline::Pipeline;
 use crate::passes::schedule::{job_list, Job, JobKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
 /// One stage's costs.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StageCost {
     pub stage: usize,
     /// The rank its times were taken from (the stage's first).
@@ -33,9 +33,9 @@ pub struct StageCost {
 }
 
 /// The pipeline's step.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PipelineCost {
-    pub schedule: &'static str,
+    pub schedule: std::borrow::Cow<'static, str>,
     pub micro_batches: usize,
     pub chunks: usize,
     pub ideal: bool,
@@ -211,7 +211,7 @@ pub fn pipeline_cost_of(
         .sum();
     let total = timeline.step * stages as f64;
     Ok(PipelineCost {
-        schedule: schedule.name(),
+        schedule: schedule.name().into(),
         micro_batches: m,
         chunks,
         ideal,

@@ -46,7 +46,7 @@ struct Arrival {
 }
 
 /// Where one rank's time went.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankTime {
     pub rank: u32,
     pub compute_s: f64,
@@ -59,7 +59,7 @@ pub struct RankTime {
 }
 
 /// The step's time over all ranks.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepTime {
     pub ranks: Vec<RankTime>,
     pub step_s: f64,

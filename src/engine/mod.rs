@@ -17,6 +17,9 @@ mod suggest_view;
 
 pub use suggest_view::{SuggestRow, SuggestView};
 
+use crate::cost::diff::PlanDiff;
+use crate::cost::estimate::Estimate;
+use crate::cost::pipeline_cost::PipelineCost;
 use crate::export::ExportMode;
 use crate::session::{BreakReport, Breakage, BrokenOp, CollectiveView, RunSummary, Session};
 use serde::{Deserialize, Serialize};
@@ -43,6 +46,10 @@ pub enum Task {
     Values(usize),
     /// The plan as a JAX script.
     Export(ExportMode),
+    /// The plan priced on the session's topology, and against the pinned plan (its link).
+    Cost { pinned: Option<String> },
+    /// The pipeline's schedule in time (the pipeline panel's Gantt chart).
+    PipelineCost,
     /// The auto-planner on the session's model (devices: the mesh's by default; memory:
     /// GB per device, the device's by default).
     Suggest {
@@ -63,6 +70,8 @@ pub enum Outcome {
     Broken(Result<BreakReport, String>),
     Values(Result<CollectiveView, String>),
     Export(Result<String, String>),
+    Cost(Box<CostView>),
+    PipelineCost(Result<PipelineCost, String>),
     Suggest(Result<SuggestView, String>),
     /// The job could not be done at all (the link did not open, the worker failed).
     Failed(String),
@@ -73,6 +82,14 @@ impl Outcome {
     pub fn is_progress(&self) -> bool {
         matches!(self, Outcome::Progress { .. })
     }
+}
+
+/// The cost panel's figures: the plan's estimate, and the comparison with the pinned plan
+/// (`None` without one).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostView {
+    pub cost: Result<Estimate, String>,
+    pub diff: Option<Result<PlanDiff, String>>,
 }
 
 /// One message from the engine.
@@ -115,6 +132,17 @@ pub fn handle(job: &Job, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
         }
         Task::Values(op) => Outcome::Values(s.compute_values(*op)),
         Task::Export(mode) => Outcome::Export(s.export_script(*mode)),
+        Task::Cost { pinned } => {
+            s.pinned = pinned.as_ref().map(|link| crate::session::Pinned {
+                text: String::new(),
+                link: link.clone(),
+            });
+            Outcome::Cost(Box::new(CostView {
+                cost: s.cost(),
+                diff: s.pinned_diff(),
+            }))
+        }
+        Task::PipelineCost => Outcome::PipelineCost(s.pipeline_cost()),
         Task::Suggest { devices, memory_gb } => {
             Outcome::Suggest(suggest_view::search(&s, *devices, *memory_gb, progress))
         }

@@ -17,7 +17,7 @@
 //!
 //! Checked job for job against `tests/oracle/paddle/schedules.json`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A pipeline schedule.
@@ -71,7 +71,7 @@ impl Schedule {
 }
 
 /// What a job runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum JobKind {
     RecvForward,
     Forward,
@@ -100,7 +100,7 @@ impl JobKind {
 }
 
 /// One job of a stage's step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub kind: JobKind,
     pub micro_batch: usize,

@@ -11,12 +11,12 @@ use crate::cost::estimate::{estimate, CostOptions, Estimate};
 pub const TOPOLOGIES: [&str; 4] = ["h100x8", "h100x8x4", "tpu-v5e-16", "cpu"];
 
 /// A plan pinned for comparison.
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Pinned {
     /// Its plan text, as pinned.
     pub text: String,
-    /// Its pipeline, every rank partitioned.
-    pub pipeline: Arc<Pipeline>,
+    /// Its session's link: the engine rebuilds and prices it from this (`crate::engine`).
+    pub link: String,
 }
 
 /// `p` with every rank partitioned (a copy if it had only some).
@@ -42,49 +42,48 @@ impl Session {
         Topology::preset(&self.topology).map_err(|e| e.to_string())
     }
 
-    fn costed(&self, p: &Arc<Pipeline>, amp: bool) -> Result<(Arc<Pipeline>, Estimate), String> {
+    /// This session's plan (every rank) priced on `topo`.
+    fn costed(&self, topo: &Topology) -> Result<(Arc<Pipeline>, Estimate), String> {
+        let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
         let full = all_ranks(p, &self.partition_options(None))?;
-        let topo = self.topology()?;
         let opts = CostOptions {
-            mixed_precision: amp,
+            mixed_precision: self.plan.options.amp,
             overlap_grad_sync: false,
         };
-        let e = estimate(&full, &topo, topo.default_dtype, opts).map_err(|e| e.to_string())?;
+        let e = estimate(&full, topo, topo.default_dtype, opts).map_err(|e| e.to_string())?;
         Ok((full, e))
     }
 
     /// The current plan's cost on the session's topology (every rank), or why there is none.
     pub fn cost(&self) -> Result<Estimate, String> {
-        let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
-        self.costed(p, self.plan.options.amp).map(|c| c.1)
+        self.costed(&self.topology()?).map(|c| c.1)
     }
 
-    /// The pinned plan against the current one (`None` without a pinned plan).
+    /// The pinned plan against the current one, both on the session's topology (`None`
+    /// without a pinned plan).
     pub fn pinned_diff(&self) -> Option<Result<PlanDiff, String>> {
         let pinned = self.pinned.as_ref()?;
-        let now = self.pipeline.as_ref()?;
+        self.pipeline.as_ref()?;
         Some((|| {
-            let (pa, ea) = self.costed(&pinned.pipeline, pinned.pipeline.plan.options.amp)?;
-            let (pb, eb) = self.costed(now, self.plan.options.amp)?;
+            let topo = self.topology()?;
+            let then = Session::from_hash(&pinned.link)
+                .map_err(|e| format!("the pinned plan did not open: {e}"))?;
+            let (pa, ea) = then.costed(&topo)?;
+            let (pb, eb) = self.costed(&topo)?;
             Ok(diff(&pa, &ea, &pb, &eb))
         })())
     }
 
-    /// Pins the current plan (every rank partitioned) for comparison.
+    /// Pins the current plan for comparison.
     pub(super) fn pin(&mut self) {
-        let Some(p) = self.pipeline.as_ref() else {
+        if self.pipeline.is_none() {
             self.message = Some("nothing to pin: the plan has an error".into());
             return;
-        };
-        match all_ranks(p, &self.partition_options(None)) {
-            Ok(full) => {
-                self.pinned = Some(Pinned {
-                    text: self.text.clone(),
-                    pipeline: full,
-                })
-            }
-            Err(e) => self.message = Some(e),
         }
+        self.pinned = Some(Pinned {
+            text: self.text.clone(),
+            link: self.to_hash(),
+        });
     }
 
     /// Sets the ZeRO stage in the plan's options.

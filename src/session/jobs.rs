@@ -25,9 +25,13 @@ impl Session {
             Outcome::Run(Err(e)) | Outcome::Broken(Err(e)) | Outcome::Failed(e) => {
                 self.message = Some(e)
             }
-            // The export and suggest panels send their own jobs; the session never waits
-            // for these.
-            Outcome::Export(_) | Outcome::Suggest(_) | Outcome::Progress { .. } => {}
+            // The export, cost, pipeline and suggest panels send their own jobs; the
+            // session never waits for these.
+            Outcome::Export(_)
+            | Outcome::Cost(_)
+            | Outcome::PipelineCost(_)
+            | Outcome::Suggest(_)
+            | Outcome::Progress { .. } => {}
         }
     }
 

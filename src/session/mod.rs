@@ -250,11 +250,7 @@ impl PartialEq for Session {
             && self.break_report == other.break_report
             && self.values == other.values
             && self.job == other.job
-            && match (&self.pinned, &other.pinned) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(&a.pipeline, &b.pipeline),
-                (None, Some(_)) | (Some(_), None) => false,
-            }
+            && self.pinned == other.pinned
     }
 }
 

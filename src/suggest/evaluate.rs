@@ -277,8 +277,8 @@ impl Planned {
         let mut out = Vec::new();
         self.walk(problem, orders, schedules, |o, s, priced| {
             let e = priced.map(|w| Estimate {
-                topology: w.topo.name,
-                placement: w.topo.placement,
+                topology: w.topo.name.into(),
+                placement: w.topo.placement.into(),
                 dtype: problem.dtype,
                 step: w.step.clone(),
                 memory: w.memory.to_vec(),

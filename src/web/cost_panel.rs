@@ -3,9 +3,11 @@
 //! peak marked — the ZeRO stage, and the comparison with a pinned plan. Charts are SVG.
 
 use super::app::AppCtx;
+use super::engine_link::use_engine_answer;
 use super::ledger_view::bytes;
 use crate::cost::diff::{human_seconds, PlanDiff};
 use crate::cost::estimate::Estimate;
+use crate::engine::{Outcome, Task};
 use crate::session::{Action, TOPOLOGIES};
 use web_sys::HtmlSelectElement;
 use yew::prelude::*;
@@ -170,6 +172,32 @@ fn select_value(e: &Event) -> String {
         .unwrap_or_default()
 }
 
+/// The plan's cost: the summary, the bars, the selected rank's memory.
+fn cost_view(cost: &Result<Estimate, String>, rank: u32) -> Html {
+    match cost {
+        Ok(e) => html! {
+            <>
+                <p class="cost-summary">
+                    { format!("step {} · MFU {:.1}% · critical rank {}", human_seconds(e.step_s()), 100.0 * e.mfu, e.step.critical_rank) }
+                </p>
+                { bars(e) }
+                <h3>{ format!("Memory of rank {rank}") }</h3>
+                { memory_chart(e, rank) }
+            </>
+        },
+        Err(m) => html! { <p class="hint">{ format!("No cost: {m}") }</p> },
+    }
+}
+
+/// The comparison with the pinned plan.
+fn compare_view(diff: &Option<Result<PlanDiff, String>>) -> Html {
+    match diff {
+        Some(Ok(d)) => diff_view(d),
+        Some(Err(m)) => html! { <p class="hint">{ format!("No comparison: {m}") }</p> },
+        None => html! { <p class="hint">{ "Pin this plan, change something, and compare." }</p> },
+    }
+}
+
 /// The cost panel.
 #[component]
 pub fn CostPanel() -> Html {
@@ -177,20 +205,16 @@ pub fn CostPanel() -> Html {
         return html! {};
     };
     let s = ctx.session();
-    let pipeline = s.pipeline.clone();
-    // Costing partitions every rank: only when the plan, topology or pin changes.
+    // The engine prices the plan (every rank) when the plan, topology or pin changes.
     let key = (
-        pipeline
+        s.pipeline
             .as_ref()
             .map(|p| std::sync::Arc::as_ptr(p) as usize),
         s.topology.clone(),
-        s.pinned
-            .as_ref()
-            .map(|p| std::sync::Arc::as_ptr(&p.pipeline) as usize),
+        s.pinned.as_ref().map(|p| p.link.clone()),
     );
-    let session = s.clone();
-    let computed = use_memo(key, move |_| (session.cost(), session.pinned_diff()));
-    let (cost, pinned) = &*computed;
+    let pinned = s.pinned.as_ref().map(|p| p.link.clone());
+    let answer = use_engine_answer(&ctx, key, Task::Cost { pinned });
     let on_topology = ctx.on(|e: Event| Action::SetTopology(select_value(&e)));
     let on_zero = ctx.on(|e: Event| Action::SetZero(select_value(&e).parse().unwrap_or(0)));
     let on_pin = if s.pinned.is_some() {
@@ -198,23 +222,18 @@ pub fn CostPanel() -> Html {
     } else {
         ctx.on(|_: MouseEvent| Action::Pin)
     };
-    let body = match cost {
-        Ok(e) => html! {
-            <>
-                <p class="cost-summary">
-                    { format!("step {} · MFU {:.1}% · critical rank {}", human_seconds(e.step_s()), 100.0 * e.mfu, e.step.critical_rank) }
-                </p>
-                { bars(e) }
-                <h3>{ format!("Memory of rank {}", s.selected_rank) }</h3>
-                { memory_chart(e, s.selected_rank) }
-            </>
-        },
-        Err(m) => html! { <p class="hint">{ format!("No cost: {m}") }</p> },
-    };
-    let compare = match pinned {
-        Some(Ok(d)) => diff_view(d),
-        Some(Err(m)) => html! { <p class="hint">{ format!("No comparison: {m}") }</p> },
-        None => html! { <p class="hint">{ "Pin this plan, change something, and compare." }</p> },
+    let (cost, pinned) = match answer {
+        None => {
+            let waiting =
+                || html! { <p class="hint waiting" role="status">{ "Pricing the plan…" }</p> };
+            (waiting(), waiting())
+        }
+        Some(Outcome::Cost(v)) => (cost_view(&v.cost, s.selected_rank), compare_view(&v.diff)),
+        Some(Outcome::Failed(m)) => (
+            html! { <p class="hint">{ format!("No cost: {m}") }</p> },
+            html! {},
+        ),
+        Some(_) => (html! {}, html! {}),
     };
     html! {
         <section class="panel cost-panel">
@@ -230,9 +249,9 @@ pub fn CostPanel() -> Html {
                 </label>
                 <button id="pin" class="small" onclick={on_pin}>{ if s.pinned.is_some() { "Unpin" } else { "Pin plan" } }</button>
             </h2>
-            { body }
+            { cost }
             <h3>{ "Compared with the pinned plan" }</h3>
-            { compare }
+            { pinned }
         </section>
     }
 }

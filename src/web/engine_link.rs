@@ -4,7 +4,7 @@
 //! values (serde-wasm-bindgen), which carry the NaNs and infinities of a broken run that
 //! JSON cannot; the in-process link sends them through the same codec.
 
-use crate::engine::{Job, Outcome, Reply};
+use crate::engine::{Job, Outcome, Reply, Task};
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
@@ -218,4 +218,33 @@ fn fail_all(inner: &Inner, why: &str) {
     for (_, on) in waiting {
         on.emit(Outcome::Failed(why.to_string()));
     }
+}
+
+/// The engine's answer to `task` on the current session, asked again whenever `key`
+/// changes (`None` while it works). A panel's figures that are derived from the plan (the
+/// cost panel's, the Gantt chart's) come this way.
+#[yew::hook]
+pub fn use_engine_answer<K: PartialEq + 'static>(
+    ctx: &super::app::AppCtx,
+    key: K,
+    task: Task,
+) -> Option<Outcome> {
+    let answer = yew::use_state(|| None::<Outcome>);
+    let latest = yew::use_mut_ref(|| 0u64);
+    let (engine, out, state) = (ctx.engine.clone(), answer.clone(), ctx.state.clone());
+    yew::use_effect_with(key, move |_| {
+        out.set(None);
+        let job = Job::new(&state.0, task);
+        *latest.borrow_mut() = job.id;
+        let id = job.id;
+        engine.send(
+            job,
+            Callback::from(move |o: Outcome| {
+                if *latest.borrow() == id && !o.is_progress() {
+                    out.set(Some(o));
+                }
+            }),
+        );
+    });
+    (*answer).clone()
 }

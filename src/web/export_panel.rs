@@ -7,6 +7,44 @@ use crate::engine::{Job, Outcome, Task};
 use crate::export::ExportMode;
 use yew::prelude::*;
 
+/// The script state: the mode shown, and the script (`None` while the engine writes it).
+type Script = Option<(ExportMode, Option<Result<String, String>>)>;
+
+/// A button's handler: asks the engine for `mode`'s script (a later click supersedes it).
+fn ask_for_script(
+    ctx: &AppCtx,
+    mode: ExportMode,
+    script: UseStateHandle<Script>,
+    copied: UseStateHandle<bool>,
+    latest: std::rc::Rc<std::cell::RefCell<u64>>,
+) -> Callback<MouseEvent> {
+    let ctx = ctx.clone();
+    Callback::from(move |_: MouseEvent| {
+        copied.set(false);
+        script.set(Some((mode, None)));
+        let job = Job::new(ctx.session(), Task::Export(mode));
+        *latest.borrow_mut() = job.id;
+        let (script, latest, id) = (script.clone(), latest.clone(), job.id);
+        let on = Callback::from(move |outcome| {
+            let r = match outcome {
+                Outcome::Export(r) => r,
+                Outcome::Failed(e) => Err(e),
+                Outcome::Progress { .. }
+                | Outcome::Run(_)
+                | Outcome::Broken(_)
+                | Outcome::Values(_)
+                | Outcome::Cost(_)
+                | Outcome::PipelineCost(_)
+                | Outcome::Suggest(_) => return,
+            };
+            if *latest.borrow() == id {
+                script.set(Some((mode, Some(r))));
+            }
+        });
+        ctx.engine.send(job, on);
+    })
+}
+
 /// The export panel. The engine writes the script (`crate::engine`).
 #[component]
 pub fn ExportPanel() -> Html {
@@ -18,31 +56,7 @@ pub fn ExportPanel() -> Html {
         return html! {};
     };
     let make = |mode: ExportMode| {
-        let script = script.clone();
-        let copied = copied.clone();
-        let (ctx, latest) = (ctx.clone(), latest.clone());
-        Callback::from(move |_: MouseEvent| {
-            copied.set(false);
-            script.set(Some((mode, None)));
-            let job = Job::new(ctx.session(), Task::Export(mode));
-            *latest.borrow_mut() = job.id;
-            let (script, latest, id) = (script.clone(), latest.clone(), job.id);
-            let on = Callback::from(move |outcome| {
-                let r = match outcome {
-                    Outcome::Export(r) => r,
-                    Outcome::Failed(e) => Err(e),
-                    Outcome::Progress { .. }
-                    | Outcome::Run(_)
-                    | Outcome::Broken(_)
-                    | Outcome::Values(_)
-                    | Outcome::Suggest(_) => return,
-                };
-                if *latest.borrow() == id {
-                    script.set(Some((mode, Some(r))));
-                }
-            });
-            ctx.engine.send(job, on);
-        })
+        ask_for_script(&ctx, mode, script.clone(), copied.clone(), latest.clone())
     };
     let shown = script.as_ref().map(|(m, _)| *m);
     let class = |mode: ExportMode| classes!("small", (shown == Some(mode)).then_some("primary"));

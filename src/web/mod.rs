@@ -28,7 +28,7 @@ pub mod worker;
 pub use api::{bench_replan, export_jax, plan};
 pub use api_suggest::{bench_cost, suggest, SuggestSearch};
 pub use app::{App, AppCtx, AppProps, State};
-pub use engine_link::EngineLink;
+pub use engine_link::{use_engine_answer, EngineLink};
 pub use mesh_view::{MeshView, MeshViewProps};
 
 /// Mounts the playground on `<body>`, unless the page only wants the JavaScript API

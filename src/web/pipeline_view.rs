@@ -4,9 +4,11 @@
 //! fraction and the activations it holds, updating as the controls move.
 
 use super::app::AppCtx;
+use super::engine_link::use_engine_answer;
 use super::ledger_view::bytes;
 use crate::cost::diff::human_seconds;
 use crate::cost::pipeline_cost::PipelineCost;
+use crate::engine::{Outcome, Task};
 use crate::passes::schedule::JobKind;
 use crate::plan::ScheduleKind;
 use crate::session::{Action, PipelineAction};
@@ -111,6 +113,35 @@ fn input_value(e: &InputEvent) -> usize {
         .unwrap_or(1)
 }
 
+/// The schedule in time, as the engine laid it out (`None`: still working).
+fn schedule_view(computed: Option<Outcome>) -> Html {
+    match computed {
+        None => html! { <p class="hint waiting" role="status">{ "Laying out the schedule…" }</p> },
+        Some(Outcome::PipelineCost(Ok(c))) => html! {
+            <>
+                <p class="pipeline-summary">
+                    { format!("step {} · bubble fraction ", human_or_units(&c, c.timeline.step)) }
+                    <strong id="bubble-fraction">{ format!("{:.3}", c.bubble) }</strong>
+                    { format!(" · {} on {} stages, {} micro-batches", c.schedule, c.stages.len(), c.micro_batches) }
+                </p>
+                { gantt(&c) }
+                <p class="cost-legend">
+                    <span class="key forward"></span>{ "forward " }
+                    <span class="key backward"></span>{ "backward " }
+                    <span class="key backward_b"></span>{ "input grad " }
+                    <span class="key backward_w"></span>{ "weight grad " }
+                    <span class="key optimizer"></span>{ "optimizer (and gradient sync) · hatched: idle" }
+                </p>
+                { stats(&c) }
+            </>
+        },
+        Some(Outcome::PipelineCost(Err(m)) | Outcome::Failed(m)) => {
+            html! { <p class="hint">{ m }</p> }
+        }
+        Some(_) => html! {},
+    }
+}
+
 /// The pipeline panel.
 #[component]
 pub fn PipelinePanel() -> Html {
@@ -129,8 +160,7 @@ pub fn PipelinePanel() -> Html {
         s.topology.clone(),
         s.gantt_ideal,
     );
-    let session = s.clone();
-    let computed = use_memo(key, move |_| session.pipeline_cost());
+    let computed = use_engine_answer(&ctx, key, Task::PipelineCost);
     let on_schedule = ctx.on(|e: Event| {
         Action::Pipeline(PipelineAction::SetSchedule(
             ScheduleKind::from_name(&select_value(&e)).unwrap_or_default(),
@@ -145,27 +175,7 @@ pub fn PipelinePanel() -> Html {
     });
     let ideal = s.gantt_ideal;
     let on_ideal = ctx.on(move |_: Event| Action::Pipeline(PipelineAction::SetGanttIdeal(!ideal)));
-    let body = match &*computed {
-        Ok(c) => html! {
-            <>
-                <p class="pipeline-summary">
-                    { format!("step {} · bubble fraction ", human_or_units(c, c.timeline.step)) }
-                    <strong id="bubble-fraction">{ format!("{:.3}", c.bubble) }</strong>
-                    { format!(" · {} on {} stages, {} micro-batches", c.schedule, c.stages.len(), c.micro_batches) }
-                </p>
-                { gantt(c) }
-                <p class="cost-legend">
-                    <span class="key forward"></span>{ "forward " }
-                    <span class="key backward"></span>{ "backward " }
-                    <span class="key backward_b"></span>{ "input grad " }
-                    <span class="key backward_w"></span>{ "weight grad " }
-                    <span class="key optimizer"></span>{ "optimizer (and gradient sync) · hatched: idle" }
-                </p>
-                { stats(c) }
-            </>
-        },
-        Err(m) => html! { <p class="hint">{ m.clone() }</p> },
-    };
+    let body = schedule_view(computed);
     html! {
         <section class="panel pipeline-panel">
             <h2>{ "Pipeline" }</h2>

@@ -105,7 +105,12 @@ fn start_search(
                 Outcome::Progress { done, total } => status.set(Status::Running(done, total)),
                 Outcome::Suggest(Ok(v)) => status.set(Status::Done(Rc::new(v))),
                 Outcome::Suggest(Err(e)) | Outcome::Failed(e) => status.set(Status::Failed(e)),
-                Outcome::Run(_) | Outcome::Broken(_) | Outcome::Values(_) | Outcome::Export(_) => {}
+                Outcome::Run(_)
+                | Outcome::Broken(_)
+                | Outcome::Values(_)
+                | Outcome::Export(_)
+                | Outcome::Cost(_)
+                | Outcome::PipelineCost(_) => {}
             }
         });
         ctx.engine.send(job, on);

@@ -107,6 +107,8 @@ test('the cost panel draws time and memory, toggles ZeRO and compares with a pin
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   const errors = await open(page, server.url + '#s=gpt_dp_mp&rank=0');
   const panel = page.locator('.cost-panel');
+  // The engine's worker prices the plan; the bars arrive with its answer.
+  await page.waitForSelector('.cost-panel .cost-bars .bar');
   assert.equal(await panel.locator('.cost-bars .bar').count(), 8);
   assert.equal(await panel.locator('.memory-chart .peak').count(), 1);
   await page.click('#pin');
@@ -121,6 +123,7 @@ test('the cost panel draws time and memory, toggles ZeRO and compares with a pin
   // Embedded with only the cost panel beside the program, the charts stay readable.
   const embed = await browser.newPage({ viewport: { width: 900, height: 700 } });
   await open(embed, server.url + '?embed=1&hide=editor,run,ledger,rank,inspector#s=gpt_dp_mp');
+  await embed.waitForSelector('.cost-panel .cost-bars .bar');
   assert.equal(await embed.locator('.cost-panel .cost-bars .bar').count(), 8);
   await embed.screenshot({ path: `${screenshotDir}/cost-embed.png` });
   assert.deepEqual(errors, []);
