@@ -3,9 +3,19 @@
 //! the page's plan is refused rather than answered for another plan.
 #![cfg(not(target_arch = "wasm32"))]
 
-use shardlab::engine::{finish, handle, Job, Outcome, Reply, Task};
+use shardlab::engine::{codec, finish, handle, Job, Outcome, Reply, Task};
 use shardlab::export::ExportMode;
 use shardlab::session::{Action, Session};
+
+/// `handle`, with the job and the outcome through the worker's wire format (as in the
+/// browser), checking the outcome crosses unchanged.
+fn handle_crossed(job: &Job, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
+    let job: Job = codec::decode(&codec::encode(job).unwrap()).unwrap();
+    let out = handle(&job, progress);
+    let back: Outcome = codec::decode(&codec::encode(&out).unwrap()).unwrap();
+    assert_eq!(back, out, "the outcome crosses the wire unchanged");
+    back
+}
 
 fn megatron() -> Session {
     Session::from_scenario("megatron_mlp").unwrap()
@@ -16,7 +26,7 @@ fn an_export_job_writes_the_script_the_session_writes() {
     let s = megatron();
     for mode in [ExportMode::Gspmd, ExportMode::ShardMap] {
         let job = Job::new(&s, Task::Export(mode));
-        let Outcome::Export(Ok(script)) = handle(&job, &mut |_, _| {}) else {
+        let Outcome::Export(Ok(script)) = handle_crossed(&job, &mut |_, _| {}) else {
             panic!("no script for {mode:?}");
         };
         assert_eq!(script, s.export_script(mode).unwrap());
@@ -38,7 +48,7 @@ fn a_suggest_job_reports_progress_then_a_table_with_the_users_plan() {
         },
     );
     let mut steps = Vec::new();
-    let out = handle(&job, &mut |d, t| steps.push((d, t)));
+    let out = handle_crossed(&job, &mut |d, t| steps.push((d, t)));
     let Outcome::Suggest(Ok(v)) = out else {
         panic!("no suggestion: {out:?}");
     };
@@ -121,7 +131,8 @@ fn a_cost_job_prices_the_plan_and_the_pinned_one_as_the_session_does() {
         .reduce(Action::SetZero(1));
     let pinned = s.pinned.as_ref().map(|p| p.link.clone());
     assert!(pinned.is_some());
-    let Outcome::Cost(v) = handle(&Job::new(&s, Task::Cost { pinned }), &mut |_, _| {}) else {
+    let Outcome::Cost(v) = handle_crossed(&Job::new(&s, Task::Cost { pinned }), &mut |_, _| {})
+    else {
         panic!("no cost");
     };
     assert_eq!(v.cost, s.cost());
@@ -129,7 +140,9 @@ fn a_cost_job_prices_the_plan_and_the_pinned_one_as_the_session_does() {
     let d = v.diff.unwrap().unwrap();
     assert!(d.differs(), "ZeRO 1 against the pinned ZeRO 0");
     assert!(
-        d.collectives.iter().any(|c| c.op == "reduce_scatter" && c.a == 0 && c.b > 0),
+        d.collectives
+            .iter()
+            .any(|c| c.op == "reduce_scatter" && c.a == 0 && c.b > 0),
         "{:?}",
         d.collectives
     );
@@ -142,10 +155,55 @@ fn a_pipeline_cost_job_lays_out_the_schedule_as_the_session_does() {
         .unwrap()
         .reduce(Action::Pipeline(PipelineAction::SetMicroBatches(4)))
         .reduce(Action::Pipeline(PipelineAction::SetGanttIdeal(true)));
-    let Outcome::PipelineCost(Ok(c)) = handle(&Job::new(&s, Task::PipelineCost), &mut |_, _| {})
+    let Outcome::PipelineCost(Ok(c)) =
+        handle_crossed(&Job::new(&s, Task::PipelineCost), &mut |_, _| {})
     else {
         panic!("no schedule");
     };
     assert_eq!(Ok(c.clone()), s.pipeline_cost());
     assert!((c.bubble - 1.0 / 5.0).abs() < 1e-12, "{}", c.bubble);
+}
+
+#[test]
+fn run_break_and_values_outcomes_cross_the_wire() {
+    use shardlab::session::Breakage;
+    let s = Session::from_scenario("gpt_dp_mp").unwrap();
+    assert!(matches!(
+        handle_crossed(&Job::new(&s, Task::Run), &mut |_, _| {}),
+        Outcome::Run(Ok(_))
+    ));
+    // A broken run (its ops and mistakes travel in the job) and a collective's values.
+    let s = s.reduce(Action::SetBreakMode(true));
+    let op = s.inserted_ops()[0].op;
+    let s = s.reduce(Action::Break(Breakage::Delete { op }));
+    let job = Job::new(&s, Task::RunBroken(s.breaks.clone()));
+    let Outcome::Broken(Ok(r)) = handle_crossed(&job, &mut |_, _| {}) else {
+        panic!("no report");
+    };
+    assert!(!r.diverged.is_empty(), "deleting {op} diverges");
+    let out = handle_crossed(&Job::new(&s, Task::Values(op)), &mut |_, _| {});
+    assert!(matches!(out, Outcome::Values(Ok(_))), "{out:?}");
+}
+
+#[test]
+fn the_wire_carries_nan_infinity_and_negative_zero() {
+    use shardlab::session::RunSummary;
+    let r = Reply {
+        id: 9,
+        outcome: Outcome::Run(Ok(RunSummary {
+            serial_losses: vec![f64::NAN, f64::NEG_INFINITY],
+            dist_losses: vec![-0.0, 1e-310],
+            checks: Vec::new(),
+        })),
+    };
+    let back: Reply = codec::decode(&codec::encode(&r).unwrap()).unwrap();
+    let Outcome::Run(Ok(b)) = back.outcome else {
+        panic!("{back:?}");
+    };
+    assert!(b.serial_losses[0].is_nan() && b.serial_losses[1] == f64::NEG_INFINITY);
+    assert!(b.dist_losses[0].is_sign_negative() && b.dist_losses[1] == 1e-310);
+    assert!(
+        codec::decode::<Reply>(&[0xff, 0xff]).is_err(),
+        "garbage is an error"
+    );
 }

@@ -1056,8 +1056,8 @@ async fn the_suggest_panel_explains_a_plan_it_cannot_search() {
     );
 }
 
-/// The worker's codec (structured clone through serde-wasm-bindgen) carries what JSON
-/// cannot: a broken run's NaN and infinite losses, and negative zero.
+/// The worker's codec (bytes in a `Uint8Array`) carries what JSON cannot: a broken run's
+/// NaN and infinite losses, and negative zero.
 #[wasm_bindgen_test]
 fn a_reply_with_nan_and_infinity_crosses_the_worker_codec() {
     use shardlab::engine::{Outcome, Reply};
@@ -1070,8 +1070,9 @@ fn a_reply_with_nan_and_infinity_crosses_the_worker_codec() {
             checks: Vec::new(),
         })),
     };
-    let js = serde_wasm_bindgen::to_value(&r).unwrap();
-    let back: Reply = serde_wasm_bindgen::from_value(js).unwrap();
+    let js = shardlab::web::engine_link::to_js(&r).unwrap();
+    assert!(js.is_instance_of::<js_sys::Uint8Array>());
+    let back: Reply = shardlab::web::engine_link::from_js(js).unwrap();
     let Outcome::Run(Ok(b)) = back.outcome else {
         panic!("{back:?}");
     };

@@ -13,6 +13,7 @@
 //! through it, so the worker rebuilds the page's plan, and [`handle`] refuses a link that
 //! does not come back unchanged rather than answer for a different plan.
 
+pub mod codec;
 mod suggest_view;
 
 pub use suggest_view::{SuggestRow, SuggestView};

@@ -1,8 +1,7 @@
 //! The page's handle on the engine (`crate::engine`): a Web Worker running the engine's
 //! own wasm module (`shardlab-engine`, which Trunk builds beside the page's), or, in the
-//! browser tests, the engine in-process. Jobs and replies cross as structured-cloned JS
-//! values (serde-wasm-bindgen), which carry the NaNs and infinities of a broken run that
-//! JSON cannot; the in-process link sends them through the same codec.
+//! browser tests, the engine in-process. Jobs and replies cross as bytes
+//! (`crate::engine::codec`); the in-process link sends them through the same codec.
 
 use crate::engine::{Job, Outcome, Reply, Task};
 use std::cell::RefCell;
@@ -46,16 +45,26 @@ enum Kind {
 
 struct Spawned {
     worker: web_sys::Worker,
+    /// Jobs posted before the worker said it is ready. A worker loads its wasm
+    /// asynchronously, and a message that arrives before it listens is lost.
+    queue: Option<Vec<JsValue>>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
 }
 
-fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, String> {
-    serde_wasm_bindgen::to_value(v).map_err(|e| e.to_string())
+/// `v` as a message: its bytes (`crate::engine::codec`) in a `Uint8Array`.
+pub fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, String> {
+    let bytes = crate::engine::codec::encode(v)?;
+    Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
 }
 
-fn from_js<T: serde::de::DeserializeOwned>(v: JsValue) -> Result<T, String> {
-    serde_wasm_bindgen::from_value(v).map_err(|e| e.to_string())
+/// The value a message's bytes encode.
+pub fn from_js<T: serde::de::DeserializeOwned>(v: JsValue) -> Result<T, String> {
+    let bytes = v
+        .dyn_into::<js_sys::Uint8Array>()
+        .map_err(|_| "the message is not bytes".to_string())?
+        .to_vec();
+    crate::engine::codec::decode(&bytes)
 }
 
 impl EngineLink {
@@ -93,7 +102,11 @@ impl EngineLink {
             Kind::Worker(slot) => {
                 let posted = spawn_into(&self.0, slot).and_then(|()| {
                     let js = to_js(&job)?;
-                    match slot.borrow().as_ref() {
+                    match slot.borrow_mut().as_mut() {
+                        Some(Spawned { queue: Some(q), .. }) => {
+                            q.push(js);
+                            Ok(())
+                        }
                         Some(s) => s.worker.post_message(&js).map_err(|e| format!("{e:?}")),
                         None => Err("the engine is not running".into()),
                     }
@@ -182,6 +195,9 @@ fn spawn_into(inner: &Rc<Inner>, slot: &RefCell<Option<Spawned>>) -> Result<(), 
             let Some(inner) = weak.upgrade() else {
                 return;
             };
+            if e.data().as_string().as_deref() == Some(READY) {
+                return ready(&inner);
+            }
             match from_js::<Reply>(e.data()) {
                 Ok(r) => deliver(&inner, r.id, r.outcome),
                 Err(err) => fail_all(&inner, &format!("the engine's reply did not parse: {err}")),
@@ -206,10 +222,32 @@ fn spawn_into(inner: &Rc<Inner>, slot: &RefCell<Option<Spawned>>) -> Result<(), 
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     *slot.borrow_mut() = Some(Spawned {
         worker,
+        queue: Some(Vec::new()),
         _on_message: on_message,
         _on_error: on_error,
     });
     Ok(())
+}
+
+/// What the worker posts once it listens (`super::worker::serve`).
+pub const READY: &str = "ready";
+
+/// The worker listens: post the jobs queued until now.
+fn ready(inner: &Inner) {
+    let Kind::Worker(slot) = &inner.kind else {
+        return;
+    };
+    let mut failed = None;
+    if let Some(s) = slot.borrow_mut().as_mut() {
+        for js in s.queue.take().unwrap_or_default() {
+            if let Err(e) = s.worker.post_message(&js) {
+                failed = Some(format!("the engine failed: {e:?}"));
+            }
+        }
+    }
+    if let Some(why) = failed {
+        fail_all(inner, &why);
+    }
 }
 
 /// Every waiting job fails with `why`.

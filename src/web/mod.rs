@@ -7,7 +7,7 @@ mod app;
 mod break_panel;
 mod cost_panel;
 mod editor;
-mod engine_link;
+pub mod engine_link;
 mod exercise_panel;
 mod export_panel;
 mod inspector;

@@ -18,11 +18,11 @@ pub fn serve() {
     let on_message =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
             let post = |r: &Reply| {
-                if let Ok(v) = serde_wasm_bindgen::to_value(r) {
+                if let Ok(v) = super::engine_link::to_js(r) {
                     let _ = out.post_message(&v);
                 }
             };
-            let job: Job = match serde_wasm_bindgen::from_value(e.data()) {
+            let job: Job = match super::engine_link::from_js(e.data()) {
                 Ok(j) => j,
                 Err(err) => {
                     // Without a job there is no id to answer; id 0 is never a job's.
@@ -51,4 +51,6 @@ pub fn serve() {
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     // The worker lives as long as the page; so does its handler.
     on_message.forget();
+    // The page queues jobs until now: a message that came before the handler was lost.
+    let _ = scope.post_message(&JsValue::from_str(super::engine_link::READY));
 }
