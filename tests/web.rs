@@ -1082,3 +1082,30 @@ fn a_reply_with_nan_and_infinity_crosses_the_worker_codec() {
     assert_eq!(b.dist_losses[0], f64::INFINITY);
     assert!(b.dist_losses[1] == 0.0 && b.dist_losses[1].is_sign_negative());
 }
+
+/// Without its worker (here the test server has no `shardlab-engine_loader.js`), the page
+/// still works, and what needs the engine says it failed instead of waiting forever.
+#[wasm_bindgen_test]
+async fn a_missing_engine_is_reported_where_its_answer_would_be() {
+    let root = fresh_root("#s=dp_mlp");
+    yew::Renderer::<App>::with_root(root.clone()).render();
+    settle().await;
+    assert_eq!(
+        count(&root, ".mesh-view"),
+        1,
+        "the page works without the engine"
+    );
+    until(|| text(&root, ".cost-panel").contains("the engine failed")).await;
+    assert!(
+        text(&root, ".cost-panel").contains("No cost: the engine failed"),
+        "{}",
+        text(&root, ".cost-panel")
+    );
+    click(&root, "#run");
+    until(|| count(&root, ".banner") > 0).await;
+    assert!(
+        text(&root, ".banner").contains("the engine failed"),
+        "{}",
+        text(&root, ".banner")
+    );
+}
