@@ -1109,3 +1109,62 @@ async fn a_missing_engine_is_reported_where_its_answer_would_be() {
         text(&root, ".banner")
     );
 }
+
+/// Cost jobs the counting engine below was given.
+static COST_JOBS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The in-process engine, counting cost jobs.
+fn counting_engine(
+    job: &shardlab::engine::Job,
+    progress: &mut dyn FnMut(usize, usize),
+) -> shardlab::engine::Outcome {
+    if matches!(job.task, shardlab::engine::Task::Cost { .. }) {
+        COST_JOBS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    shardlab::engine::handle(job, progress)
+}
+
+/// A burst of changes while the engine works costs a panel two jobs (the one at the
+/// engine, then the newest), not one per change, and the panel shows the newest plan's
+/// figures.
+#[wasm_bindgen_test]
+async fn a_burst_of_changes_asks_a_slow_engine_twice_and_shows_the_last() {
+    use std::sync::atomic::Ordering;
+    let root = fresh_root("#s=dp_mlp");
+    let props = AppProps {
+        engine: Some(EngineLink::in_process_after(counting_engine, 300)),
+    };
+    yew::Renderer::<App>::with_root_and_props(root.clone(), props).render();
+    until(|| count(&root, ".cost-summary") > 0).await;
+    let before = COST_JOBS.load(Ordering::SeqCst);
+    // Three topologies in a row, each rendered, all before the engine answers the first.
+    for t in ["tpu-v5e-16", "cpu", "h100x8x4"] {
+        select(&root, "#topology", t);
+        yew::platform::time::sleep(Duration::from_millis(30)).await;
+    }
+    assert_eq!(
+        COST_JOBS.load(Ordering::SeqCst),
+        before,
+        "the engine is still busy"
+    );
+    until(|| count(&root, ".cost-summary") > 0).await;
+    yew::platform::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        COST_JOBS.load(Ordering::SeqCst) - before,
+        2,
+        "one at the engine, then the newest"
+    );
+    // The newest topology's figures: the same plan priced on h100x8x4 directly.
+    let want = shardlab::session::Session::from_hash("s=dp_mlp&topo=h100x8x4")
+        .unwrap()
+        .cost()
+        .unwrap();
+    let shown = text(&root, ".cost-summary");
+    assert!(
+        shown.starts_with(&format!(
+            "step {}",
+            shardlab::cost::diff::human_seconds(want.step_s())
+        )),
+        "{shown}"
+    );
+}

@@ -79,7 +79,19 @@ impl EngineLink {
     /// The engine in-process (the browser tests): each job runs on a zero-delay timer,
     /// its job and replies through the worker's codec.
     pub fn in_process(handler: Handler) -> EngineLink {
-        let local: Local = Rc::new(move |inner, job| in_process(inner, handler, job));
+        EngineLink::in_process_after(handler, 0)
+    }
+
+    /// The engine in-process, each job `delay_ms` after it is sent (a slow engine, for
+    /// tests of what the page does meanwhile).
+    pub fn in_process_after(handler: Handler, delay_ms: u32) -> EngineLink {
+        let local: Local = Rc::new(move |inner, job| {
+            let (inner, job) = (inner.clone(), job.clone());
+            gloo::timers::callback::Timeout::new(delay_ms, move || {
+                in_process(&inner, handler, &job)
+            })
+            .forget();
+        });
         EngineLink(Rc::new(Inner {
             kind: Kind::InProcess(local),
             waiting: RefCell::new(Vec::new()),
@@ -119,10 +131,7 @@ impl EngineLink {
                     );
                 }
             }
-            Kind::InProcess(local) => {
-                let (inner, local) = (Rc::downgrade(&self.0), local.clone());
-                gloo::timers::callback::Timeout::new(0, move || local(&inner, &job)).forget();
-            }
+            Kind::InProcess(local) => local(&Rc::downgrade(&self.0), &job),
         }
     }
 }
@@ -258,6 +267,55 @@ fn fail_all(inner: &Inner, why: &str) {
     }
 }
 
+/// A panel's asks: whether one is at the engine, and the newest made meanwhile.
+#[derive(Default)]
+struct Asks {
+    busy: bool,
+    next: Option<(yew::UseReducerHandle<super::app::State>, Task)>,
+}
+
+/// What an ask needs: the engine, where the answer goes, and the panel's asks.
+#[derive(Clone)]
+struct Asker {
+    engine: EngineLink,
+    out: yew::UseStateHandle<Option<Outcome>>,
+    /// The job whose answer is shown (0: none; a superseded job's answer is dropped).
+    latest: Rc<RefCell<u64>>,
+    asks: Rc<RefCell<Asks>>,
+}
+
+impl Asker {
+    /// Sends `task` on `state`'s session; when it is answered, sends the newest ask made
+    /// meanwhile, if any. So a panel has at most one job at the engine, and a burst of
+    /// changes (a mesh dragged through sizes) costs two jobs, not one per change.
+    fn ask(self, state: yew::UseReducerHandle<super::app::State>, task: Task) {
+        let job = Job::new(&state.0, task);
+        let id = job.id;
+        *self.latest.borrow_mut() = id;
+        self.asks.borrow_mut().busy = true;
+        let engine = self.engine.clone();
+        engine.send(
+            job,
+            Callback::from(move |o: Outcome| {
+                if o.is_progress() {
+                    return;
+                }
+                if *self.latest.borrow() == id {
+                    self.out.set(Some(o));
+                }
+                let next = {
+                    let mut asks = self.asks.borrow_mut();
+                    asks.busy = false;
+                    asks.next.take()
+                };
+                if let Some((state, task)) = next {
+                    self.clone().ask(state, task);
+                }
+            }),
+        );
+    }
+}
+
 /// The engine's answer to `task` on the current session, asked again whenever `key`
 /// changes (`None` while it works). A panel's figures that are derived from the plan (the
 /// cost panel's, the Gantt chart's) come this way.
@@ -269,20 +327,25 @@ pub fn use_engine_answer<K: PartialEq + 'static>(
 ) -> Option<Outcome> {
     let answer = yew::use_state(|| None::<Outcome>);
     let latest = yew::use_mut_ref(|| 0u64);
-    let (engine, out, state) = (ctx.engine.clone(), answer.clone(), ctx.state.clone());
+    let asks = yew::use_mut_ref(Asks::default);
+    let asker = Asker {
+        engine: ctx.engine.clone(),
+        out: answer.clone(),
+        latest,
+        asks,
+    };
+    let state = ctx.state.clone();
     yew::use_effect_with(key, move |_| {
-        out.set(None);
-        let job = Job::new(&state.0, task);
-        *latest.borrow_mut() = job.id;
-        let id = job.id;
-        engine.send(
-            job,
-            Callback::from(move |o: Outcome| {
-                if *latest.borrow() == id && !o.is_progress() {
-                    out.set(Some(o));
-                }
-            }),
-        );
+        asker.out.set(None);
+        let busy = asker.asks.borrow().busy;
+        if busy {
+            // The job at the engine is about an older plan: drop its answer, ask again
+            // when it is done.
+            *asker.latest.borrow_mut() = 0;
+            asker.asks.borrow_mut().next = Some((state, task));
+        } else {
+            asker.ask(state, task);
+        }
     });
     (*answer).clone()
 }
