@@ -246,6 +246,56 @@ fn model_state_memory_matches_the_closed_forms() {
     }
 }
 
+/// A rank's peak memory under ZeRO `stage` with `optimizer`, at the compute dtype.
+fn peak(plan: &Plan, optimizer: &str, stage: u8) -> f64 {
+    let p = run_pipeline(plan, &zero(optimizer, false, None, stage)).unwrap();
+    let sizing = Sizing {
+        elem: ElementBytes(4.0),
+        mixed_precision: false,
+        zero: Some(&p.partitioned.zero),
+    };
+    shardlab::cost::memory::memory(&p.partitioned.ranks[0].program, sizing).peak
+}
+
+#[test]
+fn stage_one_holds_its_full_gradients_from_backward_to_the_update() {
+    // Stage 1 keeps each full gradient after its reduce-scatter (persistable), but backward
+    // makes it: it takes no memory before, as a stage 0 gradient does not. Holding it from
+    // the first op put every gradient on the activations' peak at the start of backward.
+    let plan = dp_plan(Model::Gpt, 2);
+    let p = run_pipeline(&plan, &zero("adam", false, None, 1)).unwrap();
+    let r = &p.partitioned.ranks[0].program;
+    let live = shardlab::cost::memory::live_ranges(r);
+    let last = r.ops().len() - 1;
+    for z in &p.partitioned.zero.params {
+        let made = r
+            .ops()
+            .iter()
+            .position(|o| o.all_outputs().any(|v| v == z.grad))
+            .unwrap();
+        let l = live[z.grad.index()].unwrap();
+        assert!(r.var(z.grad).persistable, "{}", r.var(z.grad).name);
+        assert_eq!(
+            (l.first as usize, l.last as usize),
+            (made, last),
+            "{}",
+            r.var(z.grad).name
+        );
+    }
+    // So a stage never raises the peak where there is optimizer state to shard (Adam).
+    // With SGD there is no state to shard, and the flat shard buffers (a parameter shard
+    // beside the whole parameter, as DeepSpeed's fp32 partition and FSDP's flat shard are)
+    // make stage 1 dearer than stage 0; stage 2, freeing the full gradients, is no dearer
+    // than stage 1.
+    let gpt = dp_plan(Model::Gpt, 2);
+    let adam: Vec<f64> = (0..=3).map(|s| peak(&gpt, "adam", s)).collect();
+    assert!(adam.windows(2).all(|w| w[1] <= w[0]), "adam peaks {adam:?}");
+    assert!(adam[3] < adam[0], "adam peaks {adam:?}");
+    let sgd: Vec<f64> = (0..=2).map(|s| peak(&gpt, "sgd", s)).collect();
+    assert!(sgd[2] <= sgd[1], "sgd peaks {sgd:?}");
+    assert!(sgd[1] > sgd[0], "sgd peaks {sgd:?}");
+}
+
 #[test]
 fn a_parameter_that_does_not_divide_is_padded() {
     // The MLP's [10] bias over 4 ranks: shards of 3, the last holding 1 element and 2 of

@@ -1,7 +1,8 @@
 //! A rank's memory over its step, from exact liveness over its program.
 //!
 //! Parameters, optimizer state, inputs, labels and persistable variables live for the whole
-//! step if any op touches them (an untouched variable takes no memory). Every other
+//! step if any op touches them (an untouched variable takes no memory), except a
+//! persistable gradient, which lives from the op that makes it to the end. Every other
 //! variable (activations, gradients, temporaries) lives from the op that first writes it to
 //! the last op that reads or writes it, both included: the backward pass's reads of forward
 //! activations keep them alive until then. The bytes live while op `i` runs are the sum over
@@ -172,17 +173,26 @@ pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
     }
     // A variable held all step takes its memory from the first op to the last if any op
     // touches it (under ZeRO a rank keeps the shards of the optimizer state, and the whole
-    // state variables go unused).
+    // state variables go unused). A persistable gradient (ZeRO stage 1's full gradients,
+    // kept after their reduce-scatter) is kept from the op that makes it to the end of the
+    // step: backward makes it, so it takes no memory before, as a stage 0 gradient does
+    // not (holding it from the first op put every gradient on top of the activations'
+    // peak at the start of backward, and made stage 1 dearer than stage 0).
     let last = n_ops.saturating_sub(1) as u32;
     for (slot, v) in live.iter_mut().zip(program.vars()) {
-        let whole = matches!(
-            v.kind,
-            VarKind::Parameter | VarKind::OptimizerState | VarKind::Input | VarKind::Label
-        ) || v.persistable;
-        if whole {
-            if let Some(l) = slot {
-                *l = Live { first: 0, last };
+        let Some(l) = slot else { continue };
+        match v.kind {
+            VarKind::Parameter | VarKind::OptimizerState | VarKind::Input | VarKind::Label => {
+                *l = Live { first: 0, last }
             }
+            VarKind::Gradient if v.persistable => {
+                *l = Live {
+                    first: l.first,
+                    last,
+                }
+            }
+            VarKind::Activation if v.persistable => *l = Live { first: 0, last },
+            VarKind::Gradient | VarKind::Activation => {}
         }
     }
     live

@@ -13,7 +13,8 @@
 //!   `reduce_scatter`ed (SUM) over the group and scaled by 1/N; each rank updates its shard
 //!   of the parameter with its shard of the optimizer state, and the parameter is
 //!   `all_gather`ed back (`unpad_reshape` to its shape). The full gradient buffer is kept
-//!   for the whole step (it is persistable).
+//!   to the end of the step (it is persistable; the memory model holds it from the op
+//!   that makes it, as a stage 0 gradient is held to its update).
 //! - **Stage 2:** the same ops; the full gradient lives only until its reduce-scatter.
 //! - **Stage 3:** parameters live as their shards only: `all_gather`ed before their first use
 //!   in forward and again before their first use in backward (into a second buffer, so
