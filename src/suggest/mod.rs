@@ -24,15 +24,20 @@
 //! the unpruned space on small cases.
 
 pub mod evaluate;
+mod exact;
 pub mod identify;
 pub mod reason;
 pub mod report;
 pub mod request;
 mod screen;
 pub mod space;
+mod workers;
 
 use evaluate::{terms, Planned, Point, Problem, Terms};
-use space::{Axis, Candidate, Family, MeshShape};
+use space::{Axis, Candidate, Family};
+#[cfg(not(target_arch = "wasm32"))]
+use workers::on_workers_with_ahead;
+use workers::workers;
 
 pub use evaluate::candidate_plan;
 
@@ -93,6 +98,9 @@ pub struct Stats {
     /// Plannings of another micro-batch count that `passes::rebatch` could not reuse
     /// (planned afresh instead).
     pub replanned_afresh: usize,
+    /// Of those priced exactly, how many were priced ahead, beside the last screening
+    /// step's units (natively, on two or more cores), rather than after it.
+    pub priced_ahead: usize,
 }
 
 /// The search's answer.
@@ -147,6 +155,9 @@ pub struct Search {
     /// than that twin, but they may still belong in the table (`with_dominated`).
     dominated: Vec<Family>,
     mine: Option<crate::plan::Plan>,
+    /// Finalists priced exactly in the last screening step, before the finish asks: the
+    /// same rows the finish would price (a row depends only on its candidate).
+    ahead: Vec<Row>,
 }
 
 /// What screening a unit gives: its points, its counts, the families it skipped as
@@ -164,64 +175,6 @@ const LINEAGE_RECENT: usize = 6;
 /// units per step balance the workers' loads better).
 const UNITS_PER_WORKER: usize = 3;
 
-/// How many families are screened at once: one per core natively, one in the browser
-/// (which runs the search in chunks between frames).
-fn workers() -> usize {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        crate::cores::cores()
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        1
-    }
-}
-
-/// `one` of every item, on all workers, each taking the next item in `order` (indices into
-/// `items`) when it is free; the results in item order.
-#[cfg(not(target_arch = "wasm32"))]
-fn on_workers<I: Send, T: Send>(
-    items: Vec<I>,
-    order: &[usize],
-    one: &(dyn Fn(I) -> T + Sync),
-) -> Vec<T> {
-    let items: Vec<std::sync::Mutex<Option<I>>> = items
-        .into_iter()
-        .map(|i| std::sync::Mutex::new(Some(i)))
-        .collect();
-    let units = &items;
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let next = &next;
-    let mut done: Vec<(usize, T)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers())
-            .map(|_| {
-                scope.spawn(move || {
-                    let mut mine = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        // Each index is in `order` once: its item is taken once.
-                        let Some((i, unit)) = order.get(k).and_then(|&i| {
-                            let slot = units.get(i)?;
-                            let item = slot.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-                            Some((i, item))
-                        }) else {
-                            return mine;
-                        };
-                        mine.push((i, one(unit)));
-                    }
-                })
-            })
-            .collect();
-        // A worker that panicked is a planner bug: re-raise it rather than lose its units.
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
-    crate::sort::sort_by_key(&mut done, |(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
-}
-
 /// The finalists priced exactly beyond the table's `top` (the screen's extrapolation can
 /// misorder near-ties).
 const SPARE_FINALISTS: usize = 4;
@@ -237,6 +190,7 @@ impl Stats {
         self.bounded += o.bounded;
         self.dominated += o.dominated;
         self.replanned_afresh += o.replanned_afresh;
+        self.priced_ahead += o.priced_ahead;
         if self.first_refusal.is_none() {
             self.first_refusal.clone_from(&o.first_refusal);
         }
@@ -313,6 +267,7 @@ impl Search {
             stats: Stats::default(),
             dominated: Vec::new(),
             mine,
+            ahead: Vec::new(),
         })
     }
 
@@ -339,6 +294,12 @@ impl Search {
             }
         }
         self.left.retain(|i| !picked.contains(i));
+        // The last step prices the likely finalists ahead, on the workers its units leave
+        // idle (`exact.rs`); the finish prices only those it did not guess.
+        let ahead = match self.left.is_empty() && workers() > 1 {
+            true => self.likely_finalists(),
+            false => Vec::new(),
+        };
         let jobs: Vec<UnitJob> = lineages
             .iter()
             .zip(&picked)
@@ -348,9 +309,9 @@ impl Search {
                 (self.units[i].clone(), recent.unwrap_or_default())
             })
             .collect();
-        for ((points, stats, dominated, mut recent), l) in
-            self.screen_chunk(jobs).into_iter().zip(lineages)
-        {
+        let (screened, priced) = self.screen_chunk(jobs, &ahead);
+        self.ahead.extend(exact::rows(priced));
+        for ((points, stats, dominated, mut recent), l) in screened.into_iter().zip(lineages) {
             self.stats.add(&stats);
             self.keep(points);
             self.dominated.extend(dominated);
@@ -364,8 +325,13 @@ impl Search {
         None
     }
 
-    /// Screens units against the current threshold, one per worker thread natively.
-    fn screen_chunk(&self, chunk: Vec<UnitJob>) -> Vec<UnitScreened> {
+    /// Screens units against the current threshold, one per worker thread natively, and
+    /// prices the finalists `ahead` exactly beside them (natively only).
+    fn screen_chunk(
+        &self,
+        chunk: Vec<UnitJob>,
+        ahead: &[Screened],
+    ) -> (Vec<UnitScreened>, Vec<exact::Priced>) {
         let (problem, threshold) = (&self.problem, self.threshold());
         let other = self.runner_up_threshold();
         let other = &other;
@@ -424,18 +390,14 @@ impl Search {
             (points, s.stats, dominated, s.recent)
         };
         #[cfg(not(target_arch = "wasm32"))]
-        if chunk.len() > 1 {
-            // Each worker takes the next unit when it is free, costliest first (units
-            // differ in cost by tens: a pipeline is planned at many more blocks; longest
-            // first shortens the step); results in unit order. The order changes no
-            // result: a unit sees only the step's threshold and its own points.
-            let mut order: Vec<usize> = (0..chunk.len()).collect();
-            crate::sort::sort_by_key(&mut order, |&i| {
-                std::cmp::Reverse(screen::unit_work(problem, &chunk[i].0, threshold))
-            });
-            return on_workers(chunk, &order, &one);
+        if chunk.len() + ahead.len() > 1 {
+            return on_workers_with_ahead(problem, threshold, chunk, ahead, &one);
         }
-        chunk.into_iter().map(one).collect()
+        // One worker (the browser) prices nothing ahead (`step`); were it asked to, the
+        // finish would price what is left.
+        #[cfg(target_arch = "wasm32")]
+        let _ = ahead;
+        (chunk.into_iter().map(one).collect(), Vec::new())
     }
 
     /// Runs the search to the end, reporting progress after each unit.
@@ -515,53 +477,31 @@ impl Search {
             })
             .collect();
         self.stats.exact += rows.len();
-        // By family, and the families by ZeRO stage's twins (one planning, re-partitioned
-        // per stage: `Planned::rezero`), lowest stage first.
-        let mut groups: Vec<Vec<(Family, Vec<&Screened>)>> = Vec::new();
+        // Those priced ahead, in the last screening step (`exact::likely_finalists`).
+        let mut left: Vec<&Screened> = Vec::new();
         for s in finalists.iter().filter(|s| s.exact.is_none()) {
-            let base = Family {
-                zero: 0,
-                ..s.family.clone()
-            };
-            let same = |f: &Family| {
-                Family {
-                    zero: 0,
-                    ..f.clone()
-                } == base
-            };
-            let at = groups
+            let ahead = self
+                .ahead
                 .iter()
-                .position(|g| g.first().is_some_and(|(f, _)| same(f)));
-            let at = at.unwrap_or_else(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            let group = &mut groups[at];
-            match group.iter_mut().find(|(f, _)| *f == s.family) {
-                Some((_, v)) => v.push(s),
-                None => group.push((s.family.clone(), vec![s])),
+                .find(|r| r.candidate.as_ref() == Some(&s.candidate));
+            match ahead {
+                // The finalist's own candidate with the terms priced for it (as the
+                // screen's exact terms are used above).
+                Some(row) => {
+                    self.stats.exact += 1;
+                    self.stats.priced_ahead += 1;
+                    rows.push(Row {
+                        candidate: Some(s.candidate.clone()),
+                        terms: row.terms.clone(),
+                        fits: row.terms.peak_bytes <= budget,
+                    });
+                }
+                None => left.push(s),
             }
         }
-        for g in &mut groups {
-            crate::sort::sort_by_key(g, |(f, _)| f.zero);
-        }
-        let problem = &self.problem;
+        let groups = exact::groups(&left);
         let alone = groups.len() == 1;
-        let price = move |group: Vec<(Family, Vec<&Screened>)>| price_group(problem, &group, alone);
-        #[cfg(not(target_arch = "wasm32"))]
-        let priced: Vec<Priced> = std::thread::scope(|scope| {
-            let handles: Vec<_> = groups
-                .into_iter()
-                .map(|g| scope.spawn(move || price(g)))
-                .collect();
-            // A panic is a planner bug: re-raised, not a finalist lost.
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
-        });
-        #[cfg(target_arch = "wasm32")]
-        let priced: Vec<Priced> = groups.into_iter().flat_map(price).collect();
+        let priced = exact::price_groups(&self.problem, groups, alone);
         for family in priced {
             match family {
                 Ok(members) => {
@@ -608,7 +548,8 @@ impl Search {
         })
     }
 
-    fn finish(&mut self) -> Result<Suggestion, SuggestError> {
+    /// The screened candidates that fit, fastest first.
+    fn fitting_sorted(&self) -> Vec<Screened> {
         let budget = self.problem.budget_bytes;
         let mut fitting: Vec<Screened> = self
             .screened
@@ -619,6 +560,21 @@ impl Search {
         crate::sort::sort_by(&mut fitting, |a, b| {
             a.point.step_s.total_cmp(&b.point.step_s)
         });
+        fitting
+    }
+
+    /// The finalists the finish would price first if the screen ended now, less those the
+    /// screen priced at the full depth: the last step's units rarely displace them.
+    fn likely_finalists(&self) -> Vec<Screened> {
+        let fitting = self.fitting_sorted();
+        exact::first_batch(&fitting, self.top + SPARE_FINALISTS)
+            .into_iter()
+            .filter(|s| s.exact.is_none())
+            .collect()
+    }
+
+    fn finish(&mut self) -> Result<Suggestion, SuggestError> {
+        let fitting = self.fitting_sorted();
         let rows = self.price_finalists(&fitting);
         let rows = self.with_runner_up(rank_rows(rows), &fitting);
         let rows = self.with_dominated(rows);
@@ -679,16 +635,10 @@ impl Search {
         let mut from = 0;
         while from < fitting.len() && rows.iter().filter(|r| r.fits).count() < self.top.max(2) {
             let to = (from + batch).min(fitting.len());
-            let mut finalists = fitting[from..to].to_vec();
-            if from == 0 {
-                // The likely runner-up (the best screened plan of another shape than the
-                // screen's leader) is priced with them, in parallel, not after.
-                let leader = shape_of(&fitting[0].candidate);
-                let differs = |s: &Screened| shape_of(&s.candidate) != leader;
-                if !finalists.iter().any(differs) {
-                    finalists.extend(fitting[to..].iter().find(|s| differs(s)).cloned());
-                }
-            }
+            let finalists = match from {
+                0 => exact::first_batch(fitting, batch),
+                _ => fitting[from..to].to_vec(),
+            };
             let priced = self.price_exactly(&finalists);
             rows.extend(priced);
             from = to;
@@ -836,56 +786,6 @@ pub fn brute_force(problem: &Problem) -> Vec<Row> {
     }
     crate::sort::sort_by(&mut rows, |a, b| a.terms.step_s.total_cmp(&b.terms.step_s));
     rows
-}
-
-/// A family's finalists priced: each member's row or why not, or why the family could not
-/// be planned with how many members that refuses.
-type Priced = Result<Vec<Result<Row, String>>, (String, usize)>;
-
-/// The finalists of families that differ only in ZeRO stage (lowest first) priced exactly
-/// at full depth: one planning, re-partitioned for each later stage (`Planned::rezero`,
-/// equal to planning afresh), shared by each family's orders and schedules (the groups are
-/// priced in parallel natively). A family's error counts the members it refuses.
-fn price_group(problem: &Problem, group: &[(Family, Vec<&Screened>)], alone: bool) -> Vec<Priced> {
-    let orders: Vec<MeshShape> = group
-        .iter()
-        .flat_map(|(_, m)| m.iter().map(|s| s.candidate.mesh.clone()))
-        .collect();
-    let layers = problem.config.layers;
-    let mut shared: Option<Planned> = None;
-    group
-        .iter()
-        .map(|(family, members)| {
-            let reused = shared
-                .take()
-                .and_then(|mut p| p.rezero(family.zero).ok().map(|()| p));
-            let planned = match reused {
-                Some(p) => Ok(p),
-                // Alone on the machine when it is the only group priced (often: the
-                // runner-up).
-                None if alone => Planned::alone(problem, family, layers, &orders),
-                None => Planned::new(problem, family, layers, &orders),
-            };
-            let mut planned = planned.map_err(|e| (e, members.len()))?;
-            let rows = members
-                .iter()
-                .map(|s| {
-                    planned
-                        .estimate(problem, &s.candidate.mesh, s.candidate.schedule)
-                        .map(|e| {
-                            let t = planned.terms(&e);
-                            Row {
-                                fits: t.peak_bytes <= problem.budget_bytes,
-                                candidate: Some(s.candidate.clone()),
-                                terms: t,
-                            }
-                        })
-                })
-                .collect();
-            shared = Some(planned);
-            Ok(rows)
-        })
-        .collect()
 }
 
 /// Two step times equal up to rounding.

@@ -203,6 +203,7 @@ pub fn json(s: &Suggestion, model: Model, topology: &str, budget: f64) -> Value 
             "priced_exactly": s.stats.exact,
             "bounded": s.stats.bounded,
             "replanned_afresh": s.stats.replanned_afresh,
+            "priced_ahead": s.stats.priced_ahead,
             "zero_dominated": s.stats.dominated,
         },
         "solver": "exhaustive enumeration of a pruned space with the cost model; depth extrapolated while screening, the finalists priced exactly",
