@@ -207,3 +207,71 @@ fn the_wire_carries_nan_infinity_and_negative_zero() {
         "garbage is an error"
     );
 }
+
+/// The worker's queue: a job that comes while a search is under way is answered between the
+/// search's steps, not after it; the search still ends with what `handle` answers.
+#[test]
+fn a_job_behind_a_search_is_answered_between_its_steps() {
+    use shardlab::engine::{Queue, Request};
+    let s = Session::from_scenario("gpt_dp_mp").unwrap();
+    let search = Job::new(
+        &s,
+        Task::Suggest {
+            devices: None,
+            memory_gb: None,
+        },
+    );
+    let cost = Job::new(&s, Task::Cost { pinned: None });
+    let mut q = Queue::default();
+    q.push(Request::Job(search.clone()));
+    // The search begins (its first progress), then the cost job comes.
+    let first = q.work().unwrap();
+    assert_eq!(first.id, search.id);
+    assert!(first.outcome.is_progress(), "{:?}", first.outcome);
+    q.push(Request::Job(cost.clone()));
+    let next = q.work().unwrap();
+    assert_eq!(
+        next.id, cost.id,
+        "the cost job is answered before the search goes on"
+    );
+    assert_eq!(next.outcome, handle(&cost, &mut |_, _| {}));
+    let mut replies = Vec::new();
+    while let Some(r) = q.work() {
+        replies.push(r);
+    }
+    assert!(q.is_idle());
+    let (last, steps) = replies.split_last().unwrap();
+    assert!(!steps.is_empty(), "the search went a step at a time");
+    assert!(steps
+        .iter()
+        .all(|r| r.id == search.id && r.outcome.is_progress()));
+    assert_eq!(last.id, search.id);
+    assert_eq!(last.outcome, handle(&search, &mut |_, _| {}));
+}
+
+/// A cancelled job is dropped unanswered, whether it waits or its search is under way; the
+/// jobs around it are answered as before.
+#[test]
+fn a_cancelled_job_is_dropped_waiting_or_under_way() {
+    use shardlab::engine::{Queue, Request};
+    let s = Session::from_scenario("gpt_dp_mp").unwrap();
+    let suggest = Task::Suggest {
+        devices: None,
+        memory_gb: None,
+    };
+    let (search, stale) = (Job::new(&s, suggest.clone()), Job::new(&s, suggest));
+    let cost = Job::new(&s, Task::Cost { pinned: None });
+    let mut q = Queue::default();
+    q.push(Request::Job(stale.clone()));
+    assert_eq!(q.work().unwrap().id, stale.id, "the stale search begins");
+    q.push(Request::Job(cost.clone()));
+    q.push(Request::Job(search.clone()));
+    q.push(Request::Cancel(stale.id));
+    q.push(Request::Cancel(cost.id));
+    let mut ids = Vec::new();
+    while let Some(r) = q.work() {
+        ids.push(r.id);
+    }
+    assert!(!ids.is_empty());
+    assert!(ids.iter().all(|&id| id == search.id), "{ids:?}");
+}

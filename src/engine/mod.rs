@@ -14,9 +14,12 @@
 //! does not come back unchanged rather than answer for a different plan.
 
 pub mod codec;
+mod queue;
 mod suggest_view;
 
-pub use suggest_view::{SuggestRow, SuggestView};
+pub use queue::Queue;
+
+pub use suggest_view::{Searching, SuggestRow, SuggestView};
 
 use crate::cost::diff::PlanDiff;
 use crate::cost::estimate::Estimate;
@@ -114,18 +117,58 @@ impl Job {
     }
 }
 
-/// Does `job`, reporting progress to `progress` (done, total) as it goes.
-pub fn handle(job: &Job, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
+/// What the page sends the engine: a job, or the cancellation of one it no longer wants
+/// (queued or under way, it is dropped unanswered).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    Job(Job),
+    Cancel(u64),
+}
+
+/// A job under way: the auto-planner's search, done a step at a time (seconds in the
+/// browser; the other tasks are done at once).
+pub enum Underway {
+    Search(Box<Searching>),
+}
+
+impl Underway {
+    /// One step; after the last, the outcome.
+    pub fn step(&mut self) -> Option<Outcome> {
+        match self {
+            Underway::Search(s) => s.step().map(Outcome::Suggest),
+        }
+    }
+
+    /// Work done and in all.
+    pub fn progress(&self) -> (usize, usize) {
+        match self {
+            Underway::Search(s) => s.progress(),
+        }
+    }
+}
+
+/// A job begun: its outcome, or the work under way.
+pub enum Started {
+    Done(Outcome),
+    Underway(Underway),
+}
+
+/// Begins `job`: every task but the search is done at once.
+pub fn start(job: &Job) -> Started {
     let mut s = match Session::from_hash(&job.link) {
         Ok(s) => s,
-        Err(e) => return Outcome::Failed(format!("the engine could not open the plan: {e}")),
+        Err(e) => {
+            return Started::Done(Outcome::Failed(format!(
+                "the engine could not open the plan: {e}"
+            )))
+        }
     };
     if s.to_hash() != job.link {
-        return Outcome::Failed(
+        return Started::Done(Outcome::Failed(
             "the engine rebuilt a different plan from the page's link; reload the page".into(),
-        );
+        ));
     }
-    match &job.task {
+    Started::Done(match &job.task {
         Task::Run => Outcome::Run(s.compute_run()),
         Task::RunBroken(breaks) => {
             s.breaks = breaks.clone();
@@ -144,9 +187,24 @@ pub fn handle(job: &Job, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
             }))
         }
         Task::PipelineCost => Outcome::PipelineCost(s.pipeline_cost()),
-        Task::Suggest { devices, memory_gb } => {
-            Outcome::Suggest(suggest_view::search(&s, *devices, *memory_gb, progress))
-        }
+        Task::Suggest { devices, memory_gb } => match Searching::new(&s, *devices, *memory_gb) {
+            Ok(search) => return Started::Underway(Underway::Search(Box::new(search))),
+            Err(e) => Outcome::Suggest(Err(e)),
+        },
+    })
+}
+
+/// Does `job` to the end, reporting progress to `progress` (done, total) as it goes.
+pub fn handle(job: &Job, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
+    match start(job) {
+        Started::Done(outcome) => outcome,
+        Started::Underway(mut work) => loop {
+            if let Some(outcome) = work.step() {
+                return outcome;
+            }
+            let (d, t) = work.progress();
+            progress(d, t);
+        },
     }
 }
 

@@ -35,23 +35,40 @@ pub struct SuggestView {
     pub plan: String,
 }
 
-/// Runs the auto-planner on `session`'s model, reporting progress.
-pub(super) fn search(
-    session: &Session,
-    devices: Option<usize>,
-    memory_gb: Option<f64>,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<SuggestView, String> {
-    let req = session.suggest_request(devices, memory_gb);
-    let (problem, mine, top) = req.problem()?;
-    let model = problem.model;
-    let mut search = Search::new(problem, top, mine).map_err(|e| e.to_string())?;
-    loop {
-        if let Some(done) = search.step() {
-            return done.map(|s| view(&s, model)).map_err(|e| e.to_string());
-        }
-        let (d, t) = search.progress();
-        progress(d, t);
+/// The auto-planner under way on a session's model: a step at a time, so the worker can
+/// answer other jobs between steps.
+pub struct Searching {
+    search: Search,
+    model: crate::models::Model,
+}
+
+impl Searching {
+    /// The search of `session`'s model (devices: the mesh's by default; memory: GB per
+    /// device, the device's by default).
+    pub(super) fn new(
+        session: &Session,
+        devices: Option<usize>,
+        memory_gb: Option<f64>,
+    ) -> Result<Searching, String> {
+        let req = session.suggest_request(devices, memory_gb);
+        let (problem, mine, top) = req.problem()?;
+        let model = problem.model;
+        let search = Search::new(problem, top, mine).map_err(|e| e.to_string())?;
+        Ok(Searching { search, model })
+    }
+
+    /// One step; after the last, the answer.
+    pub(super) fn step(&mut self) -> Option<Result<SuggestView, String>> {
+        let done = self.search.step()?;
+        Some(
+            done.map(|s| view(&s, self.model))
+                .map_err(|e| e.to_string()),
+        )
+    }
+
+    /// Work done and in all.
+    pub(super) fn progress(&self) -> (usize, usize) {
+        self.search.progress()
     }
 }
 
