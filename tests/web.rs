@@ -1168,3 +1168,50 @@ async fn a_burst_of_changes_asks_a_slow_engine_twice_and_shows_the_last() {
         "{shown}"
     );
 }
+
+/// While a search runs the panel offers Stop and "Search again": Stop drops the search (the
+/// engine's late answer lands nowhere) and the panel is as before it.
+#[wasm_bindgen_test]
+async fn a_running_search_can_be_stopped_and_its_late_answer_is_dropped() {
+    let root = fresh_root("#s=gpt_dp_mp");
+    let props = AppProps {
+        engine: Some(EngineLink::in_process_after(shardlab::engine::handle, 300)),
+    };
+    yew::Renderer::<App>::with_root_and_props(root.clone(), props).render();
+    until(|| count(&root, "#suggest-run") > 0).await;
+    click(&root, "#suggest-run");
+    settle().await;
+    assert_eq!(count(&root, "#suggest-progress"), 1, "the search runs");
+    assert_eq!(text(&root, "#suggest-run"), "Search again");
+    click(&root, "#suggest-stop");
+    settle().await;
+    assert_eq!(count(&root, "#suggest-progress"), 0);
+    assert_eq!(count(&root, "#suggest-stop"), 0);
+    assert_eq!(text(&root, "#suggest-run"), "Search");
+    // Past the engine's answer: nothing lands.
+    yew::platform::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        count(&root, ".suggest-table"),
+        0,
+        "{}",
+        text(&root, ".suggest-panel")
+    );
+}
+
+/// A cancelled job's replies reach nobody.
+#[wasm_bindgen_test]
+async fn a_cancelled_job_is_answered_to_nobody() {
+    let engine = EngineLink::in_process_after(shardlab::engine::handle, 50);
+    let s = shardlab::session::Session::from_scenario("dp_mlp").unwrap();
+    let got = std::rc::Rc::new(std::cell::Cell::new(0));
+    for cancel in [true, false] {
+        let job = shardlab::engine::Job::new(&s, shardlab::engine::Task::PipelineCost);
+        let (id, got) = (job.id, got.clone());
+        engine.send(job, yew::Callback::from(move |_| got.set(got.get() + 1)));
+        if cancel {
+            engine.cancel(id);
+        }
+    }
+    yew::platform::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(got.get(), 1, "only the job not cancelled is answered");
+}

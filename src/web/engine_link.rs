@@ -3,7 +3,7 @@
 //! browser tests, the engine in-process. Jobs and replies cross as bytes
 //! (`crate::engine::codec`); the in-process link sends them through the same codec.
 
-use crate::engine::{Job, Outcome, Reply, Task};
+use crate::engine::{Job, Outcome, Reply, Request, Task};
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
@@ -112,27 +112,45 @@ impl EngineLink {
         self.0.waiting.borrow_mut().push((job.id, on));
         match &self.0.kind {
             Kind::Worker(slot) => {
-                let posted = spawn_into(&self.0, slot).and_then(|()| {
-                    let js = to_js(&job)?;
-                    match slot.borrow_mut().as_mut() {
-                        Some(Spawned { queue: Some(q), .. }) => {
-                            q.push(js);
-                            Ok(())
-                        }
-                        Some(s) => s.worker.post_message(&js).map_err(|e| format!("{e:?}")),
-                        None => Err("the engine is not running".into()),
-                    }
-                });
+                let id = job.id;
+                let posted =
+                    spawn_into(&self.0, slot).and_then(|()| post(slot, &Request::Job(job)));
                 if let Err(e) = posted {
                     deliver(
                         &self.0,
-                        job.id,
+                        id,
                         Outcome::Failed(format!("the engine failed: {e}")),
                     );
                 }
             }
             Kind::InProcess(local) => local(&Rc::downgrade(&self.0), &job),
         }
+    }
+
+    /// Stops waiting for job `id`, and tells the worker, which drops it whether it waits
+    /// or its search is under way (a new search supersedes the last).
+    pub fn cancel(&self, id: u64) {
+        self.0.waiting.borrow_mut().retain(|(j, _)| *j != id);
+        if let Kind::Worker(slot) = &self.0.kind {
+            if slot.borrow().is_some() {
+                if let Err(e) = post(slot, &Request::Cancel(id)) {
+                    web_sys::console::warn_1(&JsValue::from_str(&e));
+                }
+            }
+        }
+    }
+}
+
+/// Posts `request` to the worker, or queues it until the worker listens (in order).
+fn post(slot: &RefCell<Option<Spawned>>, request: &Request) -> Result<(), String> {
+    let js = to_js(request)?;
+    match slot.borrow_mut().as_mut() {
+        Some(Spawned { queue: Some(q), .. }) => {
+            q.push(js);
+            Ok(())
+        }
+        Some(s) => s.worker.post_message(&js).map_err(|e| format!("{e:?}")),
+        None => Err("the engine is not running".into()),
     }
 }
 

@@ -94,7 +94,11 @@ fn start_search(
             memory_gb: memory.parse().ok(),
         };
         let job = Job::new(ctx.session(), task);
-        *latest.borrow_mut() = job.id;
+        // A new search supersedes the last: the engine drops it rather than finish it.
+        let last = std::mem::replace(&mut *latest.borrow_mut(), job.id);
+        if last != 0 {
+            ctx.engine.cancel(last);
+        }
         status.set(Status::Running(0, 1));
         let (status, latest, id) = (status.clone(), latest.clone(), job.id);
         let on = Callback::from(move |outcome| {
@@ -145,6 +149,26 @@ pub fn SuggestPanel() -> Html {
         Callback::from(move |e: Event| memory.set(input_value(&e)))
     };
     let running = matches!(*status, Status::Running(..));
+    // Stop: the engine drops the search, and the panel is as before it.
+    let stop = {
+        let (engine, status, latest) = (ctx.engine.clone(), status.clone(), latest.clone());
+        Callback::from(move |_: MouseEvent| {
+            engine.cancel(std::mem::take(&mut *latest.borrow_mut()));
+            status.set(Status::Idle);
+        })
+    };
+    // A search nobody will see (the panel is gone) is dropped too.
+    {
+        let (engine, latest) = (ctx.engine.clone(), latest.clone());
+        use_effect_with((), move |_| {
+            move || {
+                let last = *latest.borrow();
+                if last != 0 {
+                    engine.cancel(last);
+                }
+            }
+        });
+    }
     let body = match &*status {
         Status::Idle => {
             html! { <p class="hint">{ "Search the meshes, layer strategies, ZeRO stages, pipelines and micro-batches of this model, priced by the cost model." }</p> }
@@ -169,7 +193,11 @@ pub fn SuggestPanel() -> Html {
                 <label>{ "memory GB " }
                     <input id="suggest-memory" type="number" min="0" step="any" placeholder="device" value={(*memory).clone()} onchange={on_memory} />
                 </label>
-                <button id="suggest-run" class="small" onclick={start} disabled={running}>{ "Search" }</button>
+                // While a search runs, a new one supersedes it (the engine drops the old).
+                <button id="suggest-run" class="small" onclick={start}>{ if running { "Search again" } else { "Search" } }</button>
+                if running {
+                    <button id="suggest-stop" class="small" onclick={stop}>{ "Stop" }</button>
+                }
             </div>
             { body }
         </section>
