@@ -194,6 +194,32 @@ test('suggest: the search shows progress, then the table, the reason and an axe-
   assert.deepEqual(errors, []);
 });
 
+test('a running search stops on Stop; the worker then prices the plan and searches again', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  // 24 blocks: the search takes most of a second in the worker.
+  const errors = await open(page, `${server.url}#s=gpt_dp_mp&layers=24&topo=h100x8x4`);
+  await page.waitForSelector('.cost-panel .cost-summary', { timeout: 60000 });
+  await page.click('#suggest-run');
+  await page.waitForSelector('#suggest-stop');
+  assert.equal(await page.locator('#suggest-run').innerText(), 'Search again');
+  await page.click('#suggest-stop');
+  await page.waitForSelector('#suggest-stop', { state: 'detached' });
+  assert.equal(await page.locator('#suggest-progress').count(), 0);
+  // The worker took the cancellation and still answers: the cost panel for a change...
+  const peak = await page.locator('.cost-panel .memory-chart .peak').textContent();
+  await page.selectOption('#zero', '1');
+  await page.waitForFunction(
+    (before) => document.querySelector('.cost-panel .memory-chart .peak')?.textContent !== before,
+    peak,
+    { timeout: 60000 },
+  );
+  // ...and a new search, to its table.
+  await page.click('#suggest-run');
+  await page.waitForSelector('.suggest-table tbody tr, .suggest-error', { timeout: 60000 });
+  assert.equal(await page.locator('.suggest-error').count(), 0, await page.locator('.suggest-panel').textContent());
+  assert.deepEqual(errors, []);
+});
+
 test('a send between pipeline stages: the block sent and the block that arrived, axe-clean', async () => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const errors = await open(page, `${server.url}#s=megatron_mlp&mesh=2x2:pp,mp&stage=partition`);
