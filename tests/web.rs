@@ -171,6 +171,8 @@ async fn the_timeline_steps_and_highlights() {
 #[wasm_bindgen_test]
 async fn the_cost_panel_draws_time_and_memory_and_compares_with_a_pinned_plan() {
     let root = app("#s=dp_mlp").await;
+    // The engine's answer can take longer than `settle` on a loaded machine.
+    until(|| count(&root, ".cost-bars .bar") > 0).await;
     // One stacked bar per rank, three segments each; a memory line with its peak marked.
     assert_eq!(count(&root, ".cost-bars .bar"), 4);
     assert_eq!(count(&root, ".cost-bars .bar rect.seg"), 12);

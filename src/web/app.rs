@@ -131,6 +131,7 @@ fn use_engine(ctx: &AppCtx) {
     }
     let state = ctx.state.clone();
     use_effect_with(job, move |job| {
+        let sent = job.as_ref().map(|j| j.id);
         if let Some(job) = job {
             let id = job.id;
             engine.send(
@@ -139,6 +140,13 @@ fn use_engine(ctx: &AppCtx) {
                     state.dispatch(Action::Reply(crate::engine::Reply { id, outcome }))
                 }),
             );
+        }
+        // When the session stops waiting for it (answered, or dropped by a plan change or
+        // a newer click), the engine may drop it too if it has not begun it.
+        move || {
+            if let Some(id) = sent {
+                engine.cancel(id);
+            }
         }
     });
 }
