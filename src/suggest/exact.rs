@@ -1,6 +1,6 @@
 //! Pricing finalists exactly at the full depth: grouped so ZeRO stage twins share one
-//! planning, each group on its own thread natively; and which finalists to price ahead, in
-//! the last screening step, on the workers its units leave idle.
+//! planning, each group on its own thread natively; and the first batch the finish prices
+//! (which `Search::likely_finalists` has the last screening step price ahead).
 
 use super::evaluate::{Planned, Problem};
 use super::space::{Family, MeshShape};
