@@ -92,7 +92,7 @@ fn with_pp(plan: &shardlab::plan::Plan) -> Option<shardlab::plan::Plan> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases() / 4 + 1, ..ProptestConfig::default() })]
     /// Random plans on two pipeline stages: every schedule, one to four micro-batches, AMP,
-    /// clipping and ZeRO stages inside each stage; the distributed step equals the serial one.
+    /// clipping, ZeRO stages inside each stage and recomputation; the distributed step equals the serial one.
     #[test]
     fn random_pipelined_configurations_verify(
         plan in common::random_plan_of(prop::sample::select(vec![DType::F64])),
@@ -101,6 +101,11 @@ proptest! {
         amp in any::<bool>(),
         clip in prop::option::of(prop::sample::select(vec![1e-3, 10.0])),
         zero in 0u8..4,
+        recompute in prop::sample::select(vec![
+            shardlab::plan::Recompute::Off,
+            shardlab::plan::Recompute::Full,
+            shardlab::plan::Recompute::Selective,
+        ]),
     ) {
         let Some(mut plan) = with_pp(&plan) else { return Ok(()); };
         let kind = shardlab::plan::ScheduleKind::ALL[schedule];
@@ -110,6 +115,7 @@ proptest! {
         plan.options.amp = amp;
         plan.options.clip_norm = clip;
         plan.options.zero = zero;
+        plan.options.recompute = recompute;
         plan.options.optimizer = shardlab::plan::OptimizerKind::Adam;
         let opts = shardlab::passes::pipeline::PipelineOptions::from_plan(&plan.options);
         // Invalid combinations (too few micro-batches or layers for the schedule, batches

@@ -2,7 +2,11 @@
 //! pass): the backward re-runs forward ops instead of keeping their outputs alive.
 //!
 //! Segments are transformer layers: the forward ops whose first output is named `h<i>.…`
-//! (the presets' naming; a plan file that names its layers so gets the same). In a segment,
+//! (the presets' naming; a plan file that names its layers so gets the same), cut where the
+//! layer crosses a pipeline stage or chunk: each (virtual) stage recomputes its own part
+//! from what it received, as Megatron recomputes per stage. A segment spanning stages would
+//! put one stage's copies in another stage's backward job, where their inputs never arrive
+//! (the interleaved schedule deadlocked so). In a segment,
 //! a variable that a forward op outside it reads is a checkpoint and stays alive (the
 //! layer's output, which the next layer reads); every other variable the segment produces
 //! is recomputed.
@@ -46,10 +50,18 @@ fn layer_of(program: &Program, op: &Op) -> Option<String> {
     (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| head.to_string())
 }
 
-/// The forward ops of each segment under `mode`, in program order.
-fn segments(program: &Program, mode: Recompute) -> Vec<Vec<usize>> {
-    let mut order: Vec<String> = Vec::new();
-    let mut ops: HashMap<String, Vec<usize>> = HashMap::new();
+/// A segment's key: its layer, and the stage mesh and chunk its ops run on.
+type SegmentKey = (String, crate::dist::MeshId, usize);
+
+/// The forward ops of each segment under `mode`, in program order. `attrs` are the ops'
+/// dist attrs (their stage and chunk).
+fn segments(
+    program: &Program,
+    attrs: &[crate::dist::OperatorDistAttr],
+    mode: Recompute,
+) -> Vec<Vec<usize>> {
+    let mut order: Vec<SegmentKey> = Vec::new();
+    let mut ops: HashMap<SegmentKey, Vec<usize>> = HashMap::new();
     for (i, op) in program.ops().iter().enumerate() {
         if op.role != OpRole::Forward {
             continue;
@@ -65,6 +77,10 @@ fn segments(program: &Program, mode: Recompute) -> Vec<Vec<usize>> {
                 ATTENTION_CORE.iter().any(|s| name.ends_with(s))
             }),
         };
+        let layer = match attrs.get(i) {
+            Some(a) => (layer, a.mesh, a.chunk_id),
+            None => (layer, crate::dist::MeshId::JOB, 0),
+        };
         if keep {
             if !ops.contains_key(&layer) {
                 order.push(layer.clone());
@@ -79,7 +95,12 @@ fn segments(program: &Program, mode: Recompute) -> Vec<Vec<usize>> {
 /// backward op reading one of its variables) and which forward ops it copies; each
 /// recomputed variable's copy.
 struct Copies {
-    inserts: Vec<(usize, Vec<usize>)>,
+    /// Per segment: where its copies go, the forward ops copied, and the copy of each of
+    /// their outputs (which the copies read and write among themselves).
+    inserts: Vec<(usize, Vec<usize>, HashMap<VarId, VarId>)>,
+    /// The copy of each recomputed variable (not a checkpoint), which backward ops read.
+    /// A checkpoint's copy is read only inside its segment: another segment's backward
+    /// may run before that copy exists.
     renamed: HashMap<VarId, VarId>,
 }
 
@@ -91,7 +112,7 @@ fn plan_copies(full: &mut DistProgram, mode: Recompute) -> Result<Copies, Progra
         inserts: Vec::new(),
         renamed: HashMap::new(),
     };
-    for seg in segments(&program, mode) {
+    for seg in segments(&program, &full.ops, mode) {
         let inside = |i: usize| seg.contains(&i);
         let checkpoint = |v: VarId| {
             program.ops().iter().enumerate().any(|(j, o)| {
@@ -119,17 +140,21 @@ fn plan_copies(full: &mut DistProgram, mode: Recompute) -> Result<Copies, Progra
                     .any(|v| recomputed.contains(&v))
             })
             .collect();
+        let mut own = HashMap::new();
         for v in ops.iter().flat_map(|&i| program.ops()[i].all_outputs()) {
-            if copies.renamed.contains_key(&v) {
+            if own.contains_key(&v) {
                 continue;
             }
             let var = program.var(v);
             let name = format!("{}@RECOMPUTE", var.name);
             let copy = full.program.declare(&name, var.ty.clone(), var.kind)?;
             full.tensors.push(full.tensors[v.index()].clone());
-            copies.renamed.insert(v, copy);
+            own.insert(v, copy);
+            if recomputed.contains(&v) {
+                copies.renamed.insert(v, copy);
+            }
         }
-        copies.inserts.push((at, ops));
+        copies.inserts.push((at, ops, own));
     }
     Ok(copies)
 }
@@ -170,9 +195,9 @@ pub fn apply_recompute(
     let mut op_attrs = Vec::with_capacity(n_ops);
     let mut new_index = vec![0usize; n_ops];
     for (i, op) in program.ops().iter().enumerate() {
-        for (_, ops) in copies.inserts.iter().filter(|(at, _)| *at == i) {
+        for (_, ops, own) in copies.inserts.iter().filter(|(at, _, _)| *at == i) {
             for &j in ops {
-                let mut copy = renamed(&program.ops()[j], &copies.renamed, true);
+                let mut copy = renamed(&program.ops()[j], own, true);
                 copy.role = OpRole::Backward;
                 out.push_op(copy);
                 op_attrs.push(full.ops[j].clone());
