@@ -1,6 +1,8 @@
-//! `check` runs every check `plan` runs: for random plans (random models, 1-, 2- and 3-D
-//! meshes, random annotations, some of them impossible), whenever `check FILE` exits 0,
-//! `plan FILE --stage all` exits 0 too; and `check` never panics (exit 0 or 1 only).
+//! `check` runs every check a later command runs: for random plans (random models, 1-, 2-
+//! and 3-D meshes, pipeline meshes, random annotations and options, some of them
+//! impossible), whenever `check FILE` exits 0, `plan FILE --stage all`, `cost FILE` and
+//! `run FILE` exit 0 too; and `check` never panics (exit 0 or 1 only). (Comparing with
+//! `plan` at its default stage, completion, could hardly fail.)
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
@@ -31,14 +33,38 @@ fn plan_text() -> impl Strategy<Value = String> {
     );
     // Meshes with axes of size 3 and 6, where propagated splits may not divide.
     let meshes = prop::option::of(prop::sample::select(vec![
+        "mesh [2] (pp)",
+        "mesh [2, 2] (pp, a)",
         "mesh [3] (a)",
         "mesh [6] (a)",
         "mesh [2, 3] (a, b)",
         "mesh [3, 2] (a, b)",
         "mesh [2, 2, 3] (a, b, c)",
     ]));
-    (common::random_plan(), extra, meshes).prop_map(|(plan, extra, mesh)| {
+    // Options a later stage acts on (never `no_grad_scale`, whose run fails by design).
+    let options = prop::collection::vec(
+        prop::sample::select(vec![
+            "recompute=full",
+            "recompute=selective",
+            "micro_batches=2",
+            "micro_batches=3",
+            "schedule=1f1b",
+            "schedule=vpp chunks=2",
+            "schedule=zbh1",
+            "zero=1",
+            "zero=3",
+            "optimizer=adam",
+            "amp",
+            "clip_norm=1",
+        ]),
+        0..4,
+    );
+    (common::random_plan(), extra, meshes, options).prop_map(|(plan, extra, mesh, options)| {
         let mut text = plan.to_string();
+        if !options.is_empty() {
+            // A key given twice is a parse error, which `check` reports too.
+            text = format!("options {}\n{text}", options.join(" "));
+        }
         if let Some(mesh) = mesh {
             text = text
                 .lines()
@@ -71,7 +97,7 @@ fn plan_text() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
     #[test]
     fn check_ok_implies_plan_ok(text in plan_text()) {
         let path = std::env::temp_dir().join(format!("shardlab-check-{}.plan", std::process::id()));
@@ -81,12 +107,18 @@ proptest! {
         let code = check.status.code();
         prop_assert!(code == Some(0) || code == Some(1), "check exited {code:?}:\n{text}");
         if code == Some(0) {
-            let plan = shardlab(&["plan", file, "--stage", "all"]);
-            prop_assert_eq!(
-                plan.status.code(), Some(0),
-                "check said ok but plan failed: {}\n{}",
-                String::from_utf8_lossy(&plan.stderr), text
-            );
+            for args in [
+                vec!["plan", file, "--stage", "all"],
+                vec!["cost", file, "--topology", "h100x8x2"],
+                vec!["run", file, "--steps", "1"],
+            ] {
+                let out = shardlab(&args);
+                prop_assert_eq!(
+                    out.status.code(), Some(0),
+                    "check said ok but {:?} failed: {}\n{}",
+                    args, String::from_utf8_lossy(&out.stderr), text
+                );
+            }
         }
     }
 }

@@ -1519,3 +1519,372 @@ fn suggest_prices_the_users_plan_and_refuses_what_it_cannot_search() {
         );
     }
 }
+
+/// A plan error found after parsing is printed at its line and column by every command
+/// that plans, not only by `check` (`plan` at every stage, `run`, `cost`, `export` gave
+/// `error: …` with no location).
+#[test]
+fn planning_errors_carry_their_location_in_every_command() {
+    let path = temp_file(
+        "nograd_everywhere.plan",
+        "mesh [2] (dp)\nvar x: f32[4, 8] input\nvar w: f32[8, 8] parameter\nvar h: f32[4, 8] activation\nvar m: f32[4, 8] activation\nvar loss: f32[] activation\nop matmul_v2(X=x, Y=w) -> (Out=h)\nop elementwise_max(X=h, Y=x) -> (Out=m)\nop mean(X=m) -> (Out=loss) role=loss\n",
+    );
+    let p = path.to_str().unwrap();
+    for args in [
+        vec!["plan", p, "--stage", "all"],
+        vec!["plan", p, "--ledger"],
+        vec!["run", p],
+        vec!["cost", p],
+        vec!["export", p, "-o", "-"],
+    ] {
+        let out = shardlab(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "{p}:8:4: backward: op1 (elementwise_max) has no gradient"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A forward op marked `role=backward` (or `optimize`) in a plan is refused at its line by
+/// `check`: on a pipeline it stalled `run` for 20 s, and with recomputation `plan --stage
+/// all` and `run` failed where `check` had passed.
+#[test]
+fn a_plan_op_with_a_backward_or_optimize_role_is_refused_where_it_is() {
+    for (mesh, options, sizes) in [
+        ("2:pp", "options micro_batches=2\n", "2"),
+        ("2:dp", "options recompute=full\n", "1"),
+    ] {
+        let printed = shardlab(&[
+            "print", "--preset", "gpt", "--layers", sizes, "--batch", "8", "--mesh", mesh,
+        ]);
+        assert_eq!(printed.status.code(), Some(0));
+        let printed = text(&printed.stdout);
+        let target = if sizes == "2" { "h1" } else { "h0" };
+        let op = format!("op transpose2(X={target}.attn.ctx) ->");
+        let mut line_no = 0;
+        let mut lines = Vec::new();
+        for (i, line) in printed.lines().enumerate() {
+            if i == 1 {
+                lines.push(options.trim_end().to_string());
+            }
+            if line.starts_with(&op) {
+                line_no = lines.len() + 1;
+                lines.push(format!("{line} role=backward"));
+            } else {
+                lines.push(line.to_string());
+            }
+        }
+        assert!(line_no > 0, "no `{op}` in the printed plan");
+        let path = temp_file(&format!("role_{target}.plan"), &(lines.join("\n") + "\n"));
+        let p = path.to_str().unwrap();
+        for args in [
+            vec!["check", p],
+            vec!["plan", p, "--stage", "all"],
+            vec!["run", p],
+            vec!["cost", p],
+        ] {
+            let out = shardlab(&args);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{args:?}: {}",
+                text(&out.stderr)
+            );
+            let err = text(&out.stderr);
+            assert!(
+                err.starts_with(&format!("{p}:{line_no}:4: "))
+                    && err.contains("role=backward in a plan"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// A flag applies or is refused (exit 2, naming the flag and why): pipeline flags without a
+/// `pp` axis, `--rank` without a rank program to pick, training flags where `plan` prints
+/// only completion, `--zero` where no gradient is summed over a data-parallel axis. The
+/// same flags where they apply succeed.
+#[test]
+fn flags_that_would_do_nothing_are_refused() {
+    let refused: &[(&[&str], &str)] = &[
+        (
+            &[
+                "run",
+                "--preset",
+                "mlp",
+                "--mesh",
+                "4:dp",
+                "--schedule",
+                "1f1b",
+            ],
+            "--schedule: the mesh has no `pp` axis",
+        ),
+        (
+            &["cost", "--preset", "mlp", "--mesh", "4:dp", "--chunks", "2"],
+            "--chunks: the mesh has no `pp` axis",
+        ),
+        (
+            &[
+                "plan",
+                "--preset",
+                "gpt",
+                "--mesh",
+                "4:dp",
+                "--stage",
+                "all",
+                "--pp-split",
+                "1",
+            ],
+            "--pp-split: the mesh has no `pp` axis",
+        ),
+        (
+            &[
+                "export",
+                "--preset",
+                "mlp",
+                "--mesh",
+                "4:dp",
+                "--schedule",
+                "vpp",
+                "-o",
+                "-",
+            ],
+            "--schedule: the mesh has no `pp` axis",
+        ),
+        (
+            &["plan", "--preset", "mlp", "--mesh", "4:dp", "--rank", "1"],
+            "--rank picks a rank program",
+        ),
+        (
+            &[
+                "plan", "--preset", "mlp", "--mesh", "4:dp", "--rank", "1", "--stage", "backward",
+            ],
+            "--rank picks a rank program",
+        ),
+        (
+            &["plan", "--preset", "mlp", "--mesh", "4:dp", "--zero", "1"],
+            "--zero: `plan` prints the completed forward program",
+        ),
+        (
+            &[
+                "plan",
+                "--preset",
+                "mlp",
+                "--mesh",
+                "4:dp",
+                "--recompute",
+                "full",
+                "--amp",
+            ],
+            "--amp, --recompute: `plan` prints",
+        ),
+        (
+            &["run", "--preset", "mlp", "--mesh", "4:mp", "--zero", "3"],
+            "--zero 3: no parameter's gradient is summed",
+        ),
+        (
+            &["cost", "--preset", "mlp", "--mesh", "4:dp", "--zero", "2"],
+            "--zero 2: no parameter's gradient is summed",
+        ),
+        (
+            &[
+                "plan", "--preset", "mlp", "--mesh", "4:dp", "--zero", "1", "--stage", "all",
+            ],
+            "--zero 1: no parameter's gradient is summed",
+        ),
+    ];
+    for (args, expected) in refused {
+        let out = shardlab(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(expected),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let applied: &[&[&str]] = &[
+        &[
+            "run",
+            "--preset",
+            "mlp",
+            "--mesh",
+            "4:dp",
+            "--micro-batches",
+            "2",
+            "--batch",
+            "16",
+        ],
+        &[
+            "plan", "--preset", "mlp", "--mesh", "4:dp", "--rank", "1", "--ledger",
+        ],
+        &[
+            "plan",
+            "--preset",
+            "mlp",
+            "--mesh",
+            "4:dp",
+            "--rank",
+            "1",
+            "--stage",
+            "partition",
+        ],
+        &[
+            "run", "--preset", "mlp", "--mesh", "4:dp", "--shard", "x=dp,-", "--zero", "3",
+        ],
+        &[
+            "plan", "--preset", "mlp", "--mesh", "4:dp", "--zero", "1", "--shard", "x=dp,-",
+            "--ledger",
+        ],
+        &[
+            "run",
+            "--preset",
+            "gpt",
+            "--layers",
+            "2",
+            "--batch",
+            "8",
+            "--mesh",
+            "2:pp",
+            "--schedule",
+            "1f1b",
+            "--micro-batches",
+            "2",
+        ],
+    ];
+    for args in applied {
+        let out = shardlab(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// Every error class exits with the documented code (1 invalid input, 2 usage) and names
+/// what and where: files that never end or are not UTF-8, `.npy` inputs that are truncated,
+/// not `.npy`, endless or not finite, flag values the dtype cannot hold, a serial run that
+/// is not finite itself.
+#[test]
+fn error_classes_exit_as_documented() {
+    let dir = std::env::temp_dir().join(format!("shardlab-cli-classes-{}", std::process::id()));
+    let inputs = |name: &str, bytes: Option<&[u8]>| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("x.npy");
+        let _ = std::fs::remove_file(&f);
+        match bytes {
+            Some(b) => std::fs::write(&f, b).unwrap(),
+            None => std::os::unix::fs::symlink("/dev/zero", &f).unwrap(),
+        }
+        d.to_str().unwrap().to_string()
+    };
+    // A valid .npy of x (f32[16, 64]) with one element replaced.
+    let npy = |value: f32| {
+        let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (16, 64), }";
+        let header = format!("{header:<117}\n");
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((header.len() as u16).to_le_bytes());
+        b.extend(header.as_bytes());
+        for i in 0..1024 {
+            b.extend(if i == 5 { value } else { 0.5f32 }.to_le_bytes());
+        }
+        b
+    };
+    let utf8 = temp_file("latin1.plan", "mesh [2] (dp)\n");
+    std::fs::write(&utf8, b"mesh [2] (dp)\nvar \xe9x: f32[2] input\n").unwrap();
+    let utf8 = utf8.to_str().unwrap().to_string();
+    let endless = inputs("endless", None);
+    let truncated = inputs("truncated", Some(&npy(1.0)[..200]));
+    let not_npy = inputs("not_npy", Some(b"hello"));
+    let nan = inputs("nan", Some(&npy(f32::NAN)));
+    let inf = inputs("inf", Some(&npy(f32::INFINITY)));
+    let mlp = ["run", "--preset", "mlp", "--mesh", "2:dp", "--inputs"];
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (
+            vec!["check", "/dev/zero"],
+            1,
+            "/dev/zero:1:1: the file is larger than the 64 MiB a plan file may be",
+        ),
+        (vec!["plan", "/dev/zero"], 1, "larger than the 64 MiB"),
+        (vec!["check", &utf8], 1, ":2:5: byte 0xe9 is not UTF-8"),
+        (vec!["check", "/nonexistent.plan"], 2, "cannot read"),
+        ([&mlp[..], &[&endless]].concat(), 1, "x.npy: larger than"),
+        ([&mlp[..], &[&truncated]].concat(), 1, "x.npy: "),
+        (
+            [&mlp[..], &[&not_npy]].concat(),
+            1,
+            "x.npy: not a .npy file",
+        ),
+        (
+            [&mlp[..], &[&nan]].concat(),
+            1,
+            "element 5 is NaN: inputs must be finite",
+        ),
+        ([&mlp[..], &[&inf]].concat(), 1, "element 5 is inf"),
+        (
+            [&mlp[..], &["/nonexistent-dir"]].concat(),
+            2,
+            "--inputs /nonexistent-dir",
+        ),
+        (
+            vec![
+                "run",
+                "--preset",
+                "mlp",
+                "--mesh",
+                "2:dp",
+                "--clip-norm",
+                "1e39",
+            ],
+            2,
+            "--clip-norm 1e39: more than f32 can hold",
+        ),
+        (
+            vec![
+                "run", "--preset", "mlp", "--mesh", "2:dp", "--lr", "1e300", "--steps", "3",
+            ],
+            1,
+            "the serial run's",
+        ),
+        (
+            vec!["run", "--preset", "mlp", "--mesh", "2:dp", "--frobnicate"],
+            2,
+            "--frobnicate",
+        ),
+    ];
+    for (args, code, expected) in &cases {
+        let out = shardlab(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    // A distributed run that differs from serial because of an option says so.
+    let out = shardlab(&[
+        "run",
+        "--preset",
+        "mlp",
+        "--mesh",
+        "4:dp",
+        "--shard",
+        "x=dp,-",
+        "--no-grad-scale",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout)
+            .contains("the gradients are 4.000× serial, as `--no-grad-scale` makes them"),
+        "{}",
+        text(&out.stdout)
+    );
+}

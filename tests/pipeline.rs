@@ -693,3 +693,18 @@ fn a_stage_without_parameters_joins_the_norm_and_the_flag() {
         .any(|o| o.ty.class() == shardlab::ir::OpClass::Optimizer));
     verifies_against_serial(&planned, 2).unwrap();
 }
+
+/// Gradient accumulation over 3 micro-batches without stages: each micro-batch's loss
+/// gradient is seeded with 1/3, which must be made in the run's precision (made in f32 it
+/// rounded by 3·10⁻⁸ and every gradient FAILed a run in f64); 5, 6 and 7 likewise.
+#[test]
+fn accumulation_over_micro_batch_counts_that_f32_cannot_invert_exactly() {
+    use shardlab::exec::precision::{in_precision, Precision};
+    for m in [3, 5, 6, 7] {
+        let mut p = common::preset_plan(Model::Gpt, 1, "2:dp", &["x=dp,-,-".into()]);
+        p.options.micro_batches = m;
+        let planned = plan(&p);
+        let f64_run = in_precision(&planned, Precision::F64);
+        common::verifies_against_serial(&f64_run, 1).unwrap_or_else(|e| panic!("{m}: {e}"));
+    }
+}

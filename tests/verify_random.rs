@@ -91,13 +91,14 @@ fn with_pp(plan: &shardlab::plan::Plan) -> Option<shardlab::plan::Plan> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases() / 4 + 1, ..ProptestConfig::default() })]
-    /// Random plans on two pipeline stages: every schedule, one to four micro-batches, AMP,
+    /// Random plans on two pipeline stages: every schedule, one to four micro-batches (3: a seed
+    /// of 1/3, which f32 rounds), AMP,
     /// clipping, ZeRO stages inside each stage and recomputation; the distributed step equals the serial one.
     #[test]
     fn random_pipelined_configurations_verify(
         plan in common::random_plan_of(prop::sample::select(vec![DType::F64])),
         schedule in 0usize..5,
-        micro_batches in prop::sample::select(vec![1usize, 2, 4]),
+        micro_batches in prop::sample::select(vec![1usize, 2, 3, 4]),
         amp in any::<bool>(),
         clip in prop::option::of(prop::sample::select(vec![1e-3, 10.0])),
         zero in 0u8..4,

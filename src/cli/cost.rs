@@ -119,14 +119,17 @@ pub(crate) struct CostArgs {
 
 /// Plans, simulates and prints.
 pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
-    let Some(mut plan) = args.source.resolve(args.training.micro_batches())? else {
+    let Some((mut plan, origin)) = args.source.resolve(args.training.micro_batches())? else {
         return Ok(ExitCode::from(1));
     };
     args.training.apply(&mut plan)?;
     let e = match args.devices.costed(&plan, &args.max_memory)? {
-        Ok((_, e)) => e,
+        Ok((p, e)) => {
+            args.training.check_applied(&p)?;
+            e
+        }
         Err(err) => {
-            eprintln!("error: {err}");
+            super::report_plan_error(origin.as_ref(), &plan, &err);
             return Ok(ExitCode::from(1));
         }
     };

@@ -61,7 +61,7 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
         .output
         .as_deref()
         .ok_or("-o FILE.py is needed (or -o - for stdout)")?;
-    let Some(mut plan) = args.source.resolve(args.training.micro_batches())? else {
+    let Some((mut plan, origin)) = args.source.resolve(args.training.micro_batches())? else {
         return Ok(ExitCode::from(1));
     };
     args.training.apply(&mut plan)?;
@@ -72,10 +72,11 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
     let pipeline = match run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::report_plan_error(origin.as_ref(), &plan, &e.to_string());
             return Ok(ExitCode::from(1));
         }
     };
+    args.training.check_applied(&pipeline)?;
     let init = crate::exec::init::InitOptions {
         lr: args.lr,
         ..Default::default()

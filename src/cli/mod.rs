@@ -7,6 +7,7 @@ mod calibrate;
 mod cost;
 mod diff;
 mod export;
+mod files;
 mod options;
 mod run;
 mod schedule;
@@ -184,7 +185,10 @@ pub(crate) struct PlanSource {
 impl PlanSource {
     /// The plan, or `None` when the file has problems (already reported).
     /// A preset is built at the micro-batch's size (`--batch` / `micro_batches`).
-    pub(crate) fn resolve(&self, micro_batches: usize) -> Result<Option<Plan>, String> {
+    pub(crate) fn resolve(
+        &self,
+        micro_batches: usize,
+    ) -> Result<Option<(Plan, Option<Origin>)>, String> {
         resolve_plan(
             &self.file,
             &self.preset,
@@ -466,8 +470,28 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
 }
 
 /// Reads and parses a plan file; parse errors are printed as FILE:LINE:COL and make `Err`.
+/// A file too large, or not UTF-8, is invalid input (printed, like a parse error).
 pub(crate) fn read_plan(file: &str) -> Result<Result<(Plan, SourceMap), usize>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: cannot read: {e}"))?;
+    let bytes = match files::read_limited(std::path::Path::new(file), files::PLAN_FILE_LIMIT) {
+        Ok(bytes) => bytes,
+        Err(files::ReadError::Io(e)) => return Err(format!("{file}: cannot read: {e}")),
+        Err(files::ReadError::TooLarge { limit }) => {
+            eprintln!(
+                "{file}:1:1: the file is larger than the {} a plan file may be",
+                files::human(limit)
+            );
+            eprintln!("{file}: 1 error(s)");
+            return Ok(Err(1));
+        }
+    };
+    let text = match files::utf8(bytes) {
+        Ok(text) => text,
+        Err((line, col, why)) => {
+            eprintln!("{file}:{line}:{col}: {why}");
+            eprintln!("{file}: 1 error(s)");
+            return Ok(Err(1));
+        }
+    };
     Ok(parse_plan(&text).map_err(|errors| {
         for e in &errors {
             eprintln!("{file}:{e}");
@@ -477,8 +501,29 @@ pub(crate) fn read_plan(file: &str) -> Result<Result<(Plan, SourceMap), usize>, 
     }))
 }
 
+/// Where a plan came from, when it came from a file: errors found after parsing are printed
+/// at the line and column of what they name.
+pub(crate) struct Origin {
+    file: String,
+    map: SourceMap,
+}
+
+/// Prints a problem found in `plan` after parsing (planning, pricing, running): as
+/// `FILE:LINE:COL: message` when it came from a file, else as `error: message`.
+pub(crate) fn report_plan_error(origin: Option<&Origin>, plan: &Plan, message: &str) {
+    match origin {
+        Some(o) => {
+            let (line, col) = locate_message(plan, &o.map, message);
+            eprintln!("{}:{line}:{col}: {message}", o.file);
+            eprintln!("{}: 1 error(s)", o.file);
+        }
+        None => eprintln!("error: {message}"),
+    }
+}
+
 /// The plan a command works on: a file, a preset or a scenario, with --mesh and --shard
-/// applied. `None` when the file had parse errors (already printed).
+/// applied, and its origin when it is a file. `None` when the file had parse errors
+/// (already printed).
 fn resolve_plan(
     file: &Option<String>,
     preset: &Option<String>,
@@ -487,7 +532,7 @@ fn resolve_plan(
     mesh: Option<&str>,
     shards: &[String],
     micro_batches: usize,
-) -> Result<Option<Plan>, String> {
+) -> Result<Option<(Plan, Option<Origin>)>, String> {
     let sizes_given = sizes.given();
     if preset.is_none() {
         let mut refused = sizes_given.clone();
@@ -509,36 +554,47 @@ fn resolve_plan(
             ));
         }
     }
-    Ok(Some(match (file, preset, scenario) {
-        (Some(file), _, _) => match read_plan(file)? {
-            Ok((plan, map)) => {
-                if report_issues(file, &plan, &map) {
-                    return Ok(None);
+    Ok(Some((
+        match (file, preset, scenario) {
+            (Some(file), _, _) => match read_plan(file)? {
+                Ok((plan, map)) => {
+                    if report_issues(file, &plan, &map) {
+                        return Ok(None);
+                    }
+                    let origin = Origin {
+                        file: file.clone(),
+                        map,
+                    };
+                    return Ok(Some((
+                        add_mesh_and_shards(plan, mesh, shards)?,
+                        Some(origin),
+                    )));
                 }
-                add_mesh_and_shards(plan, mesh, shards)?
+                Err(_) => return Ok(None),
+            },
+            (None, Some(preset), _) => build_plan(preset, sizes, mesh, shards, micro_batches)?,
+            (None, None, Some(name)) => {
+                let scenario =
+                    crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
+                        let names: Vec<&str> = crate::models::scenarios::scenarios()
+                            .iter()
+                            .map(|s| s.name)
+                            .collect();
+                        format!("unknown scenario `{name}`; scenarios: {}", names.join(", "))
+                    })?;
+                let mut config = scenario.config();
+                if let Some(dtype) = sizes.dtype()? {
+                    config.dtype = dtype;
+                }
+                let plan = scenario.plan_with(&config).map_err(|e| e.to_string())?;
+                add_mesh_and_shards(plan, None, shards)?
             }
-            Err(_) => return Ok(None),
+            (None, None, None) => {
+                return Err("give a plan FILE, --preset NAME or --scenario NAME".into())
+            }
         },
-        (None, Some(preset), _) => build_plan(preset, sizes, mesh, shards, micro_batches)?,
-        (None, None, Some(name)) => {
-            let scenario = crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
-                let names: Vec<&str> = crate::models::scenarios::scenarios()
-                    .iter()
-                    .map(|s| s.name)
-                    .collect();
-                format!("unknown scenario `{name}`; scenarios: {}", names.join(", "))
-            })?;
-            let mut config = scenario.config();
-            if let Some(dtype) = sizes.dtype()? {
-                config.dtype = dtype;
-            }
-            let plan = scenario.plan_with(&config).map_err(|e| e.to_string())?;
-            add_mesh_and_shards(plan, None, shards)?
-        }
-        (None, None, None) => {
-            return Err("give a plan FILE, --preset NAME or --scenario NAME".into())
-        }
-    }))
+        None,
+    )))
 }
 
 fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
@@ -551,10 +607,11 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         &args.shards,
         args.training.micro_batches(),
     )? {
-        Some(plan) => plan,
+        Some(resolved) => resolved,
         None => return Ok(ExitCode::from(1)),
     };
-    let mut plan = plan;
+    let (mut plan, origin) = plan;
+    let origin = origin.as_ref();
     args.training.apply(&mut plan)?;
     let budget = budget::budget(&args.max_memory)?;
     if let (Some(r), Some(mesh)) = (args.rank, plan.mesh()) {
@@ -575,6 +632,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         (None, false) => Some(Stage::Complete),
     };
     let partitioned = stage != Some(Stage::Complete) || args.ledger;
+    refuse_unused_flags(args, stage, partitioned)?;
     if let Err(e) = budget::check(
         "planning",
         plan.estimated_planning_bytes(match (partitioned, args.rank) {
@@ -588,10 +646,10 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     }
     if args.gantt {
-        return gantt(args, &plan);
+        return gantt(args, &plan, origin);
     }
     if !partitioned {
-        return print_completion(args, &plan);
+        return print_completion(args, &plan, origin);
     }
     let mut opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
     // One rank's program needs only that rank partitioned: time and memory follow one
@@ -600,10 +658,11 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     let pipeline = match crate::passes::pipeline::run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_plan_error(origin, &plan, &e.to_string());
             return Ok(ExitCode::from(1));
         }
     };
+    args.training.check_applied(&pipeline)?;
     if let Some(r) = args.rank {
         if !pipeline.partitioned.ranks.iter().any(|p| p.rank == r) {
             return Err(format!(
@@ -627,13 +686,37 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A flag applies or is refused (usage, exit 2): `--rank` picks a rank program, and the
+/// training flags change only what comes after completion.
+fn refuse_unused_flags(
+    args: &PlanArgs,
+    stage: Option<Stage>,
+    partitioned: bool,
+) -> Result<(), String> {
+    if args.rank.is_some() && !args.ledger && !stage.is_some_and(|s| s.shows(Stage::Partition)) {
+        return Err(
+            "--rank picks a rank program: add --stage partition (or all), or --ledger".into(),
+        );
+    }
+    let training = args.training.given();
+    if !partitioned && !args.gantt && !training.is_empty() {
+        return Err(format!(
+            "{}: `plan` prints the completed forward program by default, which training \
+             options do not change; add --stage all (or backward, optimizer, partition), \
+             --ledger or --gantt",
+            training.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 /// `plan --gantt`: the schedule in time, per stage, with its bubble fraction.
-fn gantt(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
+fn gantt(args: &PlanArgs, plan: &Plan, origin: Option<&Origin>) -> Result<ExitCode, String> {
     let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
     let p = match crate::passes::pipeline::run_pipeline(plan, &opts) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_plan_error(origin, plan, &e.to_string());
             return Ok(ExitCode::from(1));
         }
     };
@@ -665,17 +748,21 @@ fn gantt(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            report_plan_error(origin, plan, &e);
             Ok(ExitCode::from(1))
         }
     }
 }
 
-fn print_completion(args: &PlanArgs, plan: &Plan) -> Result<ExitCode, String> {
+fn print_completion(
+    args: &PlanArgs,
+    plan: &Plan,
+    origin: Option<&Origin>,
+) -> Result<ExitCode, String> {
     let completed = match crate::passes::complete(plan) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_plan_error(origin, plan, &e.to_string());
             return Ok(ExitCode::from(1));
         }
     };
@@ -716,15 +803,36 @@ fn check(file: &str) -> Result<ExitCode, String> {
         ));
         return Ok(ExitCode::SUCCESS);
     };
-    // Everything `plan --stage all` checks, with its default options: completion, backward,
-    // optimizer and partitioning, each verified.
+    // Everything a later command checks, with the plan's own options (recomputation,
+    // micro-batches, the schedule, ZeRO, ...): `plan --stage all`'s completion, backward,
+    // optimizer and partitioning, each verified, and `cost`'s simulation of every rank and
+    // of the pipeline's schedule (on the nominal CPU: the schedule's order and every
+    // collective's matching do not depend on the device).
     let needed = plan.estimated_planning_bytes(RanksPlanned::All);
     budget::check("checking", needed, budget::default_budget())?;
-    if let Err(e) = crate::passes::pipeline::run_pipeline(&plan, &Default::default()) {
-        let message = e.to_string();
-        let (line, col) = locate_message(&plan, &map, &message);
-        eprintln!("{file}:{line}:{col}: planning fails: {message}");
-        eprintln!("{file}: 1 error(s)");
+    let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+    let priced = crate::passes::pipeline::run_pipeline(&plan, &opts)
+        .map_err(|e| format!("planning fails: {e}"))
+        .and_then(|p| {
+            let ranks = p.partitioned.ranks.len();
+            let topo = crate::cost::device::Topology::cpu(crate::cost::device::CpuCalibration {
+                devices: ranks.max(1),
+                ..Default::default()
+            });
+            let cost = crate::cost::estimate::CostOptions {
+                mixed_precision: plan.options.amp,
+                overlap_grad_sync: false,
+            };
+            crate::cost::estimate::estimate(&p, &topo, topo.default_dtype, cost)
+                .map(|_| ())
+                .map_err(|e| format!("pricing fails: {e}"))
+        });
+    if let Err(message) = priced {
+        let origin = Origin {
+            file: file.to_string(),
+            map,
+        };
+        report_plan_error(Some(&origin), &plan, &message);
         return Ok(ExitCode::from(1));
     }
     emit(&format!("{file}: ok: {}\n", summary(&plan)));
@@ -749,6 +857,11 @@ fn locate_message(plan: &Plan, map: &SourceMap, message: &str) -> (usize, usize)
             plan.program
                 .var_id(name)
                 .map(|_| map.locate(plan, &crate::plan::PlanSubject::Var(name.to_string())))
+        })
+        .or_else(|| {
+            // A schedule's error is an error of the options (micro-batches, chunks).
+            let options = message.contains("schedule: ") || message.contains("micro-batches");
+            map.options_line.filter(|_| options).map(|l| (l, 1))
         })
         .unwrap_or((1, 1))
 }

@@ -12,7 +12,16 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// Loads `<var>.npy` for every source variable found in `dir`.
-fn load_inputs(dir: &str, program: &crate::ir::Program) -> Result<HashMap<String, Tensor>, String> {
+/// Reads `<var>.npy` from `dir` for each source variable found there. The outer error is a
+/// usage error (no such directory); the inner one invalid input (a file that is not a
+/// `.npy`, is truncated, or is larger than its variable can be), named with its path.
+/// Each file is read only up to what its variable can hold: `micro_batches` × its elements
+/// at 8 bytes each, plus a header.
+fn load_inputs(
+    dir: &str,
+    program: &crate::ir::Program,
+    micro_batches: usize,
+) -> Result<Result<HashMap<String, Tensor>, String>, String> {
     let mut feeds = HashMap::new();
     std::fs::read_dir(dir).map_err(|e| format!("--inputs {dir}: {e}"))?;
     for v in program.vars().iter().filter(|v| v.kind.is_source()) {
@@ -20,11 +29,146 @@ fn load_inputs(dir: &str, program: &crate::ir::Program) -> Result<HashMap<String
         if !path.exists() {
             continue;
         }
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let t = read_npy(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let data = (v.ty.numel() as u64)
+            .saturating_mul(8)
+            .saturating_mul(micro_batches as u64);
+        let limit = data.saturating_add(super::files::NPY_HEADER_LIMIT);
+        let bytes = match super::files::read_limited(&path, limit) {
+            Ok(bytes) => bytes,
+            Err(super::files::ReadError::Io(e)) => {
+                return Ok(Err(format!("{}: cannot read: {e}", path.display())))
+            }
+            Err(super::files::ReadError::TooLarge { limit }) => {
+                return Ok(Err(format!(
+                    "{}: larger than {limit} bytes, more than `{}` ({} elements{}) can hold \
+                     with a header",
+                    path.display(),
+                    v.name,
+                    v.ty.numel(),
+                    if micro_batches > 1 {
+                        format!(" per micro-batch, {micro_batches} micro-batches")
+                    } else {
+                        String::new()
+                    }
+                )))
+            }
+        };
+        let t = match read_npy(&bytes) {
+            Ok(t) => t,
+            Err(e) => return Ok(Err(format!("{}: {e}", path.display()))),
+        };
+        if let Some(i) = t.to_f64().iter().position(|x| !x.is_finite()) {
+            return Ok(Err(format!(
+                "{}: element {i} is {}: inputs must be finite (the serial reference would be \
+                 NaN, and nothing could be verified)",
+                path.display(),
+                t.to_f64()[i]
+            )));
+        }
         feeds.insert(v.name.to_string(), t);
     }
-    Ok(feeds)
+    Ok(Ok(feeds))
+}
+
+/// The text report: the losses by step, the verification table and the verdict, with why
+/// the gradients differ where an option makes them (`--no-grad-scale`).
+fn text_report(
+    args: &RunArgs,
+    pipeline: &crate::passes::pipeline::Pipeline,
+    serial: &Log,
+    dist: &Log,
+    checks: &[Check],
+) -> String {
+    let precision = args.precision.precision();
+    let all_pass = checks.iter().all(|c| c.pass);
+    let mut out = format!(
+        "mesh {}: {} ranks, {} steps\n",
+        pipeline.full.mesh,
+        pipeline.partitioned.ranks.len(),
+        args.steps
+    );
+    out.push_str(&format!(
+        "  {:>4}  {:>14}  {:>14}\n",
+        "step", "serial loss", "distributed"
+    ));
+    for (i, (a, b)) in serial.losses.iter().zip(&dist.losses).enumerate() {
+        out.push_str(&format!("  {:>4}  {a:>14.8}  {b:>14.8}\n", i + 1));
+    }
+    out.push_str(&format!(
+        "\nverification (distributed vs serial, {}):\n",
+        match precision {
+            crate::exec::precision::Precision::F64 => "computed in f64",
+            crate::exec::precision::Precision::Program => "in the program's dtypes",
+        }
+    ));
+    out.push_str(&table(checks));
+    out.push_str(&format!(
+        "\n{}: {} of {} tensors within tolerance\n",
+        if all_pass { "PASS" } else { "FAIL" },
+        checks.iter().filter(|c| c.pass).count(),
+        checks.len()
+    ));
+    if !all_pass && pipeline.plan.options.no_grad_scale {
+        if let Some(ratio) = gradient_ratio(serial, dist) {
+            out.push_str(&format!(
+                "the gradients are {ratio:.3}× serial, as `--no-grad-scale` makes them: it \
+                 skips the data-parallel 1/N scale after the gradients' sum\n"
+            ));
+        }
+    }
+    out
+}
+
+/// The ratio of the distributed gradients to the serial ones, where one ratio holds for
+/// every gradient element that is not near zero (within 1e-6), else `None`.
+fn gradient_ratio(serial: &Log, dist: &Log) -> Option<f64> {
+    let mut ratio: Option<f64> = None;
+    for (s, d) in serial.grads.iter().zip(&dist.grads) {
+        let (s, d) = (s.value()?.to_f64(), d.value()?.to_f64());
+        let largest = s.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+        for (a, b) in s.iter().zip(&d) {
+            if a.abs() <= 1e-3 * largest || *a == 0.0 {
+                continue;
+            }
+            let r = b / a;
+            match ratio {
+                None => ratio = Some(r),
+                Some(q) if (q - r).abs() <= 1e-6 * q.abs() => {}
+                Some(_) => return None,
+            }
+        }
+    }
+    ratio
+}
+
+/// The serial run is the reference: where it is not finite itself (inputs with NaN or
+/// inf, a learning rate or clip norm that overflows), no distributed difference means
+/// anything, and the table would blame the distributed run. Names the first value that is
+/// not finite.
+fn serial_finite(log: &Log) -> Result<(), String> {
+    if let Some((step, loss)) = log.losses.iter().enumerate().find(|(_, l)| !l.is_finite()) {
+        return Err(format!(
+            "the serial run's loss is {loss} at step {}: the model itself does not compute \
+             a finite value with these inputs and options (check --inputs, --lr and \
+             --clip-norm); the distributed run is not compared",
+            step + 1
+        ));
+    }
+    let not_finite = |r: &&crate::exec::run::Record| {
+        r.value()
+            .is_some_and(|t| t.to_f64().iter().any(|x| !x.is_finite()))
+    };
+    for (what, records) in [("gradient", &log.grads), ("parameter", &log.params)] {
+        if let Some(r) = records.iter().find(not_finite) {
+            return Err(format!(
+                "the serial run's {what} `{}` is not finite: the model itself overflows with \
+                 these inputs and options (check --inputs, --lr and --clip-norm); the \
+                 distributed run is not compared",
+                r.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn dump(dir: &std::path::Path, log: &Log) -> Result<(), String> {
@@ -87,7 +231,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if args.dump.as_deref().is_some_and(|d| d.trim().is_empty()) {
         return Err("--dump needs a directory name".into());
     }
-    let Some(mut plan) = args.source.resolve(args.training.micro_batches())? else {
+    let Some((mut plan, origin)) = args.source.resolve(args.training.micro_batches())? else {
         return Ok(ExitCode::from(1));
     };
     args.training.apply(&mut plan)?;
@@ -99,10 +243,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     let planned = match run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            super::report_plan_error(origin.as_ref(), &plan, &e.to_string());
             return Ok(ExitCode::from(1));
         }
     };
+    args.training.check_applied(&planned)?;
     let precision = args.precision.precision();
     let pipeline = crate::exec::precision::in_precision(&planned, precision);
     let pipeline = pipeline.as_ref();
@@ -117,7 +262,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     };
     run_opts.init.lr = args.lr;
     if let Some(dir) = &args.inputs {
-        run_opts.feeds = load_inputs(dir, &pipeline.full.program)?;
+        match load_inputs(dir, &pipeline.full.program, pipeline.micro_batches())? {
+            Ok(feeds) => run_opts.feeds = feeds,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(1));
+            }
+        }
     }
     // Step by step, so a long run can show progress on a terminal.
     let progress = std::io::stderr().is_terminal() && args.steps > 1;
@@ -129,7 +280,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             pipeline.partitioned.ranks.len()
         );
     }
-    let serial = run_serial(pipeline, &run_opts).map_err(|e| e.to_string());
+    let serial = run_serial(pipeline, &run_opts)
+        .map_err(|e| e.to_string())
+        .and_then(|log| serial_finite(&log).map(|()| log));
     let dist = serial
         .as_ref()
         .ok()
@@ -166,34 +319,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
         ));
     } else {
-        let mut out = format!(
-            "mesh {}: {} ranks, {} steps\n",
-            pipeline.full.mesh,
-            pipeline.partitioned.ranks.len(),
-            args.steps
-        );
-        out.push_str(&format!(
-            "  {:>4}  {:>14}  {:>14}\n",
-            "step", "serial loss", "distributed"
-        ));
-        for (i, (a, b)) in serial.losses.iter().zip(&dist.losses).enumerate() {
-            out.push_str(&format!("  {:>4}  {a:>14.8}  {b:>14.8}\n", i + 1));
-        }
-        out.push_str(&format!(
-            "\nverification (distributed vs serial, {}):\n",
-            match precision {
-                crate::exec::precision::Precision::F64 => "computed in f64",
-                crate::exec::precision::Precision::Program => "in the program's dtypes",
-            }
-        ));
-        out.push_str(&table(&checks));
-        out.push_str(&format!(
-            "\n{}: {} of {} tensors within tolerance\n",
-            if all_pass { "PASS" } else { "FAIL" },
-            checks.iter().filter(|c| c.pass).count(),
-            checks.len()
-        ));
-        emit(&out);
+        emit(&text_report(args, pipeline, &serial, &dist, &checks));
     }
     Ok(if all_pass {
         ExitCode::SUCCESS

@@ -63,10 +63,54 @@ impl TrainingArgs {
             .max(1)
     }
 
+    /// The flags given on the command line.
+    pub(crate) fn given(&self) -> Vec<&'static str> {
+        [
+            (self.optimizer.is_some(), "--optimizer"),
+            (self.amp, "--amp"),
+            (self.clip_norm.is_some(), "--clip-norm"),
+            (self.no_grad_scale, "--no-grad-scale"),
+            (self.megatron_sums, "--megatron-sums"),
+            (self.zero.is_some(), "--zero"),
+            (self.recompute.is_some(), "--recompute"),
+            (self.bucket_mb.is_some(), "--bucket-mb"),
+            (self.micro_batches.is_some(), "--micro-batches"),
+            (self.schedule.is_some(), "--schedule"),
+            (self.chunks.is_some(), "--chunks"),
+            (self.pp_split.is_some(), "--pp-split"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
+
     /// The plan with the flags given on the command line applied to its options and its
     /// stage placement, then its pipeline checked (a usage error names the flag).
     pub(crate) fn apply(&self, plan: &mut Plan) -> Result<(), String> {
         self.apply_options(&mut plan.options)?;
+        self.check_representable(plan)?;
+        let pipelined = plan
+            .mesh()
+            .is_some_and(|m| m.axis_by_name(crate::dist::PP_AXIS).is_some());
+        // A flag applies or is refused: these order or place pipeline stages, and mean
+        // nothing without a `pp` axis (--micro-batches alone is gradient accumulation).
+        if !pipelined {
+            let given: Vec<&str> = [
+                (self.schedule.is_some(), "--schedule"),
+                (self.chunks.is_some(), "--chunks"),
+                (self.pp_split.is_some(), "--pp-split"),
+            ]
+            .into_iter()
+            .filter_map(|(given, flag)| given.then_some(flag))
+            .collect();
+            if !given.is_empty() {
+                return Err(format!(
+                    "{}: the mesh has no `pp` axis, so there are no pipeline stages to \
+                     schedule or place; add a `pp` axis to the mesh (e.g. --mesh 2x4:pp,dp)",
+                    given.join(", ")
+                ));
+            }
+        }
         if let Some(split) = &self.pp_split {
             let per: Vec<usize> = split
                 .split(',')
@@ -88,10 +132,50 @@ impl TrainingArgs {
             plan.stages = crate::plan::split_layers(&plan.program, &per)
                 .map_err(|e| format!("--pp-split {split}: {e}"))?;
         }
-        if let Some(mesh) = plan.mesh() {
+        // Only what the flags changed is a usage error here; a plan file's own options are
+        // checked by planning (an error of the input, at its line).
+        let flags_schedule =
+            self.schedule.is_some() || self.chunks.is_some() || self.micro_batches.is_some();
+        if let (Some(mesh), true) = (plan.mesh(), flags_schedule) {
             let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
             crate::passes::stages::check_schedule(&stages, &plan.options)
                 .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// A flag's value must fit the dtype it is used in: a clip norm above f32's largest
+    /// value becomes inf in an f32 model, and every gradient NaN.
+    fn check_representable(&self, plan: &Plan) -> Result<(), String> {
+        let f32_model = plan
+            .program
+            .vars()
+            .iter()
+            .any(|v| v.ty.dtype == crate::ir::DType::F32);
+        match self.clip_norm {
+            Some(c) if f32_model && c > f64::from(f32::MAX) => Err(format!(
+                "--clip-norm {c:e}: more than f32 can hold ({:e}); the model computes in f32",
+                f32::MAX
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// After planning: a flag that changed nothing is refused (usage, exit 2). `--zero N`
+    /// shards only gradients summed over a data-parallel axis; with none, it would do
+    /// nothing.
+    pub(crate) fn check_applied(
+        &self,
+        p: &crate::passes::pipeline::Pipeline,
+    ) -> Result<(), String> {
+        if let Some(z) = self.zero.filter(|&z| z > 0) {
+            if p.partitioned.zero.params.is_empty() {
+                return Err(format!(
+                    "--zero {z}: no parameter's gradient is summed over a data-parallel axis \
+                     (the batch is split over no mesh axis), so there is nothing to shard; \
+                     split the batch, e.g. --shard x=dp,-"
+                ));
+            }
         }
         Ok(())
     }

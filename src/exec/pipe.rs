@@ -253,6 +253,10 @@ impl super::step::Stepper for PipeRank<'_> {
         PipeRank::progress(self)
     }
 
+    fn rank_id(&self) -> u32 {
+        self.rank.rank
+    }
+
     fn waiting(&self, comm: &super::comm::CoopComm) -> String {
         let job = self.current().map(|j| j.to_string()).unwrap_or_default();
         format!(

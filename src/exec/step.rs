@@ -16,6 +16,8 @@ pub trait Stepper: Send {
     fn progress(&self) -> [usize; 3];
     /// Where it waits, for a deadlock report.
     fn waiting(&self, comm: &CoopComm) -> String;
+    /// The rank it runs.
+    fn rank_id(&self) -> u32;
 }
 
 /// Where a rank's pending exchange waits, as ` waiting for [ranks]`.
@@ -33,6 +35,10 @@ impl Stepper for Rank<'_> {
     fn progress(&self) -> [usize; 3] {
         let (pc, exchanges) = Rank::progress(self);
         [pc, exchanges, 0]
+    }
+
+    fn rank_id(&self) -> u32 {
+        self.rank
     }
 
     fn waiting(&self, comm: &CoopComm) -> String {
@@ -104,7 +110,28 @@ pub fn step_coop<S: Stepper>(ranks: &mut [S], comm: &CoopComm) -> Result<(), Exe
                 .filter(|(_, d)| !**d)
                 .map(|(r, _)| r.waiting(comm))
                 .collect();
-            return Err(ExecError::Setup(format!("deadlock: {}", stuck.join("; "))));
+            // A rank that finished while others wait on it skipped a collective they run
+            // (or they added one): it is the one to name.
+            let finished: Vec<u32> = ranks
+                .iter()
+                .zip(&done)
+                .filter(|(_, d)| **d)
+                .map(|(r, _)| r.rank_id())
+                .collect();
+            let why = if finished.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; rank{} {finished:?} finished the step without meeting these \
+                     collectives: {} skipped a collective the others run (or they added one)",
+                    if finished.len() > 1 { "s" } else { "" },
+                    if finished.len() > 1 { "they" } else { "it" }
+                )
+            };
+            return Err(ExecError::Setup(format!(
+                "deadlock: {}{why}",
+                stuck.join("; ")
+            )));
         }
     }
 }

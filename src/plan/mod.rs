@@ -150,8 +150,31 @@ impl Plan {
     }
 }
 
-/// Verifies the program and every annotation against its variable and the mesh. Reports
-/// every problem.
+/// A plan's program is the forward pass: its ops are `forward` or `loss`. The planner makes
+/// the backward and optimizer ops, and places them by their role (stages, recomputation,
+/// the pipeline's jobs); a forward op marked `backward` would be scheduled after the ops
+/// that read it (a stalled pipeline) or recomputed before its input exists.
+fn role_issues(program: &crate::ir::Program) -> Vec<PlanIssue> {
+    use crate::ir::OpRole;
+    program
+        .ops()
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| matches!(op.role, OpRole::Backward | OpRole::Optimize))
+        .map(|(i, op)| PlanIssue {
+            subject: PlanSubject::Op(crate::ir::OpId(i as u32)),
+            message: format!(
+                "op{i}: {}: role={} in a plan: a plan's program is the forward pass (roles \
+                 forward and loss); the planner makes the backward and optimizer ops",
+                op.ty,
+                op.role.name()
+            ),
+        })
+        .collect()
+}
+
+/// Verifies the program (its ops' roles included) and every annotation against its
+/// variable and the mesh. Reports every problem.
 pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
     let mut issues: Vec<PlanIssue> = verify_program(&plan.program)
         .into_iter()
@@ -163,6 +186,7 @@ pub fn verify_plan(plan: &Plan) -> Vec<PlanIssue> {
             },
         })
         .collect();
+    issues.extend(role_issues(&plan.program));
     let mut seen = std::collections::HashSet::new();
     for (i, ann) in plan.annotations.iter().enumerate() {
         let var = plan.program.var(ann.var);

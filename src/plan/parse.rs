@@ -16,6 +16,8 @@ use std::sync::Arc;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SourceMap {
     pub mesh_line: Option<usize>,
+    /// The `options` statement's line, where errors of the options point.
+    pub options_line: Option<usize>,
     pub var_lines: Vec<usize>,
     pub op_lines: Vec<usize>,
     pub annotation_lines: Vec<usize>,
@@ -88,6 +90,7 @@ pub fn parse_plan(text: &str) -> Result<(Plan, SourceMap), Vec<ParseError>> {
                 let mut o = super::PlanOptions::default();
                 super::parse_options(cur, &mut o)?;
                 options = Some(o);
+                map.options_line = Some(line);
             }
             "shard" => {
                 let m = mesh.clone().ok_or_else(|| {

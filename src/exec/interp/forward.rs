@@ -216,10 +216,17 @@ impl Rank<'_> {
     }
 
     pub(super) fn fill_constant(&mut self, op: &Op) -> Res {
-        let dtype = op
+        let attr = op
             .attr_str("dtype")
             .and_then(DType::from_name)
             .ok_or("bad dtype")?;
+        // The output's declared dtype where it has one: a run in f64 promotes the f32
+        // variables, and a seed of 1/M made in f32 would round (1/3 by 3·10⁻⁸, a false FAIL
+        // of every gradient under 3 micro-batches).
+        let dtype = op
+            .output("Out")
+            .first()
+            .map_or(attr, |&v| self.program.var(v).ty.dtype);
         let shape: Vec<usize> = op
             .attr_ints("shape")
             .unwrap_or(&[])

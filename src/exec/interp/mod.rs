@@ -193,6 +193,7 @@ impl<'a> Rank<'a> {
             })?;
             match progress {
                 Progress::Next => {
+                    self.check_outputs(op, index)?;
                     self.completed.clear();
                     if let Some(bounds) = &self.bounds {
                         let view = super::bound::View {
@@ -225,6 +226,46 @@ impl<'a> Rank<'a> {
             }
         }
         Ok(Status::Done)
+    }
+
+    /// Every value an op made has its variable's declared shape. A well-formed program
+    /// holds this by construction (the verifier infers every type); a broken one (a
+    /// collective given another group, a sync one rank skipped) does not, and the next
+    /// kernel would index out of bounds. So a value that does not fit is this op's error,
+    /// named with the collective's group, and no kernel ever sees a shape its program
+    /// does not declare.
+    fn check_outputs(&self, op: &Op, index: usize) -> Result<(), ExecError> {
+        for v in op.all_outputs() {
+            let Some(Some(t)) = self.env.get(v.index()) else {
+                continue;
+            };
+            let var = self.program.var(v);
+            if t.shape[..] == var.ty.shape[..] {
+                continue;
+            }
+            let group = op.attr_ints("group").map(|g| {
+                if g == [i64::from(self.rank)] {
+                    ": its group is the rank alone".to_string()
+                } else {
+                    format!(": its group is {g:?}")
+                }
+            });
+            return Err(ExecError::Op {
+                rank: self.rank,
+                op: index,
+                ty: op.ty,
+                message: format!(
+                    "rank {}'s {} returned {:?} for `{}`, which the program declares {:?}{}",
+                    self.rank,
+                    op.ty,
+                    t.shape,
+                    var.name,
+                    &var.ty.shape[..],
+                    group.unwrap_or_default()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Restarts at the first op (for the next training step).
@@ -313,14 +354,10 @@ impl<'a> Rank<'a> {
             .map_err(|e| format!("group {group:?}: {e}"))?
         {
             Exchange::Ready(all) => {
-                if let Some(other) = all
-                    .iter()
-                    .position(|a| a.shape != all[me].shape && op.ty != OpType::AllGather)
-                {
-                    return Err(format!(
-                        "group {group:?}: rank {} sent shape {:?} but rank {} sent {:?}",
-                        group[me], all[me].shape, group[other], all[other].shape
-                    ));
+                if op.ty != OpType::AllGather {
+                    if let Some(e) = out_of_step(&group, &all) {
+                        return Err(e);
+                    }
                 }
                 self.completed.push((all.clone(), me));
                 self.replayed += 1;
@@ -478,6 +515,49 @@ impl<'a> Rank<'a> {
         }
         Ok(Progress::Next)
     }
+}
+
+/// Why the members of `group` did not contribute alike, if they did not. Members run a
+/// group's collectives in program order, so a rank that skipped (or added) one meets its
+/// next collective where the others meet this one: its contribution is the odd one out,
+/// and every later collective of the group is mismatched too. The odd rank is the one whose
+/// shape differs from what the others agree on.
+fn out_of_step(group: &[u32], all: &[Tensor]) -> Option<String> {
+    let first = all.first()?;
+    if all.iter().all(|t| t.shape == first.shape) {
+        return None;
+    }
+    let agreeing = |t: &Tensor| all.iter().filter(|u| u.shape == t.shape).count();
+    let (common, _) = all
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, t)| (agreeing(t), std::cmp::Reverse(*i)))?;
+    let shape = &all[common].shape;
+    let odd: Vec<u32> = group
+        .iter()
+        .zip(all)
+        .filter(|(_, t)| t.shape != *shape)
+        .map(|(&r, _)| r)
+        .collect();
+    let odd_shape = &all[group.iter().position(|r| *r == odd[0]).unwrap_or(0)].shape;
+    let who = if agreeing(&all[common]) * 2 > all.len() {
+        format!(
+            "rank{} {} skipped or added a collective of this group",
+            if odd.len() > 1 { "s" } else { "" },
+            odd.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        "a member skipped or added a collective of this group".to_string()
+    };
+    Some(format!(
+        "group {group:?} is out of step: rank {} contributed shape {odd_shape:?} where rank {} \
+         contributed {shape:?}: {who}, so this and every later collective of the group are \
+         mismatched",
+        odd[0], group[common]
+    ))
 }
 
 fn perm(op: &Op, rank: usize) -> Result<Vec<usize>, String> {
