@@ -283,10 +283,10 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     let serial = run_serial(pipeline, &run_opts)
         .map_err(|e| e.to_string())
         .and_then(|log| serial_finite(&log).map(|()| log));
-    let dist = serial
-        .as_ref()
-        .ok()
-        .map(|_| run_distributed(pipeline, &run_opts, true).map_err(|e| e.to_string()));
+    let dist = serial.as_ref().ok().map(|_| {
+        let threads = pipeline.partitioned.ranks.len() <= crate::exec::run::THREADED_RANKS_MAX;
+        run_distributed(pipeline, &run_opts, threads).map_err(|e| e.to_string())
+    });
     if progress {
         eprintln!(" done");
     }
@@ -311,6 +311,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             "serial_losses": serial.losses,
             "distributed_losses": dist.losses,
             "max_replica_difference": dist.replica_difference(),
+            "memory_estimate_bytes": crate::exec::run::estimated_run_bytes(pipeline),
             "checks": checks,
             "pass": all_pass,
         });

@@ -32,7 +32,7 @@ impl Rank<'_> {
         let Some((all, me)) = self.exchange(op, t, comm)? else {
             return Ok(Progress::Blocked);
         };
-        let out = collective_result(op, kind, all, me)?;
+        let out = collective_result(op, kind, &all, me)?;
         self.set(op, "Out", out);
         Ok(Progress::Next)
     }
@@ -57,17 +57,17 @@ impl Rank<'_> {
         let Some((all, _)) = self.exchange(op, vocab_ce::row_max(&logits), comm)? else {
             return Ok(Progress::Blocked);
         };
-        let max = reduce_all(&all, ReduceType::Max);
+        let max = all.reduced(ReduceType::Max);
         let target = vocab_ce::target_logit(&logits, &label, &max, start, classes)?;
         let Some((all, _)) = self.exchange(op, target, comm)? else {
             return Ok(Progress::Blocked);
         };
-        let target = reduce_all(&all, ReduceType::Sum);
+        let target = all.reduced(ReduceType::Sum);
         let (exps, sums) = vocab_ce::exp_sums(&logits, &max);
         let Some((all, _)) = self.exchange(op, sums, comm)? else {
             return Ok(Progress::Blocked);
         };
-        let sum = reduce_all(&all, ReduceType::Sum);
+        let sum = all.reduced(ReduceType::Sum);
         let (sm, loss) = vocab_ce::finish(&logits, &exps, &sum, &target);
         self.set(op, "Softmax", sm);
         self.set(op, "Loss", loss);
@@ -99,7 +99,7 @@ pub fn reduce_all(all: &[Tensor], reduce: ReduceType) -> Tensor {
 fn collective_result(
     op: &Op,
     kind: Collective,
-    all: Vec<Tensor>,
+    all: &crate::exec::comm::Shared,
     me: usize,
 ) -> Result<Tensor, String> {
     let reduce = || {
@@ -122,14 +122,14 @@ fn collective_result(
         ));
     }
     Ok(match kind {
-        Collective::AllReduce => reduce_all(&all, reduce()?),
+        Collective::AllReduce => all.reduced(reduce()?),
         Collective::AllGather => {
             let a = axis(op.attr_int("axis", 0), rank_of, "axis")?;
             concat(&all.iter().collect::<Vec<_>>(), a)?
         }
         Collective::ReduceScatter => {
             let a = axis(op.attr_int("axis", 0), rank_of, "axis")?;
-            let whole = reduce_all(&all, reduce()?);
+            let whole = all.reduced(reduce()?);
             let piece = whole.shape[a] / n;
             slice_axis(&whole, a, me * piece, (me + 1) * piece)
         }

@@ -10,7 +10,7 @@ mod optim;
 
 pub use comm::reduce_all;
 
-use super::comm::{Communicator, Exchange, ExchangeKey};
+use super::comm::{Communicator, Contributions, Exchange, ExchangeKey};
 use super::kernels::pointwise::{Binary, Unary};
 use super::tensor::{strides, Tensor};
 use crate::dist::TensorDistAttr;
@@ -78,7 +78,7 @@ pub struct Rank<'a> {
     pending: Option<ExchangeKey>,
     /// Exchanges the current op has completed, in order, so an op with several exchanges
     /// (the vocab-parallel cross-entropy) resumes after the last one when it is retried.
-    completed: Vec<(Vec<Tensor>, usize)>,
+    completed: Vec<(Contributions, usize)>,
     /// How many of `completed` the current attempt at the op has consumed.
     replayed: usize,
     placement: Option<&'a Placement>,
@@ -326,7 +326,7 @@ impl<'a> Rank<'a> {
         op: &Op,
         t: Tensor,
         comm: &dyn Communicator,
-    ) -> Result<Option<(Vec<Tensor>, usize)>, String> {
+    ) -> Result<Option<(Contributions, usize)>, String> {
         if let Some(done) = self.completed.get(self.replayed) {
             self.replayed += 1;
             return Ok(Some(done.clone()));
@@ -406,8 +406,8 @@ impl<'a> Rank<'a> {
             .collect(&key)
             .map_err(|e| format!("recv on {group:?}: {e}"))?
         {
-            Exchange::Ready(mut got) => {
-                let t = got.pop().ok_or("an empty send")?;
+            Exchange::Ready(got) => {
+                let t = got.last().cloned().ok_or("an empty send")?;
                 let want: Vec<usize> = op
                     .attr_ints("shape")
                     .unwrap_or(&[])
