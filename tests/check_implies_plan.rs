@@ -96,8 +96,16 @@ fn plan_text() -> impl Strategy<Value = String> {
     })
 }
 
+/// 512 in CI; `scripts/fuzz.sh` runs many more (`CHECK_IMPLIES_CASES`).
+fn cases() -> u32 {
+    std::env::var("CHECK_IMPLIES_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(512)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
     #[test]
     fn check_ok_implies_plan_ok(text in plan_text()) {
         let path = std::env::temp_dir().join(format!("shardlab-check-{}.plan", std::process::id()));

@@ -452,7 +452,8 @@ fn run_trains_serially_and_distributed_and_verifies() {
         "--inputs",
         dir.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(2));
+    // Invalid input, not usage: the file exists and is not an array.
+    assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("x.npy: not a .npy file"),
         "{}",
