@@ -15,7 +15,7 @@ START=$(date +%s)
 FLAG_FUZZ_CASES="${FLAG_FUZZ_CASES:-20000}" cargo test --test cli flag_fuzz
 echo "fuzz: ${FLAG_FUZZ_CASES:-20000} command lines in $(( $(date +%s) - START ))s"
 # `check` OK implies `plan --stage all`, `cost` and `run` OK, on random plans with random
-# options: four processes a case, so a sample (20,000 cases: about 15 minutes on 2 cores).
+# options: four processes a case, so a sample (20,000 cases: about 5 minutes on 2 cores).
 START=$(date +%s)
 CHECK_IMPLIES_CASES="${CHECK_IMPLIES_CASES:-20000}" cargo test --test check_implies_plan
 echo "fuzz: ${CHECK_IMPLIES_CASES:-20000} plans, check against every later command, in $(( $(date +%s) - START ))s"
