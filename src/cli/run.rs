@@ -145,8 +145,16 @@ fn gradient_ratio(serial: &Log, dist: &Log) -> Option<f64> {
 /// inf, a learning rate or clip norm that overflows), no distributed difference means
 /// anything, and the table would blame the distributed run. Names the first value that is
 /// not finite.
-fn serial_finite(log: &Log) -> Result<(), String> {
-    if let Some((step, loss)) = log.losses.iter().enumerate().find(|(_, l)| !l.is_finite()) {
+///
+/// Under AMP an overflowing step is expected and handled (its loss and gradients are inf,
+/// the update is skipped), so only the parameters must stay finite.
+fn serial_finite(log: &Log, amp: bool) -> Result<(), String> {
+    if let Some((step, loss)) = log
+        .losses
+        .iter()
+        .enumerate()
+        .find(|(_, l)| !amp && !l.is_finite())
+    {
         return Err(format!(
             "the serial run's loss is {loss} at step {}: the model itself does not compute \
              a finite value with these inputs and options (check --inputs, --lr and \
@@ -158,7 +166,12 @@ fn serial_finite(log: &Log) -> Result<(), String> {
         r.value()
             .is_some_and(|t| t.to_f64().iter().any(|x| !x.is_finite()))
     };
-    for (what, records) in [("gradient", &log.grads), ("parameter", &log.params)] {
+    let checked: &[(&str, &Vec<crate::exec::run::Record>)] = if amp {
+        &[("parameter", &log.params)]
+    } else {
+        &[("gradient", &log.grads), ("parameter", &log.params)]
+    };
+    for &(what, records) in checked {
         if let Some(r) = records.iter().find(not_finite) {
             return Err(format!(
                 "the serial run's {what} `{}` is not finite: the model itself overflows with \
@@ -282,7 +295,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     }
     let serial = run_serial(pipeline, &run_opts)
         .map_err(|e| e.to_string())
-        .and_then(|log| serial_finite(&log).map(|()| log));
+        .and_then(|log| serial_finite(&log, pipeline.plan.options.amp).map(|()| log));
     let dist = serial.as_ref().ok().map(|_| {
         let threads = pipeline.partitioned.ranks.len() <= crate::exec::run::THREADED_RANKS_MAX;
         run_distributed(pipeline, &run_opts, threads).map_err(|e| e.to_string())
