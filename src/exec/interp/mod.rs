@@ -539,7 +539,9 @@ fn out_of_step(group: &[u32], all: &[Tensor]) -> Option<String> {
         .filter(|(_, t)| t.shape != *shape)
         .map(|(&r, _)| r)
         .collect();
-    let odd_shape = &all[group.iter().position(|r| *r == odd[0]).unwrap_or(0)].shape;
+    let first_odd = *odd.first()?;
+    let odd_shape = &all.get(group.iter().position(|r| *r == first_odd)?)?.shape;
+    let common_rank = *group.get(common)?;
     let who = if agreeing(&all[common]) * 2 > all.len() {
         format!(
             "rank{} {} skipped or added a collective of this group",
@@ -556,7 +558,7 @@ fn out_of_step(group: &[u32], all: &[Tensor]) -> Option<String> {
         "group {group:?} is out of step: rank {} contributed shape {odd_shape:?} where rank {} \
          contributed {shape:?}: {who}, so this and every later collective of the group are \
          mismatched",
-        odd[0], group[common]
+        first_odd, common_rank
     ))
 }
 
