@@ -220,7 +220,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("exec/bound.rs", "adam", 99),
     ("web/inspector.rs", "Inspector", 91),
     ("passes/complete/mod.rs", "complete_from", 92),
-    ("cli/mod.rs", "plan", 88),
     ("passes/complete/print.rs", "explain_text", 85),
     ("passes/complete_backward.rs", "grad_partials", 83),
     ("ir/infer.rs", "infer_op", 83),

@@ -662,15 +662,7 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(1));
         }
     };
-    args.training.check_applied(&pipeline)?;
-    if let Some(r) = args.rank {
-        if !pipeline.partitioned.ranks.iter().any(|p| p.rank == r) {
-            return Err(format!(
-                "--rank {r}: the mesh has ranks {:?}",
-                pipeline.completed.mesh.process_ids()
-            ));
-        }
-    }
+    refuse_unapplied_flags(args, stage, &pipeline)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = if args.format == Format::Json {
         crate::report::write_pipeline_json(&mut out, &pipeline, args.rank)
@@ -688,6 +680,39 @@ fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
 
 /// A flag applies or is refused (usage, exit 2): `--rank` picks a rank program, and the
 /// training flags change only what comes after completion.
+/// The flags that planning showed to do nothing, or to name what is not there (usage).
+fn refuse_unapplied_flags(
+    args: &PlanArgs,
+    stage: Option<Stage>,
+    pipeline: &crate::passes::pipeline::Pipeline,
+) -> Result<(), String> {
+    args.training.check_applied(pipeline)?;
+    let ledger_only = stage.is_none() && args.format == Format::Text;
+    if ledger_only && args.training.micro_batches_given() && !pipeline.stages.is_pipelined() {
+        return Err(
+            "--micro-batches: without pipeline stages the micro-batches accumulate \
+                    gradients, and the ledger (per step) does not change; it shows from \
+                    --stage partition on"
+                .into(),
+        );
+    }
+    if let Some(r) = args.rank {
+        if !pipeline.partitioned.ranks.iter().any(|p| p.rank == r) {
+            return Err(format!(
+                "--rank {r}: the mesh has ranks {:?}",
+                pipeline.completed.mesh.process_ids()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A stage as the command line spells it.
+fn stage_name(s: Stage) -> String {
+    clap::ValueEnum::to_possible_value(&s)
+        .map_or_else(|| format!("{s:?}"), |v| v.get_name().to_string())
+}
+
 fn refuse_unused_flags(
     args: &PlanArgs,
     stage: Option<Stage>,
@@ -699,6 +724,22 @@ fn refuse_unused_flags(
         );
     }
     let training = args.training.given();
+    let unshown = args.training.unshown(stage, args.preset.is_some());
+    let text = args.format == Format::Text;
+    if let Some(&(flag, first)) = unshown
+        .first()
+        .filter(|_| text && partitioned && !args.gantt)
+    {
+        let shown = match stage {
+            Some(s) => format!("--stage {}", stage_name(s)),
+            None => "--ledger".into(),
+        };
+        return Err(format!(
+            "{flag}: {shown} prints nothing that it changes; it shows from --stage {} on (or \
+             --stage all)",
+            stage_name(first)
+        ));
+    }
     if !partitioned && !args.gantt && !training.is_empty() {
         return Err(format!(
             "{}: `plan` prints the completed forward program by default, which training \

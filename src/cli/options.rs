@@ -51,6 +51,11 @@ impl Stage {
     pub fn shows(self, part: Stage) -> bool {
         self == part || self == Stage::All
     }
+
+    /// The stage's place in the pipeline (`All` last).
+    pub fn order(self) -> u8 {
+        self as u8
+    }
 }
 
 /// The optimizer of `plan` and `run`.

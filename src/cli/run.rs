@@ -220,6 +220,18 @@ fn table(checks: &[Check]) -> String {
         "tensor", "max |diff|", "tolerance", "copies", "replica diff"
     );
     for c in checks {
+        if let Some(note) = &c.note {
+            out.push_str(&format!(
+                "  {:width$}  {:>12}  {:>12}  {:>6}  {:>12}  {}\n      {note}\n",
+                c.tensor,
+                "-",
+                "-",
+                c.copies,
+                "-",
+                if c.pass { "pass" } else { "FAIL" }
+            ));
+            continue;
+        }
         out.push_str(&format!(
             "  {:width$}  {:>12.3e}  {:>12.3e}  {:>6}  {:>12.3e}  {}\n",
             c.tensor,

@@ -31,6 +31,27 @@ fn write_ranks(w: &mut impl Write, p: &Pipeline, rank: Option<u32>) -> io::Resul
     for (i, g) in &p.partitioned.groups.rings {
         writeln!(w, "  ring {i}: {g:?}")?;
     }
+    write_schedule(w, p)
+}
+
+/// The jobs each pipeline stage runs in one step, in order (what `--schedule` decides).
+fn write_schedule(w: &mut impl Write, p: &Pipeline) -> io::Result<()> {
+    if !p.is_pipelined() {
+        return Ok(());
+    }
+    let schedule = p.schedule();
+    let (stages, micro_batches) = (p.stages.stages, p.micro_batches());
+    writeln!(
+        w,
+        "== schedule {}: {micro_batches} micro-batches (the jobs each stage runs, in order)",
+        schedule.name()
+    )?;
+    for stage in 0..stages {
+        let jobs = crate::passes::schedule::job_list(schedule, stages, stage, micro_batches)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let jobs: Vec<String> = jobs.iter().map(ToString::to_string).collect();
+        writeln!(w, "  stage {stage}: {}", jobs.join(" "))?;
+    }
     Ok(())
 }
 

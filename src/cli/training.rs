@@ -1,7 +1,8 @@
 //! The training flags `plan`, `run` and `cost` share. They override the plan file's
 //! `options` statement: a flag given wins, a flag left out keeps the file's value.
 
-use super::options::OptimizerName;
+use super::options::{OptimizerName, Stage};
+use crate::ir::{OpType, Purpose};
 use crate::plan::{Plan, PlanOptions};
 use clap::Args;
 
@@ -53,6 +54,20 @@ pub(crate) struct TrainingArgs {
     pp_split: Option<String>,
 }
 
+/// The first `plan --stage` whose text a training flag changes: the optimizer's own flags
+/// from the optimizer stage on; the synchronisation flags and the schedule only in the rank
+/// programs (the schedule is printed after them), as does the stage split (the backward
+/// program does not show stages); the rest (loss scaling, recomputation, micro-batches)
+/// from the backward program on.
+fn first_stage(flag: &str) -> Stage {
+    match flag {
+        "--optimizer" | "--clip-norm" => Stage::Optimizer,
+        "--no-grad-scale" | "--megatron-sums" | "--zero" | "--bucket-mb" | "--schedule"
+        | "--chunks" | "--pp-split" => Stage::Partition,
+        _ => Stage::Backward,
+    }
+}
+
 impl TrainingArgs {
     /// The --micro-batches given (1 without), for building a preset at the micro-batch's
     /// size.
@@ -61,6 +76,37 @@ impl TrainingArgs {
             .and_then(|m| usize::try_from(m).ok())
             .unwrap_or(1)
             .max(1)
+    }
+
+    /// The flags given that `plan --stage <shown>` (text) would print no differently,
+    /// each with the first stage that shows it. `--ledger` alone (`shown` None) lists the
+    /// communication, which neither the optimizer's kind nor the order of a schedule's jobs
+    /// changes (interleaving does: it adds chunks). `preset`: the program is built at the
+    /// micro-batch's size, so `--micro-batches` shows from the backward program on; a
+    /// file's program is already one micro-batch's, and only the rank programs change.
+    pub(crate) fn unshown(&self, shown: Option<Stage>, preset: bool) -> Vec<(&'static str, Stage)> {
+        self.given()
+            .into_iter()
+            .map(|flag| {
+                let first = match flag {
+                    "--micro-batches" if !preset => Stage::Partition,
+                    _ => first_stage(flag),
+                };
+                (flag, first)
+            })
+            .filter(|&(flag, first)| match shown {
+                Some(s) => s != Stage::All && s.order() < first.order(),
+                None => {
+                    flag == "--optimizer"
+                        || (flag == "--schedule" && self.schedule.as_deref() != Some("vpp"))
+                }
+            })
+            .collect()
+    }
+
+    /// Whether --micro-batches was given.
+    pub(crate) fn micro_batches_given(&self) -> bool {
+        self.micro_batches.is_some()
     }
 
     /// The flags given on the command line.
@@ -176,6 +222,34 @@ impl TrainingArgs {
                      split the batch, e.g. --shard x=dp,-"
                 ));
             }
+        }
+        let ops = || p.partitioned.ranks.iter().flat_map(|r| r.program.ops());
+        let has = |purpose: Purpose, ty: Option<OpType>| {
+            ops().any(|o| o.purpose() == Some(purpose) && ty.is_none_or(|t| o.ty == t))
+        };
+        if self.megatron_sums && !has(Purpose::TensorParallel, None) {
+            return Err(
+                "--megatron-sums: the plan has no tensor-parallel partial sums to \
+                        all-reduce (no weight is split over a mesh axis); split one, e.g. \
+                        Megatron's column- and row-parallel linears"
+                    .into(),
+            );
+        }
+        let data_parallel = has(Purpose::DataParallel, None) || has(Purpose::Sharding, None);
+        if self.no_grad_scale && !data_parallel {
+            return Err(
+                "--no-grad-scale: no gradient is summed over a data-parallel axis (the \
+                        batch is split over no mesh axis), so there is no 1/N scale to skip"
+                    .into(),
+            );
+        }
+        if self.bucket_mb.is_some() && !has(Purpose::DataParallel, Some(OpType::AllReduce)) {
+            return Err(
+                "--bucket-mb: no gradient is all-reduced over a data-parallel axis \
+                        (without one nothing is reduced, and ZeRO reduce-scatters each \
+                        parameter's gradient, unbucketed)"
+                    .into(),
+            );
         }
         Ok(())
     }

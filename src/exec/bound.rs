@@ -444,11 +444,14 @@ fn amp(a: &At, o: AmpOp) -> Vec<(VarId, f64)> {
             v
         }
         AmpOp::UpdateLossScaling => {
+            // An overflowing step zeroes every gradient exactly (their bounds, inf or NaN
+            // after the overflow, no longer apply).
+            let overflowed = max_abs(a.val("FoundInfinite")) != 0.0;
             let mut v: Vec<(VarId, f64)> = op
                 .input("X")
                 .iter()
                 .zip(op.output("Out"))
-                .map(|(&x, &o)| (o, view.e(x)))
+                .map(|(&x, &o)| (o, if overflowed { 0.0 } else { view.e(x) }))
                 .collect();
             for slot in ["LossScaling", "OutGoodSteps", "OutBadSteps"] {
                 v.extend(a.one(slot, 0.0));

@@ -15,5 +15,6 @@ pub mod precision;
 pub mod run;
 pub mod run_pipe;
 pub mod step;
+pub mod sync_check;
 pub mod tensor;
 pub mod verify;

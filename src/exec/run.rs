@@ -42,6 +42,8 @@ pub struct Log {
     pub params: Vec<Record>,
     /// The loss tensor of the first step.
     pub first_loss: Option<Tensor>,
+    /// The structural checks of the rank programs (`sync_check`), failing ones only.
+    pub structural: Vec<super::verify::Check>,
 }
 
 impl Log {
@@ -543,9 +545,17 @@ pub(super) fn gather_var(
 /// Runs every rank for `opts.steps` steps: on threads natively when `threads`, else
 /// cooperatively on this thread.
 pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
-    if p.is_pipelined() && p.is_fully_partitioned() {
-        return super::run_pipe::run_pipelined(p, opts, threads);
-    }
+    let mut log = if p.is_pipelined() && p.is_fully_partitioned() {
+        super::run_pipe::run_pipelined(p, opts, threads)?
+    } else {
+        run_spmd(p, opts, threads)?
+    };
+    log.structural = super::sync_check::gradient_sync_checks(p);
+    Ok(log)
+}
+
+/// `run_distributed` for a plan without pipeline stages.
+fn run_spmd(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
     if !p.is_fully_partitioned() {
         return Err(ExecError::Setup(format!(
             "only ranks {:?} of the mesh were partitioned; running needs every rank",

@@ -43,6 +43,10 @@ pub struct Check {
     /// The largest difference between two copies (must be 0: replicas are identical).
     pub replica_diff: f64,
     pub pass: bool,
+    /// Why a check that compares no values failed (the structural checks of
+    /// `sync_check`); None for value comparisons.
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 /// The tolerance for a tensor of `dtype` whose serial error bound is `bound`.
@@ -99,6 +103,7 @@ fn against_serial(name: &str, serial: &Record, dist: &Record) -> Check {
         copies: dist.copies.len(),
         replica_diff: 0.0,
         pass: false,
+        note: None,
     };
     let Some(s) = serial.value() else {
         return fail(0.0);
@@ -157,6 +162,7 @@ fn missing(name: &str) -> Check {
         copies: 0,
         replica_diff: 0.0,
         pass: false,
+        note: None,
     }
 }
 
@@ -206,5 +212,6 @@ pub fn verify(serial: &Log, dist: &Log) -> Vec<Check> {
     if checks.is_empty() {
         checks.push(missing("nothing was recorded"));
     }
+    checks.extend(dist.structural.iter().cloned());
     checks
 }

@@ -290,6 +290,7 @@ fn diagnose(serial: &Log, dist: &Log, breaks: Vec<String>) -> BreakReport {
             let s = s_recs.iter().find(|(n, _)| *n == c.tensor).map(|(_, r)| r);
             let d = d_recs.iter().find(|(n, _)| *n == c.tensor).map(|(_, r)| r);
             let (diagnosis, heat) = match (s.and_then(Record::value), d) {
+                _ if c.note.is_some() => (c.note.clone().unwrap_or_default(), Vec::new()),
                 (Some(s), Some(d)) => (explain(&c.tensor, s, d), heat(s, d)),
                 (None, _) | (_, None) => (
                     format!("{} was not recorded by both runs", c.tensor),

@@ -29,11 +29,15 @@ pub fn RunPanel() -> Html {
                 </p>
                 <table class="checks">
                     <tr><th>{ "tensor" }</th><th>{ "max |diff|" }</th><th>{ "tolerance" }</th><th title="every replica's copy is compared">{ "copies" }</th><th title="the largest difference between two copies: replicas must be identical">{ "replica diff" }</th><th></th></tr>
-                    { for r.checks.iter().map(|c| html! {
+                    { for r.checks.iter().map(|c| if let Some(note) = &c.note { html! {
+                        <tr class={classes!(if c.pass { "pass" } else { "fail" })}>
+                            <td>{ c.tensor.clone() }</td><td colspan="4">{ note.clone() }</td><td>{ if c.pass { "✓" } else { "✗" } }</td>
+                        </tr>
+                    } } else { html! {
                         <tr class={classes!(if c.pass { "pass" } else { "fail" })}>
                             <td>{ c.tensor.clone() }</td><td>{ format!("{:.2e}", c.max_abs_diff) }</td><td>{ format!("{:.2e}", c.tolerance) }</td><td>{ c.copies }</td><td>{ format!("{:.2e}", c.replica_diff) }</td><td>{ if c.pass { "✓" } else { "✗" } }</td>
                         </tr>
-                    }) }
+                    } }) }
                 </table>
             </>
         }
