@@ -3,7 +3,7 @@
 # profile. `optimize_for_size` gives std its small sort and formatting code, and the
 # `immediate-abort` panic strategy drops the panic-message machinery (a panic traps; the
 # fuzzed invariant is that nothing panics, and debug builds and the browser tests keep the
-# messages). Together about 9% off the gzipped page module (README, "The playground").
+# messages). Together about 9% off the gzipped page module (docs/benchmarks.md, "The playground").
 #
 # `-Z build-std` is unstable; RUSTC_BOOTSTRAP=1 lets the pinned stable 1.95 toolchain use
 # it with its own std source (the `rust-src` component, which scripts/setup.sh installs),

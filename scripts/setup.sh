@@ -2,7 +2,7 @@
 # Installs every tool the build and the tests need, idempotently: each step checks what is
 # already there (at the right version) and skips it. Safe to run again and again.
 #
-#   wasm32 target, Trunk 0.21.14, wasm-bindgen-cli (= the wasm-bindgen in Cargo.lock),
+#   wasm32 target, Trunk 0.21.14, mdBook 0.4.52, wasm-bindgen-cli (= the wasm-bindgen in Cargo.lock),
 #   Chromium + chromedriver (Debian packages), npm binaryen (wasm-opt) + playwright-core,
 #   and JAX 0.10.2 (CPU) + numpy in a venv under target/jaxenv (the export suite).
 #
@@ -48,6 +48,13 @@ if [ "$(trunk --version 2>/dev/null || true)" != "trunk $TRUNK_VERSION" ]; then
   cargo install trunk --locked --version "$TRUNK_VERSION"
 fi
 
+# 2b. mdBook, which builds the user guide in docs/ (scripts/test.sh builds it).
+MDBOOK_VERSION=0.4.52
+if [ "$(mdbook --version 2>/dev/null || true)" != "mdbook v$MDBOOK_VERSION" ]; then
+  say "installing mdbook $MDBOOK_VERSION (takes a few minutes on a fresh machine)"
+  cargo install mdbook --locked --version "$MDBOOK_VERSION"
+fi
+
 # 3. wasm-bindgen-cli, exactly the version of the wasm-bindgen crate in Cargo.lock.
 #    Not --locked: its lockfile wants a crate version this registry lacks.
 WBG_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
@@ -83,7 +90,7 @@ if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_module
 fi
 
 # 6. JAX (CPU) and numpy for the export suite (tests/export_jax.rs), in a venv under target/,
-#    pinned: the exported scripts and the README's XLA figures are checked against 0.10.2.
+#    pinned: the exported scripts and docs/export.md's XLA figures are checked against 0.10.2.
 JAX_VERSION=0.10.2
 JAX_ENV=target/jaxenv
 if ! "$JAX_ENV/bin/python" -c "import jax, numpy; assert jax.__version__ == '$JAX_VERSION'" 2>/dev/null; then
@@ -92,4 +99,4 @@ if ! "$JAX_ENV/bin/python" -c "import jax, numpy; assert jax.__version__ == '$JA
   "$JAX_ENV/bin/pip" install --quiet --disable-pip-version-check "jax[cpu]==$JAX_VERSION" numpy
 fi
 
-say "tools ready: $(trunk --version), $(wasm-bindgen --version), $(tests/e2e/node_modules/.bin/wasm-opt --version), $(chromium --version 2>/dev/null | head -n1), jax $("$JAX_ENV/bin/python" -c 'import jax; print(jax.__version__)')"
+say "tools ready: $(trunk --version), $(mdbook --version), $(wasm-bindgen --version), $(tests/e2e/node_modules/.bin/wasm-opt --version), $(chromium --version 2>/dev/null | head -n1), jax $("$JAX_ENV/bin/python" -c 'import jax; print(jax.__version__)')"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the tools and runs every suite: formatting, clippy (native and wasm32), native
 # tests, browser tests (wasm-bindgen-test in headless Chromium), the release build
-# (Trunk + wasm-opt) and the end-to-end tests (Playwright against the release build).
+# (Trunk + wasm-opt), the end-to-end tests (Playwright against the release build) and the
+# book (mdBook).
 # Fails if any step fails or any test suite ran 0 tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +70,10 @@ step "end-to-end tests (Playwright + Chromium against dist/)"
 (cd tests/e2e && node --test --test-reporter=spec --test-reporter-destination=stdout \
   --test-reporter=tap --test-reporter-destination=../../"$LOGS"/e2e.tap)
 E2E=$(awk '/^# pass / { print $3 }' "$LOGS/e2e.tap")
+
+step "the book (mdbook build docs; its links are checked by tests/docs.rs)"
+mdbook build docs 2>&1 | tail -n 3
+[ -f target/book/index.html ] || { echo "FAIL: the book did not build" >&2; exit 1; }
 
 step "summary"
 need_tests native "$NATIVE"

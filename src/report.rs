@@ -36,7 +36,7 @@ fn dist_json(dp: &DistProgram) -> Value {
 }
 
 /// The version of the JSON documents `plan --format json` and the JavaScript API write. A
-/// change to a field (renamed, removed, or changed in meaning) bumps it; the README lists
+/// change to a field (renamed, removed, or changed in meaning) bumps it; docs/cli.md lists
 /// the changes.
 pub const SCHEMA_VERSION: u32 = 1;
 

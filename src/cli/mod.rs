@@ -66,7 +66,7 @@ enum Command {
     /// Search the plans of a model on N devices: the cost table of the best and why the
     /// winner won.
     Suggest(suggest::SuggestArgs),
-    /// Time the planner on growing models (medians; see also the closing notes).
+    /// Time the planner on growing models (medians; figures in docs/benchmarks.md).
     Bench {
         /// What to time: complete.
         #[arg(long, value_enum, default_value_t = BenchWhat::Complete)]

@@ -410,7 +410,7 @@ impl CpuCalibration {
 
 impl Default for CpuCalibration {
     /// Nominal figures for a small laptop, used only where nothing was measured: 100 GFLOP/s
-    /// (the executor's f32 GEMM on the development machine, README "Speed"), 5 GB/s of memory
+    /// (the executor's f32 GEMM on the development machine, docs/benchmarks.md), 5 GB/s of memory
     /// bandwidth, 3·10⁸ elements/s through an elementwise kernel, and 20 µs and 2 GB/s
     /// between threads. Up to 1,024 ranks (threads).
     fn default() -> CpuCalibration {

@@ -4,7 +4,7 @@
 //!
 //! Why a boundary: in the browser these run in a Web Worker built as its own wasm module
 //! (`src/bin/engine.rs`), so the page's module carries neither the executor, the exporter
-//! nor the search (a quarter of the code; README, "The playground"), and the page stays
+//! nor the search (a quarter of the code; docs/playground.md), and the page stays
 //! live while they work. The page sends a [`Job`]; the worker answers with [`Reply`]s
 //! (progress, then one outcome). Natively and in the browser tests the same [`handle`] runs
 //! in-process.
