@@ -91,7 +91,7 @@ fn every_page_is_in_the_summary() {
             continue;
         }
         assert!(
-            listed.iter().any(|l| *l == name),
+            listed.contains(&name),
             "docs/{name} is not in docs/SUMMARY.md"
         );
     }
