@@ -12,6 +12,8 @@
 //! - [`plan`]: a mesh + program + annotations, as one text file.
 //! - [`models`]: preset programs.
 //! - [`cost`]: FLOPs, bytes, collective times and memory per rank.
+//! - [`protocol`]: the messages between the playground's page and its engine, below
+//!   [`session`] (which makes jobs) and [`engine`] (which does them).
 //! - `cli` (native) and `web` (wasm32): thin shells over the above.
 
 // No catch-all arm in a match over an enum (`OpType` above all): a new variant must be
@@ -28,6 +30,7 @@ pub mod ir;
 pub mod models;
 pub mod passes;
 pub mod plan;
+pub mod protocol;
 pub mod report;
 pub mod session;
 pub mod sort;

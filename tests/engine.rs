@@ -25,7 +25,7 @@ fn megatron() -> Session {
 fn an_export_job_writes_the_script_the_session_writes() {
     let s = megatron();
     for mode in [ExportMode::Gspmd, ExportMode::ShardMap] {
-        let job = Job::new(&s, Task::Export(mode));
+        let job = s.job(Task::Export(mode));
         let Outcome::Export(Ok(script)) = handle_crossed(&job, &mut |_, _| {}) else {
             panic!("no script for {mode:?}");
         };
@@ -40,13 +40,10 @@ fn an_export_job_writes_the_script_the_session_writes() {
 #[test]
 fn a_suggest_job_reports_progress_then_a_table_with_the_users_plan() {
     let s = Session::from_scenario("gpt_dp_mp").unwrap();
-    let job = Job::new(
-        &s,
-        Task::Suggest {
-            devices: None,
-            memory_gb: None,
-        },
-    );
+    let job = s.job(Task::Suggest {
+        devices: None,
+        memory_gb: None,
+    });
     let mut steps = Vec::new();
     let out = handle_crossed(&job, &mut |d, t| steps.push((d, t)));
     let Outcome::Suggest(Ok(v)) = out else {
@@ -75,7 +72,7 @@ fn a_suggest_job_reports_progress_then_a_table_with_the_users_plan() {
 #[test]
 fn a_job_on_a_link_that_does_not_rebuild_the_plan_is_refused() {
     let s = megatron();
-    let mut job = Job::new(&s, Task::Run);
+    let mut job = s.job(Task::Run);
     job.link = "s=nope".into();
     match handle(&job, &mut |_, _| {}) {
         Outcome::Failed(e) => assert!(e.contains("could not open the plan"), "{e}"),
@@ -93,8 +90,8 @@ fn a_job_on_a_link_that_does_not_rebuild_the_plan_is_refused() {
 
 #[test]
 fn job_ids_never_repeat_across_sessions() {
-    let a = Job::new(&megatron(), Task::Run);
-    let b = Job::new(&megatron(), Task::Run);
+    let a = megatron().job(Task::Run);
+    let b = megatron().job(Task::Run);
     assert!(b.id > a.id && a.id > 0, "{} then {}", a.id, b.id);
 }
 
@@ -131,8 +128,7 @@ fn a_cost_job_prices_the_plan_and_the_pinned_one_as_the_session_does() {
         .reduce(Action::SetZero(1));
     let pinned = s.pinned.as_ref().map(|p| p.link.clone());
     assert!(pinned.is_some());
-    let Outcome::Cost(v) = handle_crossed(&Job::new(&s, Task::Cost { pinned }), &mut |_, _| {})
-    else {
+    let Outcome::Cost(v) = handle_crossed(&s.job(Task::Cost { pinned }), &mut |_, _| {}) else {
         panic!("no cost");
     };
     assert_eq!(v.cost, s.cost());
@@ -155,8 +151,7 @@ fn a_pipeline_cost_job_lays_out_the_schedule_as_the_session_does() {
         .unwrap()
         .reduce(Action::Pipeline(PipelineAction::SetMicroBatches(4)))
         .reduce(Action::Pipeline(PipelineAction::SetGanttIdeal(true)));
-    let Outcome::PipelineCost(Ok(c)) =
-        handle_crossed(&Job::new(&s, Task::PipelineCost), &mut |_, _| {})
+    let Outcome::PipelineCost(Ok(c)) = handle_crossed(&s.job(Task::PipelineCost), &mut |_, _| {})
     else {
         panic!("no schedule");
     };
@@ -169,19 +164,19 @@ fn run_break_and_values_outcomes_cross_the_wire() {
     use shardlab::session::Breakage;
     let s = Session::from_scenario("gpt_dp_mp").unwrap();
     assert!(matches!(
-        handle_crossed(&Job::new(&s, Task::Run), &mut |_, _| {}),
+        handle_crossed(&s.job(Task::Run), &mut |_, _| {}),
         Outcome::Run(Ok(_))
     ));
     // A broken run (its ops and mistakes travel in the job) and a collective's values.
     let s = s.reduce(Action::SetBreakMode(true));
     let op = s.inserted_ops()[0].op;
     let s = s.reduce(Action::Break(Breakage::Delete { op }));
-    let job = Job::new(&s, Task::RunBroken(s.breaks.clone()));
+    let job = s.job(Task::RunBroken(s.breaks.clone()));
     let Outcome::Broken(Ok(r)) = handle_crossed(&job, &mut |_, _| {}) else {
         panic!("no report");
     };
     assert!(!r.diverged.is_empty(), "deleting {op} diverges");
-    let out = handle_crossed(&Job::new(&s, Task::Values(op)), &mut |_, _| {});
+    let out = handle_crossed(&s.job(Task::Values(op)), &mut |_, _| {});
     assert!(matches!(out, Outcome::Values(Ok(_))), "{out:?}");
 }
 
@@ -214,14 +209,11 @@ fn the_wire_carries_nan_infinity_and_negative_zero() {
 fn a_job_behind_a_search_is_answered_between_its_steps() {
     use shardlab::engine::{Queue, Request};
     let s = Session::from_scenario("gpt_dp_mp").unwrap();
-    let search = Job::new(
-        &s,
-        Task::Suggest {
-            devices: None,
-            memory_gb: None,
-        },
-    );
-    let cost = Job::new(&s, Task::Cost { pinned: None });
+    let search = s.job(Task::Suggest {
+        devices: None,
+        memory_gb: None,
+    });
+    let cost = s.job(Task::Cost { pinned: None });
     let mut q = Queue::default();
     q.push(Request::Job(search.clone()));
     // The search begins (its first progress), then the cost job comes.
@@ -259,8 +251,8 @@ fn a_cancelled_job_is_dropped_waiting_or_under_way() {
         devices: None,
         memory_gb: None,
     };
-    let (search, stale) = (Job::new(&s, suggest.clone()), Job::new(&s, suggest));
-    let cost = Job::new(&s, Task::Cost { pinned: None });
+    let (search, stale) = (s.job(suggest.clone()), s.job(suggest));
+    let cost = s.job(Task::Cost { pinned: None });
     let mut q = Queue::default();
     q.push(Request::Job(stale.clone()));
     assert_eq!(q.work().unwrap().id, stale.id, "the stale search begins");

@@ -295,17 +295,10 @@ fn every_deleted_synchronisation_is_caught() {
     );
 }
 
-/// On a deep model, `run`'s verification (the f32 program computed in f64,
-/// `exec::precision`, and replicas required identical, `exec::verify`) still catches
-/// deleted synchronisation: on an 8-layer gpt (dp × Megatron mp on [2, 4]), every other
-/// inserted all-reduce and 1/N scale of rank 5 (dp 1, mp 1) is deleted on that rank alone,
-/// and none may pass, the analytically zero key-bias gradients included (their replicas
-/// disagree). (With the serial bound alone in f32, which grows with depth, 194 of 460 such
-/// deletions passed on 12 layers.)
-#[test]
-fn a_deep_model_verified_in_f64_catches_deleted_synchronisation() {
+/// The f32 gpt of `layers` blocks on dp × Megatron mp ([2, 4]), planned, and verified in f64
+/// (`exec::precision`).
+fn deep_gpt_in_f64(layers: usize) -> Pipeline {
     use shardlab::exec::precision::{in_precision, Precision};
-    let layers = 8;
     let cfg = ModelConfig {
         layers,
         ..Model::Gpt.default_config()
@@ -317,7 +310,19 @@ fn a_deep_model_verified_in_f64_catches_deleted_synchronisation() {
         .unwrap();
     let plan = plan_with(Model::Gpt.build(&cfg).unwrap(), mesh, &shards);
     let planned = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
-    let p = in_precision(&planned, Precision::F64).into_owned();
+    in_precision(&planned, Precision::F64).into_owned()
+}
+
+/// On a deep model, `run`'s verification (the f32 program computed in f64,
+/// `exec::precision`, and replicas required identical, `exec::verify`) still catches
+/// deleted synchronisation: on an 8-layer gpt (dp × Megatron mp on [2, 4]), every other
+/// inserted all-reduce and 1/N scale of rank 5 (dp 1, mp 1) is deleted on that rank alone,
+/// and none may pass, the analytically zero key-bias gradients included (their replicas
+/// disagree). (With the serial bound alone in f32, which grows with depth, 194 of 460 such
+/// deletions passed on 12 layers.)
+#[test]
+fn a_deep_model_verified_in_f64_catches_deleted_synchronisation() {
+    let p = deep_gpt_in_f64(8);
     let serial = run_serial(&p, &RunOptions::default()).unwrap();
     assert!(run(&p, &serial).unwrap().1, "the unmutated plan verifies");
     let rank = 5;
@@ -358,19 +363,8 @@ fn a_deep_model_verified_in_f64_catches_deleted_synchronisation() {
 #[test]
 #[ignore]
 fn depth_figures() {
-    use shardlab::exec::precision::{in_precision, Precision};
     for layers in [4, 8, 16] {
-        let cfg = ModelConfig {
-            layers,
-            ..Model::Gpt.default_config()
-        };
-        let (_, mesh, shards) = standard_configs(Model::Gpt, layers)
-            .into_iter()
-            .find(|(name, _, _)| *name == "dp_mp")
-            .unwrap();
-        let plan = plan_with(Model::Gpt.build(&cfg).unwrap(), mesh, &shards);
-        let planned = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
-        let p = in_precision(&planned, Precision::F64).into_owned();
+        let p = deep_gpt_in_f64(layers);
         let serial = run_serial(&p, &RunOptions::default()).unwrap();
         let ops = p.partitioned.ranks[0].program.ops().to_vec();
         let (mut tried, mut passed) = (0, Vec::new());

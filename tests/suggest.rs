@@ -7,9 +7,10 @@ use shardlab::cost::estimate::{estimate, CostOptions};
 use shardlab::models::{Model, ModelConfig};
 use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
 use shardlab::plan::{OptimizerKind, PlanOptions, Recompute, ScheduleKind};
-use shardlab::suggest::evaluate::{peak_bytes, Problem};
+use shardlab::suggest::evaluate::Problem;
 use shardlab::suggest::reason::tensor_parallel_inside_node;
 use shardlab::suggest::space::{Axis, Candidate, MeshShape};
+use shardlab::suggest::terms::peak_bytes;
 use shardlab::suggest::{brute_force, candidate_plan, suggest, Suggestion};
 
 fn problem(
@@ -345,8 +346,9 @@ fn every_preset_is_searched_without_a_refused_candidate() {
 /// from rank 0 does not), the search prices every rank.
 #[test]
 fn pricing_one_rank_per_stage_equals_pricing_every_rank() {
-    use shardlab::suggest::evaluate::{terms, Planned};
+    use shardlab::suggest::evaluate::Planned;
     use shardlab::suggest::space;
+    use shardlab::suggest::terms::terms;
     let cases = [
         (Model::Gpt, 4, 12, "h100x8x2", 12),
         (Model::EmbeddingLm, 4, 8, "h100x8", 8),
@@ -422,7 +424,7 @@ fn pricing_one_rank_per_stage_equals_pricing_every_rank() {
 /// full depth) alike.
 #[test]
 fn every_row_is_priced_as_cost_prices_its_plan() {
-    use shardlab::suggest::evaluate::terms;
+    use shardlab::suggest::terms::terms;
     // 16 blocks on two nodes: pipelines of 16, 8 and 4 stages lead (1, 2 and 4 blocks per
     // stage); 6 blocks on 4 devices: 2 stages of 3 blocks, and no pipeline.
     let cases = [(16, 16, "h100x8x2", 16), (6, 8, "h100x8x2", 4)];
@@ -602,8 +604,9 @@ fn skipped_zero_stages_are_listed_where_they_rank() {
 /// to a micro-batch of one sample, with recomputation and with AMP.
 #[test]
 fn rebatching_equals_planning_afresh() {
-    use shardlab::suggest::evaluate::{terms, Planned};
+    use shardlab::suggest::evaluate::Planned;
     use shardlab::suggest::space::{self, Family};
+    use shardlab::suggest::terms::terms;
     let cases = [
         (Model::Gpt, 16, "h100x8", 8, false),
         (Model::EmbeddingLm, 8, "h100x8", 4, true),

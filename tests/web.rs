@@ -1207,7 +1207,7 @@ async fn a_cancelled_job_is_answered_to_nobody() {
     let s = shardlab::session::Session::from_scenario("dp_mlp").unwrap();
     let got = std::rc::Rc::new(std::cell::Cell::new(0));
     for cancel in [true, false] {
-        let job = shardlab::engine::Job::new(&s, shardlab::engine::Task::PipelineCost);
+        let job = s.job(shardlab::engine::Task::PipelineCost);
         let (id, got) = (job.id, got.clone());
         engine.send(job, yew::Callback::from(move |_| got.set(got.get() + 1)));
         if cancel {

@@ -276,7 +276,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     let precision = args.precision.precision();
     let pipeline = crate::exec::precision::in_precision(&planned, precision);
     let pipeline = pipeline.as_ref();
-    let needed = crate::exec::run::estimated_run_bytes(pipeline);
+    let needed = crate::exec::run_memory::estimated_run_bytes(pipeline);
     if let Err(e) = super::budget::check("running", needed, budget) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(1));
@@ -336,7 +336,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
             "serial_losses": serial.losses,
             "distributed_losses": dist.losses,
             "max_replica_difference": dist.replica_difference(),
-            "memory_estimate_bytes": crate::exec::run::estimated_run_bytes(pipeline),
+            "memory_estimate_bytes": crate::exec::run_memory::estimated_run_bytes(pipeline),
             "checks": checks,
             "pass": all_pass,
         });

@@ -1,39 +1,10 @@
 //! The Suggest panel's answer as the page shows it: the search runs in the engine, and the
 //! page gets the table already formatted (so it needs none of the search's types).
 
+use crate::protocol::{SuggestRow, SuggestView};
 use crate::session::Session;
 use crate::suggest::report::{human_bytes, human_seconds};
 use crate::suggest::{Row, Search, Suggestion};
-use serde::{Deserialize, Serialize};
-
-/// One row of the cost table, formatted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SuggestRow {
-    /// The user's own plan (priced beside the candidates).
-    pub mine: bool,
-    pub mesh: String,
-    pub strategy: String,
-    pub zero: String,
-    pub schedule: String,
-    pub recompute: String,
-    pub compute: String,
-    pub comm: String,
-    pub bubble: String,
-    pub peak: String,
-    pub step: String,
-}
-
-/// The search's answer, formatted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SuggestView {
-    /// The candidates, fastest first, then the user's plan if priced.
-    pub rows: Vec<SuggestRow>,
-    pub reason: String,
-    /// How much was searched, in a sentence.
-    pub stats: String,
-    /// The winner's plan text (loads into the playground).
-    pub plan: String,
-}
 
 /// The auto-planner under way on a session's model: a step at a time, so the worker can
 /// answer other jobs between steps.

@@ -4,43 +4,8 @@
 //! with a per-element difference map and a one-line diagnosis derived from the numbers.
 
 use super::*;
-use crate::dist::ReduceType;
 use crate::exec::run::{Log, Record};
 use crate::ir::Op;
-use serde::{Deserialize, Serialize};
-
-/// One deliberate mistake. `op` indexes the selected rank's program when it was made; on
-/// other ranks the same op is found by type, purpose and operand names (pipeline stages
-/// have different programs), and ranks without it are left alone.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Breakage {
-    /// Delete the op on every rank.
-    Delete { op: usize },
-    /// Delete the op on one rank only: a sync that one rank skips.
-    SkipOnRank { op: usize, rank: u32 },
-    /// Give a collective another reduce type.
-    SetReduce { op: usize, reduce: ReduceType },
-    /// Give a collective another group on every rank.
-    SetGroup { op: usize, group: GroupChange },
-}
-
-/// How a broken collective's group changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum GroupChange {
-    /// Each rank alone: the collective does nothing.
-    Alone,
-    /// The whole mesh: it also mixes ranks it must not.
-    WholeMesh,
-}
-
-/// The op a breakage applies to, recognised on every rank by type, namescope, operand
-/// names, and which occurrence of that combination it is.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BrokenOp {
-    op: Op,
-    names: Vec<String>,
-    nth: usize,
-}
 
 fn names_of(program: &crate::ir::Program, op: &Op) -> Vec<String> {
     op.all_inputs()
@@ -75,34 +40,6 @@ pub(super) fn locate(program: &crate::ir::Program, key: &BrokenOp) -> Option<usi
         .filter(|(_, o)| same_kind(o, &key.op) && names_of(program, o) == key.names)
         .nth(key.nth)
         .map(|(i, _)| i)
-}
-
-/// What a broken run found.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BreakReport {
-    /// The mistakes, described.
-    pub breaks: Vec<String>,
-    /// Failing tensors, first divergence first (losses by step, then gradients, then
-    /// parameters).
-    pub diverged: Vec<Divergence>,
-    /// Tensors compared.
-    pub compared: usize,
-    /// The run could not finish (a deadlock, a missing tensor): what the executor said.
-    pub failure: Option<String>,
-}
-
-/// One tensor that diverged.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Divergence {
-    pub tensor: String,
-    /// The one-line diagnosis.
-    pub diagnosis: String,
-    /// |distributed − serial| per element of the worst copy, as rows × cols (the last dim
-    /// is the columns), pooled by max to at most 32 × 32.
-    pub heat: Vec<Vec<f64>>,
-    /// The largest difference and the tolerance it is held to.
-    pub max_abs_diff: f64,
-    pub tolerance: f64,
 }
 
 impl Session {

@@ -4,12 +4,17 @@
 //! late reply about the old plan is ignored.
 
 use super::*;
-use crate::engine::{Job, Outcome, Reply, Task};
+use crate::protocol::{Job, Outcome, Reply, Task};
 
 impl Session {
+    /// A job doing `task` on this session (named by its link).
+    pub fn job(&self, task: Task) -> Job {
+        Job::new(self.to_hash(), task)
+    }
+
     /// Asks the engine for `task` (replacing any job still waiting).
     pub(super) fn request(&mut self, task: Task) {
-        self.job = Some(Job::new(self, task));
+        self.job = Some(self.job(task));
     }
 
     /// Applies the engine's reply to the job the session waits for.

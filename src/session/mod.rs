@@ -4,13 +4,14 @@
 
 use crate::dist::{DimAxes, MeshAxis, MeshId, Notation, ProcessMesh, TensorDistAttr};
 use crate::exec::run::{run_distributed, run_serial, RunOptions};
-use crate::exec::verify::{verify, Check};
+use crate::exec::verify::verify;
 use crate::models::scenarios::{scenarios, Scenario};
 use crate::passes::partition::PartitionOptions;
 use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
 use std::sync::Arc;
 
+mod action;
 mod backward_timeline;
 mod break_it;
 mod cost;
@@ -27,13 +28,17 @@ mod run;
 mod suggest;
 mod values;
 
-pub use break_it::{BreakReport, Breakage, BrokenOp, Divergence, GroupChange};
+pub use crate::protocol::{
+    Block, BreakReport, Breakage, BrokenOp, CollectiveView, Divergence, GroupChange, RingStep,
+    RunSummary,
+};
+pub use action::{Action, DimChoice, PipelineAction};
 pub use cost::{Pinned, TOPOLOGIES};
 pub use exercises::{AnswerKind, Exercise, Grade};
 pub use lessons::{Lesson, LESSONS};
 pub use link::{decode, encode, preset_names};
 pub use picture::{InsertedOp, Operand};
-pub use values::{ring_all_reduce, Block, CollectiveView, RingStep};
+pub use values::ring_all_reduce;
 
 /// Which program the page shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,108 +67,6 @@ impl Stage {
             .into_iter()
             .find(|s| s.id() == id)
     }
-}
-
-/// A user's choice for one dim of an annotation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DimChoice {
-    /// Not annotated: completion decides.
-    Free,
-    /// Pinned replicated.
-    Replicated,
-    /// Pinned to these mesh axes.
-    Axes(Vec<usize>),
-}
-
-/// Everything the user can do.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    LoadScenario(String),
-    /// A new mesh shape (axis names kept where they exist, others named `d<i>`).
-    SetMeshShape(Vec<usize>),
-    RenameAxis(usize, String),
-    SetDim {
-        var: String,
-        dim: usize,
-        choice: DimChoice,
-    },
-    ClearAnnotation(String),
-    SelectVar(Option<String>),
-    SelectRank(u32),
-    SetNotation(Notation),
-    SetStage(Stage),
-    /// Move the timeline by this many events.
-    Step(i64),
-    /// Put the timeline at this event count.
-    Seek(usize),
-    /// Events per play tick (1, 4 or 16).
-    SetPlaySpeed(usize),
-    /// The scenario's model with this many blocks, annotated per block (1-48).
-    SetLayers(usize),
-    TogglePlay,
-    /// A timer tick while playing.
-    Tick,
-    /// The plan text in the editor (applied only when it parses and verifies).
-    EditText(String),
-    Run,
-    /// Megatron's backward sums on or off (see `PartitionOptions::defer_partial_sums`).
-    SetMegatronSums(bool),
-    /// The ZeRO stage (0-3) of the plan's options.
-    SetZero(u8),
-    /// The topology preset the cost panel prices the plan on.
-    SetTopology(String),
-    /// The pipeline panel and the stage boundaries (see [`PipelineAction`]).
-    Pipeline(PipelineAction),
-    /// Pin the current plan to compare later plans against; unpin.
-    Pin,
-    Unpin,
-    /// Load a suggested plan's text; with `compare`, pin the current plan first so the cost
-    /// panel shows the difference.
-    AdoptSuggestion {
-        text: String,
-        compare: bool,
-    },
-    /// Open the selected rank's program at this op and light its group (`None`: unfocus).
-    FocusOp(Option<usize>),
-    /// Break-it mode on or off (off forgets the breakages).
-    SetBreakMode(bool),
-    /// Make a deliberate mistake in the rank programs.
-    Break(Breakage),
-    /// Undo every breakage.
-    ClearBreaks,
-    /// Run the broken programs against serial.
-    RunBroken,
-    /// Open a link's state (an embed's reset, a lesson), keeping the embed flag.
-    OpenLink(String),
-    /// Show a collective of the selected rank's program with real values (`None`: hide).
-    ShowValues(Option<usize>),
-    /// The engine's answer to a job (`crate::engine`); ignored unless it answers the job
-    /// the session waits for.
-    Reply(crate::engine::Reply),
-    Dismiss,
-}
-
-/// What the pipeline panel and the program view's stage boundaries do.
-#[derive(Clone, Debug, PartialEq)]
-pub enum PipelineAction {
-    /// The pipeline schedule of the plan's options.
-    SetSchedule(crate::plan::ScheduleKind),
-    /// Micro-batches per step (the plan's options).
-    SetMicroBatches(usize),
-    /// Model chunks per pipeline stage (the plan's options; vpp).
-    SetChunks(usize),
-    /// The Gantt chart in ideal units (forward 1, backward 2) instead of the cost model's.
-    SetGanttIdeal(bool),
-    /// Pipeline (virtual) stage `stage` starts at forward op `first_op` (a dragged boundary).
-    MoveStageBoundary { stage: usize, first_op: usize },
-}
-
-/// A finished browser run.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RunSummary {
-    pub serial_losses: Vec<f64>,
-    pub dist_losses: Vec<f64>,
-    pub checks: Vec<Check>,
 }
 
 /// The playground's state.
@@ -219,7 +122,7 @@ pub struct Session {
     pub values: Option<Result<CollectiveView, String>>,
     /// The engine job this session waits for (Run, a broken run, a collective's values);
     /// the page sends it to the engine and dispatches the reply.
-    pub job: Option<crate::engine::Job>,
+    pub job: Option<crate::protocol::Job>,
 }
 
 impl PartialEq for Session {
@@ -495,7 +398,7 @@ impl Session {
             Action::SetPlaySpeed(k) => self.play_speed = k.clamp(1, 64),
             Action::SetLayers(n) => self.set_layers(n),
             Action::EditText(text) => self.edit_text(text),
-            Action::Run => self.request(crate::engine::Task::Run),
+            Action::Run => self.request(crate::protocol::Task::Run),
             Action::SetMegatronSums(on) => {
                 if self.megatron_sums != on {
                     self.megatron_sums = on;
@@ -550,11 +453,13 @@ impl Session {
                 self.breaks.clear();
                 self.break_report = None;
             }
-            Action::RunBroken => self.request(crate::engine::Task::RunBroken(self.breaks.clone())),
+            Action::RunBroken => {
+                self.request(crate::protocol::Task::RunBroken(self.breaks.clone()))
+            }
             Action::ShowValues(op) => {
                 self.values = None;
                 if let Some(op) = op {
-                    self.request(crate::engine::Task::Values(op));
+                    self.request(crate::protocol::Task::Values(op));
                 }
             }
             Action::Reply(reply) => self.receive(reply),

@@ -4,44 +4,6 @@
 
 use super::*;
 use crate::ir::OpClass;
-use serde::{Deserialize, Serialize};
-
-/// A collective's values across its group.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CollectiveView {
-    /// The op's index in the selected rank's program, and its text.
-    pub op: usize,
-    pub label: String,
-    pub group: Vec<u32>,
-    /// Per group member (group order): rank, input block, output block.
-    pub blocks: Vec<Block>,
-    /// For an all-reduce: the ring's states, the first before any step.
-    pub ring: Vec<RingStep>,
-    /// A send between pipeline stages and its recv: the sender's block is what it sent,
-    /// the receiver's what arrived (micro-batch 0).
-    pub pair: bool,
-}
-
-/// One rank's values around the op.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Block {
-    pub rank: u32,
-    pub in_shape: Vec<usize>,
-    pub input: Vec<f64>,
-    pub out_shape: Vec<usize>,
-    pub output: Vec<f64>,
-}
-
-/// The ring after one step: what each member holds of each chunk.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RingStep {
-    /// "start", "reduce-scatter k/N-1", "all-gather k/N-1".
-    pub title: String,
-    /// (from, to, chunk) sent in this step, by group position.
-    pub sends: Vec<(usize, usize, usize)>,
-    /// `chunks[member][chunk]`: the member's copy of that chunk's elements.
-    pub chunks: Vec<Vec<Vec<f64>>>,
-}
 
 /// The ring all-reduce (sum) of `inputs` (one flat vector per group member, in group order):
 /// N − 1 reduce-scatter steps in which member i sends chunk (i − s) mod N to member i + 1,
@@ -149,7 +111,8 @@ impl Session {
             })
             .collect();
         let opts = RunOptions::default();
-        let values = crate::exec::run::values_around(p, &ops, &opts).map_err(|e| e.to_string())?;
+        let values =
+            crate::exec::values::values_around(p, &ops, &opts).map_err(|e| e.to_string())?;
         let blocks: Vec<Block> = values
             .into_iter()
             .map(|(rank, a, b)| Block {

@@ -3,11 +3,14 @@
 //! (one planned mesh) is planned once; its axis orders are priced as relabellings of the
 //! ranks onto devices, its schedules by re-laying the same jobs.
 
+use super::bound::BoundWeights;
+use super::links::{link_signature, symmetric_classes, ClassCache, LinkKey};
 use super::space::{Axis, Candidate, Family, MeshShape};
+use super::terms::{peak_of, terms_with};
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::Estimate;
 use crate::cost::pipeline_cost::StageJobs;
-use crate::ir::{OpRole, Purpose};
+use crate::ir::Purpose;
 use crate::models::{Model, ModelConfig};
 use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use crate::plan::{parse_mesh_spec, parse_shard_spec, Plan, PlanOptions, ScheduleKind};
@@ -138,7 +141,7 @@ pub struct Planned {
 
 impl Planned {
     /// The family planned at `layers` blocks, to be priced in `orders`. When every order's
-    /// links are symmetric ([`symmetric_links`]), only each stage's first rank is
+    /// links are symmetric ([`super::links::symmetric_links`]), only each stage's first rank is
     /// partitioned and simulated. On one core: the screen's workers fill the others.
     pub fn new(
         problem: &Problem,
@@ -452,331 +455,6 @@ impl Walked<'_> {
     }
 }
 
-/// A group's link as the simulator prices it: its class and effective bandwidth.
-type LinkKey = (&'static str, u64);
-
-/// Groups whose members play the same part (see [`group_classes`]).
-type GroupClass = Vec<Vec<u32>>;
-
-/// Every group a collective of a plan on `canonical` can use, as classes whose members
-/// play the same part: per non-empty set of the mesh's axes, the groups along those axes
-/// (ranks equal on the other axes), in order of their first rank; and with a `pp` axis,
-/// per pair of stages, the pairs of ranks between them (the pipeline's sends). Ranks are
-/// numbered canonically.
-fn group_classes(canonical: &MeshShape) -> Vec<GroupClass> {
-    let sizes: Vec<usize> = canonical.axes.iter().map(|&(_, n)| n).collect();
-    let k = sizes.len();
-    let n: usize = sizes.iter().product();
-    let coords = |r: usize| -> Vec<usize> {
-        let mut c = vec![0; k];
-        let mut rest = r;
-        for i in (0..k).rev() {
-            c[i] = rest % sizes[i];
-            rest /= sizes[i];
-        }
-        c
-    };
-    let mut out = Vec::new();
-    for subset in 1..(1usize << k) {
-        let mut groups: Vec<(Vec<usize>, Vec<u32>)> = Vec::new();
-        for r in 0..n {
-            let c = coords(r);
-            let outside: Vec<usize> = (0..k)
-                .filter(|i| subset & (1 << i) == 0)
-                .map(|i| c[i])
-                .collect();
-            match groups.iter_mut().find(|(o, _)| *o == outside) {
-                Some((_, g)) => g.push(r as u32),
-                None => groups.push((outside, vec![r as u32])),
-            }
-        }
-        out.push(groups.into_iter().map(|(_, g)| g).collect());
-    }
-    if let Some(pp) = canonical.axes.iter().position(|&(a, _)| a == Axis::Pp) {
-        let mut pairs: Vec<((usize, usize), GroupClass)> = Vec::new();
-        for a in 0..n {
-            for b in a + 1..n {
-                let (ca, cb) = (coords(a), coords(b));
-                if (0..k).all(|i| i == pp || ca[i] == cb[i]) {
-                    let stages = (ca[pp], cb[pp]);
-                    let pair = vec![a as u32, b as u32];
-                    match pairs.iter_mut().find(|(s, _)| *s == stages) {
-                        Some((_, p)) => p.push(pair),
-                        None => pairs.push((stages, vec![pair])),
-                    }
-                }
-            }
-        }
-        out.extend(pairs.into_iter().map(|(_, p)| p));
-    }
-    out
-}
-
-fn link_key(topo: &Topology, group: &[u32]) -> LinkKey {
-    let name = topo.link_for(group).map_or("", |c| c.name);
-    let beta = topo
-        .effective_link(group)
-        .map_or(0, |l| l.beta_bytes_per_s as u64);
-    (name, beta)
-}
-
-/// The links of every group of `classes` (a canonical mesh's [`group_classes`]: along
-/// every set of its axes, and every pair of ranks along `pp`, the pipeline's sends): two
-/// orders with the same signature price every collective alike.
-fn link_signature(topo: &Topology, classes: &[GroupClass]) -> Vec<LinkKey> {
-    classes
-        .iter()
-        .flatten()
-        .map(|g| link_key(topo, g))
-        .collect()
-}
-
-/// The group classes of the canonical meshes seen, computed once each: a family's orders
-/// share one canonical mesh, and its classes are enumerated over every subset of axes.
-#[derive(Default)]
-struct ClassCache(Vec<(MeshShape, Vec<GroupClass>)>);
-
-impl ClassCache {
-    fn of(&mut self, canonical: &MeshShape) -> &[GroupClass] {
-        let at = match self.0.iter().position(|(m, _)| m == canonical) {
-            Some(i) => i,
-            None => {
-                self.0.push((canonical.clone(), group_classes(canonical)));
-                self.0.len() - 1
-            }
-        };
-        &self.0[at].1
-    }
-}
-
-/// Whether every group of a class runs over the same link (the same time for the same
-/// bytes). Then, since the search's layouts split every dimension evenly (the planner
-/// refuses others) so that a stage's ranks run programs of one dataflow, every rank of a
-/// stage has the same timeline as the stage's first, and simulating that one is exact: a
-/// collective of a group with one simulated member starts when it arrives, which is when
-/// every member would. A test compares it with simulating every rank.
-pub fn symmetric_links(topo: &Topology, canonical: &MeshShape) -> bool {
-    symmetric_classes(topo, &group_classes(canonical))
-}
-
-/// [`symmetric_links`] of the classes of a canonical mesh.
-fn symmetric_classes(topo: &Topology, classes: &[GroupClass]) -> bool {
-    classes.iter().all(|class| {
-        let first = class.first().map(|g| link_key(topo, g));
-        class.iter().all(|g| Some(link_key(topo, g)) == first)
-    })
-}
-
-/// The largest peak over the ranks; a pipeline stage also holds the activations of the
-/// micro-batches in flight beyond the one its program's timeline has.
-pub fn peak_bytes(e: &Estimate) -> f64 {
-    peak_of(&e.step.ranks, &e.memory, e.pipeline.as_ref())
-}
-
-fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
-    ranks: &[crate::cost::simulate::RankTime],
-    memory: &[M],
-    pipeline: Option<&crate::cost::pipeline_cost::PipelineCost>,
-) -> f64 {
-    let rank_peak = |rank: u32| {
-        ranks
-            .iter()
-            .zip(memory)
-            .find(|(r, _)| r.rank == rank)
-            .map_or(0.0, |(_, m)| m.borrow().peak)
-    };
-    let program_peak = memory.iter().map(|m| m.borrow().peak).fold(0.0, f64::max);
-    match pipeline {
-        None => program_peak,
-        Some(c) => c
-            .stages
-            .iter()
-            .map(|s| rank_peak(s.rank) + s.activation_bytes * s.in_flight.saturating_sub(1) as f64)
-            .fold(program_peak, f64::max),
-    }
-}
-
-/// Where the step's time goes on the busiest rank (the one with the most compute and
-/// communication): per-micro-batch ops counted once per micro-batch.
-pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
-    terms_with(p, e, &[])
-}
-
-/// [`terms`] with some ranks' jobs already cut (`stage_jobs` of `p`, which every order and
-/// schedule of a planning shares); the other ranks are cut here.
-fn terms_with(p: &Pipeline, e: &Estimate, cut: &[StageJobs]) -> Terms {
-    let mut best: Option<Busiest> = None;
-    for (index, (rank, time)) in p.partitioned.ranks.iter().zip(&e.step.ranks).enumerate() {
-        let mut compute = 0.0;
-        let mut comm = [0.0; Purpose::ALL.len()];
-        let jobs = cut.iter().find(|s| s.index == index).map(|s| &s.jobs);
-        for (i, s) in op_times(p, e, rank, jobs, &time.op_s) {
-            let op = &rank.program.ops()[i];
-            match crate::cost::simulate::is_communication(&rank.program, op).then(|| op.purpose()) {
-                Some(purpose) => {
-                    let at = purpose
-                        .and_then(|q| Purpose::ALL.iter().position(|&k| k == q))
-                        .unwrap_or(0);
-                    comm[at] += s;
-                }
-                None => compute += s,
-            }
-        }
-        let busy = compute + comm.iter().sum::<f64>();
-        if best.as_ref().is_none_or(|(b, _, _)| busy > *b) {
-            let by_purpose = Purpose::ALL
-                .iter()
-                .zip(comm)
-                .filter(|(_, s)| *s > 0.0)
-                .map(|(&p, s)| (p, s))
-                .collect();
-            best = Some((busy, compute, by_purpose));
-        }
-    }
-    let (busy, compute_s, comm_s) = best.unwrap_or((0.0, 0.0, Vec::new()));
-    let step_s = e.step_s();
-    Terms {
-        step_s,
-        compute_s,
-        comm_s,
-        bubble_s: (step_s - busy).max(0.0),
-        peak_bytes: peak_bytes(e),
-    }
-}
-
-/// Each op of a rank with its time over the step: once without micro-batches; with them,
-/// as the schedule runs it (`passes::jobs::cut`): forward and backward jobs once per
-/// micro-batch, the optimizer job once, a B or W half of a split op at half its time, and
-/// the pipeline's sends and receives left out (they are the schedule's edges: their time
-/// shows as bubble).
-fn op_times(
-    p: &Pipeline,
-    e: &Estimate,
-    rank: &crate::passes::partition::RankProgram,
-    cut: Option<&crate::passes::jobs::RankJobs>,
-    op_s: &[f64],
-) -> Vec<(usize, f64)> {
-    if e.pipeline.is_none() {
-        return op_s.iter().copied().enumerate().collect();
-    }
-    let owned;
-    let jobs = match cut {
-        Some(jobs) => jobs,
-        None => {
-            let grads: std::collections::HashSet<crate::ir::VarId> =
-                p.backward.param_grads.iter().map(|&(_, g)| g).collect();
-            owned = crate::passes::jobs::cut(rank, &grads, p.stages.chunks);
-            &owned
-        }
-    };
-    let n = op_s.len();
-    let m = p.micro_batches() as f64;
-    let mut out = Vec::new();
-    let mut add = |list: &[usize], times: f64| {
-        for &i in list {
-            let (op, s) = match i.checked_sub(n) {
-                None => (i, op_s.get(i).copied().unwrap_or(0.0)),
-                Some(k) => {
-                    let o = jobs.copied_from.get(k).copied().unwrap_or(0);
-                    (o, op_s.get(o).copied().unwrap_or(0.0) / 2.0)
-                }
-            };
-            let ty = rank.program.ops().get(op).map(|o| o.ty);
-            if !matches!(ty, Some(crate::ir::OpType::Send | crate::ir::OpType::Recv)) {
-                out.push((op, s * times));
-            }
-        }
-    };
-    for list in jobs.forward.iter().chain(&jobs.backward) {
-        add(list, m);
-    }
-    add(&jobs.optimizer, 1.0);
-    out
-}
-
-/// A lower bound of the step time at `layers_per_stage` blocks per stage, from a plan
-/// with one block per stage. Every rank runs its ops one after another, so the step is at
-/// least any rank's busy time; a block adds the same ops each time, so the busy time at
-/// full depth is the one-block busy time plus a block's share per further block. Only ops
-/// surely repeated per micro-batch (forward and backward compute and their tensor-parallel
-/// collectives) are multiplied by the micro-batch count; the others count once, and the
-/// pipeline's sends not at all, which can only lower the bound.
-pub fn lower_bound(p: &Pipeline, e: &Estimate, layers_per_stage: usize) -> f64 {
-    BoundWeights::of(p).bound(&e.step, e.pipeline.is_some(), layers_per_stage)
-}
-
-/// Per rank program, per op: (counted, repeated per micro-batch, in a block). Ranks with the
-/// first rank's dataflow share its flags.
-struct BoundWeights {
-    flags: Vec<Arc<Vec<(bool, bool, bool)>>>,
-    micro_batches: f64,
-}
-
-impl BoundWeights {
-    fn of(p: &Pipeline) -> BoundWeights {
-        let flags = crate::cost::simulate::shared_per_dataflow(&p.partitioned.ranks, |rank| {
-            rank.program
-                .ops()
-                .iter()
-                .map(|op| {
-                    let purpose = op.purpose();
-                    let repeated =
-                        matches!(op.role, OpRole::Forward | OpRole::Backward | OpRole::Loss)
-                            && matches!(purpose, None | Some(Purpose::TensorParallel));
-                    (
-                        purpose != Some(Purpose::Pipeline),
-                        repeated,
-                        in_block(rank, op),
-                    )
-                })
-                .collect()
-        });
-        BoundWeights {
-            flags,
-            micro_batches: p.micro_batches() as f64,
-        }
-    }
-
-    fn bound(
-        &self,
-        step: &crate::cost::simulate::StepTime,
-        pipelined: bool,
-        layers_per_stage: usize,
-    ) -> f64 {
-        let m = if pipelined { self.micro_batches } else { 1.0 };
-        let extra = layers_per_stage.saturating_sub(1) as f64;
-        let mut bound: f64 = 0.0;
-        for (flags, time) in self.flags.iter().zip(&step.ranks) {
-            let (mut busy, mut block) = (0.0, 0.0);
-            for (&(counted, repeated, in_block), &s) in flags.iter().zip(&time.op_s) {
-                if !counted {
-                    continue;
-                }
-                let s = if repeated { s * m } else { s };
-                busy += s;
-                if in_block {
-                    block += s;
-                }
-            }
-            bound = bound.max(busy + extra * block);
-        }
-        bound
-    }
-}
-
-/// Whether an op belongs to a transformer block (its first output is named `h<i>.…`).
-fn in_block(rank: &crate::passes::partition::RankProgram, op: &crate::ir::Op) -> bool {
-    let Some(out) = op.all_outputs().next() else {
-        return false;
-    };
-    let name = &rank.program.var(out).name;
-    let Some(rest) = name.strip_prefix('h') else {
-        return false;
-    };
-    let digits = rest.chars().take_while(char::is_ascii_digit).count();
-    digits > 0 && rest[digits..].starts_with('.')
-}
-
 /// A point and the lower bound of its step time at full depth.
 pub type Screen = (Point, f64);
 
@@ -784,7 +462,7 @@ pub type Screen = (Point, f64);
 pub type Exact = (Point, Terms);
 
 /// The busiest rank so far: busy time, compute, communication by purpose.
-type Busiest = (f64, f64, Vec<(Purpose, f64)>);
+pub(super) type Busiest = (f64, f64, Vec<(Purpose, f64)>);
 
 /// A step time and peak at some depth.
 #[derive(Clone, Copy, Debug, PartialEq)]

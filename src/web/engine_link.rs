@@ -307,7 +307,7 @@ impl Asker {
     /// meanwhile, if any. So a panel has at most one job at the engine, and a burst of
     /// changes (a mesh dragged through sizes) costs two jobs, not one per change.
     fn ask(self, state: yew::UseReducerHandle<super::app::State>, task: Task) {
-        let job = Job::new(&state.0, task);
+        let job = state.0.job(task);
         let id = job.id;
         *self.latest.borrow_mut() = id;
         self.asks.borrow_mut().busy = true;

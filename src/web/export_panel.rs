@@ -3,7 +3,7 @@
 //! checks it against the numbers ShardLab computes.
 
 use super::app::AppCtx;
-use crate::engine::{Job, Outcome, Task};
+use crate::engine::{Outcome, Task};
 use crate::export::ExportMode;
 use yew::prelude::*;
 
@@ -22,7 +22,7 @@ fn ask_for_script(
     Callback::from(move |_: MouseEvent| {
         copied.set(false);
         script.set(Some((mode, None)));
-        let job = Job::new(ctx.session(), Task::Export(mode));
+        let job = ctx.session().job(Task::Export(mode));
         *latest.borrow_mut() = job.id;
         let (script, latest, id) = (script.clone(), latest.clone(), job.id);
         let on = Callback::from(move |outcome| {

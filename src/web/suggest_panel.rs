@@ -4,7 +4,7 @@
 //! pinned to see the diff in the cost panel.
 
 use super::app::AppCtx;
-use crate::engine::{Job, Outcome, SuggestRow, SuggestView, Task};
+use crate::engine::{Outcome, SuggestRow, SuggestView, Task};
 use crate::session::Action;
 use std::rc::Rc;
 use yew::prelude::*;
@@ -93,7 +93,7 @@ fn start_search(
             devices: devices.parse().ok(),
             memory_gb: memory.parse().ok(),
         };
-        let job = Job::new(ctx.session(), task);
+        let job = ctx.session().job(task);
         // A new search supersedes the last: the engine drops it rather than finish it.
         let last = std::mem::replace(&mut *latest.borrow_mut(), job.id);
         if last != 0 {

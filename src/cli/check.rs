@@ -1,0 +1,115 @@
+//! `shardlab check`: parse and verify a plan file, and run everything a later command
+//! runs; print every problem at its line and column.
+
+use super::{budget, emit, read_plan, report_plan_error, Origin};
+use crate::plan::{verify_plan, Plan, RanksPlanned, SourceMap};
+use std::process::ExitCode;
+
+pub(crate) fn check(file: &str) -> Result<ExitCode, String> {
+    let (plan, map) = match read_plan(file)? {
+        Ok(parsed) => parsed,
+        Err(_) => return Ok(ExitCode::from(1)),
+    };
+    if report_issues(file, &plan, &map) {
+        return Ok(ExitCode::from(1));
+    }
+    let Some(_) = plan.mesh() else {
+        emit(&format!(
+            "{file}: ok: {} (a program: `plan` needs a mesh, in the file or --mesh)\n",
+            summary(&plan)
+        ));
+        return Ok(ExitCode::SUCCESS);
+    };
+    // Everything a later command checks, with the plan's own options (recomputation,
+    // micro-batches, the schedule, ZeRO, ...): `plan --stage all`'s completion, backward,
+    // optimizer and partitioning, each verified, and `cost`'s simulation of every rank and
+    // of the pipeline's schedule (on the nominal CPU: the schedule's order and every
+    // collective's matching do not depend on the device).
+    let needed = plan.estimated_planning_bytes(RanksPlanned::All);
+    budget::check("checking", needed, budget::default_budget())?;
+    let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+    let priced = crate::passes::pipeline::run_pipeline(&plan, &opts)
+        .map_err(|e| format!("planning fails: {e}"))
+        .and_then(|p| {
+            let ranks = p.partitioned.ranks.len();
+            let topo = crate::cost::device::Topology::cpu(crate::cost::device::CpuCalibration {
+                devices: ranks.max(1),
+                ..Default::default()
+            });
+            let cost = crate::cost::estimate::CostOptions {
+                mixed_precision: plan.options.amp,
+                overlap_grad_sync: false,
+            };
+            crate::cost::estimate::estimate(&p, &topo, topo.default_dtype, cost)
+                .map(|_| ())
+                .map_err(|e| format!("pricing fails: {e}"))
+        });
+    if let Err(message) = priced {
+        let origin = Origin {
+            file: file.to_string(),
+            map,
+        };
+        report_plan_error(Some(&origin), &plan, &message);
+        return Ok(ExitCode::from(1));
+    }
+    emit(&format!("{file}: ok: {}\n", summary(&plan)));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The position of the op a message names as `opN` (an op of the plan's program), else of
+/// the first variable it names in backticks (1:1 if none).
+pub(super) fn locate_message(plan: &Plan, map: &SourceMap, message: &str) -> (usize, usize) {
+    let op = message
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|w| w.strip_prefix("op")?.parse::<u32>().ok())
+        .find(|&i| (i as usize) < plan.program.ops().len());
+    if let Some(i) = op {
+        return map.locate(plan, &crate::plan::PlanSubject::Op(crate::ir::OpId(i)));
+    }
+    message
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .find_map(|name| {
+            plan.program
+                .var_id(name)
+                .map(|_| map.locate(plan, &crate::plan::PlanSubject::Var(name.to_string())))
+        })
+        .or_else(|| {
+            // A schedule's error is an error of the options (micro-batches, chunks).
+            let options = message.contains("schedule: ") || message.contains("micro-batches");
+            map.options_line.filter(|_| options).map(|l| (l, 1))
+        })
+        .unwrap_or((1, 1))
+}
+
+/// Prints every verifier problem of a parsed plan as FILE:LINE:COL; whether there were any.
+pub(crate) fn report_issues(file: &str, plan: &Plan, map: &SourceMap) -> bool {
+    let issues = verify_plan(plan);
+    for issue in &issues {
+        let (line, col) = map.locate(plan, &issue.subject);
+        eprintln!("{file}:{line}:{col}: {}", issue.message);
+    }
+    if !issues.is_empty() {
+        eprintln!("{file}: {} error(s)", issues.len());
+    }
+    !issues.is_empty()
+}
+
+/// `14 variables (4 parameters), 7 ops, mesh [4] (dp), 2 annotations`.
+pub fn summary(plan: &Plan) -> String {
+    let vars = plan.program.vars();
+    let params = vars
+        .iter()
+        .filter(|v| v.kind == crate::ir::VarKind::Parameter)
+        .count();
+    let mesh = plan
+        .mesh()
+        .map_or("no mesh".to_string(), |m| format!("mesh {m}"));
+    format!(
+        "{} variables ({params} parameters), {} ops, {mesh}, {} annotations",
+        vars.len(),
+        plan.program.ops().len(),
+        plan.annotations.len()
+    )
+}
