@@ -7,7 +7,7 @@ use shardlab::passes::complete::complete;
 use shardlab::passes::complete_backward::complete_backward;
 use shardlab::passes::ledger::ledger;
 use shardlab::passes::optimizer::append_optimizer;
-use shardlab::passes::partition::{partition, PartitionOptions};
+use shardlab::passes::partition::{partition, PartitionInput, PartitionOptions};
 use std::time::{Duration, Instant};
 
 const STAGES: [&str; 8] = [
@@ -41,18 +41,15 @@ fn main() -> Result<(), String> {
         append_optimizer(&mut full, &b.param_grads, &Default::default())
             .map_err(|e| e.to_string())?;
         marks.push(Instant::now());
-        let grads: Vec<_> = b.param_grads.iter().map(|&(_, g)| g).collect();
         let axes: Vec<_> = full.tensors[b.loss.index()].partial.axes().collect();
-        let opts = PartitionOptions::default();
-        let p = partition(
-            &full,
-            &b.forward_of,
-            &grads,
-            &axes,
-            &opts,
-            &shardlab::dist::Stages::NONE,
-        )
-        .map_err(|e| e.to_string())?;
+        let input = PartitionInput {
+            dp: &full,
+            forward_of: &b.forward_of,
+            param_grads: &b.param_grads,
+            loss_avg_axes: &axes,
+            stages: &shardlab::dist::Stages::NONE,
+        };
+        let p = partition(&input, &PartitionOptions::default()).map_err(|e| e.to_string())?;
         marks.push(Instant::now());
         let entries = ledger(&p);
         marks.push(Instant::now());

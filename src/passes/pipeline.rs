@@ -10,7 +10,7 @@ use super::dist_program::DistProgram;
 use super::ledger::{ledger, Entry};
 use super::optimizer::{append_optimizer, OptimizerOptions};
 use super::partition::rank::PartitionError;
-use super::partition::{partition, PartitionOptions, Partitioned};
+use super::partition::{partition, PartitionInput, PartitionOptions, Partitioned};
 use crate::dist::MeshAxis;
 use crate::dist::{ReduceType, TensorDistAttr};
 use crate::ir::{verify_program, Op, OpRole, OpType, ProgramError, TensorType, VarKind};
@@ -162,7 +162,6 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         // as the partition's error (`rank::local_vars`).
         check_layouts(&full)?;
     }
-    let grads: Vec<_> = backward.param_grads.iter().map(|&(_, g)| g).collect();
     let loss_attr = &full.tensors[backward.loss.index()];
     let loss_avg_axes: Vec<MeshAxis> = loss_attr
         .partial
@@ -171,12 +170,8 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         .map(|p| p.0)
         .collect();
     let partitioned = partition(
-        &full,
-        &backward.forward_of,
-        &grads,
-        &loss_avg_axes,
+        &partition_input(&full, &backward, &loss_avg_axes, &stages),
         &opts.partition,
-        &stages,
     )?;
     let ledger = ledger(&partitioned);
     Ok(Pipeline {
@@ -189,6 +184,22 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         loss_avg_axes,
         stages,
     })
+}
+
+/// What the partitioner reads of a planned program.
+fn partition_input<'a>(
+    full: &'a DistProgram,
+    backward: &'a Backward,
+    loss_avg_axes: &'a [MeshAxis],
+    stages: &'a crate::dist::Stages,
+) -> PartitionInput<'a> {
+    PartitionInput {
+        dp: full,
+        forward_of: &backward.forward_of,
+        param_grads: &backward.param_grads,
+        loss_avg_axes,
+        stages,
+    }
 }
 
 impl Pipeline {
@@ -218,15 +229,13 @@ impl Pipeline {
     /// the rank on screen and fills in the rest when asked (ring ids are canonical, so the
     /// programs are the same either way).
     pub fn repartition(&mut self, opts: &PartitionOptions) -> Result<(), PipelineError> {
-        let grads: Vec<_> = self.backward.param_grads.iter().map(|&(_, g)| g).collect();
-        self.partitioned = partition(
+        let input = partition_input(
             &self.full,
-            &self.backward.forward_of,
-            &grads,
+            &self.backward,
             &self.loss_avg_axes,
-            opts,
             &self.stages,
-        )?;
+        );
+        self.partitioned = partition(&input, opts)?;
         self.ledger = ledger(&self.partitioned);
         Ok(())
     }

@@ -103,17 +103,42 @@ impl Default for PartitionOptions {
     }
 }
 
-/// Partitions `dp` for every rank of its mesh. `forward_of` maps grad ops to forward ops;
-/// `param_grads` lists the parameter gradients to synchronise; `loss_avg_axes` are the mesh
-/// axes the loss is averaged over (its AVG-partial axes).
+/// What the partitioner reads of a planned program (all of it a `Pipeline` holds).
+#[derive(Clone, Copy)]
+pub struct PartitionInput<'a> {
+    /// Forward, backward and optimizer, completed.
+    pub dp: &'a DistProgram,
+    /// Each grad op's forward op.
+    pub forward_of: &'a HashMap<OpId, OpId>,
+    /// (parameter, its gradient): the gradients to synchronise.
+    pub param_grads: &'a [(VarId, VarId)],
+    /// The mesh axes the loss is averaged over (its AVG-partial axes).
+    pub loss_avg_axes: &'a [MeshAxis],
+    /// The pipeline stages.
+    pub stages: &'a crate::dist::Stages,
+}
+
+/// What every rank's build shares.
+struct RankInputs<'a> {
+    dp: &'a DistProgram,
+    forward_of: &'a HashMap<OpId, OpId>,
+    loss_avg_axes: &'a [MeshAxis],
+    marks: &'a Marks,
+    opts: &'a PartitionOptions,
+}
+
+/// Partitions the program for every rank of its mesh (or `opts.ranks`).
 pub fn partition(
-    dp: &DistProgram,
-    forward_of: &HashMap<OpId, OpId>,
-    param_grads: &[VarId],
-    loss_avg_axes: &[MeshAxis],
+    input: &PartitionInput,
     opts: &PartitionOptions,
-    stages: &crate::dist::Stages,
 ) -> Result<Partitioned, PartitionError> {
+    let PartitionInput {
+        dp,
+        forward_of,
+        param_grads,
+        loss_avg_axes,
+        stages,
+    } = *input;
     let mut locals = rank::local_vars(&dp.mesh, &dp.program, &dp.tensors)?;
     let zero = Arc::new(ZeroLayout::plan(dp, &mut locals, opts.zero));
     let mut marks = Marks {
@@ -126,7 +151,7 @@ pub fn partition(
             .is_pipelined()
             .then(|| p2p::StagePlan::new(dp, stages)),
     };
-    for g in param_grads {
+    for (_, g) in param_grads {
         marks.param_grad[g.index()] = true;
     }
     for op in dp.program.ops() {
@@ -147,9 +172,14 @@ pub fn partition(
             .collect(),
         None => dp.mesh.process_ids().to_vec(),
     };
-    let rank_program = |rank: u32, registry: &mut Groups| {
-        partition_rank(dp, rank, forward_of, &marks, loss_avg_axes, opts, registry)
+    let inputs = RankInputs {
+        dp,
+        forward_of,
+        loss_avg_axes,
+        marks: &marks,
+        opts,
     };
+    let rank_program = |rank: u32, registry: &mut Groups| partition_rank(&inputs, rank, registry);
     let ranks = if opts.build_every_rank {
         build_each(&wanted, &mut groups, &|r, g| {
             rank_program(r, g).map(|p| p.0)
@@ -304,14 +334,17 @@ fn run_ranks<T: Send>(ranks: &[u32], f: &(dyn Fn(u32) -> T + Sync)) -> Vec<T> {
 }
 
 fn partition_rank(
-    dp: &DistProgram,
+    inputs: &RankInputs,
     rank: u32,
-    forward_of: &HashMap<OpId, OpId>,
-    marks: &Marks,
-    loss_avg_axes: &[MeshAxis],
-    opts: &PartitionOptions,
     groups: &mut Groups,
 ) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
+    let RankInputs {
+        dp,
+        forward_of,
+        loss_avg_axes,
+        marks,
+        opts,
+    } = *inputs;
     let mut b = RankBuilder::new(
         rank,
         &dp.mesh,
