@@ -111,11 +111,11 @@ struct PrintArgs {
     max_memory: Option<String>,
 }
 
-/// Where a plan comes from (`run` and `cost`): a file, a preset with its sizes, or a
+/// Where a plan comes from (`plan`, `run`, `cost`, ...): a file, a preset with its sizes, or a
 /// scenario, with a mesh and annotations.
 #[derive(Args, Debug)]
 pub(crate) struct PlanSource {
-    /// A plan file. Or use --preset / --scenario.
+    /// A plan file (mesh, program, annotations). Or use --preset / --scenario.
     file: Option<String>,
     /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
     #[arg(long, conflicts_with = "file")]
@@ -125,15 +125,20 @@ pub(crate) struct PlanSource {
     scenario: Option<String>,
     #[command(flatten)]
     sizes: SizeArgs,
-    /// The mesh, e.g. 2x4:dp,mp.
+    /// The mesh, e.g. 2x4:dp,mp (for a preset, or a file without a mesh).
     #[arg(long)]
     mesh: Option<String>,
-    /// Annotate a variable, e.g. x=dp,- (repeatable).
+    /// Annotate a variable, e.g. x=dp,- (repeatable; adds to the file's annotations).
     #[arg(long = "shard", value_name = "VAR=AXES")]
     shards: Vec<String>,
 }
 
 impl PlanSource {
+    /// Whether the plan is a preset (built at the sizes the flags give).
+    pub(crate) fn is_preset(&self) -> bool {
+        self.preset.is_some()
+    }
+
     /// The plan, or `None` when the file has problems (already reported).
     /// A preset is built at the micro-batch's size (`--batch` / `micro_batches`).
     pub(crate) fn resolve(

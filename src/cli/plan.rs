@@ -2,31 +2,15 @@
 //! schedule in time. A training flag applies to what is printed or is refused.
 
 use super::options::{Format, Stage};
-use super::{
-    budget, cost, emit, report_plan_error, resolve_plan, stages, training, Origin, SizeArgs,
-};
+use super::{budget, cost, emit, report_plan_error, stages, training, Origin, PlanSource};
 use crate::plan::{Plan, RanksPlanned};
 use clap::Args;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub(crate) struct PlanArgs {
-    /// A plan file (mesh, program, annotations). Or use --preset.
-    file: Option<String>,
-    /// A preset model instead of a file: mlp, mlp_mse, gpt or embedding_lm.
-    #[arg(long, conflicts_with = "file")]
-    preset: Option<String>,
-    /// A ready-made plan instead: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict, gpt_sequence_parallel.
-    #[arg(long, conflicts_with_all = ["file", "preset"])]
-    scenario: Option<String>,
     #[command(flatten)]
-    sizes: SizeArgs,
-    /// The mesh, e.g. 2x4:dp,mp (for a preset, or a file without a mesh).
-    #[arg(long)]
-    mesh: Option<String>,
-    /// Annotate a variable, e.g. x=dp,- (repeatable; adds to the file's annotations).
-    #[arg(long = "shard", value_name = "VAR=AXES")]
-    shards: Vec<String>,
+    source: PlanSource,
     /// The pipeline stage to print: complete (forward dist attrs), backward (with grad ops),
     /// optimizer (with update ops), partition (per-rank programs), all.
     /// (Default: complete, or nothing but the ledger with --ledger.)
@@ -64,15 +48,7 @@ pub(crate) struct PlanArgs {
 }
 
 pub(crate) fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
-    let plan = match resolve_plan(
-        &args.file,
-        &args.preset,
-        &args.scenario,
-        &args.sizes,
-        args.mesh.as_deref(),
-        &args.shards,
-        args.training.micro_batches(),
-    )? {
+    let plan = match args.source.resolve(args.training.micro_batches())? {
         Some(resolved) => resolved,
         None => return Ok(ExitCode::from(1)),
     };
@@ -190,7 +166,7 @@ fn refuse_unused_flags(
         );
     }
     let training = args.training.given();
-    let unshown = args.training.unshown(stage, args.preset.is_some());
+    let unshown = args.training.unshown(stage, args.source.is_preset());
     let text = args.format == Format::Text;
     if let Some(&(flag, first)) = unshown
         .first()
