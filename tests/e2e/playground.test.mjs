@@ -175,7 +175,9 @@ test('the export panel writes a JAX script to copy or download', async () => {
   assert.equal(await download.getAttribute('download'), 'shardlab_shard_map.py');
   assert.match(await download.getAttribute('href'), /^data:text\/x-python;charset=utf-8,/);
   await page.click('#export-gspmd');
-  await page.waitForFunction(() => document.querySelector('#export-script').textContent.includes('def forward(v):'));
+  // While the engine writes the new script the old one is gone from the page, so the wait
+  // reads the element only when it is there.
+  await page.waitForFunction(() => document.querySelector('#export-script')?.textContent.includes('def forward(v):'));
   await page.locator('.export-panel').screenshot({ path: `${screenshotDir}/export-panel.png` });
   assert.deepEqual(errors, []);
 });
