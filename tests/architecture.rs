@@ -299,18 +299,27 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
     out
 }
 
+/// Every source file under `src/`: its path relative to `src/` (with `/`) and its text.
+fn sources() -> Vec<(String, String)> {
+    let root = src();
+    rust_files(&root)
+        .into_iter()
+        .map(|f| {
+            let rel = f
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            (rel, std::fs::read_to_string(&f).unwrap())
+        })
+        .collect()
+}
+
 #[test]
 fn functions_stay_short() {
-    let root = src();
     let mut problems = Vec::new();
     let mut seen = Vec::new();
-    for f in rust_files(&root) {
-        let rel = f
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
-        let text = std::fs::read_to_string(&f).unwrap();
+    for (rel, text) in sources() {
         for (name, n) in function_lengths(&text) {
             if n <= MAX_FN_LINES {
                 continue;
@@ -372,16 +381,10 @@ const LONG_FILES: &[(&str, usize)] = &[
 
 #[test]
 fn files_stay_short() {
-    let root = src();
     let mut problems = Vec::new();
     let mut seen = Vec::new();
-    for f in rust_files(&root) {
-        let rel = f
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
-        let n = std::fs::read_to_string(&f).unwrap().lines().count();
+    for (rel, text) in sources() {
+        let n = text.lines().count();
         let entry = LONG_FILES.iter().find(|(file, _)| *file == rel);
         if entry.is_some() {
             seen.push(rel.clone());

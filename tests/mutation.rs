@@ -72,6 +72,21 @@ fn inserted(op: &Op) -> bool {
         || (op.ty == OpType::Scale && op.purpose() == Some(shardlab::ir::Purpose::Sharding))
 }
 
+/// Deletes a rank program's `nth` inserted op if it is of type `ty` (ranks of other stages
+/// have other programs, where the same position is another op or none).
+fn delete_nth_inserted(program: &mut shardlab::ir::Program, nth: usize, ty: OpType) {
+    let pos = program
+        .ops()
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| inserted(o))
+        .nth(nth)
+        .map(|(k, _)| k);
+    if let Some(k) = pos.filter(|&k| program.ops()[k].ty == ty) {
+        program.remove_op(k);
+    }
+}
+
 fn f64_plan_dtype() -> DType {
     if std::env::var("MUTATION_F32").is_ok() {
         DType::F32
@@ -200,21 +215,8 @@ fn every_deleted_synchronisation_is_caught() {
                     }
                     let mut m = p.clone();
                     for (rj, rr) in m.partitioned.ranks.iter_mut().enumerate() {
-                        if one_rank && rj != ri {
-                            continue;
-                        }
-                        let pos = rr
-                            .program
-                            .ops()
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, o)| inserted(o))
-                            .nth(nth)
-                            .map(|(k, _)| k);
-                        if let Some(k) = pos {
-                            if rr.program.ops()[k].ty == op.ty {
-                                rr.program.remove_op(k);
-                            }
+                        if !one_rank || rj == ri {
+                            delete_nth_inserted(&mut rr.program, nth, op.ty);
                         }
                     }
                     deletions += 1;
@@ -371,17 +373,7 @@ fn depth_figures() {
         for (nth, op) in ops.iter().filter(|o| inserted(o)).enumerate().step_by(3) {
             let mut m = p.clone();
             for r in m.partitioned.ranks.iter_mut() {
-                let pos = r
-                    .program
-                    .ops()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, o)| inserted(o))
-                    .nth(nth)
-                    .map(|(k, _)| k);
-                if let Some(k) = pos.filter(|&k| r.program.ops()[k].ty == op.ty) {
-                    r.program.remove_op(k);
-                }
+                delete_nth_inserted(&mut r.program, nth, op.ty);
             }
             tried += 1;
             if let Ok((_, true)) = run(&m, &serial) {

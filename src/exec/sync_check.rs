@@ -37,12 +37,14 @@ fn gradient_of(program: &Program, full: &Program, op: &crate::ir::Op) -> Option<
         return None;
     }
     let &x = op.input("X").first()?;
-    let name = &program.var(x).name;
-    let (param, _) = name.split_once("@GRAD")?;
-    let is_param = full
-        .var_id(param)
-        .is_some_and(|v| full.var(v).kind == VarKind::Parameter);
-    is_param.then(|| format!("{param}@GRAD"))
+    let (param, _) = program.var(x).name.split_once("@GRAD")?;
+    is_parameter(full, param).then(|| format!("{param}@GRAD"))
+}
+
+/// Whether `name` is a parameter of the serial program.
+fn is_parameter(full: &Program, name: &str) -> bool {
+    full.var_id(name)
+        .is_some_and(|v| full.var(v).kind == VarKind::Parameter)
 }
 
 /// One op as its signature shows it.
@@ -72,10 +74,7 @@ fn signatures(p: &Pipeline) -> BTreeMap<String, Vec<(usize, Signature)>> {
             for &v in op.outputs.iter().flatten() {
                 let name = &program.var(v).name;
                 if let Some((param, "")) = name.split_once("@GRAD") {
-                    if full
-                        .var_id(param)
-                        .is_some_and(|id| full.var(id).kind == VarKind::Parameter)
-                    {
+                    if is_parameter(full, param) {
                         mine.entry(name.to_string()).or_default();
                     }
                 }
