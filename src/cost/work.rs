@@ -1,7 +1,8 @@
 //! What one op does on one rank: floating-point operations and bytes moved to and from
 //! memory, from the local shapes of its rank program. The roofline turns them into time.
 //!
-//! The counts, per element of the tensor named (one table, here):
+//! The counts, per element of the tensor named. A forward or grad op's are declared with the
+//! op (`ir::ops`, its `flops`); this table gives their sources:
 //!
 //! | op | FLOPs | source |
 //! |---|---|---|
@@ -42,8 +43,8 @@
 //! it gathers, not the table.
 
 use crate::ir::{
-    AmpOp, CollectiveOp, DType, ForwardOp, MathOp, Op, OpType, OptimizerOp, Program, RankLocalOp,
-    VarId,
+    AmpOp, CollectiveOp, DType, Formula, ForwardOp, MathOp, Numel, Op, OpType, OptimizerOp,
+    Program, RankLocalOp, VarId,
 };
 
 /// FLOPs and bytes of memory traffic.
@@ -73,8 +74,8 @@ pub fn op_work(program: &Program, op: &Op, elem: ElementBytes) -> Work {
     let c = Counts { program, op, elem };
     let bytes = c.io_bytes();
     let flops = match op.ty {
-        OpType::Forward(f) => forward_flops(&c, f),
-        OpType::Grad(f) => grad_flops(&c, f),
+        OpType::Forward(f) => declared(&c, f.def().flops.forward),
+        OpType::Grad(f) => declared(&c, f.def().flops.grad),
         OpType::FillConstant => 0.0,
         OpType::Math(m) => math_flops(&c, m),
         OpType::Optimizer(o) => optimizer_flops(&c, o),
@@ -188,61 +189,17 @@ impl Counts<'_> {
     }
 }
 
-fn forward_flops(c: &Counts, f: ForwardOp) -> f64 {
-    let out = || c.out_numel("Out");
-    match f {
-        ForwardOp::MatmulV2 => 2.0 * c.matmul_terms(),
-        ForwardOp::ElementwiseAdd
-        | ForwardOp::ElementwiseSub
-        | ForwardOp::ElementwiseMul
-        | ForwardOp::ElementwiseDiv
-        | ForwardOp::Relu
-        | ForwardOp::Square => out(),
-        ForwardOp::Scale | ForwardOp::Dropout => 2.0 * out(),
-        ForwardOp::Gelu => 5.0 * out(),
-        ForwardOp::Silu => 4.0 * out(),
-        ForwardOp::Cast
-        | ForwardOp::Assign
-        | ForwardOp::Reshape2
-        | ForwardOp::Transpose2
-        | ForwardOp::Split
-        | ForwardOp::Concat
-        | ForwardOp::LookupTableV2 => 0.0,
-        ForwardOp::Softmax => 5.0 * out(),
-        ForwardOp::FusedSoftmaxMaskUpperTriangle => 6.0 * out(),
-        ForwardOp::LayerNorm => 8.0 * c.out_numel("Y"),
-        ForwardOp::ReduceSum | ForwardOp::ReduceMean | ForwardOp::Mean => c.in_numel("X"),
-        ForwardOp::SoftmaxWithCrossEntropy => {
-            5.0 * c.in_numel("Logits") + 2.0 * c.out_numel("Loss")
-        }
-    }
-}
-
-fn grad_flops(c: &Counts, f: ForwardOp) -> f64 {
-    let d = || c.in_numel("Out@GRAD");
-    match f {
-        ForwardOp::MatmulV2 => 4.0 * c.matmul_terms(),
-        ForwardOp::ElementwiseAdd | ForwardOp::ElementwiseSub => d(),
-        ForwardOp::ElementwiseMul => 2.0 * d(),
-        ForwardOp::ElementwiseDiv => 5.0 * d(),
-        ForwardOp::Relu | ForwardOp::Scale | ForwardOp::Dropout => d(),
-        ForwardOp::Square => 2.0 * d(),
-        ForwardOp::Gelu => 10.0 * d(),
-        ForwardOp::Silu => 8.0 * d(),
-        ForwardOp::Cast
-        | ForwardOp::Assign
-        | ForwardOp::Reshape2
-        | ForwardOp::Transpose2
-        | ForwardOp::Split
-        | ForwardOp::Concat
-        | ForwardOp::ReduceSum
-        | ForwardOp::ReduceMean => 0.0,
-        ForwardOp::Mean => c.out_numel("X@GRAD"),
-        ForwardOp::Softmax | ForwardOp::FusedSoftmaxMaskUpperTriangle => 4.0 * d(),
-        ForwardOp::LayerNorm => 15.0 * c.in_numel("Y@GRAD"),
-        ForwardOp::LookupTableV2 => d(),
-        ForwardOp::SoftmaxWithCrossEntropy => 2.0 * c.in_numel("Softmax"),
-    }
+/// A declared work formula (`ir::ops`) evaluated on the op's sizes.
+fn declared(c: &Counts, work: Formula) -> f64 {
+    work.iter()
+        .map(|&(k, n)| {
+            k * match n {
+                Numel::In(slot) => c.in_numel(slot),
+                Numel::Out(slot) => c.out_numel(slot),
+                Numel::MatmulTerms => c.matmul_terms(),
+            }
+        })
+        .sum()
 }
 
 fn math_flops(c: &Counts, m: MathOp) -> f64 {

@@ -140,6 +140,31 @@ def layer_norm_grad(x, s, b, dy, begin, eps):
     return dx, ds, db
 
 
+def rms_norm(x, s, begin, eps):
+    axes = tuple(range(begin, x.ndim))
+    inv = 1.0 / jnp.sqrt(jnp.mean(x * x, axis=axes, keepdims=True) + eps)
+    y = x * inv * jnp.reshape(s, x.shape[begin:])
+    return y, jnp.reshape(inv, x.shape[:begin])
+
+
+def rms_norm_grad(x, s, dy, begin, eps):
+    """(dX, dScale): the vjp of rms_norm's Y."""
+    return vjp(lambda xx, ss: rms_norm(xx, ss, begin, eps)[0], (x, s), dy)
+
+
+def rope(x, sin, cos, neox):
+    """The rotary embedding of x [batch, seq, heads, head_dim] by sin and cos
+    [1, seq, 1, head_dim]: adjacent pairs rotate together in the neox style, the two halves
+    otherwise (rotate_half)."""
+    if neox:
+        pairs = jnp.reshape(x, x.shape[:-1] + (x.shape[-1] // 2, 2))
+        rotated = jnp.reshape(jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1), x.shape)
+    else:
+        half = x.shape[-1] // 2
+        rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
 def lookup(w, ids, padding_idx):
     rows = jnp.take(w, jnp.clip(ids, 0, w.shape[0] - 1), axis=0)
     return jnp.where((ids == padding_idx)[..., None], 0.0, rows).astype(w.dtype)

@@ -10,74 +10,14 @@ type Res<T> = Result<T, String>;
 /// Infers the output types of `op` from the types of its inputs (`inputs[slot][i]`).
 /// Returns one list per output slot, in schema order.
 pub fn infer_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
-    let one = |slot: usize| -> Res<&TensorType> {
-        let spec = op.ty.input_slots().get(slot).ok_or("missing input slot")?;
-        match inputs.get(slot).map(|v| v.as_slice()) {
-            Some([t]) => Ok(*t),
-            _ => Err(format!(
-                "input {} must hold exactly one variable",
-                spec.name
-            )),
-        }
-    };
-    let single = |t: TensorType| Ok(vec![vec![t]]);
     match op.ty {
+        OpType::Forward(f) => (f.def().infer)(op, inputs),
         OpType::Grad(_) => super::infer_planner::infer_grad(op, inputs),
         OpType::Math(_)
         | OpType::Optimizer(_)
         | OpType::Amp(_)
         | OpType::Collective(_)
         | OpType::RankLocal(_) => super::infer_planner::infer_planner_op(op, inputs),
-        OpType::MatmulV2 => single(matmul(op, one(0)?, one(1)?)?),
-        OpType::ElementwiseAdd
-        | OpType::ElementwiseSub
-        | OpType::ElementwiseMul
-        | OpType::ElementwiseDiv => single(elementwise(op, one(0)?, one(1)?)?),
-        OpType::Relu | OpType::Gelu | OpType::Silu | OpType::Square | OpType::Scale => {
-            single(float(one(0)?, "X")?.clone())
-        }
-        OpType::Assign => single(one(0)?.clone()),
-        OpType::Cast => {
-            let name = op.attr_str("out_dtype").unwrap_or("");
-            let dtype = DType::from_name(name)
-                .ok_or_else(|| format!("out_dtype `{name}` is not one of f32, f64, i64"))?;
-            single(TensorType::new(dtype, one(0)?.shape.clone()))
-        }
-        OpType::Dropout => {
-            let x = float(one(0)?, "X")?;
-            let p = op.attr_float("dropout_prob", 0.5);
-            if !(0.0..1.0).contains(&p) {
-                return Err(format!("dropout_prob {p} must be in [0, 1)"));
-            }
-            Ok(vec![vec![x.clone()], vec![x.clone()]])
-        }
-        OpType::Softmax => {
-            let x = float(one(0)?, "X")?;
-            axis(op.attr_int("axis", -1), x.rank(), "axis")?;
-            single(x.clone())
-        }
-        OpType::FusedSoftmaxMaskUpperTriangle => {
-            let x = float(one(0)?, "X")?;
-            let r = x.rank();
-            if r < 2 || x.shape[r - 1] != x.shape[r - 2] {
-                return Err(format!(
-                    "X must end in two equal dims (a [.., seq, seq] score matrix), got {x}"
-                ));
-            }
-            single(x.clone())
-        }
-        OpType::LayerNorm => layer_norm(op, inputs),
-        OpType::LookupTableV2 => single(lookup(op, one(0)?, one(1)?)?),
-        OpType::Reshape2 => single(reshape(op, one(0)?)?),
-        OpType::Transpose2 => single(transpose(op, one(0)?)?),
-        OpType::Split => Ok(vec![split(op, one(0)?)?]),
-        OpType::Concat => single(concat(
-            op,
-            inputs.first().map(|v| v.as_slice()).unwrap_or(&[]),
-        )?),
-        OpType::ReduceSum | OpType::ReduceMean => single(reduce(op, float(one(0)?, "X")?)?),
-        OpType::Mean => single(TensorType::new(float(one(0)?, "X")?.dtype, vec![])),
-        OpType::SoftmaxWithCrossEntropy => softmax_ce(op, one(0)?, one(1)?),
         OpType::FillConstant => {
             let name = op.attr_str("dtype").unwrap_or("");
             let dtype = DType::from_name(name)
@@ -88,8 +28,177 @@ pub fn infer_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>
                 .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| format!("shape {shape:?} must have positive dims"))?;
-            single(TensorType::new(dtype, dims))
+            Ok(vec![vec![TensorType::new(dtype, dims)]])
         }
+    }
+}
+
+/// The one variable of input slot `slot`.
+fn one<'a>(op: &Op, inputs: &[Vec<&'a TensorType>], slot: usize) -> Res<&'a TensorType> {
+    let spec = op.ty.input_slots().get(slot).ok_or("missing input slot")?;
+    match inputs.get(slot).map(|v| v.as_slice()) {
+        Some([t]) => Ok(*t),
+        _ => Err(format!(
+            "input {} must hold exactly one variable",
+            spec.name
+        )),
+    }
+}
+
+/// The inference of each forward op, as its declaration (`ir::ops`) names it.
+pub mod forward {
+    use super::{one, Res};
+    use crate::ir::program::Op;
+    use crate::ir::types::{DType, TensorType};
+
+    type Outs = Res<Vec<Vec<TensorType>>>;
+
+    fn single(t: TensorType) -> Outs {
+        Ok(vec![vec![t]])
+    }
+
+    pub fn matmul(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::matmul(op, one(op, ins, 0)?, one(op, ins, 1)?)?)
+    }
+
+    pub fn elementwise(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::elementwise(op, one(op, ins, 0)?, one(op, ins, 1)?)?)
+    }
+
+    /// A float output of the input's type.
+    pub fn same_float(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::float(one(op, ins, 0)?, "X")?.clone())
+    }
+
+    /// The input's type, any dtype.
+    pub fn same(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(one(op, ins, 0)?.clone())
+    }
+
+    pub fn cast(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let name = op.attr_str("out_dtype").unwrap_or("");
+        let dtype = DType::from_name(name)
+            .ok_or_else(|| format!("out_dtype `{name}` is not one of f32, f64, i64"))?;
+        single(TensorType::new(dtype, one(op, ins, 0)?.shape.clone()))
+    }
+
+    pub fn dropout(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let x = super::float(one(op, ins, 0)?, "X")?;
+        let p = op.attr_float("dropout_prob", 0.5);
+        if !(0.0..1.0).contains(&p) {
+            return Err(format!("dropout_prob {p} must be in [0, 1)"));
+        }
+        Ok(vec![vec![x.clone()], vec![x.clone()]])
+    }
+
+    pub fn softmax(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let x = super::float(one(op, ins, 0)?, "X")?;
+        super::axis(op.attr_int("axis", -1), x.rank(), "axis")?;
+        single(x.clone())
+    }
+
+    pub fn masked_softmax(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let x = super::float(one(op, ins, 0)?, "X")?;
+        let r = x.rank();
+        if r < 2 || x.shape[r - 1] != x.shape[r - 2] {
+            return Err(format!(
+                "X must end in two equal dims (a [.., seq, seq] score matrix), got {x}"
+            ));
+        }
+        single(x.clone())
+    }
+
+    pub fn layer_norm(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        super::layer_norm(op, ins)
+    }
+
+    pub fn rms_norm(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let x = super::float(one(op, ins, 0)?, "X")?;
+        let begin = super::begin_norm_axis(op, x)?;
+        let normalized: usize = x.shape[begin..].iter().product();
+        let scale = one(op, ins, 1)?;
+        if scale.shape[..] != [normalized] || scale.dtype != x.dtype {
+            return Err(format!(
+                "Scale must be {}[{normalized}] (the normalised size of X {x}), got {scale}",
+                x.dtype
+            ));
+        }
+        let inv_var = TensorType::new(x.dtype, x.shape[..begin].to_vec());
+        Ok(vec![vec![x.clone()], vec![inv_var]])
+    }
+
+    pub fn rope(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let x = super::float(one(op, ins, 0)?, "X")?;
+        let [_, seq, _, d] = x.shape[..] else {
+            return Err(format!("X must be [batch, seq, heads, head_dim], got {x}"));
+        };
+        if d % 2 != 0 {
+            return Err(format!(
+                "head_dim {d} of X {x} must be even (elements rotate in pairs)"
+            ));
+        }
+        let want = TensorType::new(x.dtype, vec![1, seq, 1, d]);
+        for (slot, name) in [(1, "Sin"), (2, "Cos")] {
+            let t = one(op, ins, slot)?;
+            if *t != want {
+                return Err(format!(
+                    "{name} must be {want} (one row per position of X {x}), got {t}"
+                ));
+            }
+        }
+        single(x.clone())
+    }
+
+    pub fn repeat_interleave(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let x = one(op, ins, 0)?;
+        let a = super::axis(op.attr_int("axis", 0), x.rank(), "axis")?;
+        let r = op.attr_int("repeats", 0);
+        let r = usize::try_from(r)
+            .ok()
+            .filter(|&r| r >= 1)
+            .ok_or_else(|| format!("repeats {r} must be at least 1"))?;
+        let mut shape = x.shape.clone();
+        shape[a] = shape[a]
+            .checked_mul(r)
+            .filter(|&n| n <= crate::ir::MAX_ELEMENTS)
+            .ok_or_else(|| format!("repeats {r} makes dim {a} of X {x} too large"))?;
+        single(TensorType::new(x.dtype, shape))
+    }
+
+    pub fn lookup(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::lookup(op, one(op, ins, 0)?, one(op, ins, 1)?)?)
+    }
+
+    pub fn reshape(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::reshape(op, one(op, ins, 0)?)?)
+    }
+
+    pub fn transpose(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::transpose(op, one(op, ins, 0)?)?)
+    }
+
+    pub fn split(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        Ok(vec![super::split(op, one(op, ins, 0)?)?])
+    }
+
+    pub fn concat(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::concat(
+            op,
+            ins.first().map(|v| v.as_slice()).unwrap_or(&[]),
+        )?)
+    }
+
+    pub fn reduce(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        single(super::reduce(op, super::float(one(op, ins, 0)?, "X")?)?)
+    }
+
+    pub fn mean(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        let x = super::float(one(op, ins, 0)?, "X")?;
+        single(TensorType::new(x.dtype, vec![]))
+    }
+
+    pub fn softmax_ce(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+        super::softmax_ce(op, one(op, ins, 0)?, one(op, ins, 1)?)
     }
 }
 
@@ -215,11 +324,7 @@ fn layer_norm(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>>
         Some([x]) => float(x, "X")?,
         _ => return Err("input X must hold exactly one variable".into()),
     };
-    let b = op.attr_int("begin_norm_axis", 1);
-    let begin = usize::try_from(b)
-        .ok()
-        .filter(|&b| b >= 1 && b < x.rank().max(1))
-        .ok_or_else(|| format!("begin_norm_axis {b} must be in [1, {}) for X {x}", x.rank()))?;
+    let begin = begin_norm_axis(op, x)?;
     let normalized: usize = x.shape[begin..].iter().product();
     for (slot, name) in [(1, "Scale"), (2, "Bias")] {
         match inputs.get(slot).map(|v| v.as_slice()) {
@@ -236,6 +341,15 @@ fn layer_norm(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>>
     }
     let stats = TensorType::new(x.dtype, x.shape[..begin].to_vec());
     Ok(vec![vec![x.clone()], vec![stats.clone()], vec![stats]])
+}
+
+/// A normalisation's first normalised dim: in `[1, rank)`.
+fn begin_norm_axis(op: &Op, x: &TensorType) -> Res<usize> {
+    let b = op.attr_int("begin_norm_axis", 1);
+    usize::try_from(b)
+        .ok()
+        .filter(|&b| b >= 1 && b < x.rank().max(1))
+        .ok_or_else(|| format!("begin_norm_axis {b} must be in [1, {}) for X {x}", x.rank()))
 }
 
 fn lookup(op: &Op, w: &TensorType, ids: &TensorType) -> Res<TensorType> {

@@ -8,6 +8,7 @@ pub mod builder;
 pub mod infer;
 pub mod infer_planner;
 pub mod op_type;
+pub mod ops;
 pub mod program;
 pub mod purpose;
 pub mod schema;
@@ -21,6 +22,7 @@ pub use builder::Builder;
 pub use op_type::{
     AmpOp, CollectiveOp, ForwardOp, MathOp, OpClass, OpRole, OpType, OptimizerOp, RankLocalOp,
 };
+pub use ops::{Family, Flops, Formula, InferFn, Numel, OpDef};
 pub use program::{Op, Program, ProgramError, Slot, Slots, ROOT_SCOPE};
 pub use purpose::Purpose;
 pub use schema::{Arity, AttrSpec, SlotSpec};

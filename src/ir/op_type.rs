@@ -11,6 +11,7 @@
 //! has a schema, shape inference and everything downstream. The flat names
 //! (`OpType::MatmulV2Grad`) are constants for comparisons; a `match` names the families.
 
+pub use super::ops::ForwardOp;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -28,36 +29,6 @@ pub enum OpType {
     Amp(AmpOp),
     Collective(CollectiveOp),
     RankLocal(RankLocalOp),
-}
-
-/// The differentiable forward ops (each has one grad op, `OpType::Grad`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ForwardOp {
-    MatmulV2,
-    ElementwiseAdd,
-    ElementwiseSub,
-    ElementwiseMul,
-    ElementwiseDiv,
-    Relu,
-    Gelu,
-    Silu,
-    Square,
-    Scale,
-    Cast,
-    Assign,
-    Dropout,
-    Softmax,
-    FusedSoftmaxMaskUpperTriangle,
-    LayerNorm,
-    LookupTableV2,
-    Reshape2,
-    Transpose2,
-    Split,
-    Concat,
-    ReduceSum,
-    ReduceMean,
-    Mean,
-    SoftmaxWithCrossEntropy,
 }
 
 /// Helpers the planner emits: gradient accumulation and clipping arithmetic.
@@ -114,142 +85,6 @@ pub enum RankLocalOp {
     CoalesceTensor,
     /// A bucket's buffer back into its tensors, in place.
     UncoalesceTensor,
-}
-
-impl ForwardOp {
-    /// Every forward op, in declaration order.
-    pub const ALL: [ForwardOp; 25] = [
-        ForwardOp::MatmulV2,
-        ForwardOp::ElementwiseAdd,
-        ForwardOp::ElementwiseSub,
-        ForwardOp::ElementwiseMul,
-        ForwardOp::ElementwiseDiv,
-        ForwardOp::Relu,
-        ForwardOp::Gelu,
-        ForwardOp::Silu,
-        ForwardOp::Square,
-        ForwardOp::Scale,
-        ForwardOp::Cast,
-        ForwardOp::Assign,
-        ForwardOp::Dropout,
-        ForwardOp::Softmax,
-        ForwardOp::FusedSoftmaxMaskUpperTriangle,
-        ForwardOp::LayerNorm,
-        ForwardOp::LookupTableV2,
-        ForwardOp::Reshape2,
-        ForwardOp::Transpose2,
-        ForwardOp::Split,
-        ForwardOp::Concat,
-        ForwardOp::ReduceSum,
-        ForwardOp::ReduceMean,
-        ForwardOp::Mean,
-        ForwardOp::SoftmaxWithCrossEntropy,
-    ];
-
-    /// Paddle's names of the op and of its grad op.
-    pub fn names(self) -> (&'static str, &'static str) {
-        match self {
-            ForwardOp::MatmulV2 => ("matmul_v2", "matmul_v2_grad"),
-            ForwardOp::ElementwiseAdd => ("elementwise_add", "elementwise_add_grad"),
-            ForwardOp::ElementwiseSub => ("elementwise_sub", "elementwise_sub_grad"),
-            ForwardOp::ElementwiseMul => ("elementwise_mul", "elementwise_mul_grad"),
-            ForwardOp::ElementwiseDiv => ("elementwise_div", "elementwise_div_grad"),
-            ForwardOp::Relu => ("relu", "relu_grad"),
-            ForwardOp::Gelu => ("gelu", "gelu_grad"),
-            ForwardOp::Silu => ("silu", "silu_grad"),
-            ForwardOp::Square => ("square", "square_grad"),
-            ForwardOp::Scale => ("scale", "scale_grad"),
-            ForwardOp::Cast => ("cast", "cast_grad"),
-            ForwardOp::Assign => ("assign", "assign_grad"),
-            ForwardOp::Dropout => ("dropout", "dropout_grad"),
-            ForwardOp::Softmax => ("softmax", "softmax_grad"),
-            ForwardOp::FusedSoftmaxMaskUpperTriangle => (
-                "fused_softmax_mask_upper_triangle",
-                "fused_softmax_mask_upper_triangle_grad",
-            ),
-            ForwardOp::LayerNorm => ("layer_norm", "layer_norm_grad"),
-            ForwardOp::LookupTableV2 => ("lookup_table_v2", "lookup_table_v2_grad"),
-            ForwardOp::Reshape2 => ("reshape2", "reshape2_grad"),
-            ForwardOp::Transpose2 => ("transpose2", "transpose2_grad"),
-            ForwardOp::Split => ("split", "split_grad"),
-            ForwardOp::Concat => ("concat", "concat_grad"),
-            ForwardOp::ReduceSum => ("reduce_sum", "reduce_sum_grad"),
-            ForwardOp::ReduceMean => ("reduce_mean", "reduce_mean_grad"),
-            ForwardOp::Mean => ("mean", "mean_grad"),
-            ForwardOp::SoftmaxWithCrossEntropy => (
-                "softmax_with_cross_entropy",
-                "softmax_with_cross_entropy_grad",
-            ),
-        }
-    }
-
-    /// Unary ops applied element by element (the output has the input's shape and any
-    /// layout of it).
-    pub fn is_elementwise_unary(self) -> bool {
-        match self {
-            ForwardOp::Relu
-            | ForwardOp::Gelu
-            | ForwardOp::Silu
-            | ForwardOp::Square
-            | ForwardOp::Scale
-            | ForwardOp::Cast
-            | ForwardOp::Assign
-            | ForwardOp::Dropout => true,
-            ForwardOp::MatmulV2
-            | ForwardOp::ElementwiseAdd
-            | ForwardOp::ElementwiseSub
-            | ForwardOp::ElementwiseMul
-            | ForwardOp::ElementwiseDiv
-            | ForwardOp::Softmax
-            | ForwardOp::FusedSoftmaxMaskUpperTriangle
-            | ForwardOp::LayerNorm
-            | ForwardOp::LookupTableV2
-            | ForwardOp::Reshape2
-            | ForwardOp::Transpose2
-            | ForwardOp::Split
-            | ForwardOp::Concat
-            | ForwardOp::ReduceSum
-            | ForwardOp::ReduceMean
-            | ForwardOp::Mean
-            | ForwardOp::SoftmaxWithCrossEntropy => false,
-        }
-    }
-
-    /// Binary ops applied element by element with broadcasting (`elementwise_*`).
-    pub fn is_elementwise_binary(self) -> bool {
-        match self {
-            ForwardOp::ElementwiseAdd
-            | ForwardOp::ElementwiseSub
-            | ForwardOp::ElementwiseMul
-            | ForwardOp::ElementwiseDiv => true,
-            ForwardOp::MatmulV2
-            | ForwardOp::Relu
-            | ForwardOp::Gelu
-            | ForwardOp::Silu
-            | ForwardOp::Square
-            | ForwardOp::Scale
-            | ForwardOp::Cast
-            | ForwardOp::Assign
-            | ForwardOp::Dropout
-            | ForwardOp::Softmax
-            | ForwardOp::FusedSoftmaxMaskUpperTriangle
-            | ForwardOp::LayerNorm
-            | ForwardOp::LookupTableV2
-            | ForwardOp::Reshape2
-            | ForwardOp::Transpose2
-            | ForwardOp::Split
-            | ForwardOp::Concat
-            | ForwardOp::ReduceSum
-            | ForwardOp::ReduceMean
-            | ForwardOp::Mean
-            | ForwardOp::SoftmaxWithCrossEntropy => false,
-        }
-    }
-
-    /// Element by element, unary or binary.
-    pub fn is_elementwise(self) -> bool {
-        self.is_elementwise_unary() || self.is_elementwise_binary()
-    }
 }
 
 impl MathOp {
@@ -359,63 +194,10 @@ impl RankLocalOp {
     }
 }
 
-/// The flat names, for comparisons (`op.ty == OpType::MatmulV2Grad`); a `match` names the
-/// families so it stays exhaustive.
+/// The flat names of the planner's ops (the forward and grad ops' are made with their
+/// declarations in `ir::ops`).
 #[allow(non_upper_case_globals)]
 impl OpType {
-    pub const MatmulV2: OpType = OpType::Forward(ForwardOp::MatmulV2);
-    pub const ElementwiseAdd: OpType = OpType::Forward(ForwardOp::ElementwiseAdd);
-    pub const ElementwiseSub: OpType = OpType::Forward(ForwardOp::ElementwiseSub);
-    pub const ElementwiseMul: OpType = OpType::Forward(ForwardOp::ElementwiseMul);
-    pub const ElementwiseDiv: OpType = OpType::Forward(ForwardOp::ElementwiseDiv);
-    pub const Relu: OpType = OpType::Forward(ForwardOp::Relu);
-    pub const Gelu: OpType = OpType::Forward(ForwardOp::Gelu);
-    pub const Silu: OpType = OpType::Forward(ForwardOp::Silu);
-    pub const Square: OpType = OpType::Forward(ForwardOp::Square);
-    pub const Scale: OpType = OpType::Forward(ForwardOp::Scale);
-    pub const Cast: OpType = OpType::Forward(ForwardOp::Cast);
-    pub const Assign: OpType = OpType::Forward(ForwardOp::Assign);
-    pub const Dropout: OpType = OpType::Forward(ForwardOp::Dropout);
-    pub const Softmax: OpType = OpType::Forward(ForwardOp::Softmax);
-    pub const FusedSoftmaxMaskUpperTriangle: OpType =
-        OpType::Forward(ForwardOp::FusedSoftmaxMaskUpperTriangle);
-    pub const LayerNorm: OpType = OpType::Forward(ForwardOp::LayerNorm);
-    pub const LookupTableV2: OpType = OpType::Forward(ForwardOp::LookupTableV2);
-    pub const Reshape2: OpType = OpType::Forward(ForwardOp::Reshape2);
-    pub const Transpose2: OpType = OpType::Forward(ForwardOp::Transpose2);
-    pub const Split: OpType = OpType::Forward(ForwardOp::Split);
-    pub const Concat: OpType = OpType::Forward(ForwardOp::Concat);
-    pub const ReduceSum: OpType = OpType::Forward(ForwardOp::ReduceSum);
-    pub const ReduceMean: OpType = OpType::Forward(ForwardOp::ReduceMean);
-    pub const Mean: OpType = OpType::Forward(ForwardOp::Mean);
-    pub const SoftmaxWithCrossEntropy: OpType = OpType::Forward(ForwardOp::SoftmaxWithCrossEntropy);
-    pub const MatmulV2Grad: OpType = OpType::Grad(ForwardOp::MatmulV2);
-    pub const ElementwiseAddGrad: OpType = OpType::Grad(ForwardOp::ElementwiseAdd);
-    pub const ElementwiseSubGrad: OpType = OpType::Grad(ForwardOp::ElementwiseSub);
-    pub const ElementwiseMulGrad: OpType = OpType::Grad(ForwardOp::ElementwiseMul);
-    pub const ElementwiseDivGrad: OpType = OpType::Grad(ForwardOp::ElementwiseDiv);
-    pub const ReluGrad: OpType = OpType::Grad(ForwardOp::Relu);
-    pub const GeluGrad: OpType = OpType::Grad(ForwardOp::Gelu);
-    pub const SiluGrad: OpType = OpType::Grad(ForwardOp::Silu);
-    pub const SquareGrad: OpType = OpType::Grad(ForwardOp::Square);
-    pub const ScaleGrad: OpType = OpType::Grad(ForwardOp::Scale);
-    pub const CastGrad: OpType = OpType::Grad(ForwardOp::Cast);
-    pub const AssignGrad: OpType = OpType::Grad(ForwardOp::Assign);
-    pub const DropoutGrad: OpType = OpType::Grad(ForwardOp::Dropout);
-    pub const SoftmaxGrad: OpType = OpType::Grad(ForwardOp::Softmax);
-    pub const FusedSoftmaxMaskUpperTriangleGrad: OpType =
-        OpType::Grad(ForwardOp::FusedSoftmaxMaskUpperTriangle);
-    pub const LayerNormGrad: OpType = OpType::Grad(ForwardOp::LayerNorm);
-    pub const LookupTableV2Grad: OpType = OpType::Grad(ForwardOp::LookupTableV2);
-    pub const Reshape2Grad: OpType = OpType::Grad(ForwardOp::Reshape2);
-    pub const Transpose2Grad: OpType = OpType::Grad(ForwardOp::Transpose2);
-    pub const SplitGrad: OpType = OpType::Grad(ForwardOp::Split);
-    pub const ConcatGrad: OpType = OpType::Grad(ForwardOp::Concat);
-    pub const ReduceSumGrad: OpType = OpType::Grad(ForwardOp::ReduceSum);
-    pub const ReduceMeanGrad: OpType = OpType::Grad(ForwardOp::ReduceMean);
-    pub const MeanGrad: OpType = OpType::Grad(ForwardOp::Mean);
-    pub const SoftmaxWithCrossEntropyGrad: OpType =
-        OpType::Grad(ForwardOp::SoftmaxWithCrossEntropy);
     pub const Sum: OpType = OpType::Math(MathOp::Sum);
     pub const Sqrt: OpType = OpType::Math(MathOp::Sqrt);
     pub const ElementwiseMax: OpType = OpType::Math(MathOp::ElementwiseMax);
@@ -446,9 +228,18 @@ impl OpType {
 }
 
 impl OpType {
+    /// How many op types there are.
+    pub const COUNT: usize = 2 * ForwardOp::ALL.len()
+        + 1
+        + MathOp::ALL.len()
+        + OptimizerOp::ALL.len()
+        + AmpOp::ALL.len()
+        + CollectiveOp::ALL.len()
+        + RankLocalOp::ALL.len();
+
     /// Every op type: forward ops, `fill_constant`, grad ops, then the planner's families.
-    pub const ALL: [OpType; 76] = {
-        let mut all = [OpType::FillConstant; 76];
+    pub const ALL: [OpType; OpType::COUNT] = {
+        let mut all = [OpType::FillConstant; OpType::COUNT];
         let mut i = 0;
         while i < ForwardOp::ALL.len() {
             all[i] = OpType::Forward(ForwardOp::ALL[i]);

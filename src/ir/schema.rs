@@ -37,38 +37,38 @@ pub struct AttrSpec {
     pub required: bool,
 }
 
-const fn one(name: &'static str) -> SlotSpec {
+pub(crate) const fn one(name: &'static str) -> SlotSpec {
     SlotSpec {
         name,
         arity: Arity::One,
     }
 }
-const fn opt(name: &'static str) -> SlotSpec {
+pub(crate) const fn opt(name: &'static str) -> SlotSpec {
     SlotSpec {
         name,
         arity: Arity::Optional,
     }
 }
-const fn list(name: &'static str) -> SlotSpec {
+pub(crate) const fn list(name: &'static str) -> SlotSpec {
     SlotSpec {
         name,
         arity: Arity::List,
     }
 }
-const fn many(name: &'static str) -> SlotSpec {
+pub(crate) const fn many(name: &'static str) -> SlotSpec {
     SlotSpec {
         name,
         arity: Arity::Many,
     }
 }
-const fn attr(name: &'static str, kind: AttrKind) -> AttrSpec {
+pub(crate) const fn attr(name: &'static str, kind: AttrKind) -> AttrSpec {
     AttrSpec {
         name,
         kind,
         required: false,
     }
 }
-const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
+pub(crate) const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
     AttrSpec {
         name,
         kind,
@@ -79,11 +79,6 @@ const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
 type Slots = (&'static [SlotSpec], &'static [SlotSpec]);
 const X_OUT: Slots = (&[one("X")], &[one("Out")]);
 const XY_OUT: Slots = (&[one("X"), one("Y")], &[one("Out")]);
-const DROPOUT: Slots = (&[one("X")], &[one("Out"), one("Mask")]);
-const LAYER_NORM: Slots = (
-    &[one("X"), opt("Scale"), opt("Bias")],
-    &[one("Y"), one("Mean"), one("Variance")],
-);
 const LOOKUP: Slots = (&[one("W"), one("Ids")], &[one("Out")]);
 /// Paddle's `c_embedding_grad`: the vocab-parallel table's gradient rows for this rank.
 const C_EMBEDDING_GRAD: Slots = (&[one("W"), one("Ids"), one("Out@GRAD")], &[one("W@GRAD")]);
@@ -91,7 +86,6 @@ const C_SOFTMAX_CE_GRAD: Slots = (
     &[one("Softmax"), one("Label"), one("Loss@GRAD")],
     &[one("Logits@GRAD")],
 );
-const SPLIT: Slots = (&[one("X")], &[list("Out")]);
 const CONCAT: Slots = (&[list("X")], &[one("Out")]);
 const COALESCE: Slots = (&[list("Input")], &[one("FusedOutput")]);
 const UNCOALESCE: Slots = (&[one("FusedOutput"), list("Input")], &[list("Output")]);
@@ -156,32 +150,7 @@ const SEND: Slots = (&[one("X")], &[]);
 const SLICE: Slots = (&[one("Input")], &[one("Out")]);
 
 const NONE: &[AttrSpec] = &[];
-const MATMUL_ATTRS: &[AttrSpec] = &[attr("trans_x", Bool), attr("trans_y", Bool)];
 const AXIS: &[AttrSpec] = &[attr("axis", Int)];
-const GELU_ATTRS: &[AttrSpec] = &[attr("approximate", Bool)];
-const SCALE_ATTRS: &[AttrSpec] = &[
-    attr("scale", Float),
-    attr("bias", Float),
-    attr("bias_after_scale", Bool),
-];
-const CAST_ATTRS: &[AttrSpec] = &[req("out_dtype", Str)];
-const DROPOUT_ATTRS: &[AttrSpec] = &[
-    attr("dropout_prob", Float),
-    attr("seed", Int),
-    attr("is_test", Bool),
-];
-const LAYER_NORM_ATTRS: &[AttrSpec] = &[attr("begin_norm_axis", Int), attr("epsilon", Float)];
-// `start_index`: the vocab id of W's first row (0 unless W is a vocab shard).
-const LOOKUP_ATTRS: &[AttrSpec] = &[attr("padding_idx", Int), attr("start_index", Int)];
-const RESHAPE_ATTRS: &[AttrSpec] = &[req("shape", Ints)];
-const TRANSPOSE_ATTRS: &[AttrSpec] = &[req("axis", Ints)];
-const SPLIT_ATTRS: &[AttrSpec] = &[attr("num", Int), attr("sections", Ints), attr("axis", Int)];
-const REDUCE_ATTRS: &[AttrSpec] = &[
-    attr("dim", Ints),
-    attr("keep_dim", Bool),
-    attr("reduce_all", Bool),
-];
-const CE_ATTRS: &[AttrSpec] = &[attr("soft_label", Bool), attr("axis", Int)];
 const FILL_ATTRS: &[AttrSpec] = &[req("shape", Ints), attr("value", Float), req("dtype", Str)];
 const MOMENTUM_ATTRS: &[AttrSpec] = &[attr("mu", Float), attr("use_nesterov", Bool)];
 const ADAM_ATTRS: &[AttrSpec] = &[
@@ -246,27 +215,9 @@ impl OpType {
     /// Input and output slots, in canonical order.
     pub fn slots(self) -> (&'static [SlotSpec], &'static [SlotSpec]) {
         match self {
-            OpType::MatmulV2
-            | OpType::ElementwiseAdd
-            | OpType::ElementwiseSub
-            | OpType::ElementwiseMul
-            | OpType::ElementwiseDiv
-            | OpType::ElementwiseMax => XY_OUT,
-            OpType::Relu
-            | OpType::Gelu
-            | OpType::Silu
-            | OpType::Square
-            | OpType::Scale
-            | OpType::Cast
-            | OpType::Assign
-            | OpType::Softmax
-            | OpType::FusedSoftmaxMaskUpperTriangle
-            | OpType::Reshape2
-            | OpType::Transpose2
-            | OpType::ReduceSum
-            | OpType::ReduceMean
-            | OpType::Mean
-            | OpType::Sqrt
+            OpType::Forward(f) => (f.def().inputs, f.def().outputs),
+            OpType::ElementwiseMax => XY_OUT,
+            OpType::Sqrt
             | OpType::SquaredL2Norm
             | OpType::AllReduce
             | OpType::AllGather
@@ -274,15 +225,11 @@ impl OpType {
             | OpType::AllToAll
             | OpType::FlattenPad
             | OpType::UnpadReshape => X_OUT,
-            OpType::Dropout => DROPOUT,
-            OpType::LayerNorm => LAYER_NORM,
-            OpType::LookupTableV2 | OpType::CEmbedding => LOOKUP,
+            OpType::CEmbedding => LOOKUP,
             OpType::CEmbeddingGrad => C_EMBEDDING_GRAD,
             OpType::CSoftmaxWithCrossEntropy => SOFTMAX_CE,
             OpType::CSoftmaxWithCrossEntropyGrad => C_SOFTMAX_CE_GRAD,
-            OpType::Split => SPLIT,
-            OpType::Concat | OpType::Sum => CONCAT,
-            OpType::SoftmaxWithCrossEntropy => SOFTMAX_CE,
+            OpType::Sum => CONCAT,
             OpType::FillConstant | OpType::Recv => FILL,
             OpType::Sgd => SGD,
             OpType::Momentum => MOMENTUM,
@@ -313,36 +260,13 @@ impl OpType {
             return fwd.attr_schema();
         }
         match self {
-            OpType::MatmulV2 => MATMUL_ATTRS,
-            OpType::ElementwiseAdd
-            | OpType::ElementwiseSub
-            | OpType::ElementwiseMul
-            | OpType::ElementwiseDiv
-            | OpType::ElementwiseMax
-            | OpType::Softmax
-            | OpType::Concat => AXIS,
-            OpType::Relu
-            | OpType::Silu
-            | OpType::Square
-            | OpType::Assign
-            | OpType::Mean
-            | OpType::FusedSoftmaxMaskUpperTriangle
-            | OpType::Sum
+            OpType::Forward(f) => f.def().attrs,
+            OpType::ElementwiseMax => AXIS,
+            OpType::Sum
             | OpType::Sqrt
             | OpType::SquaredL2Norm
             | OpType::Sgd
             | OpType::CheckFiniteAndUnscale => NONE,
-            OpType::Gelu => GELU_ATTRS,
-            OpType::Scale => SCALE_ATTRS,
-            OpType::Cast => CAST_ATTRS,
-            OpType::Dropout => DROPOUT_ATTRS,
-            OpType::LayerNorm => LAYER_NORM_ATTRS,
-            OpType::LookupTableV2 => LOOKUP_ATTRS,
-            OpType::Reshape2 => RESHAPE_ATTRS,
-            OpType::Transpose2 => TRANSPOSE_ATTRS,
-            OpType::Split => SPLIT_ATTRS,
-            OpType::ReduceSum | OpType::ReduceMean => REDUCE_ATTRS,
-            OpType::SoftmaxWithCrossEntropy => CE_ATTRS,
             OpType::FillConstant => FILL_ATTRS,
             OpType::Momentum => MOMENTUM_ATTRS,
             OpType::Adam => ADAM_ATTRS,

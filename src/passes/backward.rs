@@ -46,31 +46,8 @@ pub struct Backward {
 /// The forward outputs a grad kernel reads besides the forward inputs.
 pub fn forward_outputs_needed(ty: OpType) -> &'static [&'static str] {
     match ty {
-        OpType::Dropout => &["Mask"],
-        OpType::Softmax | OpType::FusedSoftmaxMaskUpperTriangle => &["Out"],
-        OpType::LayerNorm => &["Mean", "Variance"],
-        OpType::SoftmaxWithCrossEntropy => &["Softmax"],
-        OpType::MatmulV2
-        | OpType::ElementwiseAdd
-        | OpType::ElementwiseSub
-        | OpType::ElementwiseMul
-        | OpType::ElementwiseDiv
-        | OpType::Relu
-        | OpType::Gelu
-        | OpType::Silu
-        | OpType::Square
-        | OpType::Scale
-        | OpType::Cast
-        | OpType::Assign
-        | OpType::LookupTableV2
-        | OpType::Reshape2
-        | OpType::Transpose2
-        | OpType::Split
-        | OpType::Concat
-        | OpType::ReduceSum
-        | OpType::ReduceMean
-        | OpType::Mean
-        | OpType::FillConstant
+        OpType::Forward(f) => f.def().saves,
+        OpType::FillConstant
         | OpType::Grad(_)
         | OpType::Math(_)
         | OpType::Optimizer(_)

@@ -20,7 +20,7 @@ use super::dist_program::DistProgram;
 use crate::dist::MeshAxis;
 use crate::dist::MeshId;
 use crate::dist::{ReduceType, TensorDistAttr};
-use crate::ir::{OpId, OpType, Program, VarId};
+use crate::ir::{Family, OpId, OpType, Program, VarId};
 use crate::spmd::elementwise::operand_letters;
 use crate::spmd::matmul::notation;
 use rustc_hash::FxHashMap as HashMap;
@@ -46,8 +46,11 @@ fn grad_partials(
 ) -> HashMap<(usize, usize), Vec<MeshAxis>> {
     let mut out = HashMap::default();
     let out_attr = || fwd_attr.outputs.first().and_then(|s| s.first());
-    match forward.ty {
-        OpType::MatmulV2 => {
+    let OpType::Forward(f) = forward.ty else {
+        return out;
+    };
+    match f.family() {
+        Family::Matmul => {
             let (Some(o), Some(x), Some(y)) = (
                 out_attr(),
                 forward.input("X").first(),
@@ -61,10 +64,7 @@ fn grad_partials(
                 out.insert((1, 0), contracted_axes(&ol, o, &yl));
             }
         }
-        OpType::ElementwiseAdd
-        | OpType::ElementwiseSub
-        | OpType::ElementwiseMul
-        | OpType::ElementwiseDiv => {
+        Family::ElementwiseBinary => {
             let Some(o) = out_attr() else { return out };
             let out_shape = &program.var(forward.outputs[0][0]).ty.shape;
             let ol: &str = crate::spmd::einsum::letters(out_shape.len());
@@ -76,7 +76,7 @@ fn grad_partials(
                 }
             }
         }
-        OpType::LayerNorm => {
+        Family::Norm => {
             let x_attr = fwd_attr.inputs.first().and_then(|s| s.first());
             let begin = forward.attr_int("begin_norm_axis", 1).max(0) as usize;
             if let Some(x) = x_attr {
@@ -87,38 +87,25 @@ fn grad_partials(
                 out.insert((2, 0), axes);
             }
         }
-        OpType::LookupTableV2 => {
+        Family::Embedding => {
             if let Some(ids) = fwd_attr.inputs.get(1).and_then(|s| s.first()) {
                 let mut axes: Vec<MeshAxis> = ids.dims.iter().flatten().copied().collect();
                 axes.sort_unstable();
                 out.insert((0, 0), axes);
             }
         }
-        OpType::Relu
-        | OpType::Gelu
-        | OpType::Silu
-        | OpType::Square
-        | OpType::Scale
-        | OpType::Cast
-        | OpType::Assign
-        | OpType::Dropout
-        | OpType::Softmax
-        | OpType::FusedSoftmaxMaskUpperTriangle
-        | OpType::Reshape2
-        | OpType::Transpose2
-        | OpType::Split
-        | OpType::Concat
-        | OpType::ReduceSum
-        | OpType::ReduceMean
-        | OpType::Mean
-        | OpType::SoftmaxWithCrossEntropy
-        | OpType::FillConstant
-        | OpType::Grad(_)
-        | OpType::Math(_)
-        | OpType::Optimizer(_)
-        | OpType::Amp(_)
-        | OpType::Collective(_)
-        | OpType::RankLocal(_) => {}
+        Family::ElementwiseUnary
+        | Family::Softmax
+        | Family::MaskedSoftmax
+        | Family::Reshape
+        | Family::Transpose
+        | Family::Split
+        | Family::Concat
+        | Family::Reduce
+        | Family::Mean
+        | Family::Rotary
+        | Family::Repeat
+        | Family::CrossEntropy => {}
     }
     out
 }

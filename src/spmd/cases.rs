@@ -214,12 +214,60 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
             outputs: smallvec::smallvec![x],
         });
     }
+    if case.op == "fused_rotary_position_embedding" {
+        return rotary_case(case, mesh, &inputs, &outputs);
+    }
     let result = match case.direction.as_str() {
         "forward" => rule.infer_forward(mesh, &inputs),
         "backward" => rule.infer_backward(mesh, &inputs, &outputs),
         other => return Err(format!("unknown direction `{other}` (forward or backward)")),
     };
     result.map_err(|e| e.0)
+}
+
+/// Paddle's rotary rule takes `[q, k, v, sin, cos, position_ids]` and gives `[q, k, v]`;
+/// ShardLab's op rotates one tensor, so the cases leave k, v and position_ids empty (a
+/// `[0]` shape) and Paddle answers `[]` for them.
+fn rotary_case(
+    case: &Case,
+    mesh: &[usize],
+    inputs: &[DistTensor],
+    outputs: &[DistTensor],
+) -> Result<Inferred, String> {
+    let pick = |ts: &[DistTensor], at: &[usize]| -> Result<Vec<DistTensor>, String> {
+        at.iter()
+            .map(|&i| {
+                ts.get(i)
+                    .cloned()
+                    .ok_or(format!("rotary case: no tensor {i}"))
+            })
+            .collect()
+    };
+    let ours = if case.direction == "forward" {
+        Rule::Rotary.infer_forward(mesh, &pick(inputs, &[0, 3, 4])?)
+    } else {
+        Rule::Rotary.infer_backward(mesh, &pick(inputs, &[0, 3, 4])?, &pick(outputs, &[0])?)
+    }
+    .map_err(|e| e.0)?;
+    let empty = || Layout::replicated(0);
+    let [x, sin, cos] = &ours.inputs[..] else {
+        return Err("rotary rule: expected three inputs".into());
+    };
+    Ok(Inferred {
+        inputs: smallvec::smallvec![
+            x.clone(),
+            empty(),
+            empty(),
+            sin.clone(),
+            cos.clone(),
+            empty()
+        ],
+        outputs: smallvec::smallvec![
+            ours.outputs.first().cloned().unwrap_or_else(empty),
+            empty(),
+            empty()
+        ],
+    })
 }
 
 struct Attrs<'a>(&'a Map<String, Value>);
@@ -259,6 +307,22 @@ fn reduce_type(code: i64) -> Result<ReduceType, String> {
         4 => ReduceType::Avg,
         other => return Err(format!("unsupported reduce_type {other}")),
     })
+}
+
+/// flatten as the reshape it is: dims `start..=stop` merged.
+fn flatten_rule(a: &Attrs, x_shape: &[usize]) -> Result<Rule, String> {
+    let rank = x_shape.len();
+    let start = norm_axis(a.int("start_axis", 1), rank, "start_axis")?;
+    let stop = norm_axis(a.int("stop_axis", -1), rank, "stop_axis")?;
+    if start > stop {
+        return Err(format!(
+            "flatten: start_axis {start} is after stop_axis {stop}"
+        ));
+    }
+    let mut target = x_shape[..start].to_vec();
+    target.push(x_shape[start..=stop].iter().product());
+    target.extend(&x_shape[stop + 1..]);
+    Ok(Rule::Reshape { target })
 }
 
 /// Maps Paddle's op name and attributes to our rule.
@@ -305,6 +369,10 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
             has_scale: case.inputs.len() > 1,
             has_bias: case.inputs.len() > 2,
         },
+        "rms_norm" => Rule::RmsNorm {
+            begin_norm_axis: usize::try_from(a.int("begin_norm_axis", 1))
+                .map_err(|e| e.to_string())?,
+        },
         "embedding" | "lookup_table_v2" => Rule::Embedding {
             padding_idx: a.int("padding_idx", -1),
         },
@@ -314,19 +382,7 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
                 target: crate::ir::infer::reshape_target(&x, &a.ints("shape"))?,
             }
         }
-        "flatten" => {
-            let start = norm_axis(a.int("start_axis", 1), rank, "start_axis")?;
-            let stop = norm_axis(a.int("stop_axis", -1), rank, "stop_axis")?;
-            if start > stop {
-                return Err(format!(
-                    "flatten: start_axis {start} is after stop_axis {stop}"
-                ));
-            }
-            let mut target = x_shape[..start].to_vec();
-            target.push(x_shape[start..=stop].iter().product());
-            target.extend(&x_shape[stop + 1..]);
-            Rule::Reshape { target }
-        }
+        "flatten" => flatten_rule(&a, x_shape)?,
         "transpose" => Rule::Transpose {
             perm: a
                 .ints("perm")
@@ -386,6 +442,7 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
             positions.sort_unstable();
             Rule::Unsqueeze { positions }
         }
+        "fused_rotary_position_embedding" => Rule::Rotary,
         "tile" => Rule::Tile {
             repeat: a
                 .ints("repeat_times")

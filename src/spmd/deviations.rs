@@ -42,4 +42,13 @@ pub const DEVIATIONS: &[Deviation] = &[
                  output SUM-partial, but reducing partial maxima needs MAX (Paddle's own \
                  `max_reduce` says MAX); checked on a case written from rules.cc",
     },
+    Deviation {
+        op: "rms_norm",
+        note: "begin_norm_axis before the last dim",
+        ours: "x [0,-1,-1], y [0,-1,-1], inv_var [0]: every normalised dim replicated",
+        reason: "Paddle 3.3.1's rms_norm rule (`fused_rms_norm`) replicates only the last dim \
+                 whatever begin_norm_axis says, and gives inv_var a mapping as long as x's \
+                 rank − 1; its kernel normalises from begin_norm_axis on, so a split dim \
+                 inside the normalised range would normalise each shard alone",
+    },
 ];

@@ -13,11 +13,12 @@ pub mod deviations;
 pub mod einsum;
 pub mod elementwise;
 mod embedding;
-mod layer_norm;
+pub mod layer_norm;
 pub mod matmul;
 mod reduction;
 pub mod registry;
 mod reshape;
+mod rotary;
 mod shape_ops;
 mod softmax;
 mod split;
@@ -84,6 +85,8 @@ pub enum Rule {
         has_scale: bool,
         has_bias: bool,
     },
+    /// Inputs `[x, scale]`, outputs `[y, inv_var]`.
+    RmsNorm { begin_norm_axis: usize },
     /// Inputs `[ids, table]`, output `[out]`.
     Embedding { padding_idx: i64 },
     /// Reshape to `target` (already resolved: no 0 or -1).
@@ -107,6 +110,11 @@ pub enum Rule {
     Unsqueeze { positions: Vec<usize> },
     /// Tile by `repeat` (may be longer than the input rank).
     Tile { repeat: Vec<usize> },
+    /// The rotary embedding: inputs `[x, sin, cos]`, output `[out]`.
+    Rotary,
+    /// `repeat_interleave` along `axis`: the same layout in and out (a rank's block of the
+    /// repeated dim becomes its block of the output).
+    Repeat { axis: usize },
     /// Inputs `[logits, label]`, outputs `[softmax, loss]`.
     CrossEntropy { axis: usize, soft_label: bool },
     /// No inputs; outputs start replicated (fill_constant).
@@ -124,6 +132,7 @@ impl Rule {
             Rule::MeanAll => "mean_all",
             Rule::Softmax { .. } => "softmax",
             Rule::LayerNorm { .. } => "layer_norm",
+            Rule::RmsNorm { .. } => "rms_norm",
             Rule::Embedding { .. } => "embedding",
             Rule::Reshape { .. } => "reshape",
             Rule::Transpose { .. } => "transpose",
@@ -135,6 +144,8 @@ impl Rule {
             Rule::Unsqueeze { .. } => "unsqueeze",
             Rule::Tile { .. } => "tile",
             Rule::CrossEntropy { .. } => "cross_entropy",
+            Rule::Rotary => "rotary",
+            Rule::Repeat { .. } => "repeat_interleave",
             Rule::Source => "source",
         }
     }
@@ -158,7 +169,17 @@ impl Rule {
                 begin_norm_axis,
                 has_scale,
                 has_bias,
-            } => layer_norm::forward(inputs, *begin_norm_axis, *has_scale, *has_bias),
+            } => layer_norm::forward(
+                inputs,
+                *begin_norm_axis,
+                layer_norm::NormShape {
+                    params: usize::from(*has_scale) + usize::from(*has_bias),
+                    stats: 2,
+                },
+            ),
+            Rule::RmsNorm { begin_norm_axis } => {
+                layer_norm::forward(inputs, *begin_norm_axis, RMS_NORM)
+            }
             Rule::Embedding { padding_idx } => embedding::forward(inputs, *padding_idx),
             Rule::Reshape { target } => reshape::forward(mesh, inputs, target),
             Rule::Transpose { perm } => transpose::forward(inputs, perm),
@@ -172,6 +193,8 @@ impl Rule {
             Rule::CrossEntropy { axis, soft_label } => {
                 cross_entropy::forward(inputs, *axis, *soft_label)
             }
+            Rule::Rotary => rotary::forward(inputs),
+            Rule::Repeat { .. } => elementwise::unary_forward(inputs, 1),
             Rule::Source => Ok(Inferred::default()),
         }
     }
@@ -199,7 +222,18 @@ impl Rule {
                 begin_norm_axis,
                 has_scale,
                 has_bias,
-            } => layer_norm::backward(inputs, outputs, *begin_norm_axis, *has_scale, *has_bias),
+            } => layer_norm::backward(
+                inputs,
+                outputs,
+                *begin_norm_axis,
+                layer_norm::NormShape {
+                    params: usize::from(*has_scale) + usize::from(*has_bias),
+                    stats: 2,
+                },
+            ),
+            Rule::RmsNorm { begin_norm_axis } => {
+                layer_norm::backward(inputs, outputs, *begin_norm_axis, RMS_NORM)
+            }
             Rule::Embedding { .. } => embedding::backward(inputs, outputs),
             Rule::Reshape { .. } => reshape::backward(mesh, inputs, outputs),
             Rule::Transpose { perm } => transpose::backward(inputs, outputs, perm),
@@ -217,6 +251,8 @@ impl Rule {
             Rule::CrossEntropy { axis, soft_label } => {
                 cross_entropy::backward(inputs, outputs, *axis, *soft_label)
             }
+            Rule::Rotary => rotary::backward(outputs),
+            Rule::Repeat { .. } => elementwise::unary_backward(inputs, outputs),
             Rule::Source => Ok(Inferred {
                 inputs: Layouts::new(),
                 outputs: outputs
@@ -227,6 +263,12 @@ impl Rule {
         }
     }
 }
+
+/// rms_norm's inputs `[x, scale]` and outputs `[y, inv_var]`.
+const RMS_NORM: layer_norm::NormShape = layer_norm::NormShape {
+    params: 1,
+    stats: 1,
+};
 
 /// `dims` with the dims at `axes` replicated (softmax axes, sliced axes).
 fn replicate(dims: &Dims, axes: &[usize]) -> Dims {

@@ -4,7 +4,7 @@
 use super::{Rule, SpmdError};
 use crate::dist::ReduceType;
 use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
-use crate::ir::{ForwardOp, Op, OpType, Program, VarId};
+use crate::ir::{Family, ForwardOp, Op, OpType, Program, VarId};
 
 /// Where a rule argument sits in the op: (slot index, index within the slot).
 pub type SlotPos = (usize, usize);
@@ -96,42 +96,38 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
     let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
     let rank = first_input.map_or(0, |t| t.rank());
     let with = |rule: Rule| binding(op, rule);
-    Ok(match f {
-        ForwardOp::MatmulV2 => with(Rule::Matmul {
+    Ok(match f.family() {
+        Family::Matmul => with(Rule::Matmul {
             trans_x: op.attr_bool("trans_x", false),
             trans_y: op.attr_bool("trans_y", false),
         }),
-        ForwardOp::ElementwiseAdd | ForwardOp::ElementwiseSub | ForwardOp::ElementwiseDiv => {
-            with(Rule::Elementwise {
-                keep_x_partial: false,
-            })
-        }
-        ForwardOp::ElementwiseMul => with(Rule::Elementwise {
-            keep_x_partial: true,
+        // A product keeps X's partial sums: (Σ x_i)·y = Σ (x_i·y).
+        Family::ElementwiseBinary => with(Rule::Elementwise {
+            keep_x_partial: f == ForwardOp::ElementwiseMul,
         }),
-        ForwardOp::Relu
-        | ForwardOp::Gelu
-        | ForwardOp::Silu
-        | ForwardOp::Square
-        | ForwardOp::Scale
-        | ForwardOp::Cast
-        | ForwardOp::Assign
-        | ForwardOp::Dropout => with(Rule::Unary {
+        Family::ElementwiseUnary => with(Rule::Unary {
             outputs: op.all_outputs().count(),
         }),
-        ForwardOp::Softmax => with(Rule::Softmax {
+        Family::Softmax => with(Rule::Softmax {
             axes: vec![axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?],
         }),
-        ForwardOp::FusedSoftmaxMaskUpperTriangle => with(Rule::Softmax {
+        Family::MaskedSoftmax => with(Rule::Softmax {
             axes: vec![rank.saturating_sub(2), rank.saturating_sub(1)],
         }),
-        ForwardOp::LayerNorm => with(Rule::LayerNorm {
-            begin_norm_axis: usize::try_from(op.attr_int("begin_norm_axis", 1))
-                .map_err(|e| err(e.to_string()))?,
-            has_scale: !op.input("Scale").is_empty(),
-            has_bias: !op.input("Bias").is_empty(),
-        }),
-        ForwardOp::LookupTableV2 => Binding {
+        Family::Norm => {
+            let begin_norm_axis = usize::try_from(op.attr_int("begin_norm_axis", 1))
+                .map_err(|e| err(e.to_string()))?;
+            with(if f == ForwardOp::RmsNorm {
+                Rule::RmsNorm { begin_norm_axis }
+            } else {
+                Rule::LayerNorm {
+                    begin_norm_axis,
+                    has_scale: !op.input("Scale").is_empty(),
+                    has_bias: !op.input("Bias").is_empty(),
+                }
+            })
+        }
+        Family::Embedding => Binding {
             rule: Rule::Embedding {
                 padding_idx: op.attr_int("padding_idx", -1),
             },
@@ -144,12 +140,12 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
             input_pos: vec![(1, 0), (0, 0)],
             ..binding(op, Rule::Source)
         },
-        ForwardOp::Reshape2 => {
+        Family::Reshape => {
             let x = first_input.ok_or_else(|| err("missing X".into()))?;
             let target = reshape_target(x, op.attr_ints("shape").unwrap_or(&[])).map_err(err)?;
             with(Rule::Reshape { target })
         }
-        ForwardOp::Transpose2 => {
+        Family::Transpose => {
             let perm = op.attr_ints("axis").unwrap_or(&[]);
             let perm = perm
                 .iter()
@@ -158,7 +154,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
                 .map_err(err)?;
             with(Rule::Transpose { perm })
         }
-        ForwardOp::Split => {
+        Family::Split => {
             let x = first_input.ok_or_else(|| err("missing X".into()))?;
             let (a, sections) = split_sections(op, x).map_err(err)?;
             with(Rule::Split {
@@ -166,10 +162,10 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
                 outputs: sections.len(),
             })
         }
-        ForwardOp::Concat => with(Rule::Concat {
+        Family::Concat => with(Rule::Concat {
             axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
         }),
-        ForwardOp::ReduceSum | ForwardOp::ReduceMean => {
+        Family::Reduce => {
             let reduce = if op.ty == OpType::ReduceSum {
                 ReduceType::Sum
             } else {
@@ -181,8 +177,12 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
                 reduce,
             })
         }
-        ForwardOp::Mean => with(Rule::MeanAll),
-        ForwardOp::SoftmaxWithCrossEntropy => with(Rule::CrossEntropy {
+        Family::Mean => with(Rule::MeanAll),
+        Family::Rotary => with(Rule::Rotary),
+        Family::Repeat => with(Rule::Repeat {
+            axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
+        }),
+        Family::CrossEntropy => with(Rule::CrossEntropy {
             axis: axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?,
             soft_label: op.attr_bool("soft_label", false),
         }),

@@ -4,6 +4,7 @@
 //! returns `Blocked` and the op is retried on the next step).
 
 mod comm;
+mod decoder;
 mod forward;
 mod grads;
 mod optim;
@@ -15,7 +16,7 @@ use super::kernels::pointwise::{Binary, Unary};
 use super::tensor::{strides, Tensor};
 use crate::dist::TensorDistAttr;
 use crate::ir::infer::axis;
-use crate::ir::{Op, OpType, Program, VarId};
+use crate::ir::{ForwardOp, Op, OpType, Program, VarId};
 use comm::Collective;
 use optim::Update;
 use std::collections::HashMap;
@@ -436,68 +437,21 @@ impl<'a> Rank<'a> {
     }
 
     /// Runs one op: one arm per op type (no catch-all), each a method of the op's family
-    /// (`forward.rs`, `grads.rs`, `optim.rs`, `comm.rs`).
+    /// (`forward.rs`, `grads.rs`, `decoder.rs`, `optim.rs`, `comm.rs`).
     fn exec(&mut self, op: &Op, comm: &dyn Communicator) -> Result<Progress, String> {
         use Binary as B;
         match op.ty {
-            OpType::MatmulV2 => self.matmul(op)?,
-            OpType::ElementwiseAdd => self.binary(op, B::Add)?,
-            OpType::ElementwiseSub => self.binary(op, B::Sub)?,
-            OpType::ElementwiseMul => self.binary(op, B::Mul)?,
-            OpType::ElementwiseDiv => self.binary(op, B::Div)?,
+            OpType::Forward(f) => self.exec_forward(op, f)?,
+            OpType::Grad(f) => self.exec_grad(op, f)?,
             OpType::ElementwiseMax => self.binary(op, B::Max)?,
-            OpType::Relu => self.unary(op, Unary::Relu)?,
-            OpType::Gelu => self.unary(op, forward::gelu(op))?,
-            OpType::Silu => self.unary(op, Unary::Silu)?,
-            OpType::Square => self.unary(op, Unary::Square)?,
             OpType::Sqrt => self.unary(op, Unary::Sqrt)?,
-            OpType::Scale => self.unary(op, forward::scale(op))?,
-            OpType::Cast => self.cast(op)?,
-            OpType::Assign => self.assign(op)?,
-            OpType::Dropout => self.dropout(op)?,
-            OpType::Softmax => self.softmax(op, false)?,
-            OpType::FusedSoftmaxMaskUpperTriangle => self.softmax(op, true)?,
-            OpType::LayerNorm => self.layer_norm(op)?,
-            OpType::LookupTableV2 => self.lookup(op, false)?,
             OpType::CEmbedding => self.lookup(op, true)?,
-            OpType::Reshape2 => self.reshape(op)?,
-            OpType::Transpose2 => self.transpose(op)?,
-            OpType::Split => self.split(op)?,
-            OpType::Concat => self.concat(op)?,
             OpType::Sum => self.sum(op)?,
-            OpType::ReduceSum => self.reduce(op, false, false)?,
-            OpType::ReduceMean => self.reduce(op, true, false)?,
-            OpType::Mean => self.reduce(op, true, true)?,
             OpType::SquaredL2Norm => self.squared_l2_norm(op)?,
-            OpType::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
             OpType::FillConstant => self.fill_constant(op)?,
             OpType::Slice | OpType::FlattenPad | OpType::UnpadReshape => self.move_data(op)?,
             OpType::CoalesceTensor | OpType::UncoalesceTensor => self.bucket(op)?,
-            OpType::MatmulV2Grad => self.matmul_grad(op)?,
-            OpType::ElementwiseAddGrad => self.binary_grad(op, B::Add)?,
-            OpType::ElementwiseSubGrad => self.binary_grad(op, B::Sub)?,
-            OpType::ElementwiseMulGrad => self.binary_grad(op, B::Mul)?,
-            OpType::ElementwiseDivGrad => self.binary_grad(op, B::Div)?,
-            OpType::ReluGrad => self.unary_grad(op, Unary::Relu)?,
-            OpType::GeluGrad => self.unary_grad(op, forward::gelu(op))?,
-            OpType::SiluGrad => self.unary_grad(op, Unary::Silu)?,
-            OpType::SquareGrad => self.unary_grad(op, Unary::Square)?,
-            OpType::ScaleGrad => self.unary_grad(op, forward::scale(op))?,
-            OpType::CastGrad => self.cast_grad(op)?,
-            OpType::AssignGrad | OpType::Reshape2Grad => self.reshaped_grad(op)?,
-            OpType::DropoutGrad => self.dropout_grad(op)?,
-            OpType::SoftmaxGrad => self.softmax_grad(op, false)?,
-            OpType::FusedSoftmaxMaskUpperTriangleGrad => self.softmax_grad(op, true)?,
-            OpType::LayerNormGrad => self.layer_norm_grad(op)?,
-            OpType::LookupTableV2Grad => self.lookup_grad(op, false)?,
             OpType::CEmbeddingGrad => self.lookup_grad(op, true)?,
-            OpType::Transpose2Grad => self.transpose_grad(op)?,
-            OpType::SplitGrad => self.split_grad(op)?,
-            OpType::ConcatGrad => self.concat_grad(op)?,
-            OpType::ReduceSumGrad => self.reduce_grad(op, false, false)?,
-            OpType::ReduceMeanGrad => self.reduce_grad(op, true, false)?,
-            OpType::MeanGrad => self.reduce_grad(op, true, true)?,
-            OpType::SoftmaxWithCrossEntropyGrad => self.softmax_ce_grad(op)?,
             OpType::CSoftmaxWithCrossEntropyGrad => self.vocab_ce_grad(op)?,
             OpType::Sgd => self.update(op, Update::Sgd)?,
             OpType::Momentum => self.update(op, Update::Momentum)?,
@@ -514,6 +468,79 @@ impl<'a> Rank<'a> {
             OpType::Recv => return self.p2p(op, comm, false),
         }
         Ok(Progress::Next)
+    }
+
+    /// A forward op's kernel.
+    fn exec_forward(&mut self, op: &Op, f: ForwardOp) -> Result<(), String> {
+        use Binary as B;
+        use ForwardOp as F;
+        match f {
+            F::MatmulV2 => self.matmul(op)?,
+            F::ElementwiseAdd => self.binary(op, B::Add)?,
+            F::ElementwiseSub => self.binary(op, B::Sub)?,
+            F::ElementwiseMul => self.binary(op, B::Mul)?,
+            F::ElementwiseDiv => self.binary(op, B::Div)?,
+            F::Relu => self.unary(op, Unary::Relu)?,
+            F::Gelu => self.unary(op, forward::gelu(op))?,
+            F::Silu => self.unary(op, Unary::Silu)?,
+            F::Square => self.unary(op, Unary::Square)?,
+            F::Scale => self.unary(op, forward::scale(op))?,
+            F::Cast => self.cast(op)?,
+            F::Assign => self.assign(op)?,
+            F::Dropout => self.dropout(op)?,
+            F::Softmax => self.softmax(op, false)?,
+            F::FusedSoftmaxMaskUpperTriangle => self.softmax(op, true)?,
+            F::LayerNorm => self.layer_norm(op)?,
+            F::RmsNorm => self.rms_norm(op)?,
+            F::FusedRotaryPositionEmbedding => self.rope(op, false)?,
+            F::RepeatInterleave => self.repeat_interleave(op, false)?,
+            F::LookupTableV2 => self.lookup(op, false)?,
+            F::Reshape2 => self.reshape(op)?,
+            F::Transpose2 => self.transpose(op)?,
+            F::Split => self.split(op)?,
+            F::Concat => self.concat(op)?,
+            F::ReduceSum => self.reduce(op, false, false)?,
+            F::ReduceMean => self.reduce(op, true, false)?,
+            F::Mean => self.reduce(op, true, true)?,
+            F::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
+        }
+        Ok(())
+    }
+
+    /// A grad op's kernel.
+    fn exec_grad(&mut self, op: &Op, f: ForwardOp) -> Result<(), String> {
+        use Binary as B;
+        use ForwardOp as F;
+        match f {
+            F::MatmulV2 => self.matmul_grad(op)?,
+            F::ElementwiseAdd => self.binary_grad(op, B::Add)?,
+            F::ElementwiseSub => self.binary_grad(op, B::Sub)?,
+            F::ElementwiseMul => self.binary_grad(op, B::Mul)?,
+            F::ElementwiseDiv => self.binary_grad(op, B::Div)?,
+            F::Relu => self.unary_grad(op, Unary::Relu)?,
+            F::Gelu => self.unary_grad(op, forward::gelu(op))?,
+            F::Silu => self.unary_grad(op, Unary::Silu)?,
+            F::Square => self.unary_grad(op, Unary::Square)?,
+            F::Scale => self.unary_grad(op, forward::scale(op))?,
+            F::Cast => self.cast_grad(op)?,
+            F::Assign | F::Reshape2 => self.reshaped_grad(op)?,
+            F::Dropout => self.dropout_grad(op)?,
+            F::Softmax => self.softmax_grad(op, false)?,
+            F::FusedSoftmaxMaskUpperTriangle => self.softmax_grad(op, true)?,
+            F::LayerNorm => self.layer_norm_grad(op)?,
+            F::RmsNorm => self.rms_norm_grad(op)?,
+            F::FusedRotaryPositionEmbedding => self.rope(op, true)?,
+            F::RepeatInterleave => self.repeat_interleave(op, true)?,
+            F::LookupTableV2 => self.lookup_grad(op, false)?,
+            F::Transpose2 => self.transpose_grad(op)?,
+            F::Split => self.split_grad(op)?,
+            F::Concat => self.concat_grad(op)?,
+            F::ReduceSum => self.reduce_grad(op, false, false)?,
+            F::ReduceMean => self.reduce_grad(op, true, false)?,
+            F::Mean => self.reduce_grad(op, true, true)?,
+            F::SoftmaxWithCrossEntropy => self.softmax_ce_grad(op)?,
+        }
+        Ok(())
     }
 }
 

@@ -22,7 +22,7 @@ use crate::dist::MeshId;
 use crate::dist::{
     local_shape, DimAxes, DistImpl, OperatorDistAttr, Partial, ProcessMesh, TensorDistAttr,
 };
-use crate::ir::{OpId, OpType, Program, VarId};
+use crate::ir::{Family, OpId, OpType, Program, VarId};
 use crate::plan::{verify_plan, Plan, PlanIssue};
 use crate::spmd::registry::{rule_for, Binding};
 use crate::spmd::{DistTensor, Inferred, Layout};
@@ -447,8 +447,12 @@ fn choose_impl(program: &Program, op: &crate::ir::Op, attr: &OperatorDistAttr) -
             .map(|a| a.dims.clone())
             .unwrap_or_default()
     };
-    match op.ty {
-        OpType::MatmulV2 => {
+    // Planner ops get their implementation from the backward / optimizer passes.
+    let OpType::Forward(f) = op.ty else {
+        return DistImpl::Default;
+    };
+    match f.family() {
+        Family::Matmul => {
             let y = slot_dims(1);
             let trans_y = op.attr_bool("trans_y", false);
             let n = y.len();
@@ -466,29 +470,17 @@ fn choose_impl(program: &Program, op: &crate::ir::Op, attr: &OperatorDistAttr) -
                 DistImpl::MatmulReplicate
             }
         }
-        OpType::LookupTableV2 if slot_dims(0).first().is_some_and(|a| !a.is_empty()) => {
+        Family::Embedding if slot_dims(0).first().is_some_and(|a| !a.is_empty()) => {
             DistImpl::EmbeddingVocab
         }
         // A split class axis runs Paddle's `c_softmax_with_cross_entropy` (impl 1); the
         // rule only allows it on the last axis with hard labels.
-        OpType::SoftmaxWithCrossEntropy if class_axis_split(op, attr) => {
-            DistImpl::CrossEntropyVocab
-        }
-        OpType::Reshape2 => DistImpl::Reshape,
-        OpType::Transpose2 => DistImpl::Transpose,
-        OpType::Softmax => DistImpl::Softmax,
-        OpType::Relu
-        | OpType::Gelu
-        | OpType::Silu
-        | OpType::Square
-        | OpType::Scale
-        | OpType::Cast
-        | OpType::Assign
-        | OpType::Dropout => DistImpl::Elementwise,
-        OpType::ElementwiseAdd
-        | OpType::ElementwiseSub
-        | OpType::ElementwiseMul
-        | OpType::ElementwiseDiv => {
+        Family::CrossEntropy if class_axis_split(op, attr) => DistImpl::CrossEntropyVocab,
+        Family::Reshape => DistImpl::Reshape,
+        Family::Transpose => DistImpl::Transpose,
+        Family::Softmax => DistImpl::Softmax,
+        Family::ElementwiseUnary => DistImpl::Elementwise,
+        Family::ElementwiseBinary => {
             let shapes: Vec<&[usize]> = op
                 .all_inputs()
                 .map(|v| program.var(v).ty.shape.as_slice())
@@ -499,23 +491,16 @@ fn choose_impl(program: &Program, op: &crate::ir::Op, attr: &OperatorDistAttr) -
                 DistImpl::Default
             }
         }
-        OpType::FusedSoftmaxMaskUpperTriangle
-        | OpType::LayerNorm
-        | OpType::LookupTableV2
-        | OpType::Split
-        | OpType::Concat
-        | OpType::ReduceSum
-        | OpType::ReduceMean
-        | OpType::Mean
-        | OpType::SoftmaxWithCrossEntropy
-        | OpType::FillConstant => DistImpl::Default,
-        // Planner ops get their implementation from the backward / optimizer passes.
-        OpType::Grad(_)
-        | OpType::Math(_)
-        | OpType::Optimizer(_)
-        | OpType::Amp(_)
-        | OpType::Collective(_)
-        | OpType::RankLocal(_) => DistImpl::Default,
+        Family::MaskedSoftmax
+        | Family::Norm
+        | Family::Rotary
+        | Family::Repeat
+        | Family::Embedding
+        | Family::Split
+        | Family::Concat
+        | Family::Reduce
+        | Family::Mean
+        | Family::CrossEntropy => DistImpl::Default,
     }
 }
 

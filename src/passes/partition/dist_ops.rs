@@ -17,7 +17,7 @@
 //! Grad ops use their forward op's container and implementation.
 
 use crate::dist::{DistImpl, OperatorDistAttr};
-use crate::ir::{Op, OpType, Program};
+use crate::ir::{Family, ForwardOp, Op, OpType, Program};
 
 /// Whether the op's wanted input attrs suit `imp`.
 pub fn is_input_compatible(imp: DistImpl, op: &Op, attr: &OperatorDistAttr) -> bool {
@@ -101,43 +101,43 @@ pub fn is_compatible(imp: DistImpl, op: &Op, attr: &OperatorDistAttr) -> bool {
 
 /// The container of an op type (grad ops use their forward op's).
 pub fn container_of(ty: OpType) -> &'static [DistImpl] {
-    match ty.forward().unwrap_or(ty) {
-        OpType::MatmulV2 => &[
+    let Some(f) = forward_op(ty) else {
+        return &[];
+    };
+    match f.family() {
+        Family::Matmul => &[
             DistImpl::MatmulColumn,
             DistImpl::MatmulRow,
             DistImpl::MatmulReplicate,
         ],
-        OpType::LookupTableV2 => &[DistImpl::EmbeddingVocab],
-        OpType::SoftmaxWithCrossEntropy => &[DistImpl::CrossEntropyVocab],
-        OpType::Reshape2 => &[DistImpl::Reshape],
-        OpType::Softmax => &[DistImpl::Softmax],
-        OpType::Transpose2 => &[DistImpl::Transpose],
-        OpType::ElementwiseAdd
-        | OpType::ElementwiseSub
-        | OpType::ElementwiseMul
-        | OpType::ElementwiseDiv
-        | OpType::Relu
-        | OpType::Gelu
-        | OpType::Silu
-        | OpType::Square
-        | OpType::Scale
-        | OpType::Cast
-        | OpType::Assign
-        | OpType::Dropout
-        | OpType::FusedSoftmaxMaskUpperTriangle
-        | OpType::LayerNorm
-        | OpType::Split
-        | OpType::Concat
-        | OpType::ReduceSum
-        | OpType::ReduceMean
-        | OpType::Mean
-        | OpType::FillConstant
-        | OpType::Grad(_)
+        Family::Embedding => &[DistImpl::EmbeddingVocab],
+        Family::CrossEntropy => &[DistImpl::CrossEntropyVocab],
+        Family::Reshape => &[DistImpl::Reshape],
+        Family::Softmax => &[DistImpl::Softmax],
+        Family::Transpose => &[DistImpl::Transpose],
+        Family::ElementwiseBinary
+        | Family::ElementwiseUnary
+        | Family::MaskedSoftmax
+        | Family::Norm
+        | Family::Split
+        | Family::Concat
+        | Family::Reduce
+        | Family::Mean
+        | Family::Rotary
+        | Family::Repeat => &[],
+    }
+}
+
+/// The forward op of a forward or grad op.
+fn forward_op(ty: OpType) -> Option<ForwardOp> {
+    match ty {
+        OpType::Forward(f) | OpType::Grad(f) => Some(f),
+        OpType::FillConstant
         | OpType::Math(_)
         | OpType::Optimizer(_)
         | OpType::Amp(_)
         | OpType::Collective(_)
-        | OpType::RankLocal(_) => &[],
+        | OpType::RankLocal(_) => None,
     }
 }
 
@@ -161,21 +161,7 @@ pub fn find_impl(
         .chain([DistImpl::Elementwise, DistImpl::Default])
         .find(|i| {
             // The elementwise container only takes the ops it was written for.
-            let elementwise_op = matches!(
-                check_op.ty,
-                OpType::ElementwiseAdd
-                    | OpType::ElementwiseSub
-                    | OpType::ElementwiseMul
-                    | OpType::ElementwiseDiv
-                    | OpType::Relu
-                    | OpType::Gelu
-                    | OpType::Silu
-                    | OpType::Square
-                    | OpType::Scale
-                    | OpType::Cast
-                    | OpType::Assign
-                    | OpType::Dropout
-            );
+            let elementwise_op = matches!(check_op.ty, OpType::Forward(f) if f.is_elementwise());
             (*i != DistImpl::Elementwise || elementwise_op)
                 && is_compatible(*i, check_op, check_attr)
         })
