@@ -97,6 +97,15 @@ fn embedding_lm_with_momentum() {
 }
 
 #[test]
+fn llama_with_adam() {
+    check(
+        &f64_model(Model::Llama, &["ids=dp,-"]),
+        &options("adam", false, None),
+        expect_file!["golden/bounds_llama.txt"],
+    );
+}
+
+#[test]
 fn mlps_with_sgd() {
     check(
         &f64_model(Model::Mlp, &["x=dp,-"]),
@@ -132,6 +141,10 @@ fn the_programs_cover_every_op_type_with_a_bound() {
         (
             f64_model(Model::EmbeddingLm, &["ids=dp,-"]),
             options("momentum", false, None),
+        ),
+        (
+            f64_model(Model::Llama, &["ids=dp,-"]),
+            options("adam", false, None),
         ),
         (
             f64_model(Model::Mlp, &["x=dp,-"]),

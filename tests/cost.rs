@@ -666,3 +666,52 @@ fn activation_memory_per_layer_against_korthikanti() {
     let korthikanti = s * b * h * (34.0 + 5.0 * a * s / h);
     assert!(per_layer > korthikanti, "{per_layer} vs {korthikanti}");
 }
+
+/// The decoder ops' declared FLOPs, and a llama's matmul FLOPs against the closed form
+/// `2·tokens·(params in the projections) + 4·batch·heads·seq²·head_dim` per layer (the
+/// scores and the context), with the LM head's `2·tokens·hidden·vocab`.
+#[test]
+fn decoder_op_counts_and_llama_matmul_flops() {
+    let p = program(
+        "var x: f32[2, 4, 8] activation\nvar s: f32[8] parameter persistable\n\
+         var y: f32[2, 4, 8] activation\nvar r: f32[2, 4] activation\n\
+         var q: f32[2, 4, 2, 4] activation\nvar sin: f32[1, 4, 1, 4] input\n\
+         var cos: f32[1, 4, 1, 4] input\nvar o: f32[2, 4, 2, 4] activation\n\
+         var rep: f32[2, 4, 6, 4] activation\n\
+         op rms_norm(X=x, Scale=s) -> (Y=y, InvVar=r) {begin_norm_axis=2}\n\
+         op fused_rotary_position_embedding(X=q, Sin=sin, Cos=cos) -> (Out=o)\n\
+         op repeat_interleave(X=o) -> (Out=rep) {repeats=3, axis=2}\n",
+    );
+    // rms_norm: square-add, then two multiplies, per element; reads X and scale, writes Y
+    // and one statistic per row.
+    assert_eq!(
+        work_of(&p, OpType::RmsNorm),
+        Work {
+            flops: 4.0 * 64.0,
+            bytes: (64.0 + 8.0 + 64.0 + 8.0) * 4.0
+        }
+    );
+    assert_eq!(
+        work_of(&p, OpType::FusedRotaryPositionEmbedding).flops,
+        3.0 * 64.0
+    );
+    assert_eq!(work_of(&p, OpType::RepeatInterleave).flops, 0.0);
+
+    let model = Model::Llama;
+    let cfg = model.default_config();
+    let program = model.build(&cfg).unwrap();
+    let tokens = (cfg.batch * cfg.seq) as f64;
+    let (h, f, v) = (cfg.hidden as f64, cfg.ffn as f64, cfg.vocab as f64);
+    let head_dim = h / cfg.heads as f64;
+    let kv = cfg.kv_heads as f64 * head_dim;
+    let per_layer = 2.0 * tokens * (h * h + 2.0 * h * kv + h * h + 3.0 * h * f)
+        + 4.0 * (cfg.batch * cfg.heads) as f64 * (cfg.seq * cfg.seq) as f64 * head_dim;
+    let want = cfg.layers as f64 * per_layer + 2.0 * tokens * h * v;
+    let got: f64 = program
+        .ops()
+        .iter()
+        .filter(|o| o.ty == OpType::MatmulV2)
+        .map(|o| op_work(&program, o, F32).flops)
+        .sum();
+    assert_eq!(got, want);
+}

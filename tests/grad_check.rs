@@ -306,3 +306,53 @@ fn shape_and_reduction_grads() {
     );
     check("mean", &body, &[("o", "f64[]")], &[]);
 }
+
+/// The decoder ops: rms_norm (x and scale), the rotary embedding in both pairings with
+/// real sine and cosine tables, and repeat_interleave over heads.
+#[test]
+fn decoder_grads() {
+    let body = format!(
+        "{}{}var y: f64[2, 3, 4] activation\nvar r: f64[2, 3] activation\n\
+         op rms_norm(X=x, Scale=s) -> (Y=y, InvVar=r) {{begin_norm_axis=2, epsilon=1e-6}}\n",
+        p("x", "2, 3, 4"),
+        p("s", "4")
+    );
+    check("rms_norm", &body, &[("y", "f64[2, 3, 4]")], &[]);
+    let body = format!(
+        "{}{}var y: f64[3, 8] activation\nvar r: f64[3] activation\n\
+         op rms_norm(X=x, Scale=s) -> (Y=y, InvVar=r) {{begin_norm_axis=1}}\n",
+        p("x", "3, 8"),
+        p("s", "8")
+    );
+    check("rms_norm rank 2", &body, &[("y", "f64[3, 8]")], &[]);
+    // Positions 0..3 at the frequencies of base 10000 over a head width of 4.
+    let (seq, d) = (3usize, 4usize);
+    let angle =
+        |t: usize, i: usize| t as f64 / 10000f64.powf((2 * (i % (d / 2))) as f64 / d as f64);
+    let table = |f: fn(f64) -> f64| -> Vec<f64> {
+        (0..seq)
+            .flat_map(|t| (0..d).map(move |i| f(angle(t, i))))
+            .collect()
+    };
+    for neox in [false, true] {
+        let body = format!(
+            "{}var sin: f64[1, 3, 1, 4] input\nvar cos: f64[1, 3, 1, 4] input\n\
+             var o: f64[2, 3, 2, 4] activation\n\
+             op fused_rotary_position_embedding(X=x, Sin=sin, Cos=cos) -> (Out=o) \
+             {{use_neox_rotary_style={neox}}}\n",
+            p("x", "2, 3, 2, 4")
+        );
+        check(
+            &format!("rotary neox={neox}"),
+            &body,
+            &[("o", "f64[2, 3, 2, 4]")],
+            &[("sin", table(f64::sin)), ("cos", table(f64::cos))],
+        );
+    }
+    let body = format!(
+        "{}var o: f64[2, 3, 6, 2] activation\n\
+         op repeat_interleave(X=x) -> (Out=o) {{repeats=3, axis=2}}\n",
+        p("x", "2, 3, 2, 2")
+    );
+    check("repeat_interleave", &body, &[("o", "f64[2, 3, 6, 2]")], &[]);
+}

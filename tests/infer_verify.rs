@@ -418,3 +418,72 @@ fn verifier_checks_slot_arity() {
         ]
     );
 }
+
+#[test]
+fn decoder_ops() {
+    let rms = OpType::RmsNorm;
+    assert_eq!(
+        infer(
+            rms,
+            &[&["f32[4,16,64]"], &["f32[64]"]],
+            &[("begin_norm_axis", i(2))]
+        ),
+        "f32[4, 16, 64] f32[4, 16]"
+    );
+    assert_eq!(
+        infer(
+            rms,
+            &[&["f32[4,16,64]"], &["f64[64]"]],
+            &[("begin_norm_axis", i(2))]
+        ),
+        "error: Scale must be f32[64] (the normalised size of X f32[4, 16, 64]), got f64[64]"
+    );
+    assert_eq!(
+        infer(rms, &[&["i64[4,64]"], &["f32[64]"]], &[]),
+        "error: X must be f32 or f64, got i64[4, 64]"
+    );
+    let rope = OpType::FusedRotaryPositionEmbedding;
+    let table = "f32[1,16,1,8]";
+    assert_eq!(
+        infer(rope, &[&["f32[2,16,4,8]"], &[table], &[table]], &[]),
+        "f32[2, 16, 4, 8]"
+    );
+    assert_eq!(
+        infer(rope, &[&["f32[2,16,4,7]"], &[table], &[table]], &[]),
+        "error: head_dim 7 of X f32[2, 16, 4, 7] must be even (elements rotate in pairs)"
+    );
+    assert_eq!(
+        infer(rope, &[&["f32[2,16,32]"], &[table], &[table]], &[]),
+        "error: X must be [batch, seq, heads, head_dim], got f32[2, 16, 32]"
+    );
+    assert_eq!(
+        infer(rope, &[&["f32[2,16,4,8]"], &["f32[16,8]"], &[table]], &[]),
+        "error: Sin must be f32[1, 16, 1, 8] (one row per position of X f32[2, 16, 4, 8]), \
+         got f32[16, 8]"
+    );
+    let rep = OpType::RepeatInterleave;
+    assert_eq!(
+        infer(
+            rep,
+            &[&["f32[2,16,2,8]"]],
+            &[("repeats", i(4)), ("axis", i(2))]
+        ),
+        "f32[2, 16, 8, 8]"
+    );
+    assert_eq!(
+        infer(
+            rep,
+            &[&["f32[2,16,2,8]"]],
+            &[("repeats", i(0)), ("axis", i(2))]
+        ),
+        "error: repeats 0 must be at least 1"
+    );
+    assert_eq!(
+        infer(
+            rep,
+            &[&["f32[2,16,2,8]"]],
+            &[("repeats", i(2)), ("axis", i(4))]
+        ),
+        "error: axis 4 is out of range for rank 4"
+    );
+}

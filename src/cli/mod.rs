@@ -13,6 +13,7 @@ mod options;
 mod plan;
 mod run;
 mod schedule;
+mod sizes;
 mod stages;
 mod suggest;
 mod training;
@@ -21,8 +22,8 @@ pub use check::summary;
 use check::{locate_message, report_issues};
 use options::{BenchWhat, Format};
 use plan::PlanArgs;
+pub(crate) use sizes::SizeArgs;
 
-use crate::ir::DType;
 use crate::models::{Model, ModelConfig};
 use crate::plan::{
     parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, RanksPlanned, SourceMap,
@@ -187,87 +188,6 @@ pub(crate) struct RunArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-}
-
-/// Model sizes; each preset has its own defaults (see `shardlab print --help`).
-#[derive(Args, Debug)]
-pub(crate) struct SizeArgs {
-    /// Number of transformer blocks (gpt, embedding_lm).
-    #[arg(long)]
-    layers: Option<usize>,
-    /// Batch size.
-    #[arg(long)]
-    batch: Option<usize>,
-    /// Sequence length (gpt, embedding_lm).
-    #[arg(long)]
-    seq: Option<usize>,
-    /// Hidden width (MLP hidden layer, transformer width).
-    #[arg(long)]
-    hidden: Option<usize>,
-    /// Attention heads (gpt, embedding_lm).
-    #[arg(long)]
-    heads: Option<usize>,
-    /// Vocabulary size (embedding_lm).
-    #[arg(long)]
-    vocab: Option<usize>,
-    /// Input features (mlp, mlp_mse).
-    #[arg(long)]
-    features: Option<usize>,
-    /// Output width: classes of mlp, targets of mlp_mse.
-    #[arg(long)]
-    classes: Option<usize>,
-    /// Element type of parameters and activations: f32 (the default) or f64. Also applies
-    /// to a --scenario.
-    #[arg(long)]
-    dtype: Option<String>,
-}
-
-impl SizeArgs {
-    pub(crate) fn config(&self, model: Model) -> Result<ModelConfig, String> {
-        let mut cfg = model.default_config();
-        let set = |field: &mut usize, v: Option<usize>| {
-            if let Some(v) = v {
-                *field = v;
-            }
-        };
-        set(&mut cfg.layers, self.layers);
-        set(&mut cfg.batch, self.batch);
-        set(&mut cfg.seq, self.seq);
-        set(&mut cfg.hidden, self.hidden);
-        set(&mut cfg.heads, self.heads);
-        set(&mut cfg.vocab, self.vocab);
-        set(&mut cfg.features, self.features);
-        set(&mut cfg.classes, self.classes);
-        cfg.dtype = self.dtype()?.unwrap_or(DType::F32);
-        Ok(cfg)
-    }
-
-    fn dtype(&self) -> Result<Option<DType>, String> {
-        match self.dtype.as_deref() {
-            None => Ok(None),
-            Some(name) => match DType::from_name(name) {
-                Some(d @ (DType::F32 | DType::F64)) => Ok(Some(d)),
-                _ => Err(format!("--dtype `{name}`: expected f32 or f64")),
-            },
-        }
-    }
-
-    /// The size flags given (not --dtype), for refusing them where they cannot apply.
-    pub(crate) fn given(&self) -> Vec<&'static str> {
-        [
-            ("--layers", self.layers),
-            ("--batch", self.batch),
-            ("--seq", self.seq),
-            ("--hidden", self.hidden),
-            ("--heads", self.heads),
-            ("--vocab", self.vocab),
-            ("--features", self.features),
-            ("--classes", self.classes),
-        ]
-        .into_iter()
-        .filter_map(|(name, v)| v.map(|_| name))
-        .collect()
-    }
 }
 
 /// Runs the tool; returns 0 on success, 1 when the input has problems, 2 on usage errors.

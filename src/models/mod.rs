@@ -1,8 +1,10 @@
 //! Preset models, built with sizes as parameters: `mlp` (Paddle's MLP of the oracle),
-//! `mlp_mse` (JAX's MLP of the oracle), `gpt` (pre-LN transformer blocks) and
-//! `embedding_lm` (embedding, blocks, LM head).
+//! `mlp_mse` (JAX's MLP of the oracle), `gpt` (pre-LN transformer blocks), `embedding_lm`
+//! (embedding, blocks, LM head) and `llama` (a Llama-family decoder: rms_norm,
+//! grouped-query attention with rotary embeddings, SwiGLU).
 
 mod gpt;
+mod llama;
 mod mlp;
 pub mod scenarios;
 
@@ -16,6 +18,7 @@ pub enum Model {
     MlpMse,
     Gpt,
     EmbeddingLm,
+    Llama,
 }
 
 /// Sizes of a preset. Each model reads the fields it needs (see [`Model::default_config`]).
@@ -30,15 +33,30 @@ pub struct ModelConfig {
     pub classes: usize,
     pub seq: usize,
     pub heads: usize,
+    /// Key/value heads of grouped-query attention (llama); each is shared by
+    /// `heads / kv_heads` query heads.
+    #[serde(default = "default_kv_heads")]
+    pub kv_heads: usize,
+    /// The MLP's inner width (llama's SwiGLU).
+    #[serde(default = "default_ffn")]
+    pub ffn: usize,
     pub layers: usize,
     pub vocab: usize,
     pub dtype: DType,
 }
 
+fn default_kv_heads() -> usize {
+    Model::Llama.default_config().kv_heads
+}
+
+fn default_ffn() -> usize {
+    Model::Llama.default_config().ffn
+}
+
 /// Why a model cannot be built with the given sizes.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ModelError {
-    #[error("unknown preset `{0}`; presets: mlp, mlp_mse, gpt, embedding_lm")]
+    #[error("unknown preset `{0}`; presets: mlp, mlp_mse, gpt, embedding_lm, llama")]
     Unknown(String),
     #[error("{0}")]
     BadSize(String),
@@ -48,7 +66,13 @@ pub enum ModelError {
 
 impl Model {
     /// Every preset model.
-    pub const ALL: [Model; 4] = [Model::Mlp, Model::MlpMse, Model::Gpt, Model::EmbeddingLm];
+    pub const ALL: [Model; 5] = [
+        Model::Mlp,
+        Model::MlpMse,
+        Model::Gpt,
+        Model::EmbeddingLm,
+        Model::Llama,
+    ];
 
     /// The preset's name.
     pub fn name(self) -> &'static str {
@@ -57,6 +81,7 @@ impl Model {
             Model::MlpMse => "mlp_mse",
             Model::Gpt => "gpt",
             Model::EmbeddingLm => "embedding_lm",
+            Model::Llama => "llama",
         }
     }
 
@@ -75,6 +100,7 @@ impl Model {
             Model::MlpMse => "x @ W1 -> gelu(tanh) -> @ W2, loss mean((pred - y)^2) (JAX's MLP)",
             Model::Gpt => "pre-LN transformer blocks (attention + MLP) with a mean squared error loss",
             Model::EmbeddingLm => "token embedding -> transformer blocks -> LM head -> softmax cross-entropy",
+            Model::Llama => "Llama decoder: rms_norm, grouped-query attention with rotary embeddings, SwiGLU MLP, LM head, cross-entropy",
         }
     }
 
@@ -87,6 +113,8 @@ impl Model {
             classes: 10,
             seq: 16,
             heads: 4,
+            kv_heads: 2,
+            ffn: 128,
             layers: 2,
             vocab: 256,
             dtype: DType::F32,
@@ -108,6 +136,7 @@ impl Model {
             },
             Model::Gpt => base,
             Model::EmbeddingLm => ModelConfig { layers: 1, ..base },
+            Model::Llama => base,
         }
     }
 
@@ -119,6 +148,7 @@ impl Model {
             Model::MlpMse => mlp::mlp_mse(cfg),
             Model::Gpt => gpt::gpt(cfg),
             Model::EmbeddingLm => gpt::embedding_lm(cfg),
+            Model::Llama => llama::llama(cfg),
         }
     }
 }
@@ -140,6 +170,8 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
         ("classes", cfg.classes),
         ("seq", cfg.seq),
         ("heads", cfg.heads),
+        ("kv_heads", cfg.kv_heads),
+        ("ffn", cfg.ffn),
         ("layers", cfg.layers),
         ("vocab", cfg.vocab),
     ];
@@ -161,12 +193,15 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     if cfg.dtype == DType::I64 {
         return Err(ModelError::BadSize("dtype must be f32 or f64".into()));
     }
-    let uses_blocks = matches!(model, Model::Gpt | Model::EmbeddingLm);
+    let uses_blocks = matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama);
     if uses_blocks && !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(ModelError::BadSize(format!(
             "hidden {} must be divisible by heads {}",
             cfg.hidden, cfg.heads
         )));
+    }
+    if model == Model::Llama {
+        check_llama(cfg)?;
     }
     let biggest = [
         cfg.batch
@@ -179,6 +214,8 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
             .saturating_mul(cfg.seq),
         cfg.batch.saturating_mul(cfg.seq).saturating_mul(cfg.vocab),
         cfg.hidden.saturating_mul(cfg.hidden).saturating_mul(4),
+        cfg.hidden.saturating_mul(cfg.ffn),
+        cfg.batch.saturating_mul(cfg.seq).saturating_mul(cfg.ffn),
         cfg.features
             .saturating_mul(cfg.hidden)
             .max(cfg.batch.saturating_mul(cfg.hidden)),
@@ -186,6 +223,25 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     if biggest.iter().any(|&n| n > MAX_ELEMENTS) {
         return Err(ModelError::BadSize(format!(
             "the model is too large (a tensor exceeds {MAX_ELEMENTS} elements)"
+        )));
+    }
+    Ok(())
+}
+
+/// Grouped-query attention's head counts and rotary's even head width.
+fn check_llama(cfg: &ModelConfig) -> Result<(), ModelError> {
+    if !cfg.heads.is_multiple_of(cfg.kv_heads) {
+        return Err(ModelError::BadSize(format!(
+            "heads {} must be a multiple of kv_heads {} (each key/value head serves the same \
+             number of query heads)",
+            cfg.heads, cfg.kv_heads
+        )));
+    }
+    let head_dim = cfg.hidden / cfg.heads;
+    if !head_dim.is_multiple_of(2) {
+        return Err(ModelError::BadSize(format!(
+            "the head width hidden / heads = {head_dim} must be even (rotary embeddings \
+             rotate pairs)"
         )));
     }
     Ok(())

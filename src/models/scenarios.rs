@@ -31,6 +31,9 @@ pub enum PerLayer {
     Megatron,
     /// Megatron sequence parallelism in every block.
     SequenceParallel,
+    /// `ids` split over dp and every llama block Megatron tensor parallel over mp, with the
+    /// vocab-parallel embedding and LM head.
+    LlamaMegatron,
 }
 
 impl PerLayer {
@@ -40,6 +43,7 @@ impl PerLayer {
             PerLayer::Fixed => None,
             PerLayer::Megatron => Some(gpt_dp_mp_shards(layers)),
             PerLayer::SequenceParallel => Some(sequence_parallel_shards(layers, "mp")),
+            PerLayer::LlamaMegatron => Some(llama_dp_mp_shards(layers)),
         }
     }
 }
@@ -82,6 +86,32 @@ pub fn megatron_shards(layers: usize, mp: &str) -> Vec<String> {
             shards.push(format!("h{i}.{col}.b={mp}"));
         }
         for row in ["attn.o", "mlp.fc2"] {
+            shards.push(format!("h{i}.{row}.w={mp},-"));
+        }
+    }
+    shards
+}
+
+fn llama_dp_mp_shards(layers: usize) -> Vec<String> {
+    let mut shards = vec![
+        "ids=dp,-".to_string(),
+        "wte=mp,-".to_string(),
+        "lm_head.w=-,mp".to_string(),
+    ];
+    shards.extend(llama_megatron_shards(layers, "mp"));
+    shards
+}
+
+/// Megatron-LM tensor parallelism for every llama block of `layers`: q, k, v, gate and up
+/// column parallel (weights `[-, mp]`; a rank holds whole query and key/value heads), the
+/// output and down projections row parallel. Llama has no biases.
+pub fn llama_megatron_shards(layers: usize, mp: &str) -> Vec<String> {
+    let mut shards = Vec::new();
+    for i in 0..layers {
+        for col in ["attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up"] {
+            shards.push(format!("h{i}.{col}.w=-,{mp}"));
+        }
+        for row in ["attn.o", "mlp.down"] {
             shards.push(format!("h{i}.{row}.w={mp},-"));
         }
     }
@@ -144,6 +174,16 @@ pub fn scenarios() -> Vec<Scenario> {
             shards: s(&["x=dp,mp", "linear_0.w_0=-,mp", "linear_0.tmp_0=dp,-"]),
             sequence_parallel: false,
             per_layer: PerLayer::Fixed,
+        },
+        Scenario {
+            name: "llama_dp_mp",
+            title: "Llama block (GQA, rotary, SwiGLU), data × tensor parallel",
+            model: Model::Llama,
+            layers: 1,
+            mesh: "2x2:dp,mp",
+            shards: llama_dp_mp_shards(1),
+            sequence_parallel: false,
+            per_layer: PerLayer::LlamaMegatron,
         },
         Scenario {
             name: "gpt_sequence_parallel",

@@ -22,6 +22,38 @@ fn layers(p: &Program) -> usize {
         .count()
 }
 
+/// The number of llama blocks (`h<i>.input_norm.scale` parameters).
+fn llama_layers(p: &Program) -> usize {
+    (0..)
+        .take_while(|i| p.var_id(&format!("h{i}.input_norm.scale")).is_some())
+        .count()
+}
+
+/// A llama's sizes read from its embedding, block 0's key heads and SwiGLU width.
+fn llama_guess(p: &Program, ids: &[usize], wte: &[usize]) -> Option<(Model, ModelConfig)> {
+    let base = Model::Llama.default_config();
+    let ([b, s], [v, h]) = (ids, wte) else {
+        return None;
+    };
+    let kv_heads = shape(p, "h0.attn.k.heads").and_then(|s| s.get(2).copied());
+    let ffn = shape(p, "h0.mlp.gate.w").and_then(|s| s.get(1).copied());
+    Some((
+        Model::Llama,
+        ModelConfig {
+            batch: *b,
+            seq: *s,
+            vocab: *v,
+            hidden: *h,
+            layers: llama_layers(p),
+            heads: heads(p, base.heads),
+            kv_heads: kv_heads.unwrap_or(base.kv_heads),
+            ffn: ffn.unwrap_or(base.ffn),
+            dtype: dtype(p, "wte").unwrap_or(DType::F32),
+            ..base
+        },
+    ))
+}
+
 /// The heads of block 0's attention (`h0.attn.q.heads` is `[batch, seq, heads, dim]`).
 fn heads(p: &Program, base: usize) -> usize {
     shape(p, "h0.attn.q.heads")
@@ -33,6 +65,7 @@ fn heads(p: &Program, base: usize) -> usize {
 fn guesses(p: &Program) -> Vec<(Model, ModelConfig)> {
     let mut out = Vec::new();
     if let (Some(ids), Some(wte)) = (shape(p, "ids"), shape(p, "wte")) {
+        out.extend(llama_guess(p, &ids, &wte));
         let base = Model::EmbeddingLm.default_config();
         if let ([b, s], [v, h]) = (&ids[..], &wte[..]) {
             out.push((
@@ -120,7 +153,7 @@ pub fn identify(program: &Program) -> Result<(Model, ModelConfig), String> {
     }
     Err(
         "suggest searches over the layouts of the preset models (mlp, mlp_mse, gpt, \
-         embedding_lm); this plan's program is not one of them at any size read from it. \
+         embedding_lm, llama); this plan's program is not one of them at any size read from it. \
          Price your own plan with `shardlab cost`, or search from --preset with the same sizes"
             .into(),
     )
@@ -151,9 +184,12 @@ mod tests {
             assert_eq!(m, model);
             assert_eq!(c.batch, 8);
             assert_eq!(c.hidden, cfg.hidden);
-            if matches!(model, Model::Gpt | Model::EmbeddingLm) {
+            if matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama) {
                 assert_eq!(c.layers, 3);
                 assert_eq!(c.heads, cfg.heads);
+            }
+            if model == Model::Llama {
+                assert_eq!((c.kv_heads, c.ffn), (cfg.kv_heads, cfg.ffn));
             }
         }
     }

@@ -188,6 +188,18 @@ impl Candidate {
                     }
                 }
             }
+            Model::Llama => {
+                out.push(format!("ids={batch},-"));
+                if mp {
+                    out.extend(crate::models::scenarios::llama_megatron_shards(
+                        layers, "mp",
+                    ));
+                    if self.vocab_parallel {
+                        out.push("wte=mp,-".into());
+                        out.push("lm_head.w=-,mp".into());
+                    }
+                }
+            }
         }
         out
     }
@@ -198,10 +210,10 @@ impl Candidate {
         let blocks = match (model, mp) {
             (_, false) => "replicated",
             (Model::Mlp | Model::MlpMse, true) => "megatron mlp",
-            (Model::Gpt | Model::EmbeddingLm, true) => "megatron",
+            (Model::Gpt | Model::EmbeddingLm | Model::Llama, true) => "megatron",
         };
         match (model, mp) {
-            (Model::EmbeddingLm, true) => format!(
+            (Model::EmbeddingLm | Model::Llama, true) => format!(
                 "blocks {blocks}, embed+head {}",
                 if self.vocab_parallel {
                     "vocab-par"
@@ -209,7 +221,9 @@ impl Candidate {
                     "replicated"
                 }
             ),
-            (Model::EmbeddingLm, false) => format!("blocks {blocks}, embed+head replicated"),
+            (Model::EmbeddingLm | Model::Llama, false) => {
+                format!("blocks {blocks}, embed+head replicated")
+            }
             (Model::Mlp | Model::MlpMse | Model::Gpt, _) => format!("blocks {blocks}"),
         }
     }
@@ -232,7 +246,7 @@ fn factorisations(model: Model, cfg: &ModelConfig, n: usize) -> Vec<(usize, usiz
 
 /// Whether the model's sizes divide by the degrees.
 fn admits(model: Model, cfg: &ModelConfig, pp: usize, dp: usize, mp: usize) -> bool {
-    let layered = matches!(model, Model::Gpt | Model::EmbeddingLm);
+    let layered = matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama);
     let pp_ok = pp == 1 || (layered && cfg.layers.is_multiple_of(pp));
     let mp_ok = match model {
         Model::Mlp | Model::MlpMse => cfg.hidden.is_multiple_of(mp),
@@ -240,6 +254,12 @@ fn admits(model: Model, cfg: &ModelConfig, pp: usize, dp: usize, mp: usize) -> b
             cfg.heads.is_multiple_of(mp)
                 && cfg.hidden.is_multiple_of(mp)
                 && (4 * cfg.hidden).is_multiple_of(mp)
+        }
+        // Whole key/value heads per rank.
+        Model::Llama => {
+            cfg.heads.is_multiple_of(mp)
+                && cfg.kv_heads.is_multiple_of(mp)
+                && cfg.ffn.is_multiple_of(mp)
         }
     };
     pp_ok && mp_ok && cfg.batch.is_multiple_of(dp)
@@ -302,7 +322,7 @@ pub fn micro_batch_ladder(batch: usize, dp: usize, pp: usize) -> Vec<usize> {
 
 /// Whether the model has recomputable transformer layers.
 pub fn recomputes(model: Model) -> bool {
-    matches!(model, Model::Gpt | Model::EmbeddingLm)
+    matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama)
 }
 
 /// The recomputation modes, cheapest first.
@@ -315,8 +335,12 @@ pub fn families(model: Model, cfg: &ModelConfig, devices: usize, pruned: bool) -
     let mut out = Vec::new();
     for (pp, dp, mp) in factorisations(model, cfg, devices) {
         let vocab: &[bool] = match (model, mp > 1) {
-            (Model::EmbeddingLm, true) if cfg.vocab.is_multiple_of(mp) => &[true, false],
-            (Model::Mlp | Model::MlpMse | Model::Gpt | Model::EmbeddingLm, _) => &[false],
+            (Model::EmbeddingLm | Model::Llama, true) if cfg.vocab.is_multiple_of(mp) => {
+                &[true, false]
+            }
+            (Model::Mlp | Model::MlpMse | Model::Gpt | Model::EmbeddingLm | Model::Llama, _) => {
+                &[false]
+            }
         };
         let sums: &[bool] = match (mp > 1, pruned) {
             (true, true) => &[true],

@@ -1,0 +1,221 @@
+//! `llama`: a Llama-family decoder. Token embedding; blocks of rms_norm, grouped-query
+//! attention with rotary embeddings and a SwiGLU MLP (`silu(x·W_gate) * (x·W_up)`), each
+//! with its residual; a final rms_norm, an LM head and the softmax cross-entropy against
+//! next-token labels. No biases, as in Llama.
+//!
+//! The rotary tables `rope.sin` and `rope.cos` `[1, seq, 1, head_dim]` are inputs, as in
+//! Paddle's models (which compute them once outside the layers).
+
+use super::{ModelConfig, ModelError};
+use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
+
+type Res<T> = Result<T, ModelError>;
+
+/// The tensors every block reads besides its input.
+struct Shared {
+    sin: VarId,
+    cos: VarId,
+}
+
+/// The whole model (see the module comment).
+pub fn llama(cfg: &ModelConfig) -> Res<Program> {
+    let mut b = Builder::new();
+    let head_dim = cfg.hidden / cfg.heads;
+    let ids = b.input("ids", DType::I64, &[cfg.batch, cfg.seq])?;
+    let label = b.label("label", DType::I64, &[cfg.batch, cfg.seq, 1])?;
+    let table = [1, cfg.seq, 1, head_dim];
+    let shared = Shared {
+        sin: b.input("rope.sin", cfg.dtype, &table)?,
+        cos: b.input("rope.cos", cfg.dtype, &table)?,
+    };
+    let wte = b.param("wte", cfg.dtype, &[cfg.vocab, cfg.hidden])?;
+    let mut h = b.op1(
+        OpType::LookupTableV2,
+        vec![vec![wte], vec![ids]],
+        &[("padding_idx", Attr::Int(-1))],
+        "emb",
+    )?;
+    for i in 0..cfg.layers {
+        h = block(&mut b, cfg, &shared, &format!("h{i}"), h)?;
+    }
+    let out = rms_norm(&mut b, cfg, "norm", h)?;
+    let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
+    let logits = b.op1(OpType::MatmulV2, vec![vec![out], vec![head]], &[], "logits")?;
+    let outs = b.op(
+        OpType::SoftmaxWithCrossEntropy,
+        vec![vec![logits], vec![label]],
+        &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
+        &["logits.softmax", "loss.tokens"],
+    )?;
+    b.set_role(OpRole::Loss);
+    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    Ok(b.finish())
+}
+
+/// One block: `x + attn(rms_norm(x))`, then `+ mlp(rms_norm(.))`.
+fn block(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId) -> Res<VarId> {
+    let n1 = rms_norm(b, cfg, &format!("{p}.input_norm"), x)?;
+    let attn = attention(b, cfg, shared, &format!("{p}.attn"), n1)?;
+    let res1 = b.op1(
+        OpType::ElementwiseAdd,
+        vec![vec![x], vec![attn]],
+        &[],
+        &format!("{p}.res_1"),
+    )?;
+    let n2 = rms_norm(b, cfg, &format!("{p}.post_norm"), res1)?;
+    let mlp = swiglu(b, cfg, &format!("{p}.mlp"), n2)?;
+    Ok(b.op1(
+        OpType::ElementwiseAdd,
+        vec![vec![res1], vec![mlp]],
+        &[],
+        &format!("{p}.res_2"),
+    )?)
+}
+
+/// `down(silu(x·W_gate) * (x·W_up))`.
+fn swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
+    let gate = linear(b, cfg, &format!("{p}.gate"), x, cfg.hidden, cfg.ffn)?;
+    let up = linear(b, cfg, &format!("{p}.up"), x, cfg.hidden, cfg.ffn)?;
+    let act = b.op1(OpType::Silu, vec![vec![gate]], &[], &format!("{p}.silu"))?;
+    let prod = b.op1(
+        OpType::ElementwiseMul,
+        vec![vec![act], vec![up]],
+        &[],
+        &format!("{p}.swiglu"),
+    )?;
+    linear(b, cfg, &format!("{p}.down"), prod, cfg.ffn, cfg.hidden)
+}
+
+/// `[batch, seq, n·head_dim]` as `[batch, seq, n, head_dim]`.
+fn to_heads(b: &mut Builder, p: &str, x: VarId, n: usize, head_dim: usize) -> Res<VarId> {
+    Ok(b.op1(
+        OpType::Reshape2,
+        vec![vec![x]],
+        &[("shape", Attr::Ints(vec![0, 0, n as i64, head_dim as i64]))],
+        &format!("{p}.heads"),
+    )?)
+}
+
+/// `[batch, seq, heads, head_dim]` ↔ `[batch, heads, seq, head_dim]`.
+fn swap_seq_heads(b: &mut Builder, name: &str, x: VarId) -> Res<VarId> {
+    Ok(b.op1(
+        OpType::Transpose2,
+        vec![vec![x]],
+        &[("axis", Attr::Ints(vec![0, 2, 1, 3]))],
+        name,
+    )?)
+}
+
+/// The rotary embedding of `[batch, seq, heads, head_dim]` (Llama's `rotate_half`, which
+/// Paddle calls `use_neox_rotary_style=False`).
+fn rotary(b: &mut Builder, shared: &Shared, p: &str, x: VarId) -> Res<VarId> {
+    Ok(b.op1(
+        OpType::FusedRotaryPositionEmbedding,
+        vec![vec![x], vec![shared.sin], vec![shared.cos]],
+        &[("use_neox_rotary_style", Attr::Bool(false))],
+        &format!("{p}.rope"),
+    )?)
+}
+
+/// Causal grouped-query attention: `kv_heads` key/value heads, each shared by
+/// `heads / kv_heads` query heads (repeated in place, as PaddleFormers' `repeat_kv`).
+fn attention(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId) -> Res<VarId> {
+    let head_dim = cfg.hidden / cfg.heads;
+    let kv_width = cfg.kv_heads * head_dim;
+    let q = linear(b, cfg, &format!("{p}.q"), x, cfg.hidden, cfg.hidden)?;
+    let k = linear(b, cfg, &format!("{p}.k"), x, cfg.hidden, kv_width)?;
+    let v = linear(b, cfg, &format!("{p}.v"), x, cfg.hidden, kv_width)?;
+    let q = to_heads(b, &format!("{p}.q"), q, cfg.heads, head_dim)?;
+    let k = to_heads(b, &format!("{p}.k"), k, cfg.kv_heads, head_dim)?;
+    let v = to_heads(b, &format!("{p}.v"), v, cfg.kv_heads, head_dim)?;
+    let q = rotary(b, shared, &format!("{p}.q"), q)?;
+    let mut k = rotary(b, shared, &format!("{p}.k"), k)?;
+    let mut v = v;
+    let group = cfg.heads / cfg.kv_heads;
+    if group > 1 {
+        let repeat = |b: &mut Builder, name: &str, t: VarId| -> Res<VarId> {
+            Ok(b.op1(
+                OpType::RepeatInterleave,
+                vec![vec![t]],
+                &[("repeats", Attr::Int(group as i64)), ("axis", Attr::Int(2))],
+                &format!("{p}.{name}.repeated"),
+            )?)
+        };
+        k = repeat(b, "k", k)?;
+        v = repeat(b, "v", v)?;
+    }
+    let q = swap_seq_heads(b, &format!("{p}.q.t"), q)?;
+    let k = swap_seq_heads(b, &format!("{p}.k.t"), k)?;
+    let v = swap_seq_heads(b, &format!("{p}.v.t"), v)?;
+    let scores = b.op1(
+        OpType::MatmulV2,
+        vec![vec![q], vec![k]],
+        &[
+            ("trans_x", Attr::Bool(false)),
+            ("trans_y", Attr::Bool(true)),
+        ],
+        &format!("{p}.scores"),
+    )?;
+    let scaled = b.op1(
+        OpType::Scale,
+        vec![vec![scores]],
+        &[
+            ("scale", Attr::Float(1.0 / (head_dim as f64).sqrt())),
+            ("bias", Attr::Float(0.0)),
+        ],
+        &format!("{p}.scores.scaled"),
+    )?;
+    let probs = b.op1(
+        OpType::FusedSoftmaxMaskUpperTriangle,
+        vec![vec![scaled]],
+        &[],
+        &format!("{p}.probs"),
+    )?;
+    let ctx = b.op1(
+        OpType::MatmulV2,
+        vec![vec![probs], vec![v]],
+        &[],
+        &format!("{p}.ctx"),
+    )?;
+    let ctx = swap_seq_heads(b, &format!("{p}.ctx.t"), ctx)?;
+    let merged = b.op1(
+        OpType::Reshape2,
+        vec![vec![ctx]],
+        &[("shape", Attr::Ints(vec![0, 0, cfg.hidden as i64]))],
+        &format!("{p}.ctx.merged"),
+    )?;
+    linear(b, cfg, &format!("{p}.o"), merged, cfg.hidden, cfg.hidden)
+}
+
+/// `x @ w` with parameter `{p}.w` (Llama's projections have no bias).
+fn linear(
+    b: &mut Builder,
+    cfg: &ModelConfig,
+    p: &str,
+    x: VarId,
+    inp: usize,
+    out: usize,
+) -> Res<VarId> {
+    let w = b.param(&format!("{p}.w"), cfg.dtype, &[inp, out])?;
+    Ok(b.op1(
+        OpType::MatmulV2,
+        vec![vec![x], vec![w]],
+        &[],
+        &format!("{p}.mm"),
+    )?)
+}
+
+/// rms_norm over the last dim with parameter `{p}.scale`.
+fn rms_norm(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
+    let scale = b.param(&format!("{p}.scale"), cfg.dtype, &[cfg.hidden])?;
+    let outs = b.op(
+        OpType::RmsNorm,
+        vec![vec![x], vec![scale]],
+        &[
+            ("begin_norm_axis", Attr::Int(2)),
+            ("epsilon", Attr::Float(1e-6)),
+        ],
+        &[&format!("{p}.out"), &format!("{p}.inv_var")],
+    )?;
+    Ok(outs[0])
+}
