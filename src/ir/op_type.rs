@@ -299,11 +299,10 @@ impl OpType {
         OpType::ALL.into_iter().find(|t| t.name() == name)
     }
 
-    /// The grad op the backward pass emits for this forward op (`None` if it has none or
-    /// is not a forward op).
-    pub fn grad(self) -> Option<OpType> {
+    /// The differentiable op of a forward op (`None` for every other op).
+    pub fn as_forward(self) -> Option<ForwardOp> {
         match self {
-            OpType::Forward(f) => Some(OpType::Grad(f)),
+            OpType::Forward(f) => Some(f),
             OpType::FillConstant
             | OpType::Grad(_)
             | OpType::Math(_)
@@ -312,6 +311,25 @@ impl OpType {
             | OpType::Collective(_)
             | OpType::RankLocal(_) => None,
         }
+    }
+
+    /// The differentiable op of a forward op or of its grad op.
+    pub fn differentiated(self) -> Option<ForwardOp> {
+        match self {
+            OpType::Forward(f) | OpType::Grad(f) => Some(f),
+            OpType::FillConstant
+            | OpType::Math(_)
+            | OpType::Optimizer(_)
+            | OpType::Amp(_)
+            | OpType::Collective(_)
+            | OpType::RankLocal(_) => None,
+        }
+    }
+
+    /// The grad op the backward pass emits for this forward op (`None` if it has none or
+    /// is not a forward op).
+    pub fn grad(self) -> Option<OpType> {
+        self.as_forward().map(OpType::Grad)
     }
 
     /// The forward op of a grad op (`None` for every other op).

@@ -1,6 +1,7 @@
 //! Transformer presets: `gpt` (pre-LN blocks, mean squared error loss) and `embedding_lm`
 //! (token embedding, blocks, LM head, softmax cross-entropy).
 
+use super::attention::{causal_core, swap_seq_heads, to_heads};
 use super::{ModelConfig, ModelError};
 use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
 
@@ -134,68 +135,13 @@ fn attention(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId
     let head_dim = cfg.hidden / cfg.heads;
     let heads = |b: &mut Builder, name: &str| -> Res<VarId> {
         let proj = linear(b, cfg, &format!("{p}.{name}"), x, cfg.hidden, cfg.hidden)?;
-        let split = b.op1(
-            OpType::Reshape2,
-            vec![vec![proj]],
-            &[(
-                "shape",
-                Attr::Ints(vec![0, 0, cfg.heads as i64, head_dim as i64]),
-            )],
-            &format!("{p}.{name}.heads"),
-        )?;
-        Ok(b.op1(
-            OpType::Transpose2,
-            vec![vec![split]],
-            &[("axis", Attr::Ints(vec![0, 2, 1, 3]))],
-            &format!("{p}.{name}.t"),
-        )?)
+        let split = to_heads(b, &format!("{p}.{name}"), proj, cfg.heads, head_dim)?;
+        swap_seq_heads(b, &format!("{p}.{name}.t"), split)
     };
     let q = heads(b, "q")?;
     let k = heads(b, "k")?;
     let v = heads(b, "v")?;
-    let scores = b.op1(
-        OpType::MatmulV2,
-        vec![vec![q], vec![k]],
-        &[
-            ("trans_x", Attr::Bool(false)),
-            ("trans_y", Attr::Bool(true)),
-        ],
-        &format!("{p}.scores"),
-    )?;
-    let scale = [
-        ("scale", Attr::Float(1.0 / (head_dim as f64).sqrt())),
-        ("bias", Attr::Float(0.0)),
-    ];
-    let scaled = b.op1(
-        OpType::Scale,
-        vec![vec![scores]],
-        &scale,
-        &format!("{p}.scores.scaled"),
-    )?;
-    let probs = b.op1(
-        OpType::FusedSoftmaxMaskUpperTriangle,
-        vec![vec![scaled]],
-        &[],
-        &format!("{p}.probs"),
-    )?;
-    let ctx = b.op1(
-        OpType::MatmulV2,
-        vec![vec![probs], vec![v]],
-        &[],
-        &format!("{p}.ctx"),
-    )?;
-    let ctx_t = b.op1(
-        OpType::Transpose2,
-        vec![vec![ctx]],
-        &[("axis", Attr::Ints(vec![0, 2, 1, 3]))],
-        &format!("{p}.ctx.t"),
-    )?;
-    let merged = b.op1(
-        OpType::Reshape2,
-        vec![vec![ctx_t]],
-        &[("shape", Attr::Ints(vec![0, 0, cfg.hidden as i64]))],
-        &format!("{p}.ctx.merged"),
-    )?;
+    let merged = causal_core(b, p, (q, k, v), head_dim, cfg.hidden)?;
     linear(b, cfg, &format!("{p}.o"), merged, cfg.hidden, cfg.hidden)
 }
 

@@ -6,6 +6,7 @@
 //! The rotary tables `rope.sin` and `rope.cos` `[1, seq, 1, head_dim]` are inputs, as in
 //! Paddle's models (which compute them once outside the layers).
 
+use super::attention::{causal_core, swap_seq_heads, to_heads};
 use super::{ModelConfig, ModelError};
 use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
 
@@ -86,26 +87,6 @@ fn swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
     linear(b, cfg, &format!("{p}.down"), prod, cfg.ffn, cfg.hidden)
 }
 
-/// `[batch, seq, n·head_dim]` as `[batch, seq, n, head_dim]`.
-fn to_heads(b: &mut Builder, p: &str, x: VarId, n: usize, head_dim: usize) -> Res<VarId> {
-    Ok(b.op1(
-        OpType::Reshape2,
-        vec![vec![x]],
-        &[("shape", Attr::Ints(vec![0, 0, n as i64, head_dim as i64]))],
-        &format!("{p}.heads"),
-    )?)
-}
-
-/// `[batch, seq, heads, head_dim]` ↔ `[batch, heads, seq, head_dim]`.
-fn swap_seq_heads(b: &mut Builder, name: &str, x: VarId) -> Res<VarId> {
-    Ok(b.op1(
-        OpType::Transpose2,
-        vec![vec![x]],
-        &[("axis", Attr::Ints(vec![0, 2, 1, 3]))],
-        name,
-    )?)
-}
-
 /// The rotary embedding of `[batch, seq, heads, head_dim]` (Llama's `rotate_half`, which
 /// Paddle calls `use_neox_rotary_style=False`).
 fn rotary(b: &mut Builder, shared: &Shared, p: &str, x: VarId) -> Res<VarId> {
@@ -147,43 +128,7 @@ fn attention(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: Va
     let q = swap_seq_heads(b, &format!("{p}.q.t"), q)?;
     let k = swap_seq_heads(b, &format!("{p}.k.t"), k)?;
     let v = swap_seq_heads(b, &format!("{p}.v.t"), v)?;
-    let scores = b.op1(
-        OpType::MatmulV2,
-        vec![vec![q], vec![k]],
-        &[
-            ("trans_x", Attr::Bool(false)),
-            ("trans_y", Attr::Bool(true)),
-        ],
-        &format!("{p}.scores"),
-    )?;
-    let scaled = b.op1(
-        OpType::Scale,
-        vec![vec![scores]],
-        &[
-            ("scale", Attr::Float(1.0 / (head_dim as f64).sqrt())),
-            ("bias", Attr::Float(0.0)),
-        ],
-        &format!("{p}.scores.scaled"),
-    )?;
-    let probs = b.op1(
-        OpType::FusedSoftmaxMaskUpperTriangle,
-        vec![vec![scaled]],
-        &[],
-        &format!("{p}.probs"),
-    )?;
-    let ctx = b.op1(
-        OpType::MatmulV2,
-        vec![vec![probs], vec![v]],
-        &[],
-        &format!("{p}.ctx"),
-    )?;
-    let ctx = swap_seq_heads(b, &format!("{p}.ctx.t"), ctx)?;
-    let merged = b.op1(
-        OpType::Reshape2,
-        vec![vec![ctx]],
-        &[("shape", Attr::Ints(vec![0, 0, cfg.hidden as i64]))],
-        &format!("{p}.ctx.merged"),
-    )?;
+    let merged = causal_core(b, p, (q, k, v), head_dim, cfg.hidden)?;
     linear(b, cfg, &format!("{p}.o"), merged, cfg.hidden, cfg.hidden)
 }
 

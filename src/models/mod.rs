@@ -3,6 +3,7 @@
 //! (embedding, blocks, LM head) and `llama` (a Llama-family decoder: rms_norm,
 //! grouped-query attention with rotary embeddings, SwiGLU).
 
+mod attention;
 mod gpt;
 mod llama;
 mod mlp;

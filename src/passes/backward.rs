@@ -45,16 +45,7 @@ pub struct Backward {
 
 /// The forward outputs a grad kernel reads besides the forward inputs.
 pub fn forward_outputs_needed(ty: OpType) -> &'static [&'static str] {
-    match ty {
-        OpType::Forward(f) => f.def().saves,
-        OpType::FillConstant
-        | OpType::Grad(_)
-        | OpType::Math(_)
-        | OpType::Optimizer(_)
-        | OpType::Amp(_)
-        | OpType::Collective(_)
-        | OpType::RankLocal(_) => &[],
-    }
+    ty.as_forward().map_or(&[], |f| f.def().saves)
 }
 
 /// The loss: the output of the last op with role `loss`.

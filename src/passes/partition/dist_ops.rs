@@ -17,7 +17,7 @@
 //! Grad ops use their forward op's container and implementation.
 
 use crate::dist::{DistImpl, OperatorDistAttr};
-use crate::ir::{Family, ForwardOp, Op, OpType, Program};
+use crate::ir::{Family, Op, OpType, Program};
 
 /// Whether the op's wanted input attrs suit `imp`.
 pub fn is_input_compatible(imp: DistImpl, op: &Op, attr: &OperatorDistAttr) -> bool {
@@ -101,7 +101,7 @@ pub fn is_compatible(imp: DistImpl, op: &Op, attr: &OperatorDistAttr) -> bool {
 
 /// The container of an op type (grad ops use their forward op's).
 pub fn container_of(ty: OpType) -> &'static [DistImpl] {
-    let Some(f) = forward_op(ty) else {
+    let Some(f) = ty.differentiated() else {
         return &[];
     };
     match f.family() {
@@ -125,19 +125,6 @@ pub fn container_of(ty: OpType) -> &'static [DistImpl] {
         | Family::Mean
         | Family::Rotary
         | Family::Repeat => &[],
-    }
-}
-
-/// The forward op of a forward or grad op.
-fn forward_op(ty: OpType) -> Option<ForwardOp> {
-    match ty {
-        OpType::Forward(f) | OpType::Grad(f) => Some(f),
-        OpType::FillConstant
-        | OpType::Math(_)
-        | OpType::Optimizer(_)
-        | OpType::Amp(_)
-        | OpType::Collective(_)
-        | OpType::RankLocal(_) => None,
     }
 }
 
