@@ -1,7 +1,7 @@
 //! Transformer presets: `gpt` (pre-LN blocks, mean squared error loss) and `embedding_lm`
 //! (token embedding, blocks, LM head, softmax cross-entropy).
 
-use super::attention::{causal_core, swap_seq_heads, to_heads};
+use super::layers::{causal_core, swap_seq_heads, to_heads};
 use super::{ModelConfig, ModelError};
 use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
 
@@ -154,6 +154,7 @@ fn linear(
     inp: usize,
     out: usize,
 ) -> Res<VarId> {
+    // The bias is declared before the product: gpt's variable order, which its goldens pin.
     let w = b.param(&format!("{p}.w"), cfg.dtype, &[inp, out])?;
     let bias = b.param(&format!("{p}.b"), cfg.dtype, &[out])?;
     let mm = b.op1(

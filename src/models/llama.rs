@@ -6,7 +6,7 @@
 //! The rotary tables `rope.sin` and `rope.cos` `[1, seq, 1, head_dim]` are inputs, as in
 //! Paddle's models (which compute them once outside the layers).
 
-use super::attention::{causal_core, swap_seq_heads, to_heads};
+use super::layers::{causal_core, projection, swap_seq_heads, to_heads};
 use super::{ModelConfig, ModelError};
 use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
 
@@ -141,13 +141,7 @@ fn linear(
     inp: usize,
     out: usize,
 ) -> Res<VarId> {
-    let w = b.param(&format!("{p}.w"), cfg.dtype, &[inp, out])?;
-    Ok(b.op1(
-        OpType::MatmulV2,
-        vec![vec![x], vec![w]],
-        &[],
-        &format!("{p}.mm"),
-    )?)
+    projection(b, cfg.dtype, p, x, (inp, out))
 }
 
 /// rms_norm over the last dim with parameter `{p}.scale`.

@@ -3,8 +3,8 @@
 //! (embedding, blocks, LM head) and `llama` (a Llama-family decoder: rms_norm,
 //! grouped-query attention with rotary embeddings, SwiGLU).
 
-mod attention;
 mod gpt;
+mod layers;
 mod llama;
 mod mlp;
 pub mod scenarios;

@@ -1,12 +1,30 @@
-//! The pieces of causal self-attention the transformer presets share: projections split
-//! into heads, and the core `softmax(mask(q·kᵀ / √d))·v` merged back to the model width.
+//! The pieces the transformer presets share: a projection `x @ {p}.w`, projections split
+//! into heads, and attention's core `softmax(mask(q·kᵀ / √d))·v` merged back to the model
+//! width.
 //! Variable names (`{p}.q.heads`, `{p}.scores`, `{p}.probs`, `{p}.ctx`, ...) are the same in
 //! every preset, so annotations and recomputation find them by name.
 
 use super::ModelError;
-use crate::ir::{Attr, Builder, OpType, VarId};
+use crate::ir::{Attr, Builder, DType, OpType, VarId};
 
 type Res<T> = Result<T, ModelError>;
+
+/// `x @ {p}.w` (`{p}.mm`) with a new parameter `{p}.w` `[inp, out]`.
+pub fn projection(
+    b: &mut Builder,
+    dtype: DType,
+    p: &str,
+    x: VarId,
+    (inp, out): (usize, usize),
+) -> Res<VarId> {
+    let w = b.param(&format!("{p}.w"), dtype, &[inp, out])?;
+    Ok(b.op1(
+        OpType::MatmulV2,
+        vec![vec![x], vec![w]],
+        &[],
+        &format!("{p}.mm"),
+    )?)
+}
 
 /// `[batch, seq, n·head_dim]` as `[batch, seq, n, head_dim]` (`{p}.heads`).
 pub fn to_heads(b: &mut Builder, p: &str, x: VarId, n: usize, head_dim: usize) -> Res<VarId> {
