@@ -77,7 +77,7 @@ fn modules_depend_only_downward() {
         ("models", &["ir", "plan"]),
         ("passes", &["ir", "dist", "spmd", "plan"]),
         ("exec", &["ir", "dist", "passes"]),
-        ("cost", &["ir", "dist", "passes"]),
+        ("cost", &["ir", "dist", "plan", "passes"]),
         ("export", &["ir", "dist", "passes", "exec"]),
         (
             "suggest",

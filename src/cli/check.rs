@@ -2,6 +2,7 @@
 //! runs; print every problem at its line and column.
 
 use super::{budget, emit, read_plan, report_plan_error, Origin};
+use crate::plan::PlanError;
 use crate::plan::{verify_plan, Plan, RanksPlanned, SourceMap};
 use std::process::ExitCode;
 
@@ -29,7 +30,7 @@ pub(crate) fn check(file: &str) -> Result<ExitCode, String> {
     budget::check("checking", needed, budget::default_budget())?;
     let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
     let priced = crate::passes::pipeline::run_pipeline(&plan, &opts)
-        .map_err(|e| format!("planning fails: {e}"))
+        .map_err(|e| PlanError::from_located(&e, Some("planning fails")))
         .and_then(|p| {
             let ranks = p.partitioned.ranks.len();
             let topo = crate::cost::device::Topology::cpu(crate::cost::device::CpuCalibration {
@@ -42,45 +43,18 @@ pub(crate) fn check(file: &str) -> Result<ExitCode, String> {
             };
             crate::cost::estimate::estimate(&p, &topo, topo.default_dtype, cost)
                 .map(|_| ())
-                .map_err(|e| format!("pricing fails: {e}"))
+                .map_err(|e| PlanError::from_located(&e, Some("pricing fails")))
         });
-    if let Err(message) = priced {
+    if let Err(error) = priced {
         let origin = Origin {
             file: file.to_string(),
             map,
         };
-        report_plan_error(Some(&origin), &plan, &message);
+        report_plan_error(Some(&origin), &plan, &error);
         return Ok(ExitCode::from(1));
     }
     emit(&format!("{file}: ok: {}\n", summary(&plan)));
     Ok(ExitCode::SUCCESS)
-}
-
-/// The position of the op a message names as `opN` (an op of the plan's program), else of
-/// the first variable it names in backticks (1:1 if none).
-pub(super) fn locate_message(plan: &Plan, map: &SourceMap, message: &str) -> (usize, usize) {
-    let op = message
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter_map(|w| w.strip_prefix("op")?.parse::<u32>().ok())
-        .find(|&i| (i as usize) < plan.program.ops().len());
-    if let Some(i) = op {
-        return map.locate(plan, &crate::plan::PlanSubject::Op(crate::ir::OpId(i)));
-    }
-    message
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .find_map(|name| {
-            plan.program
-                .var_id(name)
-                .map(|_| map.locate(plan, &crate::plan::PlanSubject::Var(name.to_string())))
-        })
-        .or_else(|| {
-            // A schedule's error is an error of the options (micro-batches, chunks).
-            let options = message.contains("schedule: ") || message.contains("micro-batches");
-            map.options_line.filter(|_| options).map(|l| (l, 1))
-        })
-        .unwrap_or((1, 1))
 }
 
 /// Prints every verifier problem of a parsed plan as FILE:LINE:COL; whether there were any.

@@ -5,6 +5,7 @@ use super::PlanSource;
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::{estimate, estimate_json, CostOptions, Estimate};
 use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use crate::plan::PlanError;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use std::process::ExitCode;
@@ -47,7 +48,7 @@ pub(crate) struct DeviceArgs {
 pub(crate) fn priced_pipeline(
     p: &Pipeline,
     topology: &str,
-) -> Result<Result<crate::cost::pipeline_cost::PipelineCost, String>, String> {
+) -> Result<Result<crate::cost::pipeline_cost::PipelineCost, PlanError>, String> {
     let topo = if topology == "cpu" {
         cpu_topology(p.partitioned.ranks.len())
     } else {
@@ -55,10 +56,10 @@ pub(crate) fn priced_pipeline(
     };
     let e = match estimate(p, &topo, topo.default_dtype, CostOptions::default()) {
         Ok(e) => e,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(PlanError::from_located(&e, None))),
     };
     Ok(e.pipeline
-        .ok_or_else(|| "the plan has no pipeline".to_string()))
+        .ok_or_else(|| PlanError::whole("the plan has no pipeline")))
 }
 
 impl DeviceArgs {
@@ -68,19 +69,19 @@ impl DeviceArgs {
         &self,
         plan: &crate::plan::Plan,
         max_memory: &Option<String>,
-    ) -> Result<Result<(Pipeline, Estimate), String>, String> {
+    ) -> Result<Result<(Pipeline, Estimate), PlanError>, String> {
         let budget = super::budget::budget(max_memory)?;
         if let Err(e) = super::budget::check(
             "costing",
             plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
             budget,
         ) {
-            return Ok(Err(e.to_string()));
+            return Ok(Err(PlanError::whole(e.to_string())));
         }
         let opts = PipelineOptions::from_plan(&plan.options);
         let p = match run_pipeline(plan, &opts) {
             Ok(p) => p,
-            Err(e) => return Ok(Err(e.to_string())),
+            Err(e) => return Ok(Err(PlanError::from_located(&e, None))),
         };
         let topo = if self.topology == "cpu" {
             cpu_topology(p.partitioned.ranks.len())
@@ -96,7 +97,7 @@ impl DeviceArgs {
         };
         Ok(estimate(&p, &topo, dtype, opts)
             .map(|e| (p, e))
-            .map_err(|e| e.to_string()))
+            .map_err(|e| PlanError::from_located(&e, None)))
     }
 }
 

@@ -72,7 +72,7 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
     let pipeline = match run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)) {
         Ok(p) => p,
         Err(e) => {
-            super::report_plan_error(origin.as_ref(), &plan, &e.to_string());
+            super::report_plan_error(origin.as_ref(), &plan, &e);
             return Ok(ExitCode::from(1));
         }
     };

@@ -18,8 +18,9 @@ mod stages;
 mod suggest;
 mod training;
 
+use crate::plan::Located;
+use check::report_issues;
 pub use check::summary;
-use check::{locate_message, report_issues};
 use options::{BenchWhat, Format};
 use plan::PlanArgs;
 pub(crate) use sizes::SizeArgs;
@@ -94,7 +95,7 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct PrintArgs {
-    /// The preset: mlp, mlp_mse, gpt or embedding_lm.
+    /// The preset: mlp, mlp_mse, gpt, embedding_lm or llama.
     #[arg(long)]
     preset: String,
     #[command(flatten)]
@@ -118,7 +119,7 @@ struct PrintArgs {
 pub(crate) struct PlanSource {
     /// A plan file (mesh, program, annotations). Or use --preset / --scenario.
     file: Option<String>,
-    /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
+    /// A preset model: mlp, mlp_mse, gpt, embedding_lm or llama.
     #[arg(long, conflicts_with = "file")]
     preset: Option<String>,
     /// A ready-made plan: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict, gpt_sequence_parallel.
@@ -335,7 +336,10 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
             crate::plan::PlanSubject::Annotation(_) => {
                 format!("--shard: {}", first.message.trim_start_matches("shard: "))
             }
-            crate::plan::PlanSubject::Op(_) | crate::plan::PlanSubject::Var(_) => format!(
+            crate::plan::PlanSubject::Op(_)
+            | crate::plan::PlanSubject::Var(_)
+            | crate::plan::PlanSubject::Options
+            | crate::plan::PlanSubject::Mesh => format!(
                 "internal error: preset {} does not verify: {first}",
                 args.preset
             ),
@@ -385,15 +389,18 @@ pub(crate) struct Origin {
 }
 
 /// Prints a problem found in `plan` after parsing (planning, pricing, running): as
-/// `FILE:LINE:COL: message` when it came from a file, else as `error: message`.
-pub(crate) fn report_plan_error(origin: Option<&Origin>, plan: &Plan, message: &str) {
+/// `FILE:LINE:COL: message` when it came from a file, at the statement of the error's
+/// subject (the plan's first line when it names none), else as `error: message`.
+pub(crate) fn report_plan_error(origin: Option<&Origin>, plan: &Plan, err: &dyn Located) {
     match origin {
         Some(o) => {
-            let (line, col) = locate_message(plan, &o.map, message);
-            eprintln!("{}:{line}:{col}: {message}", o.file);
+            let (line, col) = err
+                .subject()
+                .map_or((1, 1), |subject| o.map.locate(plan, &subject));
+            eprintln!("{}:{line}:{col}: {err}", o.file);
             eprintln!("{}: 1 error(s)", o.file);
         }
-        None => eprintln!("error: {message}"),
+        None => eprintln!("error: {err}"),
     }
 }
 

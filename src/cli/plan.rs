@@ -100,7 +100,7 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     let pipeline = match crate::passes::pipeline::run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
-            report_plan_error(origin, &plan, &e.to_string());
+            report_plan_error(origin, &plan, &e);
             return Ok(ExitCode::from(1));
         }
     };
@@ -199,7 +199,7 @@ fn gantt(args: &PlanArgs, plan: &Plan, origin: Option<&Origin>) -> Result<ExitCo
     let p = match crate::passes::pipeline::run_pipeline(plan, &opts) {
         Ok(p) => p,
         Err(e) => {
-            report_plan_error(origin, plan, &e.to_string());
+            report_plan_error(origin, plan, &e);
             return Ok(ExitCode::from(1));
         }
     };
@@ -210,7 +210,7 @@ fn gantt(args: &PlanArgs, plan: &Plan, origin: Option<&Origin>) -> Result<ExitCo
     }
     let cost = if args.ideal {
         crate::cost::pipeline_cost::pipeline_cost(&p, None, crate::cost::work::ElementBytes(4.0))
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::plan::PlanError::from_located(&e, None))
     } else {
         cost::priced_pipeline(&p, &args.topology)?
     };
@@ -245,7 +245,7 @@ fn print_completion(
     let completed = match crate::passes::complete(plan) {
         Ok(c) => c,
         Err(e) => {
-            report_plan_error(origin, plan, &e.to_string());
+            report_plan_error(origin, plan, &e);
             return Ok(ExitCode::from(1));
         }
     };

@@ -268,7 +268,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     let planned = match run_pipeline(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
-            super::report_plan_error(origin.as_ref(), &plan, &e.to_string());
+            super::report_plan_error(origin.as_ref(), &plan, &e);
             return Ok(ExitCode::from(1));
         }
     };

@@ -19,7 +19,7 @@ pub(crate) struct SuggestArgs {
     /// A plan file whose program is a preset model (its plan is priced beside the search's,
     /// as "your plan"). Or use --preset.
     file: Option<String>,
-    /// A preset model: mlp, mlp_mse, gpt or embedding_lm.
+    /// A preset model: mlp, mlp_mse, gpt, embedding_lm or llama.
     #[arg(long, conflicts_with = "file")]
     preset: Option<String>,
     #[command(flatten)]
@@ -77,6 +77,19 @@ fn source(args: &SuggestArgs) -> Result<Result<Source, String>, String> {
             };
             if super::report_issues(file, &plan, &map) {
                 return Ok(Err(format!("{file}: does not verify (errors above)")));
+            }
+            // Your plan is priced beside the search's: one that cannot be planned is said
+            // so at its line, not left out of the table.
+            if plan.mesh().is_some() {
+                let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+                if let Err(e) = crate::passes::pipeline::run_pipeline(&plan, &opts) {
+                    let origin = super::Origin {
+                        file: file.clone(),
+                        map,
+                    };
+                    super::report_plan_error(Some(&origin), &plan, &e);
+                    return Ok(Err(format!("{file}: does not plan (error above)")));
+                }
             }
             Ok(crate::suggest::identify::identify(&plan.program)
                 .map_err(|e| format!("{file}: {e}"))

@@ -54,6 +54,16 @@ pub enum EstimateError {
     Pipeline(#[from] super::pipeline::PipelineTimeError),
 }
 
+impl crate::plan::Located for EstimateError {
+    fn subject(&self) -> Option<crate::plan::PlanSubject> {
+        match self {
+            // A rank program's op, or the device preset: not a place in the plan.
+            EstimateError::Simulate(_) => None,
+            EstimateError::Pipeline(e) => crate::plan::Located::subject(e),
+        }
+    }
+}
+
 /// Costs `p` on `topo` at `dtype`.
 pub fn estimate(
     p: &Pipeline,

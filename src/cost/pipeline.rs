@@ -96,6 +96,13 @@ pub enum PipelineTimeError {
     Stalled,
 }
 
+/// The schedule, its order and the micro-batches are the options'.
+impl crate::plan::Located for PipelineTimeError {
+    fn subject(&self) -> Option<crate::plan::PlanSubject> {
+        Some(crate::plan::PlanSubject::Options)
+    }
+}
+
 /// The fraction of `step` a stage running `jobs` is idle.
 fn bubble(jobs: &[Placed], step: f64) -> f64 {
     let busy: f64 = jobs.iter().map(|p| p.end - p.start).sum();

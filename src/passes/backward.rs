@@ -29,6 +29,20 @@ pub enum BackwardError {
     Program(#[from] ProgramError),
 }
 
+impl crate::plan::Located for BackwardError {
+    fn subject(&self) -> Option<crate::plan::PlanSubject> {
+        use crate::plan::PlanSubject;
+        match self {
+            BackwardError::LossNotScalar(name, _) => Some(PlanSubject::Var(name.clone())),
+            BackwardError::NotDifferentiable { op, .. } => {
+                Some(PlanSubject::Op(crate::ir::OpId(*op as u32)))
+            }
+            BackwardError::NoLoss | BackwardError::NothingToTrain => None,
+            BackwardError::Program(e) => crate::plan::Located::subject(e),
+        }
+    }
+}
+
 /// The program with its backward ops appended, and where things are.
 #[derive(Clone, Debug)]
 pub struct Backward {

@@ -57,7 +57,7 @@ pub enum PipelineError {
     #[error("{stage}: the program does not verify: {first} ({count} problems)")]
     Verify {
         stage: &'static str,
-        first: String,
+        first: crate::ir::VerifyError,
         count: usize,
     },
     #[error("partition: {0}")]
@@ -66,6 +66,23 @@ pub enum PipelineError {
     Program(#[from] ProgramError),
     #[error("pipeline stages: {0}")]
     Stages(#[from] super::stages::StageError),
+}
+
+impl crate::plan::Located for PipelineError {
+    fn subject(&self) -> Option<crate::plan::PlanSubject> {
+        match self {
+            PipelineError::Complete(e) => e.subject(),
+            PipelineError::Backward(e) => e.subject(),
+            // A later stage's program has ops of its own; its variables keep their names.
+            PipelineError::Verify { first, .. } => match &first.subject {
+                crate::ir::Subject::Var(name) => Some(crate::plan::PlanSubject::Var(name.clone())),
+                crate::ir::Subject::Op(_) => None,
+            },
+            PipelineError::Partition(e) => e.subject(),
+            PipelineError::Program(e) => e.subject(),
+            PipelineError::Stages(e) => e.subject(),
+        }
+    }
 }
 
 /// Every stage's result.
@@ -99,7 +116,7 @@ fn verify(
         None => Ok(()),
         Some(first) => Err(PipelineError::Verify {
             stage,
-            first: first.to_string(),
+            first: first.clone(),
             count: issues.len(),
         }),
     }
@@ -257,7 +274,10 @@ fn check_layouts(dp: &DistProgram) -> Result<(), PipelineError> {
     for (v, attr) in dp.program.vars().iter().zip(&dp.tensors) {
         let attr: &TensorDistAttr = attr;
         attr.validate(&v.name, &v.ty.shape, &dp.mesh)
-            .map_err(|e| PartitionError::Layout(e.to_string()))?;
+            .map_err(|source| PartitionError::Layout {
+                var: v.name.to_string(),
+                source: Box::new(source),
+            })?;
     }
     Ok(())
 }

@@ -63,6 +63,23 @@ pub enum StageError {
     Empty { stage: usize, count: usize },
 }
 
+impl crate::plan::Located for StageError {
+    fn subject(&self) -> Option<crate::plan::PlanSubject> {
+        use crate::plan::PlanSubject;
+        match self {
+            StageError::NoPipelineAxis => Some(PlanSubject::Mesh),
+            StageError::Backwards { op, .. } => Some(PlanSubject::Op(crate::ir::OpId(*op as u32))),
+            StageError::SharedParameter { param, .. } => Some(PlanSubject::Var(param.clone())),
+            // The stage count, the split and the schedule are the options' (or the mesh's
+            // `pp` axis's, whose size the options' chunks multiply).
+            StageError::NoSuchStage { .. }
+            | StageError::Split(_)
+            | StageError::Schedule(_)
+            | StageError::Empty { .. } => Some(PlanSubject::Options),
+        }
+    }
+}
+
 /// The mesh id of an op on physical stage `stage` (`JOB` without a pipeline).
 pub fn stage_mesh_id(stages: &Stages, stage: usize) -> MeshId {
     if stages.stages > 1 {

@@ -17,6 +17,7 @@
 //! replicated, or `?` for "not annotated" (completion decides); `partial(axis=SUM, ...)`
 //! marks partial values. Annotated dims are pinned: completion never changes them.
 
+mod located;
 mod options;
 mod parse;
 mod print;
@@ -24,6 +25,7 @@ mod spec;
 mod split;
 mod stage;
 
+pub use located::{Located, PlanError};
 pub use options::{
     parse_options, OptimizerKind, PlanOptions, Recompute, ScheduleKind, MAX_MICRO_BATCHES, MAX_ZERO,
 };
@@ -67,6 +69,10 @@ pub enum PlanSubject {
     Var(String),
     /// The i-th annotation.
     Annotation(usize),
+    /// The `options` statement (micro-batches, the schedule, ZeRO, ...).
+    Options,
+    /// The `mesh` statement (or its absence).
+    Mesh,
 }
 
 /// One problem found by [`verify_plan`].

@@ -46,6 +46,8 @@ impl SourceMap {
                 .program
                 .var_id(name)
                 .and_then(|v| at(&self.var_lines, &self.var_cols, v.index())),
+            PlanSubject::Options => self.options_line.map(|l| (l, 1)),
+            PlanSubject::Mesh => self.mesh_line.map(|l| (l, 1)),
         };
         found.unwrap_or((1, 1))
     }

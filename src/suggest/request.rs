@@ -12,7 +12,7 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuggestRequest {
-    /// The preset model (the CLI's `--preset`): mlp, mlp_mse, gpt or embedding_lm.
+    /// The preset model (the CLI's `--preset`): mlp, mlp_mse, gpt, embedding_lm or llama.
     pub model: Option<String>,
     /// A plan text whose program is a preset model; its plan is priced beside the search's.
     pub text: Option<String>,

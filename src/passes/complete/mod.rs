@@ -49,6 +49,18 @@ pub enum CompleteError {
     NoFixpoint(usize),
 }
 
+impl crate::plan::Located for CompleteError {
+    fn subject(&self) -> Option<crate::plan::PlanSubject> {
+        use crate::plan::PlanSubject;
+        match self {
+            CompleteError::NoMesh => Some(PlanSubject::Mesh),
+            CompleteError::Invalid(issues) => issues.first().map(|i| i.subject.clone()),
+            CompleteError::Rule { op, .. } => Some(PlanSubject::Op(*op)),
+            CompleteError::NoFixpoint(_) => None,
+        }
+    }
+}
+
 /// The result of completion.
 #[derive(Clone, Debug)]
 pub struct Completed {

@@ -19,10 +19,10 @@ use std::sync::Arc;
 fn vocab_cross_entropy(b: &RankBuilder, local: &Op) -> Result<(Op, RankAttrs), PartitionError> {
     let forward = local.ty == OpType::SoftmaxWithCrossEntropy;
     let x = if forward { "Logits" } else { "Softmax" };
-    let v = *local
-        .input(x)
-        .first()
-        .ok_or_else(|| PartitionError::Layout(format!("{} has no {x}", local.ty)))?;
+    let v = *local.input(x).first().ok_or(PartitionError::MissingSlot {
+        ty: local.ty,
+        slot: x,
+    })?;
     let axes = b.cur[v.index()].dims.last().cloned().unwrap_or_default();
     let cols = b.program.var(v).ty.shape.last().copied().unwrap_or(0);
     let mut c = if forward {

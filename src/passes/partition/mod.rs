@@ -487,10 +487,11 @@ fn finish(
         Vec::new()
     };
     if let Some(first) = issues.first() {
-        return Err(PartitionError::Layout(format!(
-            "rank {rank}'s program does not verify: {first} ({} problems)",
-            issues.len()
-        )));
+        return Err(PartitionError::RankVerify {
+            rank,
+            first: Box::new(first.clone()),
+            count: issues.len(),
+        });
     }
     Ok((
         RankProgram {

@@ -260,9 +260,11 @@ impl<'a> RankPipe<'a> {
     }
 
     fn recipe(&self, stage: usize, send: bool) -> Result<RankAttrs, PartitionError> {
-        let pp = self.plan.stages.axis.ok_or_else(|| {
-            PartitionError::Layout("a pipeline send/recv needs the mesh's `pp` axis".into())
-        })?;
+        let pp = self
+            .plan
+            .stages
+            .axis
+            .ok_or(PartitionError::NoPipelineAxis)?;
         Ok(RankAttrs::P2P { pp, stage, send })
     }
 

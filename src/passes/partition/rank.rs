@@ -169,10 +169,58 @@ fn groups_along(mesh: &ProcessMesh, along: &[usize]) -> Vec<Vec<u32>> {
 /// Why planning a rank failed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum PartitionError {
-    #[error("{0}")]
-    Layout(String),
+    /// A variable's layout does not fit its shape (uneven, or the wrong rank).
+    #[error("{source}")]
+    Layout {
+        var: String,
+        source: Box<crate::dist::DistAttrError>,
+    },
+    #[error("cannot reshard `{var}` from {from} to {to}")]
+    Reshard {
+        var: String,
+        from: String,
+        to: String,
+    },
+    #[error(
+        "ZeRO planned to shard `{param}` over mesh axes {planned:?}, but its gradient is \
+         partial over {partial:?} when it is synchronised"
+    )]
+    ZeroPartial {
+        param: String,
+        planned: Vec<crate::dist::MeshAxis>,
+        partial: Vec<crate::dist::MeshAxis>,
+    },
+    #[error("rank {rank}'s program does not verify: {first} ({count} problems)")]
+    RankVerify {
+        rank: u32,
+        first: Box<crate::ir::VerifyError>,
+        count: usize,
+    },
+    #[error("a pipeline send/recv needs the mesh's `pp` axis")]
+    NoPipelineAxis,
+    #[error("{ty} has no {slot}")]
+    MissingSlot { ty: OpType, slot: &'static str },
     #[error("{0}")]
     Program(#[from] crate::ir::ProgramError),
+}
+
+impl crate::plan::Located for PartitionError {
+    fn subject(&self) -> Option<crate::plan::PlanSubject> {
+        use crate::plan::PlanSubject;
+        match self {
+            PartitionError::Layout { var, .. }
+            | PartitionError::Reshard { var, .. }
+            | PartitionError::ZeroPartial { param: var, .. } => Some(PlanSubject::Var(var.clone())),
+            // A rank program's ops are not the plan's; its variables keep their names.
+            PartitionError::RankVerify { first, .. } => match &first.subject {
+                crate::ir::Subject::Var(name) => Some(PlanSubject::Var(name.clone())),
+                crate::ir::Subject::Op(_) => None,
+            },
+            PartitionError::NoPipelineAxis => Some(PlanSubject::Mesh),
+            PartitionError::MissingSlot { .. } => None,
+            PartitionError::Program(e) => crate::plan::Located::subject(e),
+        }
+    }
 }
 
 /// The attributes a caller gives a collective besides its group.
@@ -190,8 +238,12 @@ pub fn local_vars(
         .iter()
         .zip(attrs)
         .map(|(v, attr)| {
-            let shape = local_shape(&v.name, &v.ty.shape, attr, mesh)
-                .map_err(|e| PartitionError::Layout(e.to_string()))?;
+            let shape = local_shape(&v.name, &v.ty.shape, attr, mesh).map_err(|source| {
+                PartitionError::Layout {
+                    var: v.name.to_string(),
+                    source: Box::new(source),
+                }
+            })?;
             Ok(Var {
                 name: v.name.clone(),
                 ty: TensorType::new(v.ty.dtype, shape),
@@ -283,8 +335,12 @@ impl<'a> RankBuilder<'a> {
         let base = self.origin[of.index()];
         let serial_name = self.program.var(base).name.clone();
         let serial_shape = &self.serial.var(base).ty.shape;
-        let shape = local_shape(&serial_name, serial_shape, attr, self.mesh)
-            .map_err(|e| PartitionError::Layout(e.to_string()))?;
+        let shape = local_shape(&serial_name, serial_shape, attr, self.mesh).map_err(|source| {
+            PartitionError::Layout {
+                var: serial_name.to_string(),
+                source: Box::new(source),
+            }
+        })?;
         self.temps += 1;
         let ty = TensorType::new(self.program.var(of).ty.dtype, shape);
         // `@TAG@k` names are unique within the rank: k counts every temporary.

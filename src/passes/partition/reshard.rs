@@ -45,10 +45,11 @@ pub fn reshard(
     add_partials(b, &mut s, to)?;
     if s.attr.layout != to.layout {
         let name = b.program.var(v).name.clone();
-        return Err(PartitionError::Layout(format!(
-            "cannot reshard `{name}` from {:?} {:?} to {:?} {:?}",
-            from.dims, from.partial, to.dims, to.partial
-        )));
+        return Err(PartitionError::Reshard {
+            var: name.to_string(),
+            from: format!("{:?} {:?}", from.dims, from.partial),
+            to: format!("{:?} {:?}", to.dims, to.partial),
+        });
     }
     b.reshard_cache.insert((v, to.layout.clone()), s.cur);
     Ok(s.cur)

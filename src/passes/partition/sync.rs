@@ -93,13 +93,11 @@ impl GradSync<'_> {
         // whole local gradient keeps its unreduced (partial) value.
         if let Some(p) = self.zero.by_grad(g) {
             if p.axes != cur.partial_axes() {
-                return Err(PartitionError::Layout(format!(
-                    "ZeRO planned to shard `{}` over mesh axes {:?}, but its gradient is \
-                     partial over {:?} when it is synchronised",
-                    b.program.var(p.param).name,
-                    p.axes,
-                    cur.partial_axes()
-                )));
+                return Err(PartitionError::ZeroPartial {
+                    param: b.program.var(p.param).name.to_string(),
+                    planned: p.axes.clone(),
+                    partial: cur.partial_axes().into_iter().collect(),
+                });
             }
             super::zero::reduce_scatter(b, p);
             push_scale(b, p.grad_shard, scale, Purpose::Sharding);
