@@ -3,8 +3,8 @@
 
 use crate::passes::complete::completed_json;
 use crate::passes::dist_program::DistProgram;
+use crate::passes::driver::Passes;
 use crate::passes::partition::RankProgram;
-use crate::passes::pipeline::Pipeline;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -73,7 +73,7 @@ fn rank_json(r: &RankProgram) -> Value {
 /// The ranks asked for, serialized one at a time: only one rank's JSON exists at once, so
 /// the document for a mesh of any size is written without holding every rank's JSON.
 struct Ranks<'a> {
-    pipeline: &'a Pipeline,
+    pipeline: &'a Passes,
     rank: Option<u32>,
 }
 
@@ -95,7 +95,7 @@ impl Serialize for Ranks<'_> {
 
 /// The whole pipeline as one JSON document (see [`write_pipeline_json`]).
 pub struct PipelineDoc<'a> {
-    pub pipeline: &'a Pipeline,
+    pub pipeline: &'a Passes,
     /// Only this rank's program (all ranks when `None`).
     pub rank: Option<u32>,
 }
@@ -125,7 +125,7 @@ impl Serialize for PipelineDoc<'_> {
 
 /// A pipelined plan's schedule in ideal units (forward 1, backward 2, free transfers; the
 /// cost model's seconds are in `shardlab cost --format json`), or null.
-fn schedule_json(p: &Pipeline) -> Value {
+fn schedule_json(p: &Passes) -> Value {
     if !p.is_pipelined() || !p.is_fully_partitioned() {
         return Value::Null;
     }
@@ -140,7 +140,7 @@ fn schedule_json(p: &Pipeline) -> Value {
 /// incrementally: one rank's JSON at a time.
 pub fn write_pipeline_json(
     w: &mut impl std::io::Write,
-    p: &Pipeline,
+    p: &Passes,
     rank: Option<u32>,
 ) -> std::io::Result<()> {
     serde_json::to_writer_pretty(&mut *w, &PipelineDoc { pipeline: p, rank })?;
@@ -148,6 +148,6 @@ pub fn write_pipeline_json(
 }
 
 /// Everything as one JSON value (the JavaScript API's result).
-pub fn pipeline_json(p: &Pipeline, rank: Option<u32>) -> Result<Value, serde_json::Error> {
+pub fn pipeline_json(p: &Passes, rank: Option<u32>) -> Result<Value, serde_json::Error> {
     serde_json::to_value(PipelineDoc { pipeline: p, rank })
 }

@@ -12,11 +12,11 @@ use shardlab::exec::run::{run_distributed, run_serial, Log, RunOptions};
 use shardlab::exec::verify::verify;
 use shardlab::ir::{DType, OpType};
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline};
+use shardlab::passes::driver::{run_passes, Passes};
 
 /// JAX's bias-free mlp with W1 column- and W2 row-parallel on `4:mp`, in f64 with AMP
 /// and SGD: every parameter is sharded, so each rank's gradients are its own.
-fn mp_mlp() -> Pipeline {
+fn mp_mlp() -> Passes {
     let cfg = ModelConfig {
         dtype: DType::F64,
         ..Model::MlpMse.default_config()
@@ -26,7 +26,7 @@ fn mp_mlp() -> Pipeline {
         .find(|(name, _, _)| *name == "mp")
         .unwrap();
     let plan = plan_with(Model::MlpMse.build(&cfg).unwrap(), mesh, &shards);
-    run_pipeline(&plan, &with_optimizer("sgd", true, None)).unwrap()
+    run_passes(&plan, &with_optimizer("sgd", true, None)).unwrap()
 }
 
 /// The largest |gradient| each of the 4 mp ranks holds: its columns of `params.W1` and
@@ -53,7 +53,7 @@ fn shard_maxima(serial: &Log) -> [f64; 4] {
     per_rank
 }
 
-fn passes(p: &Pipeline, opts: &RunOptions, serial: &Log) -> bool {
+fn passes(p: &Passes, opts: &RunOptions, serial: &Log) -> bool {
     run_distributed(p, opts, false).is_ok_and(|d| verify(serial, &d).iter().all(|c| c.pass))
 }
 

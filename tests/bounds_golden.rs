@@ -14,8 +14,8 @@ mod common;
 use expect_test::{expect_file, ExpectFile};
 use shardlab::exec::run::{serial_bounds, RunOptions};
 use shardlab::models::{Model, ModelConfig};
+use shardlab::passes::driver::{run_passes, PassOptions};
 use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
 use shardlab::plan::{parse_plan, Plan};
 
 fn f64_model(model: Model, shards: &[&str]) -> Plan {
@@ -27,8 +27,8 @@ fn f64_model(model: Model, shards: &[&str]) -> Plan {
     common::plan_with(model.build(&cfg).unwrap(), "2:dp", shards)
 }
 
-fn options(optimizer: &str, amp: bool, clip: Option<f64>) -> PipelineOptions {
-    PipelineOptions {
+fn options(optimizer: &str, amp: bool, clip: Option<f64>) -> PassOptions {
+    PassOptions {
         optimizer: OptimizerOptions {
             optimizer: Optimizer::from_name(optimizer).unwrap(),
             amp,
@@ -38,8 +38,8 @@ fn options(optimizer: &str, amp: bool, clip: Option<f64>) -> PipelineOptions {
     }
 }
 
-fn check(plan: &Plan, opts: &PipelineOptions, golden: ExpectFile) {
-    let p = run_pipeline(plan, opts).unwrap();
+fn check(plan: &Plan, opts: &PassOptions, golden: ExpectFile) {
+    let p = run_passes(plan, opts).unwrap();
     // Two steps, so the second starts from parameters that carry the first step's error
     // (and weight decay and moments act on it).
     let opts = RunOptions {
@@ -157,7 +157,7 @@ fn the_programs_cover_every_op_type_with_a_bound() {
     ];
     let mut seen = std::collections::HashSet::new();
     for (plan, opts) in &plans {
-        let p = run_pipeline(plan, opts).unwrap();
+        let p = run_passes(plan, opts).unwrap();
         seen.extend(p.full.program.ops().iter().map(|o| o.ty));
     }
     // Serial programs hold no communication or rank-local ops.

@@ -10,16 +10,16 @@ use shardlab::cost::device::Topology;
 use shardlab::cost::simulate::simulate;
 use shardlab::ir::{OpType, Purpose};
 use shardlab::models::scenarios::{scenarios, Scenario};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 
-fn planned(mib: Option<f64>) -> Pipeline {
+fn planned(mib: Option<f64>) -> Passes {
     let plan = Scenario::by_name("gpt_dp_mp").unwrap().plan().unwrap();
-    let mut o = PipelineOptions::default();
+    let mut o = PassOptions::default();
     o.partition.bucket_bytes = mib.map_or(0, |m| (m * 1048576.0) as u64);
-    run_pipeline(&plan, &o).unwrap()
+    run_passes(&plan, &o).unwrap()
 }
 
-fn dp(p: &Pipeline) -> (usize, f64) {
+fn dp(p: &Passes) -> (usize, f64) {
     let e: Vec<_> = p
         .ledger
         .iter()
@@ -82,7 +82,7 @@ fn buckets_save_the_latency_of_the_fused_collectives() {
     // On h100x8x4 the dp pair [0, 4] is inside a node (NVLink, α = 5 µs): a two-rank
     // all-reduce pays 2(n−1)·α = 10 µs of latency, the bandwidth term depends on bytes only.
     let topo = Topology::preset("h100x8x4").unwrap();
-    let comm = |p: &Pipeline| {
+    let comm = |p: &Passes| {
         simulate(&p.partitioned.ranks, &topo, topo.default_dtype)
             .unwrap()
             .ranks[0]
@@ -106,7 +106,7 @@ fn bucketed_steps_equal_the_serial_step() {
         ] {
             let mut o = with_optimizer(optimizer, amp, clip);
             o.partition.bucket_bytes = (mib * 1048576.0) as u64;
-            let p = run_pipeline(&plan, &o).unwrap();
+            let p = run_passes(&plan, &o).unwrap();
             common::verifies_against_serial(&p, 2)
                 .unwrap_or_else(|e| panic!("{} {mib} MiB {optimizer}: {e}", scenario.name));
         }

@@ -250,7 +250,7 @@ fn x_times_w_transposed_is_column_parallel() {
           op1 mean [default #0: default] X=y[-, mp] -> Out=l[] partial(mp=AVG)
     "#]]
     .assert_eq(&completed_text(&plan.program, &c));
-    let p = shardlab::passes::pipeline::run_pipeline(&plan, &Default::default()).unwrap();
+    let p = shardlab::passes::driver::run_passes(&plan, &Default::default()).unwrap();
     let reshards: Vec<String> = p.partitioned.ranks[0]
         .program
         .ops()
@@ -267,7 +267,7 @@ fn x_times_w_transposed_is_column_parallel() {
 #[test]
 fn grad_outputs_split_into_input_and_weight_parts() {
     use shardlab::passes::backward::append_backward;
-    use shardlab::passes::grad_parts::{grad_parts, GradPart};
+    use shardlab::passes::pipeline::grad_parts::{grad_parts, GradPart};
     let program = Model::Mlp.build(&Model::Mlp.default_config()).unwrap();
     let b = append_backward(&program).unwrap();
     let parts_of = |ty: &str, output_var: &str| {

@@ -12,7 +12,7 @@ use shardlab::cost::work::{op_work, ElementBytes, Work};
 use shardlab::ir::{parse_program, OpType, Program};
 use shardlab::models::Model;
 use shardlab::passes::backward::append_backward;
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions};
 
 const F32: ElementBytes = ElementBytes(4.0);
 
@@ -93,7 +93,7 @@ fn elementwise_normalisation_and_embedding_counts() {
 
 #[test]
 fn optimizer_and_accumulation_counts() {
-    let pipeline = run_pipeline(
+    let pipeline = run_passes(
         &preset_plan(Model::Mlp, 0, "1:dp", &[]),
         &common::with_optimizer("adam", false, None),
     )
@@ -116,12 +116,12 @@ fn optimizer_and_accumulation_counts() {
 
 #[test]
 fn collectives_are_priced_by_the_alpha_beta_model_not_as_work() {
-    let pipeline = run_pipeline(
+    let pipeline = run_passes(
         &{
             let (_, mesh, shards) = standard_configs(Model::Mlp, 0).remove(2);
             preset_plan(Model::Mlp, 0, mesh, &shards)
         },
-        &PipelineOptions::default(),
+        &PassOptions::default(),
     )
     .unwrap();
     let r = &pipeline.partitioned.ranks[0].program;
@@ -177,9 +177,9 @@ fn collective_times_follow_the_ring_formulas() {
 #[test]
 fn collective_bytes_are_the_ledgers() {
     let (_, mesh, shards) = standard_configs(Model::Gpt, 1).remove(2);
-    let p = run_pipeline(
+    let p = run_passes(
         &preset_plan(Model::Gpt, 1, mesh, &shards),
-        &PipelineOptions::default(),
+        &PassOptions::default(),
     )
     .unwrap();
     let mut checked = 0;
@@ -328,7 +328,7 @@ mod simulation {
     fn a_planned_step_adds_up_on_every_preset() {
         let (_, mesh, shards) = standard_configs(Model::Gpt, 2).remove(2);
         let plan = preset_plan(Model::Gpt, 2, mesh, &shards);
-        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan, &PassOptions::default()).unwrap();
         for name in ["cpu", "h100x8", "h100x8x4", "tpu-v5e-16"] {
             let topo = Topology::preset(name).unwrap();
             let dtype = topo.default_dtype;
@@ -538,7 +538,7 @@ mod simulation {
     #[test]
     fn a_rank_beyond_the_preset_is_an_error() {
         let plan = preset_plan(Model::Mlp, 0, "16:dp", &["x=dp,-".to_string()]);
-        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan, &PassOptions::default()).unwrap();
         let topo = Topology::preset("h100x8").unwrap();
         let e = simulate(&p.partitioned.ranks, &topo, ComputeDType::Bf16).unwrap_err();
         assert!(e.to_string().contains("h100x8 has 8 devices"), "{e}");
@@ -553,7 +553,7 @@ mod simulation {
 #[test]
 fn mixed_precision_adam_takes_sixteen_bytes_per_parameter() {
     let plan = preset_plan(Model::Gpt, 2, "1:dp", &[]);
-    let p = run_pipeline(&plan, &common::with_optimizer("adam", true, None)).unwrap();
+    let p = run_passes(&plan, &common::with_optimizer("adam", true, None)).unwrap();
     let r = &p.partitioned.ranks[0].program;
     let psi: f64 = r
         .vars()
@@ -632,7 +632,7 @@ fn mixed_precision_adam_takes_sixteen_bytes_per_parameter() {
 fn activation_memory_per_layer_against_korthikanti() {
     let live_activations = |layers: usize| {
         let plan = preset_plan(Model::Gpt, layers, "1:dp", &[]);
-        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan, &PassOptions::default()).unwrap();
         let r = &p.partitioned.ranks[0].program;
         let first_backward = r
             .ops()

@@ -139,3 +139,49 @@ fn the_link_checker_finds_what_is_broken() {
     assert_eq!(slug(" Known blind spots"), "known-blind-spots");
     assert_eq!(slug("The plan format, and why"), "the-plan-format-and-why");
 }
+
+/// The plan format's table of ops is the registry's, row for row: a new or changed op fails
+/// here until the book says so.
+#[test]
+fn the_book_lists_every_op_as_declared() {
+    use shardlab::ir::{Arity, ForwardOp, SlotSpec};
+    let slots = |s: &[SlotSpec]| {
+        s.iter()
+            .map(|x| match x.arity {
+                Arity::One => x.name.to_string(),
+                Arity::Optional => format!("{}?", x.name),
+                Arity::List | Arity::Many => format!("[{}]", x.name),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let text = read(&root().join("docs/plan-format.md"));
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| op | family |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    let want: Vec<String> = ForwardOp::ALL
+        .iter()
+        .map(|f| {
+            let d = f.def();
+            let attrs = d
+                .attrs
+                .iter()
+                .map(|a| a.name)
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "| `{}` | {:?} | {} | {} | {} | `{}` |",
+                d.name,
+                d.family,
+                slots(d.inputs),
+                slots(d.outputs),
+                if attrs.is_empty() { "-".into() } else { attrs },
+                d.pir_name
+            )
+        })
+        .collect();
+    assert_eq!(rows, want, "docs/plan-format.md's table of ops");
+}

@@ -9,10 +9,10 @@ use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
 use shardlab::exec::verify::{verify, Check};
 use shardlab::models::scenarios::Scenario;
 use shardlab::models::Model;
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::plan::Plan;
 
-fn checks(p: &Pipeline, steps: usize, threads: bool) -> Vec<Check> {
+fn checks(p: &Passes, steps: usize, threads: bool) -> Vec<Check> {
     let opts = RunOptions {
         steps,
         ..Default::default()
@@ -23,8 +23,8 @@ fn checks(p: &Pipeline, steps: usize, threads: bool) -> Vec<Check> {
     verify(&serial, &dist)
 }
 
-fn assert_equal(name: &str, plan: &Plan, opts: &PipelineOptions) {
-    let p = run_pipeline(plan, opts).unwrap();
+fn assert_equal(name: &str, plan: &Plan, opts: &PassOptions) {
+    let p = run_passes(plan, opts).unwrap();
     let failed: Vec<String> = checks(&p, 3, true)
         .into_iter()
         .filter(|c| !c.pass)
@@ -51,7 +51,7 @@ fn presets_distributed_equals_serial() {
             assert_equal(
                 &format!("{} x{layers} {config}", model.name()),
                 &plan,
-                &PipelineOptions::default(),
+                &PassOptions::default(),
             );
         }
     }
@@ -59,13 +59,13 @@ fn presets_distributed_equals_serial() {
 
 #[test]
 fn megatron_sums_distributed_equals_serial() {
-    let opts = PipelineOptions {
+    let opts = PassOptions {
         partition: shardlab::passes::partition::PartitionOptions {
             defer_partial_sums: true,
             build_every_rank: false,
             ..Default::default()
         },
-        ..PipelineOptions::default()
+        ..PassOptions::default()
     };
     for (model, layers) in [(Model::Gpt, 2), (Model::EmbeddingLm, 1)] {
         for (config, mesh, shards) in standard_configs(model, layers) {
@@ -82,7 +82,7 @@ fn megatron_sums_distributed_equals_serial() {
 #[test]
 fn scenarios_distributed_equals_serial() {
     for s in shardlab::models::scenarios::scenarios() {
-        assert_equal(s.name, &s.plan().unwrap(), &PipelineOptions::default());
+        assert_equal(s.name, &s.plan().unwrap(), &PassOptions::default());
     }
 }
 
@@ -109,7 +109,7 @@ fn optimizers_amp_and_clipping_distributed_equals_serial() {
 #[test]
 fn cooperative_ranks_match_threads() {
     let plan = Scenario::by_name("gpt_dp_mp").unwrap().plan().unwrap();
-    let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let p = run_passes(&plan, &PassOptions::default()).unwrap();
     let opts = RunOptions {
         steps: 2,
         ..Default::default()
@@ -133,7 +133,7 @@ fn cooperative_ranks_match_threads() {
 /// Deletes, on every rank, the first op matching `pick`; returns the failing checks.
 fn with_op_deleted(scenario: &str, pick: impl Fn(&shardlab::ir::Op) -> bool) -> Vec<Check> {
     let plan = Scenario::by_name(scenario).unwrap().plan().unwrap();
-    let mut p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let mut p = run_passes(&plan, &PassOptions::default()).unwrap();
     let mut deleted = 0;
     for r in &mut p.partitioned.ranks {
         if let Some(i) = r.program.ops().iter().position(|o| pick(o)) {
@@ -182,7 +182,7 @@ proptest::proptest! {
     /// compared with the serial run.
     #[test]
     fn random_plans_distributed_equals_serial(plan in common::random_plan()) {
-        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan, &PassOptions::default()).unwrap();
         let failed: Vec<String> = checks(&p, 1, false).into_iter().filter(|c| !c.pass).map(|c| format!("{c:?}")).collect();
         let annotations: Vec<String> = plan.annotations.iter().map(|a| format!("{} {:?}", plan.program.var(a.var).name, a.attr.dims)).collect();
         proptest::prop_assert!(failed.is_empty(), "mesh {:?} {:?}:\n{}", plan.mesh().map(|m| m.to_string()), annotations, failed.join("\n"));
@@ -193,7 +193,7 @@ proptest::proptest! {
 /// per step and a gradient and a parameter per parameter, and that the planned programs
 /// contain each op type in `must_contain` (so the case exercises what it is named for).
 fn assert_verifies(name: &str, plan: &Plan, steps: usize, must_contain: &[&str]) {
-    let p = run_pipeline(plan, &PipelineOptions::default()).unwrap();
+    let p = run_passes(plan, &PassOptions::default()).unwrap();
     for ty in must_contain {
         assert!(
             p.partitioned.ranks.iter().any(|r| r
@@ -325,7 +325,7 @@ fn vocab_parallel_cross_entropy_equals_serial() {
         "2x4:dp,mp",
         &["ids=dp,-".to_string(), "lm_head.w=-,mp".to_string()],
     );
-    let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let p = run_passes(&plan, &PassOptions::default()).unwrap();
     let opts = RunOptions {
         steps: 2,
         ..Default::default()
@@ -349,7 +349,7 @@ fn every_other_op_distributed_equals_serial() {
     ))
     .unwrap();
     let (plan, _) = shardlab::plan::parse_plan(&text).unwrap();
-    let opts = PipelineOptions {
+    let opts = PassOptions {
         optimizer: OptimizerOptions {
             optimizer: Optimizer::from_name("adam").unwrap(),
             amp: true,
@@ -357,7 +357,7 @@ fn every_other_op_distributed_equals_serial() {
         },
         ..Default::default()
     };
-    let p = run_pipeline(&plan, &opts).unwrap();
+    let p = run_passes(&plan, &opts).unwrap();
     let checks = checks(&p, 2, true);
     assert_eq!(checks.len(), 2 + 2 * p.backward.param_grads.len());
     assert_eq!(p.backward.param_grads.len(), 2);

@@ -23,7 +23,7 @@ use shardlab::export::{export_jax, Constrain, ExportMode, ExportOptions};
 use shardlab::ir::{Attr, DType, OpType, VarKind};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::plan::Plan;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -177,7 +177,7 @@ fn check_dump(serial: &Log, dir: &Path, losses: &[f64]) -> Vec<(String, bool, f6
 
 /// Rank 0's collectives per XLA kind, from the ledger (only `phase`'s, if given).
 fn ledger_counts(
-    p: &Pipeline,
+    p: &Passes,
     phase: Option<&str>,
 ) -> std::collections::BTreeMap<&'static str, usize> {
     let mut counts = std::collections::BTreeMap::new();
@@ -198,7 +198,7 @@ fn ledger_counts(
 struct Prepared {
     name: String,
     mode: ExportMode,
-    pipeline: Pipeline,
+    pipeline: Passes,
     serial: Log,
     dump: PathBuf,
 }
@@ -213,7 +213,7 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
     let mut jobs = Vec::new();
     let mut export_failures = Vec::new();
     for case in cases(dtype) {
-        let pipeline = run_pipeline(&case.plan, &PipelineOptions::from_plan(&case.plan.options))
+        let pipeline = run_passes(&case.plan, &PassOptions::from_plan(&case.plan.options))
             .unwrap_or_else(|e| panic!("{}: {e}", case.name));
         let serial = run_serial(
             &pipeline,
@@ -566,7 +566,7 @@ fn exports_are_deterministic() {
     let (_, mesh, shards) = standard_configs(Model::Gpt, 2).remove(2);
     let script = |mode| {
         let plan = build(Model::Gpt, 2, mesh, &shards, DType::F32);
-        let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).unwrap();
+        let p = run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap();
         export_jax(
             &p,
             &ExportOptions {
@@ -591,7 +591,7 @@ fn exports_are_deterministic() {
 fn an_unexportable_plan_is_a_clear_error() {
     let (_, mesh, shards) = standard_configs(Model::Mlp, 1).remove(2);
     let plan = build(Model::Mlp, 1, mesh, &shards, DType::F32);
-    let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).unwrap();
+    let p = run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap();
     let opts = ExportOptions {
         mode: ExportMode::ShardMap,
         constrain: Constrain::Annotated,

@@ -10,7 +10,7 @@ mod common;
 
 use shardlab::export::{export_jax, Constrain, ExportMode, ExportOptions};
 use shardlab::models::Model;
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions};
 
 /// `name: (spec...)` lines of the script's STATE and CONSTS tables: (name, the spec text).
 fn table_specs(script: &str) -> Vec<(String, String)> {
@@ -66,7 +66,7 @@ fn co_sharded_dims_keep_their_axis_order_in_the_script() {
     for (mesh, shards) in cases {
         let shards: Vec<String> = shards.iter().map(|s| s.to_string()).collect();
         let plan = common::preset_plan(Model::Mlp, 1, mesh, &shards);
-        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan, &PassOptions::default()).unwrap();
         let opts = ExportOptions {
             mode: ExportMode::Gspmd,
             constrain: Constrain::Annotated,

@@ -303,8 +303,8 @@ fn exercise_plan(text: &str) {
     if plan.estimated_planning_bytes(shardlab::plan::RanksPlanned::All) > 64.0 * 1024.0 * 1024.0 {
         return;
     }
-    let opts = shardlab::passes::pipeline::PipelineOptions::from_plan(&plan.options);
-    let _ = shardlab::passes::pipeline::run_pipeline(&plan, &opts);
+    let opts = shardlab::passes::driver::PassOptions::from_plan(&plan.options);
+    let _ = shardlab::passes::driver::run_passes(&plan, &opts);
 }
 
 proptest! {

@@ -10,7 +10,7 @@ use shardlab::exec::run::{run_distributed, run_serial, Log, RunOptions};
 use shardlab::exec::tensor::Tensor;
 use shardlab::ir::DType;
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions};
 use shardlab::plan::Plan;
 use std::collections::HashMap;
 
@@ -90,7 +90,7 @@ fn opts(dtype: DType) -> RunOptions {
 #[test]
 fn serial_matches_jax_in_f32_and_f64() {
     for (dtype, refdir) in [(DType::F32, "ref_f32"), (DType::F64, "ref_f64")] {
-        let p = run_pipeline(&plan(dtype, "1:d", &[]), &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan(dtype, "1:d", &[]), &PassOptions::default()).unwrap();
         check(&run_serial(&p, &opts(dtype)).unwrap(), refdir, dtype);
     }
 }
@@ -123,7 +123,7 @@ fn sharded_configs_match_jax() {
         ),
     ];
     for &(name, mesh, shards) in configs {
-        let p = run_pipeline(&plan(DType::F32, mesh, shards), &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan(DType::F32, mesh, shards), &PassOptions::default()).unwrap();
         let log = run_distributed(&p, &opts(DType::F32), true).unwrap();
         check(&log, &format!("sharded/{name}"), DType::F32);
     }

@@ -17,7 +17,7 @@ use shardlab::exec::verify::verify;
 use shardlab::ir::{DType, Op, OpType};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::plan::Plan;
 
 /// Deletions that cannot change the result on the test data, with why.
@@ -104,7 +104,7 @@ fn f64_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -> Plan 
     plan_with(model.build(&cfg).unwrap(), mesh, shards)
 }
 
-fn configs() -> Vec<(String, Plan, PipelineOptions)> {
+fn configs() -> Vec<(String, Plan, PassOptions)> {
     let mut out = Vec::new();
     for s in scenarios() {
         let cfg = ModelConfig {
@@ -114,7 +114,7 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
         out.push((
             s.name.to_string(),
             plan_with(s.program(&cfg).unwrap(), s.mesh, &s.shards),
-            PipelineOptions::default(),
+            PassOptions::default(),
         ));
     }
     for model in [Model::Mlp, Model::MlpMse, Model::Gpt, Model::EmbeddingLm] {
@@ -122,7 +122,7 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
             out.push((
                 format!("{} {config}", model.name()),
                 f64_plan(model, 1, mesh, &shards),
-                PipelineOptions::default(),
+                PassOptions::default(),
             ));
         }
     }
@@ -137,7 +137,7 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
     out.push((
         "gpt pp x dp 1f1b amp clip".into(),
         pp.clone(),
-        PipelineOptions::from_plan(&pp.options),
+        PassOptions::from_plan(&pp.options),
     ));
     // AMP, global-norm clipping (binding on this data) and Adam on the dp x mp block.
     let s = shardlab::models::scenarios::Scenario::by_name("gpt_dp_mp").unwrap();
@@ -155,7 +155,7 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
     out.push((
         "gpt dp zero 3 adam".into(),
         zero.clone(),
-        PipelineOptions::from_plan(&zero.options),
+        PassOptions::from_plan(&zero.options),
     ));
     out
 }
@@ -163,7 +163,7 @@ fn configs() -> Vec<(String, Plan, PipelineOptions)> {
 /// The distributed run and whether its values verify (the structural checks of
 /// `exec::sync_check` left out: they are counted apart, so this suite still measures what
 /// the numeric comparison catches).
-fn run(p: &Pipeline, serial: &Log) -> Result<(Log, bool), String> {
+fn run(p: &Passes, serial: &Log) -> Result<(Log, bool), String> {
     let dist = run_distributed(p, &RunOptions::default(), false).map_err(|e| e.to_string())?;
     let checks = verify(serial, &dist);
     Ok((dist, checks.iter().all(|c| c.pass || c.note.is_some())))
@@ -194,7 +194,7 @@ fn every_deleted_synchronisation_is_caught() {
     let mut used = vec![0usize; NO_EFFECT.len()];
     let mut structural_only = Vec::new();
     for (name, plan, opts) in configs() {
-        let p = run_pipeline(&plan, &opts).unwrap();
+        let p = run_passes(&plan, &opts).unwrap();
         let serial = run_serial(&p, &RunOptions::default()).unwrap();
         let (baseline, ok) = run(&p, &serial).unwrap();
         assert!(ok, "{name}: the unmutated plan must verify");
@@ -299,7 +299,7 @@ fn every_deleted_synchronisation_is_caught() {
 
 /// The f32 gpt of `layers` blocks on dp × Megatron mp ([2, 4]), planned, and verified in f64
 /// (`exec::precision`).
-fn deep_gpt_in_f64(layers: usize) -> Pipeline {
+fn deep_gpt_in_f64(layers: usize) -> Passes {
     use shardlab::exec::precision::{in_precision, Precision};
     let cfg = ModelConfig {
         layers,
@@ -311,7 +311,7 @@ fn deep_gpt_in_f64(layers: usize) -> Pipeline {
         .find(|(name, _, _)| *name == "dp_mp")
         .unwrap();
     let plan = plan_with(Model::Gpt.build(&cfg).unwrap(), mesh, &shards);
-    let planned = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let planned = run_passes(&plan, &PassOptions::default()).unwrap();
     in_precision(&planned, Precision::F64).into_owned()
 }
 

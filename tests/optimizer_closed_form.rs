@@ -9,8 +9,8 @@
 use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
 use shardlab::exec::tensor::Tensor;
 use shardlab::ir::DType;
+use shardlab::passes::driver::{run_passes, PassOptions};
 use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
 use shardlab::plan::parse_plan;
 
 const X: [f64; 4] = [0.5, -2.0, 1e-9, 3.0];
@@ -58,7 +58,7 @@ fn optimizers_match_their_closed_forms() {
                 op mean(X=y) -> (Out=l) role=loss\nshard w [dp]\n";
     let (plan, _) = parse_plan(text).unwrap();
     for optimizer in ["sgd", "momentum", "adam", "adamw"] {
-        let opts = PipelineOptions {
+        let opts = PassOptions {
             optimizer: OptimizerOptions {
                 optimizer: Optimizer::from_name(optimizer).unwrap(),
                 amp: false,
@@ -66,7 +66,7 @@ fn optimizers_match_their_closed_forms() {
             },
             ..Default::default()
         };
-        let p = run_pipeline(&plan, &opts).unwrap();
+        let p = run_passes(&plan, &opts).unwrap();
         let mut run = RunOptions {
             steps: STEPS,
             ..Default::default()

@@ -11,13 +11,13 @@ use expect_test::{expect_file, ExpectFile};
 use shardlab::ir::{OpClass, OpRole, OpType};
 use shardlab::models::scenarios::Scenario;
 use shardlab::models::Model;
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::passes::ledger::Purpose;
 use shardlab::passes::optimizer::{Optimizer, OptimizerOptions};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use shardlab::plan::{parse_plan, Plan};
 
-fn run(plan: &Plan) -> Pipeline {
-    run_pipeline(plan, &PipelineOptions::default()).unwrap()
+fn run(plan: &Plan) -> Passes {
+    run_passes(plan, &PassOptions::default()).unwrap()
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn per_rank_programs_match_paddle_on_every_config() {
     }
 }
 
-fn ranks_text(p: &Pipeline, ranks: &[u32]) -> String {
+fn ranks_text(p: &Passes, ranks: &[u32]) -> String {
     let mut out = String::new();
     for r in p
         .partitioned
@@ -276,7 +276,7 @@ fn every_reshard_primitive() {
     );
 }
 
-fn count(p: &Pipeline, rank: u32, phase: &str, purpose: Purpose) -> usize {
+fn count(p: &Passes, rank: u32, phase: &str, purpose: Purpose) -> usize {
     p.ledger
         .iter()
         .filter(|e| e.rank == rank && e.phase == phase && e.purpose == purpose)
@@ -334,20 +334,20 @@ fn ledger_counts_match_megatron_and_paddle() {
 #[test]
 fn megatron_sums_give_two_backward_all_reduces_per_layer() {
     use shardlab::passes::partition::PartitionOptions;
-    let opts = PipelineOptions {
+    let opts = PassOptions {
         partition: PartitionOptions {
             defer_partial_sums: true,
             build_every_rank: false,
             ..PartitionOptions::default()
         },
-        ..PipelineOptions::default()
+        ..PassOptions::default()
     };
     for layers in [1, 2] {
         let (_, mesh, shards) = standard_configs(Model::Gpt, layers)
             .into_iter()
             .find(|c| c.0 == "dp_mp")
             .unwrap();
-        let p = run_pipeline(&preset_plan(Model::Gpt, layers, mesh, &shards), &opts).unwrap();
+        let p = run_passes(&preset_plan(Model::Gpt, layers, mesh, &shards), &opts).unwrap();
         for rank in [0, 5] {
             assert_eq!(
                 count(&p, rank, "forward", Purpose::TensorParallel),
@@ -391,9 +391,9 @@ fn megatron_sums_give_two_backward_all_reduces_per_layer() {
 fn amp_and_global_norm_sync_exactly_when_enabled() {
     let plan = Scenario::by_name("gpt_dp_mp").unwrap().plan().unwrap();
     let purposes = |opts: OptimizerOptions| {
-        let p = run_pipeline(
+        let p = run_passes(
             &plan,
-            &PipelineOptions {
+            &PassOptions {
                 optimizer: opts,
                 ..Default::default()
             },
@@ -459,7 +459,7 @@ fn amp_and_global_norm_sync_exactly_when_enabled() {
 fn plans_that_cannot_be_partitioned_name_the_variable() {
     // A mesh too large for the batch: 16 rows over 32 ranks.
     let (plan, _) = parse_plan(&format!("mesh [32] (dp)\n{}shard x [dp, -]\n", "var x: f32[16, 8] input\nvar w: f32[8, 8] parameter persistable\nvar h: f32[16, 8] activation\nvar l: f32[] activation\nop matmul_v2(X=x, Y=w) -> (Out=h)\nop mean(X=h) -> (Out=l) role=loss\n")).unwrap();
-    let err = run_pipeline(&plan, &PipelineOptions::default())
+    let err = run_passes(&plan, &PassOptions::default())
         .unwrap_err()
         .to_string();
     assert!(
@@ -470,7 +470,7 @@ fn plans_that_cannot_be_partitioned_name_the_variable() {
     );
     // No loss op.
     let (plan, _) = parse_plan("mesh [2] (dp)\nvar x: f32[4] input\nvar w: f32[4] parameter persistable\nvar y: f32[4] activation\nop elementwise_mul(X=x, Y=w) -> (Out=y)\n").unwrap();
-    let err = run_pipeline(&plan, &PipelineOptions::default())
+    let err = run_passes(&plan, &PassOptions::default())
         .unwrap_err()
         .to_string();
     assert_eq!(
@@ -491,14 +491,14 @@ fn partitioning_a_subset_of_ranks_matches_the_whole_job() {
             let Some(want) = whole.partitioned.ranks.iter().find(|r| r.rank == rank) else {
                 continue;
             };
-            let opts = PipelineOptions {
+            let opts = PassOptions {
                 partition: PartitionOptions {
                     ranks: Some(vec![rank]),
                     ..PartitionOptions::default()
                 },
-                ..PipelineOptions::default()
+                ..PassOptions::default()
             };
-            let only = run_pipeline(&plan, &opts).unwrap();
+            let only = run_passes(&plan, &opts).unwrap();
             assert_eq!(only.partitioned.ranks.len(), 1, "{config} rank {rank}");
             let got = &only.partitioned.ranks[0];
             assert_eq!(got.rank, rank);
@@ -546,11 +546,11 @@ fn the_backward_stage_is_a_prefix_of_the_full_program() {
     ];
     for (config, mesh, shards) in standard_configs(Model::Gpt, 1) {
         for optimizer in &options {
-            let opts = PipelineOptions {
+            let opts = PassOptions {
                 optimizer: optimizer.clone(),
-                ..PipelineOptions::default()
+                ..PassOptions::default()
             };
-            let p = run_pipeline(&preset_plan(Model::Gpt, 1, mesh, &shards), &opts).unwrap();
+            let p = run_passes(&preset_plan(Model::Gpt, 1, mesh, &shards), &opts).unwrap();
             let want = complete_backward(&p.backward, &p.completed);
             let got = p.backward_dist();
             assert_eq!(got.program, want.program, "{config} {optimizer:?}");

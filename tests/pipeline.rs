@@ -14,7 +14,7 @@ use expect_test::{expect_file, ExpectFile};
 use serde_json::Value;
 use shardlab::ir::{DType, OpRole, OpType};
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::plan::{parse_plan, Plan, ScheduleKind};
 
 fn oracle() -> Value {
@@ -25,8 +25,8 @@ fn pp_mlp() -> Plan {
     parse_plan(include_str!("plans/pp_mlp.plan")).unwrap().0
 }
 
-fn plan(p: &Plan) -> Pipeline {
-    run_pipeline(p, &PipelineOptions::from_plan(&p.options)).unwrap()
+fn plan(p: &Plan) -> Passes {
+    run_passes(p, &PassOptions::from_plan(&p.options)).unwrap()
 }
 
 /// Our temporaries are `name@TAG@k`, Paddle's `name@TAG_k`.
@@ -194,7 +194,7 @@ fn gpt(layers: usize, mesh: &str, shards: &[&str]) -> Plan {
 }
 
 /// The ops of the first rank of the first and the last stage.
-fn stage_ops(p: &Pipeline) -> String {
+fn stage_ops(p: &Passes) -> String {
     let mesh = &p.full.mesh;
     let mut out = String::new();
     for stage in [0, p.stages.stages - 1] {
@@ -365,7 +365,7 @@ fn stage_placement_errors_name_the_problem() {
 }
 
 fn error_of(p: &Plan) -> String {
-    match run_pipeline(p, &PipelineOptions::from_plan(&p.options)) {
+    match run_passes(p, &PassOptions::from_plan(&p.options)) {
         Ok(_) => "planned without an error".into(),
         Err(e) => e.to_string(),
     }

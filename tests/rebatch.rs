@@ -1,4 +1,4 @@
-//! `passes::rebatch`: a planned pipeline given another micro-batch size equals the pipeline
+//! `passes::pipeline::rebatch`: a planned pipeline given another micro-batch size equals the pipeline
 //! planned afresh at that size, program for program, and it refuses where re-inference
 //! could be inexact.
 #![cfg(not(target_arch = "wasm32"))]
@@ -6,8 +6,8 @@
 use shardlab::ir::{Attr, Op, OpType, Program, VarKind};
 use shardlab::models::{Model, ModelConfig};
 use shardlab::passes::complete::trace::{Conflict, Direction, Event, EventKind};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
-use shardlab::passes::rebatch::rebatch;
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
+use shardlab::passes::pipeline::rebatch::rebatch;
 use shardlab::plan::{parse_mesh_spec, parse_shard_spec, OptimizerKind, Plan};
 use std::sync::Arc;
 
@@ -22,7 +22,7 @@ fn gpt(batch: usize) -> Program {
 
 /// The 2-layer gpt at `batch` on a [2, 2] (dp, mp) mesh, Megatron with the batch over dp,
 /// Adam and `micro_batches`.
-fn planned(batch: usize, micro_batches: usize) -> Pipeline {
+fn planned(batch: usize, micro_batches: usize) -> Passes {
     let mut plan = Plan::from_program(gpt(batch));
     let mesh = Arc::new(parse_mesh_spec("2x2:dp,mp").expect("mesh"));
     plan.set_mesh(mesh.clone());
@@ -41,7 +41,7 @@ fn planned(batch: usize, micro_batches: usize) -> Pipeline {
     }
     plan.options.optimizer = OptimizerKind::Adam;
     plan.options.micro_batches = micro_batches;
-    run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).expect("plans")
+    run_passes(&plan, &PassOptions::from_plan(&plan.options)).expect("plans")
 }
 
 #[test]
@@ -49,7 +49,7 @@ fn a_rebatched_pipeline_equals_the_one_planned_afresh() {
     for (from, to) in [(8, 4), (4, 8), (16, 2)] {
         let mut p = planned(from, 2);
         rebatch(&mut p, &gpt(to), 3).expect("rebatches");
-        p.repartition(&PipelineOptions::from_plan(&p.plan.options).partition)
+        p.repartition(&PassOptions::from_plan(&p.plan.options).partition)
             .expect("re-partitions");
         let fresh = planned(to, 3);
         assert_eq!(p.plan.program, fresh.plan.program, "{from} -> {to}");

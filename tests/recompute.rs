@@ -12,12 +12,12 @@ use shardlab::cost::work::{op_work, ElementBytes};
 use shardlab::ir::{OpRole, VarId, VarKind};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::Model;
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::passes::ledger::Purpose;
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use shardlab::plan::Recompute;
 
-fn opts(r: Recompute) -> PipelineOptions {
-    PipelineOptions {
+fn opts(r: Recompute) -> PassOptions {
+    PassOptions {
         recompute: r,
         ..Default::default()
     }
@@ -26,7 +26,7 @@ fn opts(r: Recompute) -> PipelineOptions {
 /// Activation bytes (bf16) live when the backward starts on the single rank.
 fn live_activations(layers: usize, r: Recompute) -> f64 {
     let plan = preset_plan(Model::Gpt, layers, "1:dp", &[]);
-    let p = run_pipeline(&plan, &opts(r)).unwrap();
+    let p = run_passes(&plan, &opts(r)).unwrap();
     let rank = &p.partitioned.ranks[0].program;
     let first_backward = rank
         .ops()
@@ -74,7 +74,7 @@ fn activation_memory_per_layer_against_korthikanti() {
     );
 }
 
-fn flops(p: &Pipeline) -> f64 {
+fn flops(p: &Passes) -> f64 {
     let r = &p.partitioned.ranks[0].program;
     r.ops()
         .iter()
@@ -86,9 +86,9 @@ fn flops(p: &Pipeline) -> f64 {
 fn the_cost_model_counts_the_recomputed_flops_and_all_reduces() {
     let (_, mesh, shards) = standard_configs(Model::Gpt, 2).remove(2);
     let plan = preset_plan(Model::Gpt, 2, mesh, &shards);
-    let off = run_pipeline(&plan, &opts(Recompute::Off)).unwrap();
-    let full = run_pipeline(&plan, &opts(Recompute::Full)).unwrap();
-    let sel = run_pipeline(&plan, &opts(Recompute::Selective)).unwrap();
+    let off = run_passes(&plan, &opts(Recompute::Off)).unwrap();
+    let full = run_passes(&plan, &opts(Recompute::Full)).unwrap();
+    let sel = run_passes(&plan, &opts(Recompute::Selective)).unwrap();
     // Full recomputation re-runs each layer's forward but its last residual add (the
     // checkpoint): the extra FLOPs are those ops' forward FLOPs on the rank.
     let rank = &off.partitioned.ranks[0].program;
@@ -108,7 +108,7 @@ fn the_cost_model_counts_the_recomputed_flops_and_all_reduces() {
     assert!(((flops(&full) - flops(&off)) - layer_forward).abs() <= 1e-9 * layer_forward);
     assert!(flops(&sel) > flops(&off) && flops(&sel) < flops(&full));
     // The row-parallel matmuls' all-reduces run again in backward: 2 more per layer.
-    let backward_tp = |p: &Pipeline| {
+    let backward_tp = |p: &Passes| {
         p.ledger
             .iter()
             .filter(|e| {
@@ -119,7 +119,7 @@ fn the_cost_model_counts_the_recomputed_flops_and_all_reduces() {
     assert_eq!(backward_tp(&full), backward_tp(&off) + 2 * 2);
     assert_eq!(backward_tp(&sel), backward_tp(&off));
     // The copies are real ops of the rank programs, in backward, writing @RECOMPUTE.
-    let copies = |p: &Pipeline| {
+    let copies = |p: &Passes| {
         let r = &p.partitioned.ranks[0].program;
         r.ops()
             .iter()
@@ -147,7 +147,7 @@ fn recomputed_steps_equal_the_serial_step() {
             let mut o = with_optimizer(optimizer, true, Some(0.5));
             o.recompute = r;
             o.partition.zero = zero;
-            let p = run_pipeline(&plan, &o).unwrap();
+            let p = run_passes(&plan, &o).unwrap();
             common::verifies_against_serial(&p, 2)
                 .unwrap_or_else(|e| panic!("{} {r:?} zero={zero}: {e}", scenario.name));
         }
@@ -175,8 +175,8 @@ fn recomputation_under_every_schedule_equals_the_serial_step() {
                 plan.options.micro_batches = 2;
                 plan.options.chunks = chunks;
                 plan.options.recompute = r;
-                let o = PipelineOptions::from_plan(&plan.options);
-                let p = run_pipeline(&plan, &o)
+                let o = PassOptions::from_plan(&plan.options);
+                let p = run_passes(&plan, &o)
                     .unwrap_or_else(|e| panic!("{layers} layers {schedule:?} {r:?}: {e}"));
                 // A copy reads other copies only from its own stage and chunk.
                 let prog = &p.full.program;

@@ -6,14 +6,14 @@ mod common;
 
 use common::{preset_plan, standard_configs};
 use shardlab::models::Model;
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions};
 use shardlab::report::{pipeline_json, write_pipeline_json, SCHEMA_VERSION};
 
 #[test]
 fn the_streamed_document_is_the_json_value() {
     let (_, mesh, shards) = standard_configs(Model::Gpt, 1).remove(2);
     let plan = preset_plan(Model::Gpt, 1, mesh, &shards);
-    let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let p = run_passes(&plan, &PassOptions::default()).unwrap();
     for rank in [None, Some(5)] {
         let mut bytes = Vec::new();
         write_pipeline_json(&mut bytes, &p, rank).unwrap();
@@ -43,7 +43,7 @@ fn the_streamed_document_is_the_json_value() {
 fn the_document_s_values_match_an_independent_count() {
     use shardlab::models::scenarios::Scenario;
     let plan = Scenario::by_name("dp_mlp").unwrap().plan().unwrap();
-    let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+    let p = run_passes(&plan, &PassOptions::default()).unwrap();
     let doc = pipeline_json(&p, None).unwrap();
     let n = 4usize;
     let params: Vec<(String, usize)> = plan

@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use shardlab::cost::pipeline::{pipeline_timeline, JobTimes};
-use shardlab::passes::schedule::{job_list, JobKind, Schedule, ScheduleError};
+use shardlab::passes::pipeline::schedule::{job_list, JobKind, Schedule, ScheduleError};
 
 fn oracle() -> serde_json::Value {
     serde_json::from_str(include_str!("oracle/paddle/schedules.json")).unwrap()
@@ -168,7 +168,7 @@ proptest! {
 /// never run; one that leaves a job out, or waits for a job nobody runs, says so.
 #[test]
 fn deadlocks_are_found_statically_with_their_cycle() {
-    use shardlab::passes::schedule_check::{check_order, parse_jobs, OrderError};
+    use shardlab::passes::pipeline::schedule_check::{check_order, parse_jobs, OrderError};
     let lists = parse_jobs("F0 B0 F1 B1 | F1 B1 F0 B0").unwrap();
     match check_order(&lists, 2, 1) {
         Err(OrderError::Deadlock(waits)) => {
@@ -206,7 +206,7 @@ fn deadlocks_are_found_statically_with_their_cycle() {
 #[test]
 fn laying_out_a_bad_order_reports_the_checks_error() {
     use shardlab::cost::pipeline::{lay_out, PipelineTimeError};
-    use shardlab::passes::schedule_check::{check_order, parse_jobs};
+    use shardlab::passes::pipeline::schedule_check::{check_order, parse_jobs};
     let times = [JobTimes::unit(), JobTimes::unit()];
     for (order, m) in [
         ("F0 B0 F1 B1 | F1 B1 F0 B0", 2),

@@ -11,16 +11,16 @@ use proptest::prelude::*;
 use shardlab::ir::DType;
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::Model;
+use shardlab::passes::driver::{run_passes, PassOptions};
 use shardlab::passes::partition::Partitioned;
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
 use shardlab::plan::Plan;
 
 /// The partition of `plan` under `opts`, stamped and built rank by rank.
-fn both_ways(plan: &Plan, opts: &PipelineOptions) -> (Partitioned, Partitioned) {
+fn both_ways(plan: &Plan, opts: &PassOptions) -> (Partitioned, Partitioned) {
     let mut each = opts.clone();
     each.partition.build_every_rank = true;
-    let stamped = run_pipeline(plan, opts).unwrap().partitioned;
-    let built = run_pipeline(plan, &each).unwrap().partitioned;
+    let stamped = run_passes(plan, opts).unwrap().partitioned;
+    let built = run_passes(plan, &each).unwrap().partitioned;
     (stamped, built)
 }
 
@@ -66,7 +66,7 @@ fn difference(stamped: &Partitioned, built: &Partitioned) -> Option<String> {
     })
 }
 
-fn assert_same(plan: &Plan, opts: &PipelineOptions, what: &str) {
+fn assert_same(plan: &Plan, opts: &PassOptions, what: &str) {
     let (stamped, built) = both_ways(plan, opts);
     if let Some(d) = difference(&stamped, &built) {
         panic!("{what}: {d}");
@@ -78,7 +78,7 @@ fn every_scenario_stamps_what_building_each_rank_gives() {
     for s in scenarios() {
         let plan = s.plan().unwrap();
         for sums in [false, true] {
-            let mut opts = PipelineOptions::default();
+            let mut opts = PassOptions::default();
             opts.partition.defer_partial_sums = sums;
             assert_same(&plan, &opts, &format!("{} megatron_sums={sums}", s.name));
         }
@@ -110,7 +110,7 @@ fn the_vocab_parallel_loss_and_table_stamp_the_same() {
         &["ids=dp,-", "lm_head.w=-,mp", "wte=mp,-"][..],
     ] {
         let plan = common::plan_with(program.clone(), "2x4:dp,mp", shards);
-        assert_same(&plan, &PipelineOptions::default(), &format!("{shards:?}"));
+        assert_same(&plan, &PassOptions::default(), &format!("{shards:?}"));
     }
 }
 
@@ -121,7 +121,7 @@ fn a_mesh_without_canonical_ring_ids_stamps_the_same() {
     let mesh = "2x2x2x2x2x2x2x2x2x2x2x2:a,b,c,d,e,f,g,h,i,j,k,l";
     let shards = ["x=a,-".to_string(), "linear_0.w_0=-,b".to_string()];
     let plan = preset_plan(Model::Mlp, 0, mesh, &shards);
-    assert_same(&plan, &PipelineOptions::default(), "4096 ranks");
+    assert_same(&plan, &PassOptions::default(), "4096 ranks");
 }
 
 /// The comparison can fail: a rank's program that differs in one attribute value (what a
@@ -134,7 +134,7 @@ fn a_wrong_rank_attribute_is_a_difference() {
         "2x4:dp,mp",
         &standard_configs(Model::Mlp, 0)[2].2,
     );
-    let (mut stamped, built) = both_ways(&plan, &PipelineOptions::default());
+    let (mut stamped, built) = both_ways(&plan, &PassOptions::default());
     assert_eq!(difference(&stamped, &built), None);
     let r = &mut stamped.ranks[5].program;
     let i = r

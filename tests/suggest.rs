@@ -5,7 +5,7 @@
 use shardlab::cost::device::Topology;
 use shardlab::cost::estimate::{estimate, CostOptions};
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::pipeline::{run_pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions};
 use shardlab::plan::{OptimizerKind, PlanOptions, Recompute, ScheduleKind};
 use shardlab::suggest::evaluate::Problem;
 use shardlab::suggest::reason::tensor_parallel_inside_node;
@@ -57,7 +57,7 @@ fn gpt3_1_3b() -> ModelConfig {
 /// A plan's step time and peak by the same path as `shardlab cost`.
 fn priced(p: &Problem, c: &Candidate) -> (f64, f64) {
     let plan = candidate_plan(p, c, p.config.layers).expect("plan builds");
-    let pipe = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).expect("plans");
+    let pipe = run_passes(&plan, &PassOptions::from_plan(&plan.options)).expect("plans");
     let e = estimate(&pipe, &p.topology, p.dtype, CostOptions::default()).expect("costs");
     (e.step_s(), peak_bytes(&e))
 }
@@ -315,7 +315,7 @@ fn the_users_plan_is_priced_beside_and_never_beats_the_winner() {
         s.reason
     );
     // The winner's plan prices to the winner's figure.
-    let pipe = run_pipeline(&s.plan, &PipelineOptions::from_plan(&s.plan.options)).expect("plans");
+    let pipe = run_passes(&s.plan, &PassOptions::from_plan(&s.plan.options)).expect("plans");
     let e = estimate(&pipe, &p.topology, p.dtype, CostOptions::default()).expect("costs");
     assert_eq!(e.step_s(), s.winner.terms.step_s);
 }
@@ -444,8 +444,8 @@ fn every_row_is_priced_as_cost_prices_its_plan() {
             let c = row.candidate.as_ref().expect("a candidate");
             per_stage_seen.insert(p.config.layers / c.mesh.size(Axis::Pp));
             let plan = candidate_plan(&p, c, p.config.layers).expect("plan builds");
-            let options = PipelineOptions::from_plan(&plan.options);
-            let pipe = run_pipeline(&plan, &options).expect("plans");
+            let options = PassOptions::from_plan(&plan.options);
+            let pipe = run_passes(&plan, &options).expect("plans");
             let e = estimate(&pipe, &p.topology, p.dtype, CostOptions::default()).expect("costs");
             assert_eq!(row.terms, terms(&pipe, &e), "{c:?}");
         }

@@ -9,23 +9,23 @@ use shardlab::exec::sync_check::gradient_sync_checks;
 use shardlab::ir::{OpType, Purpose};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::{Model, ModelConfig};
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 
-fn zero3() -> Pipeline {
+fn zero3() -> Passes {
     let cfg = ModelConfig {
         layers: 1,
         ..Model::Gpt.default_config()
     };
     let mut plan = plan_with(Model::Gpt.build(&cfg).unwrap(), "4:dp", &["x=dp,-,-"]);
     plan.options.zero = 3;
-    run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).unwrap()
+    run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap()
 }
 
 #[test]
 fn unmutated_plans_are_consistent() {
     for s in scenarios() {
         let plan = plan_with(s.program(&s.config()).unwrap(), s.mesh, &s.shards);
-        let p = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let p = run_passes(&plan, &PassOptions::default()).unwrap();
         assert_eq!(gradient_sync_checks(&p), vec![], "{}", s.name);
     }
     assert_eq!(gradient_sync_checks(&zero3()), vec![]);

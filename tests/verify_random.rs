@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use shardlab::exec::run::{run_distributed, run_serial, RunOptions};
 use shardlab::exec::verify::verify;
 use shardlab::ir::DType;
-use shardlab::passes::pipeline::run_pipeline;
+use shardlab::passes::driver::run_passes;
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
@@ -44,7 +44,7 @@ proptest! {
         opts.partition.zero = zero;
         opts.recompute = recompute;
         opts.partition.bucket_bytes = bucket;
-        let p = run_pipeline(&plan, &opts).unwrap();
+        let p = run_passes(&plan, &opts).unwrap();
         let run = RunOptions { steps, ..Default::default() };
         let serial = run_serial(&p, &run).unwrap();
         let dist = run_distributed(&p, &run, false).unwrap();
@@ -118,10 +118,10 @@ proptest! {
         plan.options.zero = zero;
         plan.options.recompute = recompute;
         plan.options.optimizer = shardlab::plan::OptimizerKind::Adam;
-        let opts = shardlab::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+        let opts = shardlab::passes::driver::PassOptions::from_plan(&plan.options);
         // Invalid combinations (too few micro-batches or layers for the schedule, batches
         // that micro-batches do not divide) are errors, named; the rest must verify.
-        let p = match run_pipeline(&plan, &opts) {
+        let p = match run_passes(&plan, &opts) {
             Ok(p) => p,
             Err(e) => {
                 let e = e.to_string();

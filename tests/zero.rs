@@ -13,10 +13,10 @@ use shardlab::cost::work::ElementBytes;
 use shardlab::ir::{OpType, Purpose, VarId, VarKind};
 use shardlab::models::scenarios::scenarios;
 use shardlab::models::Model;
-use shardlab::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::plan::{parse_plan, Plan};
 
-fn zero(optimizer: &str, amp: bool, clip: Option<f64>, stage: u8) -> PipelineOptions {
+fn zero(optimizer: &str, amp: bool, clip: Option<f64>, stage: u8) -> PassOptions {
     let mut o = with_optimizer(optimizer, amp, clip);
     o.partition.zero = stage;
     o
@@ -30,7 +30,7 @@ fn dp_plan(model: Model, layers: usize) -> Plan {
     preset_plan(model, layers, mesh, &shards)
 }
 
-fn golden(p: &Pipeline, ranks: &[u32], file: ExpectFile) {
+fn golden(p: &Passes, ranks: &[u32], file: ExpectFile) {
     let mut out = String::new();
     for r in p
         .partitioned
@@ -51,7 +51,7 @@ fn golden_rank_programs() {
         (2, expect_file!["golden/zero2_mlp_dp.txt"]),
         (3, expect_file!["golden/zero3_mlp_dp.txt"]),
     ] {
-        let p = run_pipeline(&mlp, &zero("adam", false, None, stage)).unwrap();
+        let p = run_passes(&mlp, &zero("adam", false, None, stage)).unwrap();
         golden(&p, &[0, 3], file);
     }
     // Tensor and data parallel together: each rank's tensor-parallel piece is sharded over
@@ -61,7 +61,7 @@ fn golden_rank_programs() {
         .find(|c| c.0 == "dp_mp")
         .unwrap();
     let gpt = preset_plan(Model::Gpt, 1, mesh, &shards);
-    let p = run_pipeline(&gpt, &zero("adamw", true, Some(1.0), 3)).unwrap();
+    let p = run_passes(&gpt, &zero("adamw", true, Some(1.0), 3)).unwrap();
     golden(&p, &[5], expect_file!["golden/zero3_gpt1_dp_mp.txt"]);
 }
 
@@ -71,7 +71,7 @@ fn every_stage_equals_the_serial_step() {
     let all = scenarios();
     for scenario in &all {
         let plan = scenario.plan().unwrap();
-        let plain = run_pipeline(&plan, &PipelineOptions::default()).unwrap();
+        let plain = run_passes(&plan, &PassOptions::default()).unwrap();
         let data_parallel = plain
             .ledger
             .iter()
@@ -81,7 +81,7 @@ fn every_stage_equals_the_serial_step() {
                 // AMP and clipping on alternate optimizers, both on adamw.
                 let amp = i % 2 == 1 || i == 3;
                 let clip = (i >= 2).then_some(0.5);
-                let p = run_pipeline(&plan, &zero(optimizer, amp, clip, stage)).unwrap();
+                let p = run_passes(&plan, &zero(optimizer, amp, clip, stage)).unwrap();
                 // Whatever data parallelism all-reduces, ZeRO shards (and nothing else).
                 assert_eq!(
                     p.partitioned.zero.is_active(),
@@ -109,7 +109,7 @@ fn every_stage_equals_the_serial_step() {
 }
 
 /// The bytes rank 0 sends for gradient sync and ZeRO, and the collectives by kind.
-fn sync_traffic(p: &Pipeline) -> (f64, Vec<(&'static str, usize)>) {
+fn sync_traffic(p: &Passes) -> (f64, Vec<(&'static str, usize)>) {
     let mut kinds: Vec<(&'static str, usize)> = Vec::new();
     let mut bytes = 0.0;
     for e in p.ledger.iter().filter(|e| e.rank == 0) {
@@ -129,12 +129,12 @@ fn sync_traffic(p: &Pipeline) -> (f64, Vec<(&'static str, usize)>) {
 fn ledger_bytes_match_the_zero_papers_volume() {
     // gpt's parameters all divide over 4 ranks, so no padding: the volumes are exact.
     let plan = dp_plan(Model::Gpt, 2);
-    let p0 = run_pipeline(&plan, &zero("adam", false, None, 0)).unwrap();
+    let p0 = run_passes(&plan, &zero("adam", false, None, 0)).unwrap();
     let params = p0.backward.param_grads.len();
     let (dp_bytes, dp_kinds) = sync_traffic(&p0);
     assert_eq!(dp_kinds, vec![("all_reduce", params)]);
     for stage in 1..=3u8 {
-        let p = run_pipeline(&plan, &zero("adam", false, None, stage)).unwrap();
+        let p = run_passes(&plan, &zero("adam", false, None, stage)).unwrap();
         let (bytes, kinds) = sync_traffic(&p);
         let gathers = if stage == 3 { 2 * params } else { params };
         assert_eq!(
@@ -159,7 +159,7 @@ fn ledger_bytes_match_the_zero_papers_volume() {
 
 /// Bytes of the model states live at the first update: parameters (and their shards),
 /// the parameter gradients (and shards), and the optimizer's moments (not its scalars).
-fn model_states(p: &Pipeline, sizing: Sizing) -> f64 {
+fn model_states(p: &Passes, sizing: Sizing) -> f64 {
     let r = &p.partitioned.ranks[0].program;
     let live = shardlab::cost::memory::live_ranges(r);
     let first_update = r
@@ -197,7 +197,7 @@ fn model_state_memory_matches_the_closed_forms() {
     let plan = dp_plan(Model::Gpt, 2);
     let n = 4.0;
     for stage in 0..=3u8 {
-        let p = run_pipeline(&plan, &zero("adam", true, None, stage)).unwrap();
+        let p = run_passes(&plan, &zero("adam", true, None, stage)).unwrap();
         let psi: f64 = p
             .backward
             .param_grads
@@ -248,7 +248,7 @@ fn model_state_memory_matches_the_closed_forms() {
 
 /// A rank's peak memory under ZeRO `stage` with `optimizer`, at the compute dtype.
 fn peak(plan: &Plan, optimizer: &str, stage: u8) -> f64 {
-    let p = run_pipeline(plan, &zero(optimizer, false, None, stage)).unwrap();
+    let p = run_passes(plan, &zero(optimizer, false, None, stage)).unwrap();
     let sizing = Sizing {
         elem: ElementBytes(4.0),
         mixed_precision: false,
@@ -263,7 +263,7 @@ fn stage_one_holds_its_full_gradients_from_backward_to_the_update() {
     // makes it: it takes no memory before, as a stage 0 gradient does not. Holding it from
     // the first op put every gradient on the activations' peak at the start of backward.
     let plan = dp_plan(Model::Gpt, 2);
-    let p = run_pipeline(&plan, &zero("adam", false, None, 1)).unwrap();
+    let p = run_passes(&plan, &zero("adam", false, None, 1)).unwrap();
     let r = &p.partitioned.ranks[0].program;
     let live = shardlab::cost::memory::live_ranges(r);
     let last = r.ops().len() - 1;
@@ -300,7 +300,7 @@ fn stage_one_holds_its_full_gradients_from_backward_to_the_update() {
 fn a_parameter_that_does_not_divide_is_padded() {
     // The MLP's [10] bias over 4 ranks: shards of 3, the last holding 1 element and 2 of
     // padding; the run still equals the serial one (above), and the shards say so.
-    let p = run_pipeline(&dp_plan(Model::Mlp, 0), &zero("sgd", false, None, 2)).unwrap();
+    let p = run_passes(&dp_plan(Model::Mlp, 0), &zero("sgd", false, None, 2)).unwrap();
     let bias = p.full.program.var_id("linear_1.b_0").unwrap();
     let z = p
         .partitioned
@@ -321,7 +321,7 @@ fn a_parameter_that_does_not_divide_is_padded() {
 #[test]
 fn stage_zero_changes_nothing_and_the_plan_text_carries_the_stage() {
     let text = scenarios()[0].plan().unwrap().to_string();
-    let off = run_pipeline(&parse_plan(&text).unwrap().0, &PipelineOptions::default()).unwrap();
+    let off = run_passes(&parse_plan(&text).unwrap().0, &PassOptions::default()).unwrap();
     let with = format!("options zero=0\n{text}");
     let (plan, _) = parse_plan(&with).unwrap();
     assert_eq!(
@@ -329,14 +329,14 @@ fn stage_zero_changes_nothing_and_the_plan_text_carries_the_stage() {
         text,
         "zero=0 is the default and is not printed"
     );
-    let zero0 = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)).unwrap();
+    let zero0 = run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap();
     assert!(!zero0.partitioned.zero.is_active());
     for (a, b) in off.partitioned.ranks.iter().zip(&zero0.partitioned.ranks) {
         assert_eq!(a.program.to_string(), b.program.to_string());
     }
     let (plan3, _) = parse_plan(&format!("options optimizer=adam zero=3\n{text}")).unwrap();
     assert_eq!(plan3.options.zero, 3);
-    let p = run_pipeline(&plan3, &PipelineOptions::from_plan(&plan3.options)).unwrap();
+    let p = run_passes(&plan3, &PassOptions::from_plan(&plan3.options)).unwrap();
     assert!(p.partitioned.zero.is_active());
     assert!(p.partitioned.ranks[0]
         .program

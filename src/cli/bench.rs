@@ -69,7 +69,7 @@ pub fn median(
 /// The whole pipeline (completion, backward, optimizer, partition for all 8 ranks, ledger)
 /// of gpt at each layer count.
 pub fn bench_pipeline(layers: &[usize], repeat: usize) -> Result<String, String> {
-    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    use crate::passes::driver::{run_passes, PassOptions};
     let mut out = String::from(
         "whole pipeline of gpt on [2, 4] (dp x Megatron mp), all 8 ranks, median of runs\n",
     );
@@ -80,13 +80,13 @@ pub fn bench_pipeline(layers: &[usize], repeat: usize) -> Result<String, String>
     let topo = crate::cost::device::Topology::preset("h100x8").map_err(|e| e.to_string())?;
     for &l in layers {
         let plan = gpt_dp_mp_plan(l)?;
-        let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
+        let p = run_passes(&plan, &PassOptions::default()).map_err(|e| e.to_string())?;
         let ops: usize = p.full.program.ops().len();
         // Planning and costing alternate, so both see the same machine state.
         let (mut plan_t, mut cost_t) = (Vec::new(), Vec::new());
         for _ in 0..repeat.max(1) {
             plan_t.push(median(1, || {
-                run_pipeline(&plan, &PipelineOptions::default())
+                run_passes(&plan, &PassOptions::default())
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             })?);
@@ -118,7 +118,7 @@ pub fn bench_pipeline(layers: &[usize], repeat: usize) -> Result<String, String>
 /// stamped) and the schedule laid out — against the same model on [2, 4] (dp, mp) without
 /// stages, alternating in one process so both see the same machine.
 pub fn bench_stages(layers: &[usize], repeat: usize) -> Result<String, String> {
-    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    use crate::passes::driver::{run_passes, PassOptions};
     let mut out = String::from(
         "whole pipeline of gpt (batch 64) with stages on [4, 2, 4] (pp, dp, mp), 16 \
          micro-batches, 1f1b, all 32 ranks + the schedule, against [2, 4] (dp, mp) without \
@@ -145,11 +145,11 @@ pub fn bench_stages(layers: &[usize], repeat: usize) -> Result<String, String> {
         staged.options.micro_batches = 16;
         staged.options.schedule = crate::plan::ScheduleKind::OneFOneB;
         let plan_only = |plan: &Plan| -> Result<(), String> {
-            run_pipeline(plan, &PipelineOptions::from_plan(&plan.options))
+            run_passes(plan, &PassOptions::from_plan(&plan.options))
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         };
-        let planned = run_pipeline(&staged, &PipelineOptions::from_plan(&staged.options))
+        let planned = run_passes(&staged, &PassOptions::from_plan(&staged.options))
             .map_err(|e| e.to_string())?;
         let schedule_only = || -> Result<(), String> {
             crate::cost::pipeline_cost::pipeline_cost(
@@ -211,11 +211,11 @@ pub fn bench_gemm(repeat: usize) -> Result<String, String> {
 /// stepped on one thread (their total CPU work) against the serial step.
 pub fn bench_step(repeat: usize) -> Result<String, String> {
     use crate::exec::run::{run_distributed, run_serial, RunOptions};
-    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    use crate::passes::driver::{run_passes, PassOptions};
     let mut shards = vec!["x=dp,-,-".to_string()];
     shards.extend(megatron_shards(4, "mp"));
     let plan = gpt_plan(4, "2x4:dp,mp", &shards)?;
-    let p = run_pipeline(&plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
+    let p = run_passes(&plan, &PassOptions::default()).map_err(|e| e.to_string())?;
     // Time the steps, not the read-back of every gradient and parameter for verification.
     let opts = RunOptions {
         record: false,
@@ -295,7 +295,7 @@ fn gpt_plan(layers: usize, mesh: &str, shards: &[String]) -> Result<Plan, String
 pub fn bench_cost(repeat: usize) -> Result<String, String> {
     use crate::cost::simulate::simulate;
     use crate::exec::run::{run_distributed, RunOptions};
-    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    use crate::passes::driver::{run_passes, PassOptions};
     let mut out = String::from(
         "cost model vs executor on this machine (predicted / measured; medians of runs)\n",
     );
@@ -309,7 +309,7 @@ pub fn bench_cost(repeat: usize) -> Result<String, String> {
     let within = |ratio: f64| (1.0 / 1.5..=1.5).contains(&ratio);
     let mark = |ratio: f64| if within(ratio) { "ok" } else { "OFF" };
     for (name, plan) in &plans {
-        let p = run_pipeline(plan, &PipelineOptions::default()).map_err(|e| e.to_string())?;
+        let p = run_passes(plan, &PassOptions::default()).map_err(|e| e.to_string())?;
         let topo = super::cost::cpu_topology(p.partitioned.ranks.len());
         let dtype = topo.default_dtype;
         let predicted = simulate(&p.partitioned.ranks, &topo, dtype)
@@ -487,9 +487,9 @@ pub fn bench_suggest(repeat: usize) -> Result<String, String> {
         })?;
         let plan = plan.ok_or("no plan")?;
         let costing = median(repeat, || {
-            let p = crate::passes::pipeline::run_pipeline(
+            let p = crate::passes::driver::run_passes(
                 &plan,
-                &crate::passes::pipeline::PipelineOptions::from_plan(&plan.options),
+                &crate::passes::driver::PassOptions::from_plan(&plan.options),
             )
             .map_err(|e| e.to_string())?;
             crate::cost::estimate::estimate(

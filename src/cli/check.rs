@@ -28,8 +28,8 @@ pub(crate) fn check(file: &str) -> Result<ExitCode, String> {
     // collective's matching do not depend on the device).
     let needed = plan.estimated_planning_bytes(RanksPlanned::All);
     budget::check("checking", needed, budget::default_budget())?;
-    let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
-    let priced = crate::passes::pipeline::run_pipeline(&plan, &opts)
+    let opts = crate::passes::driver::PassOptions::from_plan(&plan.options);
+    let priced = crate::passes::driver::run_passes(&plan, &opts)
         .map_err(|e| PlanError::from_located(&e, Some("planning fails")))
         .and_then(|p| {
             let ranks = p.partitioned.ranks.len();

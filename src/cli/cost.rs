@@ -4,7 +4,7 @@ use super::options::Format;
 use super::PlanSource;
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::{estimate, estimate_json, CostOptions, Estimate};
-use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use crate::passes::driver::{run_passes, PassOptions, Passes};
 use crate::plan::PlanError;
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -46,7 +46,7 @@ pub(crate) struct DeviceArgs {
 
 /// A planned pipeline's schedule priced on `topology` (the outer error is a usage error).
 pub(crate) fn priced_pipeline(
-    p: &Pipeline,
+    p: &Passes,
     topology: &str,
 ) -> Result<Result<crate::cost::pipeline_cost::PipelineCost, PlanError>, String> {
     let topo = if topology == "cpu" {
@@ -69,7 +69,7 @@ impl DeviceArgs {
         &self,
         plan: &crate::plan::Plan,
         max_memory: &Option<String>,
-    ) -> Result<Result<(Pipeline, Estimate), PlanError>, String> {
+    ) -> Result<Result<(Passes, Estimate), PlanError>, String> {
         let budget = super::budget::budget(max_memory)?;
         if let Err(e) = super::budget::check(
             "costing",
@@ -78,8 +78,8 @@ impl DeviceArgs {
         ) {
             return Ok(Err(PlanError::whole(e.to_string())));
         }
-        let opts = PipelineOptions::from_plan(&plan.options);
-        let p = match run_pipeline(plan, &opts) {
+        let opts = PassOptions::from_plan(&plan.options);
+        let p = match run_passes(plan, &opts) {
             Ok(p) => p,
             Err(e) => return Ok(Err(PlanError::from_located(&e, None))),
         };

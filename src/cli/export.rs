@@ -2,7 +2,7 @@
 
 use super::PlanSource;
 use crate::export::{capabilities, export_jax, Constrain, ExportMode, ExportOptions};
-use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+use crate::passes::driver::{run_passes, PassOptions};
 use clap::Args;
 use std::process::ExitCode;
 
@@ -69,7 +69,7 @@ pub(crate) fn export(args: &ExportArgs) -> Result<ExitCode, String> {
     if !super::budget::planning_fits(&plan, budget) {
         return Ok(ExitCode::from(1));
     }
-    let pipeline = match run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options)) {
+    let pipeline = match run_passes(&plan, &PassOptions::from_plan(&plan.options)) {
         Ok(p) => p,
         Err(e) => {
             super::report_plan_error(origin.as_ref(), &plan, &e);

@@ -93,11 +93,11 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
     if !partitioned {
         return print_completion(args, &plan, origin);
     }
-    let mut opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
+    let mut opts = crate::passes::driver::PassOptions::from_plan(&plan.options);
     // One rank's program needs only that rank partitioned: time and memory follow one
     // rank, not the mesh.
     opts.partition.ranks = args.rank.map(|r| vec![r]);
-    let pipeline = match crate::passes::pipeline::run_pipeline(&plan, &opts) {
+    let pipeline = match crate::passes::driver::run_passes(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
             report_plan_error(origin, &plan, &e);
@@ -126,7 +126,7 @@ pub(crate) fn plan(args: &PlanArgs) -> Result<ExitCode, String> {
 fn refuse_unapplied_flags(
     args: &PlanArgs,
     stage: Option<Stage>,
-    pipeline: &crate::passes::pipeline::Pipeline,
+    pipeline: &crate::passes::driver::Passes,
 ) -> Result<(), String> {
     args.training.check_applied(pipeline)?;
     let ledger_only = stage.is_none() && args.format == Format::Text;
@@ -195,8 +195,8 @@ fn refuse_unused_flags(
 
 /// `plan --gantt`: the schedule in time, per stage, with its bubble fraction.
 fn gantt(args: &PlanArgs, plan: &Plan, origin: Option<&Origin>) -> Result<ExitCode, String> {
-    let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
-    let p = match crate::passes::pipeline::run_pipeline(plan, &opts) {
+    let opts = crate::passes::driver::PassOptions::from_plan(&plan.options);
+    let p = match crate::passes::driver::run_passes(plan, &opts) {
         Ok(p) => p,
         Err(e) => {
             report_plan_error(origin, plan, &e);

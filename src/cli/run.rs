@@ -6,7 +6,7 @@ use crate::exec::npy::{read_npy, write_npy};
 use crate::exec::run::{run_distributed, run_serial, Log, RunOptions};
 use crate::exec::tensor::Tensor;
 use crate::exec::verify::{verify, Check};
-use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+use crate::passes::driver::{run_passes, PassOptions};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -74,7 +74,7 @@ fn load_inputs(
 /// the gradients differ where an option makes them (`--no-grad-scale`).
 fn text_report(
     args: &RunArgs,
-    pipeline: &crate::passes::pipeline::Pipeline,
+    pipeline: &crate::passes::driver::Passes,
     serial: &Log,
     dist: &Log,
     checks: &[Check],
@@ -264,8 +264,8 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if !super::budget::planning_fits(&plan, budget) {
         return Ok(ExitCode::from(1));
     }
-    let opts = PipelineOptions::from_plan(&plan.options);
-    let planned = match run_pipeline(&plan, &opts) {
+    let opts = PassOptions::from_plan(&plan.options);
+    let planned = match run_passes(&plan, &opts) {
         Ok(p) => p,
         Err(e) => {
             super::report_plan_error(origin.as_ref(), &plan, &e);

@@ -4,7 +4,7 @@
 use super::options::Format;
 use crate::cost::pipeline::{pipeline_timeline, JobTimes, Timeline};
 use crate::cost::pipeline_cost::{chart_row, letter};
-use crate::passes::schedule::{JobKind, Schedule};
+use crate::passes::pipeline::schedule::{JobKind, Schedule};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use std::process::ExitCode;
@@ -179,8 +179,8 @@ fn text(args: &ScheduleArgs, tl: &Timeline, schedule: Schedule) -> String {
 
 /// A hand-written order laid out: its stages, micro-batches and chunks are what it names.
 fn custom(order: &str, times: JobTimes) -> Result<Result<Timeline, String>, String> {
-    let lists =
-        crate::passes::schedule_check::parse_jobs(order).map_err(|e| format!("--jobs: {e}"))?;
+    let lists = crate::passes::pipeline::schedule_check::parse_jobs(order)
+        .map_err(|e| format!("--jobs: {e}"))?;
     let jobs = lists.iter().flatten();
     let m = jobs.clone().map(|j| j.micro_batch + 1).max().unwrap_or(1);
     let chunks = jobs

@@ -4,8 +4,8 @@
 use super::options::Stage;
 use crate::passes::complete::{attrs_text, completed_text};
 use crate::passes::dist_program::DistProgram;
+use crate::passes::driver::Passes;
 use crate::passes::ledger::summary;
-use crate::passes::pipeline::Pipeline;
 use std::io::{self, Write};
 
 fn dist_text(title: &str, dp: &DistProgram) -> String {
@@ -18,7 +18,7 @@ fn dist_text(title: &str, dp: &DistProgram) -> String {
 
 /// Writes each rank's program as it goes (a mesh of any size is printed without holding
 /// every rank's text), then the groups.
-fn write_ranks(w: &mut impl Write, p: &Pipeline, rank: Option<u32>) -> io::Result<()> {
+fn write_ranks(w: &mut impl Write, p: &Passes, rank: Option<u32>) -> io::Result<()> {
     for r in p
         .partitioned
         .ranks
@@ -35,7 +35,7 @@ fn write_ranks(w: &mut impl Write, p: &Pipeline, rank: Option<u32>) -> io::Resul
 }
 
 /// The jobs each pipeline stage runs in one step, in order (what `--schedule` decides).
-fn write_schedule(w: &mut impl Write, p: &Pipeline) -> io::Result<()> {
+fn write_schedule(w: &mut impl Write, p: &Passes) -> io::Result<()> {
     if !p.is_pipelined() {
         return Ok(());
     }
@@ -47,8 +47,9 @@ fn write_schedule(w: &mut impl Write, p: &Pipeline) -> io::Result<()> {
         schedule.name()
     )?;
     for stage in 0..stages {
-        let jobs = crate::passes::schedule::job_list(schedule, stages, stage, micro_batches)
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let jobs =
+            crate::passes::pipeline::schedule::job_list(schedule, stages, stage, micro_batches)
+                .map_err(|e| io::Error::other(e.to_string()))?;
         let jobs: Vec<String> = jobs.iter().map(ToString::to_string).collect();
         writeln!(w, "  stage {stage}: {}", jobs.join(" "))?;
     }
@@ -58,7 +59,7 @@ fn write_schedule(w: &mut impl Write, p: &Pipeline) -> io::Result<()> {
 /// Writes the stage(s) asked for, as text.
 pub fn write_pipeline_text(
     w: &mut impl Write,
-    p: &Pipeline,
+    p: &Passes,
     stage: Option<Stage>,
     rank: Option<u32>,
     ledger: bool,

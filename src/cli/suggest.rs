@@ -81,8 +81,8 @@ fn source(args: &SuggestArgs) -> Result<Result<Source, String>, String> {
             // Your plan is priced beside the search's: one that cannot be planned is said
             // so at its line, not left out of the table.
             if plan.mesh().is_some() {
-                let opts = crate::passes::pipeline::PipelineOptions::from_plan(&plan.options);
-                if let Err(e) = crate::passes::pipeline::run_pipeline(&plan, &opts) {
+                let opts = crate::passes::driver::PassOptions::from_plan(&plan.options);
+                if let Err(e) = crate::passes::driver::run_passes(&plan, &opts) {
                     let origin = super::Origin {
                         file: file.clone(),
                         map,

@@ -184,7 +184,7 @@ impl TrainingArgs {
             self.schedule.is_some() || self.chunks.is_some() || self.micro_batches.is_some();
         if let (Some(mesh), true) = (plan.mesh(), flags_schedule) {
             let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
-            crate::passes::stages::check_schedule(&stages, &plan.options)
+            crate::passes::pipeline::stages::check_schedule(&stages, &plan.options)
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -210,10 +210,7 @@ impl TrainingArgs {
     /// After planning: a flag that changed nothing is refused (usage, exit 2). `--zero N`
     /// shards only gradients summed over a data-parallel axis; with none, it would do
     /// nothing.
-    pub(crate) fn check_applied(
-        &self,
-        p: &crate::passes::pipeline::Pipeline,
-    ) -> Result<(), String> {
+    pub(crate) fn check_applied(&self, p: &crate::passes::driver::Passes) -> Result<(), String> {
         if let Some(z) = self.zero.filter(|&z| z > 0) {
             if p.partitioned.zero.params.is_empty() {
                 return Err(format!(

@@ -4,7 +4,7 @@
 
 use super::estimate::Estimate;
 use crate::passes::complete::shard_text;
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -60,7 +60,7 @@ pub struct PlanDiff {
     pub rank_peaks: Vec<(u32, Pair)>,
 }
 
-fn layouts(p: &Pipeline) -> Vec<(String, String)> {
+fn layouts(p: &Passes) -> Vec<(String, String)> {
     p.full
         .program
         .vars()
@@ -70,7 +70,7 @@ fn layouts(p: &Pipeline) -> Vec<(String, String)> {
         .collect()
 }
 
-fn collective_counts(p: &Pipeline) -> BTreeMap<(&'static str, &'static str), usize> {
+fn collective_counts(p: &Passes) -> BTreeMap<(&'static str, &'static str), usize> {
     let mut counts = BTreeMap::new();
     for e in &p.ledger {
         *counts.entry((e.phase, e.kind)).or_insert(0) += 1;
@@ -79,7 +79,7 @@ fn collective_counts(p: &Pipeline) -> BTreeMap<(&'static str, &'static str), usi
 }
 
 /// Compares plan `a` (planned as `pa`, costed as `ea`) with plan `b`.
-pub fn diff(pa: &Pipeline, ea: &Estimate, pb: &Pipeline, eb: &Estimate) -> PlanDiff {
+pub fn diff(pa: &Passes, ea: &Estimate, pb: &Passes, eb: &Estimate) -> PlanDiff {
     let (la, lb) = (layouts(pa), layouts(pb));
     let b_by_name: BTreeMap<&str, &str> =
         lb.iter().map(|(n, l)| (n.as_str(), l.as_str())).collect();
@@ -115,7 +115,7 @@ pub fn diff(pa: &Pipeline, ea: &Estimate, pb: &Pipeline, eb: &Estimate) -> PlanD
             b: cb.get(&k).copied().unwrap_or(0),
         })
         .collect();
-    let bytes = |p: &Pipeline| p.ledger.iter().map(|e| e.bytes_per_rank).sum::<f64>();
+    let bytes = |p: &Passes| p.ledger.iter().map(|e| e.bytes_per_rank).sum::<f64>();
     let peak = |e: &Estimate| e.memory.iter().map(|m| m.peak).fold(0.0, f64::max);
     let peaks_b: BTreeMap<u32, f64> = eb
         .step

@@ -6,7 +6,7 @@ use super::device::{ComputeDType, Topology};
 use super::memory::{memory, Memory, Sizing};
 use super::simulate::{mfu, model_flops, simulate_with, SimOptions, SimulateError, StepTime};
 use super::work::ElementBytes;
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use serde_json::{json, Value};
 
 /// A pipeline's cost on a topology. Serde: the engine sends it to the page's cost panel
@@ -66,7 +66,7 @@ impl crate::plan::Located for EstimateError {
 
 /// Costs `p` on `topo` at `dtype`.
 pub fn estimate(
-    p: &Pipeline,
+    p: &Passes,
     topo: &Topology,
     dtype: ComputeDType,
     opts: CostOptions,
@@ -163,8 +163,8 @@ pub fn pipeline_json(c: &super::pipeline_cost::PipelineCost) -> Value {
                 "micro_batches_in_flight": st.in_flight,
                 "peak_activation_bytes": st.peak_activation_bytes,
                 "jobs": jobs.iter().filter(|p| !matches!(p.job.kind,
-                        crate::passes::schedule::JobKind::RecvForward
-                        | crate::passes::schedule::JobKind::SendBackward))
+                        crate::passes::pipeline::schedule::JobKind::RecvForward
+                        | crate::passes::pipeline::schedule::JobKind::SendBackward))
                     .map(|p| json!({
                         "kind": p.job.kind.name(),
                         "micro_batch": p.job.micro_batch,

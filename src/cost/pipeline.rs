@@ -11,8 +11,8 @@
 //! the transfer is the edge. Job times are per micro-batch for a whole stage; a chunk's job
 //! takes 1/chunks of it.
 
-use crate::passes::schedule::{job_list, Job, JobKind, Schedule, ScheduleError};
-use crate::passes::schedule_check::{
+use crate::passes::pipeline::schedule::{job_list, Job, JobKind, Schedule, ScheduleError};
+use crate::passes::pipeline::schedule_check::{
     check_complete, check_order, family, needs, virtual_of, DepKey, OrderError,
 };
 use serde::{Deserialize, Serialize};

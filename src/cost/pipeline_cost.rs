@@ -12,9 +12,9 @@ use super::pipeline::{lay_out, JobTimes, PipelineTimeError, Timeline};
 use super::simulate::StepTime;
 use super::work::ElementBytes;
 use crate::ir::{OpType, VarId};
-use crate::passes::jobs::{cut, RankJobs};
-use crate::passes::pipeline::Pipeline;
-use crate::passes::schedule::{job_list, Job, JobKind};
+use crate::passes::driver::Passes;
+use crate::passes::pipeline::jobs::{cut, RankJobs};
+use crate::passes::pipeline::schedule::{job_list, Job, JobKind};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -59,7 +59,7 @@ fn job_time(r: &RankJobs, ops: &[usize], op_s: &[f64]) -> f64 {
 }
 
 fn times_of(r: &RankJobs, op_s: &[f64]) -> JobTimes {
-    let total = |lists: &[crate::passes::jobs::OpList]| -> f64 {
+    let total = |lists: &[crate::passes::pipeline::jobs::OpList]| -> f64 {
         lists.iter().map(|l| job_time(r, l, op_s)).sum()
     };
     let send = r
@@ -132,7 +132,7 @@ pub struct StageJobs {
 }
 
 /// Every stage's jobs.
-pub fn stage_jobs(p: &Pipeline, elem: ElementBytes) -> Result<Vec<StageJobs>, PipelineTimeError> {
+pub fn stage_jobs(p: &Passes, elem: ElementBytes) -> Result<Vec<StageJobs>, PipelineTimeError> {
     let stages = p.stages.stages;
     let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
     (0..stages)
@@ -164,7 +164,7 @@ pub fn stage_jobs(p: &Pipeline, elem: ElementBytes) -> Result<Vec<StageJobs>, Pi
 /// The pipeline cost of `p`, from `step` (its simulated single-micro-batch step), at
 /// element size `elem`; without a step, the ideal (textbook) durations.
 pub fn pipeline_cost(
-    p: &Pipeline,
+    p: &Passes,
     step: Option<&StepTime>,
     elem: ElementBytes,
 ) -> Result<PipelineCost, PipelineTimeError> {
@@ -173,7 +173,7 @@ pub fn pipeline_cost(
 
 /// [`pipeline_cost`] from the stages' jobs (`stage_jobs` of `p`).
 pub fn pipeline_cost_of(
-    p: &Pipeline,
+    p: &Passes,
     jobs: &[StageJobs],
     step: Option<&StepTime>,
 ) -> Result<PipelineCost, PipelineTimeError> {

@@ -1,4 +1,4 @@
-//! Running a pipelined step: every rank runs its stage's job list (`passes::schedule`) in
+//! Running a pipelined step: every rank runs its stage's job list (`passes::pipeline::schedule`) in
 //! order, each job one chunk's forward or backward ops on one micro-batch's variables, with
 //! real sends and recvs between stages; gradients are summed over the micro-batches and the
 //! optimizer job runs once, after the last. Threads natively, cooperative stepping in the
@@ -8,8 +8,8 @@ use super::comm::Communicator;
 use super::interp::{ExecError, Rank, Status};
 use super::tensor::Tensor;
 use crate::ir::VarId;
-use crate::passes::jobs::RankJobs;
-use crate::passes::schedule::{Job, JobKind};
+use crate::passes::pipeline::jobs::RankJobs;
+use crate::passes::pipeline::schedule::{Job, JobKind};
 
 /// One rank running its jobs.
 pub struct PipeRank<'a> {
@@ -122,9 +122,9 @@ impl<'a> PipeRank<'a> {
 
     /// The ops of `job`; `None` for the recv/send jobs (our recvs and sends are ops of the
     /// forward and backward jobs).
-    fn ops(&self, job: &Job) -> Option<crate::passes::jobs::OpList> {
+    fn ops(&self, job: &Job) -> Option<crate::passes::pipeline::jobs::OpList> {
         let c = job.chunk.unwrap_or(0);
-        let pick = |lists: &[crate::passes::jobs::OpList]| lists.get(c).cloned();
+        let pick = |lists: &[crate::passes::pipeline::jobs::OpList]| lists.get(c).cloned();
         match job.kind {
             JobKind::Forward => pick(&self.jobs.forward),
             JobKind::Backward => pick(&self.jobs.backward),

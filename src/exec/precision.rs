@@ -12,7 +12,7 @@
 //! collectives). What is checked is the plan's arithmetic — every synchronisation, scale
 //! and reshard — not f32 rounding, which the executor's kernels share between the two runs.
 
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use serde::Serialize;
 
 /// What precision a run computes in.
@@ -38,7 +38,7 @@ impl Precision {
 
 /// `p` to run in `precision`: a copy with its f32 variables made f64 (the serial program
 /// and every rank's), or `p` itself.
-pub fn in_precision(p: &Pipeline, precision: Precision) -> std::borrow::Cow<'_, Pipeline> {
+pub fn in_precision(p: &Passes, precision: Precision) -> std::borrow::Cow<'_, Passes> {
     match precision {
         Precision::Program => std::borrow::Cow::Borrowed(p),
         Precision::F64 => {

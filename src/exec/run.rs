@@ -7,7 +7,7 @@ use super::init::{initial_value, InitOptions};
 use super::interp::{ExecError, Placement, Rank, Status};
 use super::tensor::Tensor;
 use crate::ir::{DType, VarId};
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -105,7 +105,7 @@ impl Default for RunOptions {
 pub const THREADED_RANKS_MAX: usize = 64;
 
 /// The loss to report: the plan's loss (under AMP, the loss before scaling).
-pub fn reported_loss(p: &Pipeline) -> VarId {
+pub fn reported_loss(p: &Passes) -> VarId {
     let program = &p.full.program;
     let loss = p.backward.loss;
     let name = &program.var(loss).name;
@@ -115,7 +115,7 @@ pub fn reported_loss(p: &Pipeline) -> VarId {
 }
 
 /// Every source variable's initial global value.
-pub fn initial_values(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Option<Tensor>>, ExecError> {
+pub fn initial_values(p: &Passes, opts: &RunOptions) -> Result<Vec<Option<Tensor>>, ExecError> {
     let program = &p.full.program;
     program
         .vars()
@@ -156,7 +156,7 @@ pub(super) type Reader<'r> =
 pub(super) fn snapshot(
     log: &mut Log,
     step: usize,
-    p: &Pipeline,
+    p: &Passes,
     record: bool,
     read: &Reader,
 ) -> Result<(), ExecError> {
@@ -202,7 +202,7 @@ pub(super) fn snapshot(
 }
 
 /// Runs the serial program for `opts.steps` steps.
-pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
+pub fn run_serial(p: &Passes, opts: &RunOptions) -> Result<Log, ExecError> {
     if p.micro_batches() > 1 {
         return super::run_pipe::run_serial_accumulated(p, opts);
     }
@@ -244,7 +244,7 @@ pub fn run_serial(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
 /// variable has them (Adam's parameters). What verification would allow for each tensor;
 /// for tests that pin the bounds.
 pub fn serial_bounds(
-    p: &Pipeline,
+    p: &Passes,
     opts: &RunOptions,
 ) -> Result<Vec<(String, f64, Option<f64>)>, ExecError> {
     let program = &p.full.program;
@@ -274,7 +274,7 @@ pub fn serial_bounds(
 
 /// The environment of every rank: each source variable's shard.
 pub(super) fn rank_envs(
-    p: &Pipeline,
+    p: &Passes,
     globals: &[Option<Tensor>],
 ) -> Result<Vec<Vec<Option<Tensor>>>, ExecError> {
     let mesh = &p.full.mesh;
@@ -298,7 +298,7 @@ pub(super) fn rank_envs(
 /// ZeRO: each sharded parameter's and optimizer state's shard starts as the rank's piece of
 /// its flat, padded local value; under stage 3 the whole parameter is not kept (forward
 /// gathers it).
-fn zero_shards(p: &Pipeline, rank: u32, env: &mut [Option<Tensor>]) -> Result<(), ExecError> {
+fn zero_shards(p: &Passes, rank: u32, env: &mut [Option<Tensor>]) -> Result<(), ExecError> {
     let zero = &p.partitioned.zero;
     for (z, whole, shard) in zero.initial_shards() {
         let member = member_index(p, rank, &z.axes)?;
@@ -322,11 +322,7 @@ fn zero_shards(p: &Pipeline, rank: u32, env: &mut [Option<Tensor>]) -> Result<()
 }
 
 /// `rank`'s position in its group along `axes` (the order collectives use).
-fn member_index(
-    p: &Pipeline,
-    rank: u32,
-    axes: &[crate::dist::MeshAxis],
-) -> Result<usize, ExecError> {
+fn member_index(p: &Passes, rank: u32, axes: &[crate::dist::MeshAxis]) -> Result<usize, ExecError> {
     p.full
         .mesh
         .group_of(rank, axes)
@@ -334,7 +330,7 @@ fn member_index(
         .ok_or_else(|| ExecError::Setup(format!("rank {rank} is not on the mesh")))
 }
 
-pub(super) fn placements(p: &Pipeline) -> Vec<Placement> {
+pub(super) fn placements(p: &Passes) -> Vec<Placement> {
     p.partitioned
         .ranks
         .iter()
@@ -354,7 +350,7 @@ pub(super) fn placements(p: &Pipeline) -> Vec<Placement> {
 /// Each rank's piece of `v` rebuilt from the ZeRO shards of its group: the members' shards
 /// concatenated in group order, the padding dropped, the local shape restored.
 fn unshard_pieces(
-    p: &Pipeline,
+    p: &Passes,
     envs: &[&Vec<Option<Tensor>>],
     v: VarId,
     z: &crate::passes::partition::zero::ZeroParam,
@@ -404,7 +400,7 @@ fn unshard_pieces(
 /// Gathers every copy of serial variable `v` from every rank's environment (under ZeRO, a
 /// gradient, and a stage-3 parameter, from its shards).
 pub(super) fn gather_var(
-    p: &Pipeline,
+    p: &Passes,
     envs: &[&Vec<Option<Tensor>>],
     v: VarId,
     holds: &dyn Fn(u32) -> bool,
@@ -457,7 +453,7 @@ pub(super) fn gather_var(
 
 /// Runs every rank for `opts.steps` steps: on threads natively when `threads`, else
 /// cooperatively on this thread.
-pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+pub fn run_distributed(p: &Passes, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
     let mut log = if p.is_pipelined() && p.is_fully_partitioned() {
         super::run_pipe::run_pipelined(p, opts, threads)?
     } else {
@@ -468,7 +464,7 @@ pub fn run_distributed(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result
 }
 
 /// `run_distributed` for a plan without pipeline stages.
-fn run_spmd(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+fn run_spmd(p: &Passes, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
     if !p.is_fully_partitioned() {
         return Err(ExecError::Setup(format!(
             "only ranks {:?} of the mesh were partitioned; running needs every rank",

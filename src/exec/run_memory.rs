@@ -2,7 +2,7 @@
 //! figure `--max-memory` is checked against.
 
 use super::run::THREADED_RANKS_MAX;
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 
 /// What one rank thread costs beyond its tensors (stack pages and allocator caches,
 /// measured at 64 ranks with mimalloc; see [`THREADED_RANKS_MAX`]).
@@ -28,7 +28,7 @@ const BYTES_PER_RANK: f64 = 128.0 * 1024.0;
 /// - the f64 scratch of the serial run's error bounds (a few copies of the largest tensor).
 ///
 /// `tests/cli.rs` holds it between the measured peak and twice it at 8, 256 and 1,024 ranks.
-pub fn estimated_run_bytes(p: &Pipeline) -> f64 {
+pub fn estimated_run_bytes(p: &Passes) -> f64 {
     let bytes = |t: &crate::ir::TensorType| t.numel() as f64 * t.dtype.size_bytes() as f64;
     let serial: f64 = p.full.program.vars().iter().map(|v| bytes(&v.ty)).sum();
     let largest = p

@@ -15,19 +15,19 @@ use super::run::{
 };
 use super::tensor::Tensor;
 use crate::ir::{DType, OpRole, VarId, VarKind};
-use crate::passes::jobs::{cut, RankJobs};
+use crate::passes::driver::Passes;
 use crate::passes::partition::p2p::StagePlan;
-use crate::passes::pipeline::Pipeline;
-use crate::passes::schedule::job_list;
+use crate::passes::pipeline::jobs::{cut, RankJobs};
+use crate::passes::pipeline::schedule::job_list;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-fn micro_batches(p: &Pipeline) -> usize {
+fn micro_batches(p: &Passes) -> usize {
     p.micro_batches()
 }
 
 /// Each micro-batch's data inputs (global values), by variable.
-fn micro_inputs(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Vec<(VarId, Tensor)>>, ExecError> {
+fn micro_inputs(p: &Passes, opts: &RunOptions) -> Result<Vec<Vec<(VarId, Tensor)>>, ExecError> {
     let m = micro_batches(p);
     let program = &p.full.program;
     let mut out: Vec<Vec<(VarId, Tensor)>> = vec![Vec::new(); m];
@@ -70,7 +70,7 @@ fn micro_inputs(p: &Pipeline, opts: &RunOptions) -> Result<Vec<Vec<(VarId, Tenso
 
 /// The serial reference: each micro-batch's forward and backward in turn, the parameter
 /// gradients averaged over them (with their error bounds), then the optimizer once.
-pub fn run_serial_accumulated(p: &Pipeline, opts: &RunOptions) -> Result<Log, ExecError> {
+pub fn run_serial_accumulated(p: &Passes, opts: &RunOptions) -> Result<Log, ExecError> {
     let program = &p.full.program;
     let m = micro_batches(p);
     let inputs = micro_inputs(p, opts)?;
@@ -193,7 +193,7 @@ fn set_mean(rank: &mut Rank, v: VarId, sum: &[f64], bound: f64, m: usize) -> Res
 }
 
 /// Every rank's jobs.
-fn all_jobs(p: &Pipeline) -> Vec<RankJobs> {
+fn all_jobs(p: &Passes) -> Vec<RankJobs> {
     let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
     p.partitioned
         .ranks
@@ -208,7 +208,7 @@ struct RankSetup {
     rank: u32,
     jobs: RankJobs,
     place: super::interp::Placement,
-    list: Vec<crate::passes::schedule::Job>,
+    list: Vec<crate::passes::pipeline::schedule::Job>,
     inputs: Vec<Vec<(usize, Tensor)>>,
 }
 
@@ -217,18 +217,18 @@ type RankEnv = Vec<Option<Tensor>>;
 
 /// Every rank's setup and initial variables, the schedule's order proven deadlock-free
 /// before anything waits on it.
-fn setup(p: &Pipeline, opts: &RunOptions) -> Result<(Vec<RankSetup>, Vec<RankEnv>), ExecError> {
+fn setup(p: &Passes, opts: &RunOptions) -> Result<(Vec<RankSetup>, Vec<RankEnv>), ExecError> {
     let mesh = &p.full.mesh;
     let schedule = p.schedule();
     let m = micro_batches(p);
     let globals = initial_values(p, opts)?;
     let envs = rank_envs(p, &globals)?;
     let inputs = micro_inputs(p, opts)?;
-    let lists: Vec<Vec<crate::passes::schedule::Job>> = (0..p.stages.stages)
+    let lists: Vec<Vec<crate::passes::pipeline::schedule::Job>> = (0..p.stages.stages)
         .map(|s| job_list(schedule, p.stages.stages, s, m))
         .collect::<Result<_, _>>()
         .map_err(|e| ExecError::Setup(format!("the schedule: {e}")))?;
-    crate::passes::schedule_check::check_order(&lists, m, schedule.chunks())
+    crate::passes::pipeline::schedule_check::check_order(&lists, m, schedule.chunks())
         .map_err(|e| ExecError::Setup(e.to_string()))?;
     let mut out = Vec::with_capacity(p.partitioned.ranks.len());
     for ((r, jobs), place) in p
@@ -279,7 +279,7 @@ fn pipe_ranks<'a>(setups: &'a [RankSetup], envs: Vec<RankEnv>, loss: VarId) -> V
 /// left in each `(rank, variable)` asked for (a variable of that rank's program): the
 /// values a pipeline's sends and recvs carried, for showing them.
 pub fn first_micro_batch_values(
-    p: &Pipeline,
+    p: &Passes,
     wanted: &[(u32, VarId)],
     opts: &RunOptions,
 ) -> Result<Vec<Option<Tensor>>, ExecError> {
@@ -296,7 +296,7 @@ pub fn first_micro_batch_values(
 }
 
 /// Runs every rank's job list for `opts.steps` steps.
-pub fn run_pipelined(p: &Pipeline, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
+pub fn run_pipelined(p: &Passes, opts: &RunOptions, threads: bool) -> Result<Log, ExecError> {
     let mesh = &p.full.mesh;
     let plan = StagePlan::new(&p.full, &p.stages);
     let loss = reported_loss(p);

@@ -11,7 +11,7 @@
 
 use super::verify::Check;
 use crate::ir::{OpType, Program, Purpose, VarKind};
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use std::collections::BTreeMap;
 
 /// What a rank does to one gradient, in program order: `all_reduce(SUM, 4 ranks)`, ...
@@ -62,7 +62,7 @@ fn describe(op: &crate::ir::Op) -> String {
 }
 
 /// Each parameter gradient's signature on each rank that declares the gradient.
-fn signatures(p: &Pipeline) -> BTreeMap<String, Vec<(usize, Signature)>> {
+fn signatures(p: &Passes) -> BTreeMap<String, Vec<(usize, Signature)>> {
     let full = &p.full.program;
     let mut out: BTreeMap<String, Vec<(usize, Signature)>> = BTreeMap::new();
     for r in &p.partitioned.ranks {
@@ -124,7 +124,7 @@ fn runs(ranks: &[usize], sig: &Signature) -> String {
 
 /// A failing check for every parameter gradient that the ranks holding it synchronise
 /// differently, naming the ranks that differ from the most common signature.
-pub fn gradient_sync_checks(p: &Pipeline) -> Vec<Check> {
+pub fn gradient_sync_checks(p: &Passes) -> Vec<Check> {
     let mut checks = Vec::new();
     for (grad, by_rank) in signatures(p) {
         let mut groups: Vec<(&Signature, Vec<usize>)> = Vec::new();

@@ -5,14 +5,14 @@ use super::comm::CoopComm;
 use super::interp::{ExecError, Rank};
 use super::run::{initial_values, placements, rank_envs, RunOptions};
 use super::tensor::Tensor;
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 
 /// What every rank holds just before and just after op `ops[k]` of its program, in the
 /// first step from the initial values: for each `(rank, op)` the op's first input before it
 /// runs and its first output after. For showing one collective with real values; plans
 /// with pipeline stages are refused (their ranks do not share one op order).
 pub fn values_around(
-    p: &Pipeline,
+    p: &Passes,
     ops: &[(u32, usize)],
     opts: &RunOptions,
 ) -> Result<Vec<(u32, Tensor, Tensor)>, ExecError> {

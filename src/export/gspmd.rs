@@ -10,7 +10,7 @@ use super::py;
 use super::{Constrain, ExportError};
 use crate::dist::{ProcessMesh, TensorDistAttr};
 use crate::ir::{OpRole, Program, VarId};
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use std::cell::RefCell;
 use std::collections::HashSet;
 
@@ -72,7 +72,7 @@ pub(super) fn spec(
 
 /// ZeRO in gspmd terms: the axes over which a parameter's optimizer state (and from stage
 /// 3 the parameter itself) is sharded, placed on the first dim they divide evenly.
-fn zero_extra(p: &Pipeline, param: VarId) -> Vec<(usize, Vec<usize>)> {
+fn zero_extra(p: &Passes, param: VarId) -> Vec<(usize, Vec<usize>)> {
     let Some(z) = p.partitioned.zero.params.iter().find(|z| z.param == param) else {
         return Vec::new();
     };
@@ -97,7 +97,7 @@ fn zero_extra(p: &Pipeline, param: VarId) -> Vec<(usize, Vec<usize>)> {
 }
 
 /// The script's plan part.
-pub fn script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError> {
+pub fn script(p: &Passes, constrain: Constrain) -> Result<String, ExportError> {
     let program = &p.full.program;
     let mesh = &p.full.mesh;
     let first_backward = p.backward.first_backward_op;
@@ -135,7 +135,7 @@ pub fn script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError>
 
 /// The statements of forward ops `ops`, each pinned output followed by its constraint.
 pub(super) fn forward_lines(
-    p: &Pipeline,
+    p: &Passes,
     env: &SerialEnv,
     ops: &[usize],
     pinned: &HashSet<VarId>,
@@ -161,7 +161,7 @@ pub(super) fn forward_lines(
 
 /// The tensors `with_sharding_constraint` pins: the annotated ones the forward pass
 /// computes, or every forward output with a layout a `PartitionSpec` can say.
-pub(super) fn pinned(p: &Pipeline, constrain: Constrain) -> HashSet<VarId> {
+pub(super) fn pinned(p: &Passes, constrain: Constrain) -> HashSet<VarId> {
     let program = &p.full.program;
     match constrain {
         Constrain::Annotated => p.plan.annotations.iter().map(|a| a.var).collect(),
@@ -177,7 +177,7 @@ pub(super) fn pinned(p: &Pipeline, constrain: Constrain) -> HashSet<VarId> {
 
 /// `PARAMS`, `STATE`, `CONSTS` (with their shardings), `LOSS`, `REPORTED`, `GRADS`.
 pub(super) fn tables(
-    p: &Pipeline,
+    p: &Passes,
     forward: &[usize],
     optimizer: &[usize],
     env: &SerialEnv,
@@ -246,7 +246,7 @@ pub(super) fn tables(
 /// The variables the step reads before computing them, split into state (what the
 /// optimizer writes, and every parameter) and constants.
 fn state_and_consts(
-    p: &Pipeline,
+    p: &Passes,
     forward: &[usize],
     optimizer: &[usize],
 ) -> Result<(Vec<VarId>, Vec<VarId>), ExportError> {
@@ -287,7 +287,7 @@ fn state_and_consts(
 
 /// A variable's `PartitionSpec`: its completed layout, plus ZeRO's data-parallel axes for
 /// optimizer state (and, at stage 3, the parameter).
-fn sharding(p: &Pipeline, v: VarId) -> String {
+fn sharding(p: &Passes, v: VarId) -> String {
     let zero_of = p
         .partitioned
         .zero

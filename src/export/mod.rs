@@ -1,5 +1,5 @@
 //! A plan as one self-contained JAX script (`shardlab export --to jax`): pure text from a
-//! planned [`Pipeline`], no I/O. Two modes:
+//! planned [`Passes`], no I/O. Two modes:
 //!
 //! - `gspmd` (`gspmd.rs`): the serial program as `jax.numpy` code, the plan's layouts as
 //!   `NamedSharding`s and `with_sharding_constraint`s, `jax.grad`, the plan's optimizer
@@ -24,7 +24,7 @@ mod ranks;
 mod shard_map;
 mod sources;
 
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use std::fmt::Write as _;
 
 /// How the script expresses the plan.
@@ -88,7 +88,7 @@ pub fn capabilities() -> &'static str {
 }
 
 /// The script for `p`.
-pub fn export_jax(p: &Pipeline, opts: &ExportOptions) -> Result<String, ExportError> {
+pub fn export_jax(p: &Passes, opts: &ExportOptions) -> Result<String, ExportError> {
     if !p.is_fully_partitioned() {
         return Err(ExportError::Plan(
             "only some ranks were partitioned; export needs every rank".into(),
@@ -129,7 +129,7 @@ pub fn export_jax(p: &Pipeline, opts: &ExportOptions) -> Result<String, ExportEr
 }
 
 /// The docstring and the device flag, which must come before `jax` is imported.
-fn header(p: &Pipeline, opts: &ExportOptions) -> String {
+fn header(p: &Passes, opts: &ExportOptions) -> String {
     let mesh = &p.full.mesh;
     let devices = mesh.size();
     let o = &p.plan.options;

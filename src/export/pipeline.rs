@@ -5,7 +5,7 @@
 //! (forward through every stage, then backward), which gives the same numbers as any
 //! schedule; the schedule decides only when each job runs.
 //!
-//! `shard_map` mode runs each stage's rank programs (cut into jobs by `passes::jobs`),
+//! `shard_map` mode runs each stage's rank programs (cut into jobs by `passes::pipeline::jobs`),
 //! collectives inside a stage as JAX collectives; a collective whose group spans stages
 //! (the global norm's sum over `pp`, AMP's overflow flag over the mesh) is done by the host
 //! between the stage functions, on every rank's value.
@@ -21,9 +21,9 @@ use super::ranks::RanksEnv;
 use super::shard_map::{feeds, read_first, records};
 use super::{Constrain, ExportError};
 use crate::ir::{OpRole, OpType, Program, VarId, VarKind};
-use crate::passes::jobs::{cut, RankJobs};
+use crate::passes::driver::Passes;
 use crate::passes::partition::RankProgram;
-use crate::passes::pipeline::Pipeline;
+use crate::passes::pipeline::jobs::{cut, RankJobs};
 use std::collections::{HashMap, HashSet};
 
 /// One stage: its ranks in sub-mesh order, their programs, its jobs.
@@ -33,7 +33,7 @@ struct Stage<'a> {
     jobs: RankJobs,
 }
 
-fn stages(p: &Pipeline) -> Result<Vec<Stage<'_>>, ExportError> {
+fn stages(p: &Passes) -> Result<Vec<Stage<'_>>, ExportError> {
     let grads: HashSet<VarId> = p.backward.param_grads.iter().map(|&(_, g)| g).collect();
     let by_rank: HashMap<u32, &RankProgram> =
         p.partitioned.ranks.iter().map(|r| (r.rank, r)).collect();
@@ -69,7 +69,7 @@ fn stages(p: &Pipeline) -> Result<Vec<Stage<'_>>, ExportError> {
 /// Stage `s`'s devices as a mesh: the whole mesh's axes with `pp` of size 1 (so a pure
 /// `pp` mesh still has an axis, and layouts keep their axis indices), its ranks in mesh
 /// order. Without a `pp` axis (micro-batches only) the stage is the whole mesh.
-fn stage_mesh(p: &Pipeline, s: usize) -> (Vec<usize>, Vec<String>, Vec<u32>) {
+fn stage_mesh(p: &Passes, s: usize) -> (Vec<usize>, Vec<String>, Vec<u32>) {
     let mesh = &p.full.mesh;
     let mut shape = mesh.shape().to_vec();
     if let Some(pp) = p.stages.axis {
@@ -183,7 +183,7 @@ fn ins_outs(program: &Program, ops: &[usize]) -> (Vec<String>, Vec<String>) {
 
 /// Pairs every send with the recv it feeds: per (sending stage, receiving stage,
 /// direction), the k-th send with the k-th recv, as both sides run them in program order.
-fn routes(stages: &[Stage], p: &Pipeline) -> String {
+fn routes(stages: &[Stage], p: &Passes) -> String {
     let mesh = &p.full.mesh;
     let mut sends: HashMap<(usize, usize, bool), Vec<usize>> = HashMap::new();
     let mut recvs: HashMap<(usize, usize, bool), Vec<usize>> = HashMap::new();
@@ -264,7 +264,7 @@ fn host_op(stages: &[Stage], s: usize, op: usize) -> Result<String, ExportError>
 
 /// `JOBS` (each stage's jobs as jitted pieces and host-run collectives) and the bodies of
 /// the pieces.
-fn jobs_table(p: &Pipeline, stages: &[Stage]) -> Result<(String, String), ExportError> {
+fn jobs_table(p: &Passes, stages: &[Stage]) -> Result<(String, String), ExportError> {
     let mut bodies = String::new();
     let mut jobs =
         String::from("# Each stage's jobs: jitted pieces and host-run collectives.\nJOBS = [\n");
@@ -308,7 +308,7 @@ fn jobs_table(p: &Pipeline, stages: &[Stage]) -> Result<(String, String), Export
 
 /// `FEEDS` and `STATE` per stage, and each stage's per-micro-batch and accumulated
 /// variables.
-fn stage_feeds(p: &Pipeline, stages: &[Stage]) -> Result<String, ExportError> {
+fn stage_feeds(p: &Passes, stages: &[Stage]) -> Result<String, ExportError> {
     let mut out = String::new();
     // What each stage starts with, and its per-micro-batch and accumulated variables.
     out.push_str("FEEDS = [\n");
@@ -346,7 +346,7 @@ fn stage_feeds(p: &Pipeline, stages: &[Stage]) -> Result<String, ExportError> {
 }
 
 /// The script's plan part for `shard_map` mode.
-pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
+pub fn shard_map_script(p: &Passes) -> Result<String, ExportError> {
     let stages = stages(p)?;
     let mut out = format!(
         "MICRO_BATCHES = {}\nCHUNKS = {}\nSTAGES = [\n",
@@ -384,7 +384,7 @@ pub fn shard_map_script(p: &Pipeline) -> Result<String, ExportError> {
 }
 
 /// The script's plan part for `gspmd` mode (see the module doc).
-pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, ExportError> {
+pub fn gspmd_script(p: &Passes, constrain: Constrain) -> Result<String, ExportError> {
     let program = &p.full.program;
     let first_backward = p.backward.first_backward_op.min(program.ops().len());
     let env = SerialEnv {
@@ -418,7 +418,7 @@ pub fn gspmd_script(p: &Pipeline, constrain: Constrain) -> Result<String, Export
 }
 
 /// The serial program's forward ops per virtual stage.
-fn forward_by_stage(p: &Pipeline, first_backward: usize) -> Result<Vec<Vec<usize>>, ExportError> {
+fn forward_by_stage(p: &Passes, first_backward: usize) -> Result<Vec<Vec<usize>>, ExportError> {
     let program = &p.full.program;
     let plan = crate::passes::partition::p2p::StagePlan::new(&p.full, &p.stages);
     let mut per_stage: Vec<Vec<usize>> = vec![Vec::new(); p.stages.virtual_count()];
@@ -436,7 +436,7 @@ fn forward_by_stage(p: &Pipeline, first_backward: usize) -> Result<Vec<Vec<usize
 }
 
 /// What each virtual stage hands on: the values a later stage reads, and the losses.
-fn stage_outputs(p: &Pipeline, per_stage: &[Vec<usize>]) -> Vec<Vec<VarId>> {
+fn stage_outputs(p: &Passes, per_stage: &[Vec<usize>]) -> Vec<Vec<VarId>> {
     let program = &p.full.program;
     let (loss, reported) = (p.backward.loss, crate::exec::run::reported_loss(p));
     let mut read_later: HashSet<VarId> = HashSet::new();
@@ -460,7 +460,7 @@ fn stage_outputs(p: &Pipeline, per_stage: &[Vec<usize>]) -> Vec<Vec<VarId>> {
 
 /// `VSTAGES` and each virtual stage's forward function.
 fn vstages(
-    p: &Pipeline,
+    p: &Passes,
     per_stage: &[Vec<usize>],
     outs_of: &[Vec<VarId>],
     env: &SerialEnv,
@@ -503,7 +503,7 @@ fn vstages(
 }
 
 /// `MESH_SHAPE`, `AXES`, `RANKS`, `MICRO_BATCHES` and each stage's sub-mesh.
-fn stage_meshes(p: &Pipeline) -> Result<String, ExportError> {
+fn stage_meshes(p: &Passes) -> Result<String, ExportError> {
     let mesh = &p.full.mesh;
     let mut out = format!(
         "MESH_SHAPE = {}\nAXES = {}\nRANKS = {}\nMICRO_BATCHES = {}\nSTAGES = [\n",
@@ -526,7 +526,7 @@ fn stage_meshes(p: &Pipeline) -> Result<String, ExportError> {
 }
 
 /// `SPECS`: the completed layout of every computed tensor and data input.
-fn specs_table(p: &Pipeline) -> String {
+fn specs_table(p: &Passes) -> String {
     let specs: Vec<String> = p
         .full
         .program

@@ -10,11 +10,11 @@ use super::ranks::RanksEnv;
 use super::ExportError;
 use crate::dist::TensorDistAttr;
 use crate::ir::{Program, VarId};
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use std::collections::HashSet;
 
 /// The script's plan part for a plan without pipeline stages.
-pub fn script(p: &Pipeline) -> Result<String, ExportError> {
+pub fn script(p: &Passes) -> Result<String, ExportError> {
     let mesh = &p.full.mesh;
     let programs: Vec<&Program> = order_by_position(p)?;
     let env = RanksEnv::new(
@@ -35,7 +35,7 @@ pub fn script(p: &Pipeline) -> Result<String, ExportError> {
 }
 
 /// Every rank program in mesh-position order.
-fn order_by_position(p: &Pipeline) -> Result<Vec<&Program>, ExportError> {
+fn order_by_position(p: &Passes) -> Result<Vec<&Program>, ExportError> {
     p.full
         .mesh
         .process_ids()
@@ -44,7 +44,7 @@ fn order_by_position(p: &Pipeline) -> Result<Vec<&Program>, ExportError> {
         .collect()
 }
 
-fn position_index(p: &Pipeline, rank: u32) -> Result<usize, ExportError> {
+fn position_index(p: &Passes, rank: u32) -> Result<usize, ExportError> {
     p.partitioned
         .ranks
         .iter()
@@ -129,7 +129,7 @@ pub(super) fn read_first(program: &Program, ops: &[usize]) -> Vec<VarId> {
 /// `FEEDS` (what each rank starts with: the source variable it is a piece of, and how)
 /// and `STATE` (the fed variables the step writes, carried to the next step).
 pub(super) fn feeds(
-    p: &Pipeline,
+    p: &Passes,
     program: &Program,
     env: &RanksEnv,
     rank: &crate::passes::partition::RankProgram,
@@ -176,7 +176,7 @@ pub(super) fn feeds(
 /// Where fed variable `v` comes from: a ZeRO shard of a source, or a block of one (with
 /// micro-batches, a data input is cut per micro-batch).
 fn feed_recipe(
-    p: &Pipeline,
+    p: &Passes,
     program: &Program,
     v: VarId,
     staged: bool,
@@ -223,7 +223,7 @@ fn feed_recipe(
 /// The dropout masks the body asked for: seed, probability, the global shape and the
 /// layout of the op's output (the mask follows each element's global index).
 fn mask_feeds(
-    p: &Pipeline,
+    p: &Passes,
     program: &Program,
     env: &RanksEnv,
     rank: &crate::passes::partition::RankProgram,
@@ -257,7 +257,7 @@ fn mask_feeds(
 /// How to read serial variable `v` back from the ranks: the local variable holding it,
 /// its layout at the step's end, and under ZeRO the shards to concatenate first.
 pub(super) fn record(
-    p: &Pipeline,
+    p: &Passes,
     rank: &crate::passes::partition::RankProgram,
     v: VarId,
     stage: usize,
@@ -291,7 +291,7 @@ pub(super) fn record(
 pub(super) type Holder<'a> =
     dyn Fn(VarId) -> Result<(&'a crate::passes::partition::RankProgram, usize), ExportError> + 'a;
 
-pub(super) fn records(p: &Pipeline, holder: &Holder) -> Result<String, ExportError> {
+pub(super) fn records(p: &Passes, holder: &Holder) -> Result<String, ExportError> {
     let serial = &p.full.program;
     let loss = crate::exec::run::reported_loss(p);
     let rec = |v: VarId| -> Result<String, ExportError> {

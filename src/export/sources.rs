@@ -6,10 +6,10 @@ use super::py;
 use super::ExportError;
 use crate::exec::init::{init_recipe, InitOptions, InitRecipe};
 use crate::ir::VarKind;
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 
 /// The `SOURCES = {...}` statement.
-pub fn table(p: &Pipeline, init: &InitOptions) -> Result<String, ExportError> {
+pub fn table(p: &Passes, init: &InitOptions) -> Result<String, ExportError> {
     let program = &p.full.program;
     let mut out = String::from(
         "# Every variable the step reads before writing: global shape, dtype, and how its\n\

@@ -227,7 +227,7 @@ impl Program {
     }
 
     /// Gives the variables these types, in id order (names, kinds and ops unchanged): a
-    /// planned program re-inferred at another batch size (`passes::rebatch`). Extra types
+    /// planned program re-inferred at another batch size (`passes::pipeline::rebatch`). Extra types
     /// are ignored; variables without one keep theirs.
     pub fn set_types(&mut self, types: Vec<TensorType>) {
         for (v, t) in self.vars.iter_mut().zip(types) {

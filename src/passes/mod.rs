@@ -10,16 +10,11 @@ pub mod backward;
 pub mod complete;
 pub mod complete_backward;
 pub mod dist_program;
-pub mod grad_parts;
-pub mod jobs;
+pub mod driver;
 pub mod ledger;
 pub mod optimizer;
 pub mod partition;
 pub mod pipeline;
-pub mod rebatch;
 pub mod recompute;
-pub mod schedule;
-pub mod schedule_check;
-pub mod stages;
 
 pub use complete::{complete, complete_from, CompleteError, Completed};

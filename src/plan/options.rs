@@ -75,7 +75,7 @@ impl Recompute {
     }
 }
 
-/// A pipeline schedule (`passes::schedule` lays out its jobs).
+/// A pipeline schedule (`passes::pipeline::schedule` lays out its jobs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum ScheduleKind {
     /// Every forward, then every backward (GPipe). The default: it is the one schedule

@@ -8,7 +8,7 @@
 //! Stages exist when the mesh has a `pp` axis; with `chunks` model chunks per stage there
 //! are `pp × chunks` virtual stages, virtual stage `k` running on stage `k % pp`. Ops not
 //! placed take the latest stage of the tensors they read (completion propagates stages
-//! forward, `passes::stages`).
+//! forward, `passes::pipeline::stages`).
 
 use super::Plan;
 use crate::ir::text::{Cursor, ParseError};

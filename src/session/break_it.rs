@@ -178,7 +178,7 @@ impl Session {
 }
 
 /// Why a plan is too large to run in the browser, if it is.
-pub(super) fn too_large(p: &Pipeline) -> Option<String> {
+pub(super) fn too_large(p: &Passes) -> Option<String> {
     let params: usize = p
         .full
         .program

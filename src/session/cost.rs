@@ -20,10 +20,7 @@ pub struct Pinned {
 }
 
 /// `p` with every rank partitioned (a copy if it had only some).
-pub(super) fn all_ranks(
-    p: &Arc<Pipeline>,
-    opts: &PartitionOptions,
-) -> Result<Arc<Pipeline>, String> {
+pub(super) fn all_ranks(p: &Arc<Passes>, opts: &PartitionOptions) -> Result<Arc<Passes>, String> {
     if p.is_fully_partitioned() {
         return Ok(Arc::clone(p));
     }
@@ -43,7 +40,7 @@ impl Session {
     }
 
     /// This session's plan (every rank) priced on `topo`.
-    fn costed(&self, topo: &Topology) -> Result<(Arc<Pipeline>, Estimate), String> {
+    fn costed(&self, topo: &Topology) -> Result<(Arc<Passes>, Estimate), String> {
         let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
         let full = all_ranks(p, &self.partition_options(None))?;
         let opts = CostOptions {

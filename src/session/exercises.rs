@@ -144,7 +144,7 @@ impl Session {
     /// The local shape of up to two annotated tensors on the selected rank.
     fn shape_questions(
         &self,
-        p: &Pipeline,
+        p: &Passes,
         rank: &crate::passes::partition::RankProgram,
     ) -> Vec<Exercise> {
         let r = rank.rank;

@@ -6,8 +6,8 @@ use crate::dist::{DimAxes, MeshAxis, MeshId, Notation, ProcessMesh, TensorDistAt
 use crate::exec::run::{run_distributed, run_serial, RunOptions};
 use crate::exec::verify::verify;
 use crate::models::scenarios::{scenarios, Scenario};
+use crate::passes::driver::{run_passes, PassOptions, Passes};
 use crate::passes::partition::PartitionOptions;
-use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
 use crate::plan::{mesh_spec, parse_plan, parse_shard_spec, Annotation, Plan};
 use std::sync::Arc;
 
@@ -81,7 +81,7 @@ pub struct Session {
     pub text: String,
     /// Problems of the editor's text: (line, column, message).
     pub text_errors: Vec<(usize, usize, String)>,
-    pub pipeline: Option<Arc<Pipeline>>,
+    pub pipeline: Option<Arc<Passes>>,
     pub plan_error: Option<String>,
     pub stage: Stage,
     /// Completion events shown (0 = annotations only; the end = completed).
@@ -291,11 +291,11 @@ impl Session {
         }
         // Only the rank on screen is partitioned (the others on demand): re-planning cost
         // stays flat as the mesh grows.
-        let opts = PipelineOptions {
+        let opts = PassOptions {
             partition: self.partition_options(Some(vec![self.selected_rank])),
-            ..PipelineOptions::from_plan(&self.plan.options)
+            ..PassOptions::from_plan(&self.plan.options)
         };
-        match run_pipeline(&self.plan, &opts) {
+        match run_passes(&self.plan, &opts) {
             Ok(p) => {
                 self.pipeline = Some(Arc::new(p));
                 self.plan_error = None;
@@ -311,7 +311,7 @@ impl Session {
     /// How this session partitions `ranks` (`None`: every rank).
     pub(super) fn partition_options(&self, ranks: Option<Vec<u32>>) -> PartitionOptions {
         // The plan text's options, with the session's toggles on top.
-        let from_plan = PipelineOptions::from_plan(&self.plan.options).partition;
+        let from_plan = PassOptions::from_plan(&self.plan.options).partition;
         PartitionOptions {
             ranks,
             defer_partial_sums: self.megatron_sums || from_plan.defer_partial_sums,

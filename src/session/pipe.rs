@@ -61,7 +61,7 @@ impl Session {
         let n = crate::plan::forward_ops(&p.full.program);
         let mut starts: Vec<Option<usize>> = vec![None; p.stages.virtual_count()];
         for (i, a) in p.full.ops.iter().enumerate().take(n) {
-            let k = crate::passes::stages::virtual_stage(&p.stages, a);
+            let k = crate::passes::pipeline::stages::virtual_stage(&p.stages, a);
             if let Some(slot) = starts.get_mut(k) {
                 slot.get_or_insert(i);
             }
@@ -77,7 +77,7 @@ impl Session {
                 p.full
                     .ops
                     .get(i)
-                    .map(|a| crate::passes::stages::virtual_stage(&p.stages, a))
+                    .map(|a| crate::passes::pipeline::stages::virtual_stage(&p.stages, a))
             })
             .unwrap_or(0)
     }

@@ -145,7 +145,7 @@ impl Session {
 /// sent) and the receiver's (what arrived), from micro-batch 0 of the executor's first
 /// step.
 fn p2p_view(
-    p: &Pipeline,
+    p: &Passes,
     rank: &crate::passes::partition::RankProgram,
     op: usize,
     label: String,
@@ -198,7 +198,7 @@ type RankVar = (u32, crate::ir::VarId);
 /// variable it sends, the receiver's rank and the variable it receives into. The pair
 /// shares a ring id; the k-th send on a ring meets the k-th recv on it.
 fn p2p_pair(
-    p: &Pipeline,
+    p: &Passes,
     rank: &crate::passes::partition::RankProgram,
     op: usize,
 ) -> Result<(RankVar, RankVar), String> {

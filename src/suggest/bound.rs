@@ -3,7 +3,7 @@
 
 use crate::cost::estimate::Estimate;
 use crate::ir::{OpRole, Purpose};
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 use std::sync::Arc;
 
 /// A lower bound of the step time at `layers_per_stage` blocks per stage, from a plan
@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// surely repeated per micro-batch (forward and backward compute and their tensor-parallel
 /// collectives) are multiplied by the micro-batch count; the others count once, and the
 /// pipeline's sends not at all, which can only lower the bound.
-pub fn lower_bound(p: &Pipeline, e: &Estimate, layers_per_stage: usize) -> f64 {
+pub fn lower_bound(p: &Passes, e: &Estimate, layers_per_stage: usize) -> f64 {
     BoundWeights::of(p).bound(&e.step, e.pipeline.is_some(), layers_per_stage)
 }
 
@@ -25,7 +25,7 @@ pub(super) struct BoundWeights {
 }
 
 impl BoundWeights {
-    pub(super) fn of(p: &Pipeline) -> BoundWeights {
+    pub(super) fn of(p: &Passes) -> BoundWeights {
         let flags = crate::cost::simulate::shared_per_dataflow(&p.partitioned.ranks, |rank| {
             rank.program
                 .ops()

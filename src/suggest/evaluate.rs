@@ -1,4 +1,4 @@
-//! A candidate priced by the cost model: its plan built, planned (`run_pipeline`) and
+//! A candidate priced by the cost model: its plan built, planned (`run_passes`) and
 //! estimated (`cost::estimate`), the same path as `shardlab cost`. A family of candidates
 //! (one planned mesh) is planned once; its axis orders are priced as relabellings of the
 //! ranks onto devices, its schedules by re-laying the same jobs.
@@ -12,7 +12,7 @@ use crate::cost::estimate::Estimate;
 use crate::cost::pipeline_cost::StageJobs;
 use crate::ir::Purpose;
 use crate::models::{Model, ModelConfig};
-use crate::passes::pipeline::{run_pipeline, Pipeline, PipelineOptions};
+use crate::passes::driver::{run_passes, PassOptions, Passes};
 use crate::plan::{parse_mesh_spec, parse_shard_spec, Plan, PlanOptions, ScheduleKind};
 use std::sync::Arc;
 
@@ -131,7 +131,7 @@ const SELF_CHECKS: bool = cfg!(debug_assertions);
 
 /// A family planned once.
 pub struct Planned {
-    pub pipeline: Pipeline,
+    pub pipeline: Passes,
     /// The stages' jobs, cut once on first use (every order and schedule prices them).
     stage_jobs: Option<Vec<StageJobs>>,
     /// Whether its partitions run the stages on all cores (a planning alone on the
@@ -171,7 +171,7 @@ impl Planned {
         parallel_stages: bool,
     ) -> Result<Planned, String> {
         let plan = family_plan(problem, family, layers)?;
-        let mut opts = PipelineOptions::from_plan(&plan.options);
+        let mut opts = PassOptions::from_plan(&plan.options);
         opts.partition.verify = SELF_CHECKS;
         opts.partition.parallel_stages = parallel_stages;
         if let Some(mesh) = plan.mesh() {
@@ -189,7 +189,7 @@ impl Planned {
                 opts.partition.ranks = Some(firsts);
             }
         }
-        let pipeline = run_pipeline(&plan, &opts).map_err(|e| e.to_string())?;
+        let pipeline = run_passes(&plan, &opts).map_err(|e| e.to_string())?;
         Ok(Planned {
             pipeline,
             stage_jobs: None,
@@ -203,7 +203,7 @@ impl Planned {
     pub fn rezero(&mut self, zero: u8) -> Result<(), String> {
         let p = &mut self.pipeline;
         p.plan.options.zero = zero;
-        let mut opts = PipelineOptions::from_plan(&p.plan.options).partition;
+        let mut opts = PassOptions::from_plan(&p.plan.options).partition;
         opts.verify = SELF_CHECKS;
         opts.parallel_stages = self.parallel_stages;
         if !p.is_fully_partitioned() {
@@ -215,7 +215,7 @@ impl Planned {
     }
 
     /// The same planning for `family`, another micro-batch count and ZeRO stage of the
-    /// family it was planned for: rebatched (`passes::rebatch`) when the micro-batch count
+    /// family it was planned for: rebatched (`passes::pipeline::rebatch`) when the micro-batch count
     /// differs, then re-partitioned once. Equal to planning afresh (tested). On an error
     /// the planning is spent: plan afresh.
     pub fn replan(
@@ -232,7 +232,7 @@ impl Planned {
             return Ok(());
         }
         let forward = problem.program(layers, problem.config.batch / m)?;
-        crate::passes::rebatch::rebatch(&mut self.pipeline, &forward, m)?;
+        crate::passes::pipeline::rebatch::rebatch(&mut self.pipeline, &forward, m)?;
         self.rezero(family.zero)
     }
 
@@ -244,8 +244,8 @@ impl Planned {
         layers: usize,
     ) -> Result<Planned, String> {
         let plan = family_plan(problem, family, layers)?;
-        let pipeline = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
-            .map_err(|e| e.to_string())?;
+        let pipeline =
+            run_passes(&plan, &PassOptions::from_plan(&plan.options)).map_err(|e| e.to_string())?;
         Ok(Planned {
             pipeline,
             stage_jobs: None,
@@ -410,29 +410,33 @@ impl Planned {
             let step = &steps[at].1;
             for (si, &schedule) in schedules.iter().enumerate() {
                 p.plan.options.schedule = schedule;
-                let priced = crate::passes::stages::check_schedule(&p.stages, &p.plan.options)
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        if p.is_pipelined() {
-                            let jobs = match stage_jobs.take() {
-                                Some(j) => j,
-                                None => crate::cost::pipeline_cost::stage_jobs(p, elem)
-                                    .map_err(|e| e.to_string())?,
-                            };
-                            let cost =
-                                crate::cost::pipeline_cost::pipeline_cost_of(p, &jobs, Some(step));
-                            *stage_jobs = Some(jobs);
-                            cost.map(Some).map_err(|e| e.to_string())
-                        } else {
-                            Ok(None)
-                        }
-                    })
-                    .map(|pipeline| Walked {
-                        topo: &topo,
-                        step,
-                        memory: &memory,
-                        pipeline,
-                    });
+                let priced =
+                    crate::passes::pipeline::stages::check_schedule(&p.stages, &p.plan.options)
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| {
+                            if p.is_pipelined() {
+                                let jobs = match stage_jobs.take() {
+                                    Some(j) => j,
+                                    None => crate::cost::pipeline_cost::stage_jobs(p, elem)
+                                        .map_err(|e| e.to_string())?,
+                                };
+                                let cost = crate::cost::pipeline_cost::pipeline_cost_of(
+                                    p,
+                                    &jobs,
+                                    Some(step),
+                                );
+                                *stage_jobs = Some(jobs);
+                                cost.map(Some).map_err(|e| e.to_string())
+                            } else {
+                                Ok(None)
+                            }
+                        })
+                        .map(|pipeline| Walked {
+                            topo: &topo,
+                            step,
+                            memory: &memory,
+                            pipeline,
+                        });
                 f(o, si, priced);
             }
         }

@@ -72,9 +72,9 @@ impl Search {
     /// The user's plan priced as a row.
     fn price_mine(&mut self) -> Option<Row> {
         let plan = self.mine.clone()?;
-        let pipeline = crate::passes::pipeline::run_pipeline(
+        let pipeline = crate::passes::driver::run_passes(
             &plan,
-            &crate::passes::pipeline::PipelineOptions::from_plan(&plan.options),
+            &crate::passes::driver::PassOptions::from_plan(&plan.options),
         )
         .ok()?;
         let opts = crate::cost::estimate::CostOptions {

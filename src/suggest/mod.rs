@@ -100,7 +100,7 @@ pub struct Stats {
     /// ZeRO stage 2 and 3 families not screened because a lower stage from 1 up fits
     /// (stage 2 takes stage 1's time, stage 3 more; both only save memory; `space.rs`).
     pub dominated: usize,
-    /// Plannings of another micro-batch count that `passes::rebatch` could not reuse
+    /// Plannings of another micro-batch count that `passes::pipeline::rebatch` could not reuse
     /// (planned afresh instead).
     pub replanned_afresh: usize,
     /// Of those priced exactly, how many were priced ahead, beside the last screening

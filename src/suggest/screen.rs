@@ -226,7 +226,7 @@ impl Screener<'_> {
             if planned.replan(self.problem, family, layers).is_ok() {
                 return Ok(planned);
             }
-            // Not re-plannable (`passes::rebatch` refuses where it could be inexact).
+            // Not re-plannable (`passes::pipeline::rebatch` refuses where it could be inexact).
             self.stats.replanned_afresh += 1;
         }
         Planned::new(self.problem, family, layers, orders)

@@ -5,7 +5,7 @@ use super::evaluate::{Busiest, Terms};
 use crate::cost::estimate::Estimate;
 use crate::cost::pipeline_cost::StageJobs;
 use crate::ir::Purpose;
-use crate::passes::pipeline::Pipeline;
+use crate::passes::driver::Passes;
 
 /// The largest peak over the ranks; a pipeline stage also holds the activations of the
 /// micro-batches in flight beyond the one its program's timeline has.
@@ -38,13 +38,13 @@ pub(super) fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
 
 /// Where the step's time goes on the busiest rank (the one with the most compute and
 /// communication): per-micro-batch ops counted once per micro-batch.
-pub fn terms(p: &Pipeline, e: &Estimate) -> Terms {
+pub fn terms(p: &Passes, e: &Estimate) -> Terms {
     terms_with(p, e, &[])
 }
 
 /// [`terms`] with some ranks' jobs already cut (`stage_jobs` of `p`, which every order and
 /// schedule of a planning shares); the other ranks are cut here.
-pub(super) fn terms_with(p: &Pipeline, e: &Estimate, cut: &[StageJobs]) -> Terms {
+pub(super) fn terms_with(p: &Passes, e: &Estimate, cut: &[StageJobs]) -> Terms {
     let mut best: Option<Busiest> = None;
     for (index, (rank, time)) in p.partitioned.ranks.iter().zip(&e.step.ranks).enumerate() {
         let mut compute = 0.0;
@@ -85,15 +85,15 @@ pub(super) fn terms_with(p: &Pipeline, e: &Estimate, cut: &[StageJobs]) -> Terms
 }
 
 /// Each op of a rank with its time over the step: once without micro-batches; with them,
-/// as the schedule runs it (`passes::jobs::cut`): forward and backward jobs once per
+/// as the schedule runs it (`passes::pipeline::jobs::cut`): forward and backward jobs once per
 /// micro-batch, the optimizer job once, a B or W half of a split op at half its time, and
 /// the pipeline's sends and receives left out (they are the schedule's edges: their time
 /// shows as bubble).
 fn op_times(
-    p: &Pipeline,
+    p: &Passes,
     e: &Estimate,
     rank: &crate::passes::partition::RankProgram,
-    cut: Option<&crate::passes::jobs::RankJobs>,
+    cut: Option<&crate::passes::pipeline::jobs::RankJobs>,
     op_s: &[f64],
 ) -> Vec<(usize, f64)> {
     if e.pipeline.is_none() {
@@ -105,7 +105,7 @@ fn op_times(
         None => {
             let grads: std::collections::HashSet<crate::ir::VarId> =
                 p.backward.param_grads.iter().map(|&(_, g)| g).collect();
-            owned = crate::passes::jobs::cut(rank, &grads, p.stages.chunks);
+            owned = crate::passes::pipeline::jobs::cut(rank, &grads, p.stages.chunks);
             &owned
         }
     };

@@ -5,7 +5,7 @@
 //! `topology` the step time and memory per rank as `cost` (see `www/api.html`).
 
 use crate::models::scenarios::Scenario;
-use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+use crate::passes::driver::{run_passes, PassOptions};
 use crate::plan::{parse_mesh_spec, parse_plan, parse_shard_spec};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -101,8 +101,8 @@ pub fn plan(request: JsValue) -> Result<JsValue, JsValue> {
     let req = parse_request(request)?;
     let err = |m: String| JsValue::from_str(&m);
     let plan = request_plan(&req)?;
-    let opts = PipelineOptions::from_plan(&plan.options);
-    let p = run_pipeline(&plan, &opts).map_err(|e| err(e.to_string()))?;
+    let opts = PassOptions::from_plan(&plan.options);
+    let p = run_passes(&plan, &opts).map_err(|e| err(e.to_string()))?;
     let mut json = crate::report::pipeline_json(&p, None).map_err(|e| err(e.to_string()))?;
     if let Some(name) = &req.topology {
         use crate::cost::device::{ComputeDType, Topology};
@@ -219,7 +219,7 @@ pub fn export_jax(request: JsValue) -> Result<String, JsValue> {
         Some(other) => return Err(err(format!("constrain: `{other}` is not annotated or all"))),
     };
     let plan = request_plan(&req)?;
-    let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
+    let p = run_passes(&plan, &PassOptions::from_plan(&plan.options))
         .map_err(|e| err(e.to_string()))?;
     let opts = ExportOptions {
         mode,
@@ -274,7 +274,7 @@ pub fn bench_replan(text: &str, repeat: u32) -> Result<JsValue, JsValue> {
     let mut all_ranks = Vec::new();
     for _ in 0..repeat.max(1) {
         let t = now();
-        let _ = run_pipeline(&session.plan, &PipelineOptions::default());
+        let _ = run_passes(&session.plan, &PassOptions::default());
         all_ranks.push(now() - t);
     }
     let (steps, selects) = bench_teaching(&session, &var, repeat, &now);

@@ -80,14 +80,14 @@ impl SuggestSearch {
 /// the median time, over `repeat` runs, of planning `text` (every rank) and pricing it on
 /// `topology`, as `shardlab bench --what suggest` times one costing natively (no JSON).
 pub fn bench_cost(text: &str, topology: &str, repeat: u32) -> Result<f64, JsValue> {
-    use crate::passes::pipeline::{run_pipeline, PipelineOptions};
+    use crate::passes::driver::{run_passes, PassOptions};
     let err = |m: String| JsValue::from_str(&m);
     let (plan, _) = crate::plan::parse_plan(text).map_err(|e| err(format!("{e:?}")))?;
     let topo = crate::cost::device::Topology::preset(topology).map_err(|e| err(e.to_string()))?;
     let mut times = Vec::new();
     for _ in 0..repeat.max(1) {
         let t = super::api::now_ms();
-        let p = run_pipeline(&plan, &PipelineOptions::from_plan(&plan.options))
+        let p = run_passes(&plan, &PassOptions::from_plan(&plan.options))
             .map_err(|e| err(e.to_string()))?;
         crate::cost::estimate::estimate(
             &p,

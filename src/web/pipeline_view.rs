@@ -9,7 +9,7 @@ use super::ledger_view::bytes;
 use crate::cost::diff::human_seconds;
 use crate::cost::pipeline_cost::PipelineCost;
 use crate::engine::{Outcome, Task};
-use crate::passes::schedule::JobKind;
+use crate::passes::pipeline::schedule::JobKind;
 use crate::plan::ScheduleKind;
 use crate::session::{Action, PipelineAction};
 use web_sys::{HtmlInputElement, HtmlSelectElement};

@@ -274,7 +274,7 @@ pub fn ProgramView() -> Html {
 /// communication its group, reduce type and bytes sent.
 fn impl_label(
     s: &crate::session::Session,
-    p: &crate::passes::pipeline::Pipeline,
+    p: &crate::passes::driver::Passes,
     program: &Program,
     op: &crate::ir::Op,
     i: usize,
@@ -404,7 +404,7 @@ fn use_scroll_to_focus(focus: Option<usize>, stage: Stage) {
 /// Conflicts the timeline has reached, by op: the rule's wish that completion refused.
 fn reached_conflicts(
     s: &crate::session::Session,
-    p: &crate::passes::pipeline::Pipeline,
+    p: &crate::passes::driver::Passes,
 ) -> std::collections::HashMap<usize, Vec<String>> {
     let mut conflicts: std::collections::HashMap<usize, Vec<String>> = Default::default();
     if s.stage == Stage::Forward {

@@ -176,8 +176,8 @@ pub fn with_optimizer(
     optimizer: &str,
     amp: bool,
     clip_norm: Option<f64>,
-) -> shardlab::passes::pipeline::PipelineOptions {
-    shardlab::passes::pipeline::PipelineOptions {
+) -> shardlab::passes::driver::PassOptions {
+    shardlab::passes::driver::PassOptions {
         optimizer: shardlab::passes::optimizer::OptimizerOptions {
             optimizer: shardlab::passes::optimizer::Optimizer::from_name(optimizer).unwrap(),
             amp,
@@ -191,7 +191,7 @@ pub fn with_optimizer(
 /// the failing tensors (or a check count that is not a loss per step plus a gradient and a
 /// parameter per parameter).
 pub fn verifies_against_serial(
-    p: &shardlab::passes::pipeline::Pipeline,
+    p: &shardlab::passes::driver::Passes,
     steps: usize,
 ) -> Result<(), String> {
     use shardlab::exec::run::{run_distributed, run_serial, RunOptions};

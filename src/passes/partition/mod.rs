@@ -75,7 +75,7 @@ pub struct PartitionOptions {
     /// gradient's seed is 1/M so the accumulated gradients are the full batch's (Megatron
     /// divides each micro-batch's loss by their number the same way).
     pub micro_batches: usize,
-    /// Verify every program built: the pipeline's after each stage (`run_pipeline`) and
+    /// Verify every program built: the pipeline's after each stage (`run_passes`) and
     /// each rank's. These are the planner's checks of its own output, never of the user's
     /// plan (its errors come from completion). On by default; the auto-planner turns them
     /// off outside debug builds, where they are about a sixth of its time (its plans are
@@ -103,7 +103,7 @@ impl Default for PartitionOptions {
     }
 }
 
-/// What the partitioner reads of a planned program (all of it a `Pipeline` holds).
+/// What the partitioner reads of a planned program (all of it a `Passes` holds).
 #[derive(Clone, Copy)]
 pub struct PartitionInput<'a> {
     /// Forward, backward and optimizer, completed.

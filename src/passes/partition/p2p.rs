@@ -20,7 +20,7 @@ use super::stamp::RankAttrs;
 use crate::dist::Stages;
 use crate::ir::{Attr, Op, OpRole, OpType, Purpose, VarId};
 use crate::passes::dist_program::DistProgram;
-use crate::passes::stages::{virtual_stage, ALL_STAGES};
+use crate::passes::pipeline::stages::{virtual_stage, ALL_STAGES};
 use rustc_hash::FxHashSet;
 use std::sync::Arc;
 

@@ -18,7 +18,7 @@
 //! stage is an error, as is a parameter read on two stages (tied weights would need their
 //! gradients summed across stages, which we do not do).
 
-use super::dist_program::DistProgram;
+use super::super::dist_program::DistProgram;
 use crate::dist::{MeshId, Stages};
 use crate::ir::{OpId, OpType, VarKind};
 use crate::plan::{Plan, StageTarget};

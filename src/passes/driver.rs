@@ -18,17 +18,17 @@ use crate::plan::Plan;
 
 /// What the pipeline builds.
 #[derive(Clone, Debug, Default)]
-pub struct PipelineOptions {
+pub struct PassOptions {
     pub optimizer: OptimizerOptions,
     pub partition: PartitionOptions,
     /// Activation recomputation (see `recompute.rs`).
     pub recompute: crate::plan::Recompute,
 }
 
-impl PipelineOptions {
+impl PassOptions {
     /// The options a plan's `options` statement sets (the partitioner builds every rank).
-    pub fn from_plan(o: &crate::plan::PlanOptions) -> PipelineOptions {
-        PipelineOptions {
+    pub fn from_plan(o: &crate::plan::PlanOptions) -> PassOptions {
+        PassOptions {
             optimizer: OptimizerOptions {
                 optimizer: super::optimizer::Optimizer::of_kind(o.optimizer),
                 amp: o.amp,
@@ -49,7 +49,7 @@ impl PipelineOptions {
 
 /// Why the pipeline stopped.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum PipelineError {
+pub enum PassError {
     #[error("{0}")]
     Complete(#[from] CompleteError),
     #[error("backward: {0}")]
@@ -65,29 +65,29 @@ pub enum PipelineError {
     #[error("{0}")]
     Program(#[from] ProgramError),
     #[error("pipeline stages: {0}")]
-    Stages(#[from] super::stages::StageError),
+    Stages(#[from] super::pipeline::stages::StageError),
 }
 
-impl crate::plan::Located for PipelineError {
+impl crate::plan::Located for PassError {
     fn subject(&self) -> Option<crate::plan::PlanSubject> {
         match self {
-            PipelineError::Complete(e) => e.subject(),
-            PipelineError::Backward(e) => e.subject(),
+            PassError::Complete(e) => e.subject(),
+            PassError::Backward(e) => e.subject(),
             // A later stage's program has ops of its own; its variables keep their names.
-            PipelineError::Verify { first, .. } => match &first.subject {
+            PassError::Verify { first, .. } => match &first.subject {
                 crate::ir::Subject::Var(name) => Some(crate::plan::PlanSubject::Var(name.clone())),
                 crate::ir::Subject::Op(_) => None,
             },
-            PipelineError::Partition(e) => e.subject(),
-            PipelineError::Program(e) => e.subject(),
-            PipelineError::Stages(e) => e.subject(),
+            PassError::Partition(e) => e.subject(),
+            PassError::Program(e) => e.subject(),
+            PassError::Stages(e) => e.subject(),
         }
     }
 }
 
 /// Every stage's result.
 #[derive(Clone, Debug)]
-pub struct Pipeline {
+pub struct Passes {
     /// The forward plan that was completed (with AMP's loss scaling op when AMP is on).
     pub plan: Plan,
     pub completed: Completed,
@@ -99,22 +99,22 @@ pub struct Pipeline {
     /// The mesh axes the loss is averaged over (kept to re-partition).
     pub loss_avg_axes: Vec<MeshAxis>,
     /// The pipeline stages (one stage, one chunk without a `pp` axis); each op's stage is in
-    /// its dist attr (`passes::stages`).
+    /// its dist attr (`passes::pipeline::stages`).
     pub stages: crate::dist::Stages,
 }
 
 fn verify(
     stage: &'static str,
     program: &crate::ir::Program,
-    opts: &PipelineOptions,
-) -> Result<(), PipelineError> {
+    opts: &PassOptions,
+) -> Result<(), PassError> {
     if !opts.partition.verify {
         return Ok(());
     }
     let issues = verify_program(program);
     match issues.first() {
         None => Ok(()),
-        Some(first) => Err(PipelineError::Verify {
+        Some(first) => Err(PassError::Verify {
             stage,
             first: first.clone(),
             count: issues.len(),
@@ -123,7 +123,7 @@ fn verify(
 }
 
 /// AMP scales the loss before differentiating it: `loss@SCALED = loss * loss_scaling_0`.
-fn scale_loss(plan: &mut Plan) -> Result<(), PipelineError> {
+fn scale_loss(plan: &mut Plan) -> Result<(), PassError> {
     let loss = find_loss(&plan.program)?;
     let loss_var = plan.program.var(loss).clone();
     let scale = plan.program.declare(
@@ -148,12 +148,12 @@ fn scale_loss(plan: &mut Plan) -> Result<(), PipelineError> {
 }
 
 /// Runs every stage.
-pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, PipelineError> {
+pub fn run_passes(plan: &Plan, opts: &PassOptions) -> Result<Passes, PassError> {
     let mut plan = plan.clone();
-    super::stages::split_if_unplaced(&mut plan)?;
+    super::pipeline::stages::split_if_unplaced(&mut plan)?;
     if let Some(mesh) = plan.mesh() {
         let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
-        super::stages::check_schedule(&stages, &plan.options)?;
+        super::pipeline::stages::check_schedule(&stages, &plan.options)?;
     }
     if opts.optimizer.amp {
         scale_loss(&mut plan)?;
@@ -162,7 +162,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     let backward = append_backward(&plan.program)?;
     verify("backward", &backward.program, opts)?;
     let mut full = complete_backward(&backward, &completed);
-    let stages = super::stages::assign_stages(
+    let stages = super::pipeline::stages::assign_stages(
         &mut full,
         &plan,
         &backward.forward_of,
@@ -172,7 +172,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
     verify("recompute", &full.program, opts)?;
     let before_optimizer = full.program.ops().len();
     append_optimizer(&mut full, &backward.param_grads, &opts.optimizer)?;
-    super::stages::assign_optimizer_stages(&mut full, &stages, before_optimizer);
+    super::pipeline::stages::assign_optimizer_stages(&mut full, &stages, before_optimizer);
     verify("optimizer", &full.program, opts)?;
     if opts.partition.verify {
         // Without self-checks (the auto-planner's own plans), an uneven layout still fails,
@@ -191,7 +191,7 @@ pub fn run_pipeline(plan: &Plan, opts: &PipelineOptions) -> Result<Pipeline, Pip
         &opts.partition,
     )?;
     let ledger = ledger(&partitioned);
-    Ok(Pipeline {
+    Ok(Passes {
         plan,
         completed,
         backward,
@@ -219,7 +219,7 @@ fn partition_input<'a>(
     }
 }
 
-impl Pipeline {
+impl Passes {
     /// Micro-batches per step (the plan's options).
     pub fn micro_batches(&self) -> usize {
         self.plan.options.micro_batches.max(1)
@@ -231,8 +231,8 @@ impl Pipeline {
     }
 
     /// The plan's schedule.
-    pub fn schedule(&self) -> super::schedule::Schedule {
-        super::schedule::Schedule::of(self.plan.options.schedule, self.stages.chunks)
+    pub fn schedule(&self) -> super::pipeline::schedule::Schedule {
+        super::pipeline::schedule::Schedule::of(self.plan.options.schedule, self.stages.chunks)
     }
 
     /// Forward + backward with dist attrs: a prefix of `full`, since the optimizer pass
@@ -245,7 +245,7 @@ impl Pipeline {
     /// Re-runs only the partition stage, e.g. for other ranks: the playground partitions
     /// the rank on screen and fills in the rest when asked (ring ids are canonical, so the
     /// programs are the same either way).
-    pub fn repartition(&mut self, opts: &PartitionOptions) -> Result<(), PipelineError> {
+    pub fn repartition(&mut self, opts: &PartitionOptions) -> Result<(), PassError> {
         let input = partition_input(
             &self.full,
             &self.backward,
@@ -270,7 +270,7 @@ impl Pipeline {
 
 /// Every variable's layout must divide its shape (an annotation that cannot be partitioned
 /// is reported naming the variable, not discovered as a panic later).
-fn check_layouts(dp: &DistProgram) -> Result<(), PipelineError> {
+fn check_layouts(dp: &DistProgram) -> Result<(), PassError> {
     for (v, attr) in dp.program.vars().iter().zip(&dp.tensors) {
         let attr: &TensorDistAttr = attr;
         attr.validate(&v.name, &v.ty.shape, &dp.mesh)

@@ -2,7 +2,7 @@
 //! auto-planner prices a pipelined plan at several micro-batch counts, whose plannings
 //! differ only in the size of the batch dim. The model at the new size gives the sources'
 //! types; every op's outputs are re-inferred in program order; the partition is then
-//! redone by the caller (`Pipeline::repartition`).
+//! redone by the caller (`Passes::repartition`).
 //!
 //! Exact only where completion, differentiation and the optimizer made no choice that
 //! depends on the batch's size, so it refuses (and the caller plans afresh) where one
@@ -17,15 +17,15 @@
 //! The search's tests compare every rebatched planning with a fresh one, order by order
 //! and schedule by schedule (`rebatching_equals_planning_afresh`).
 
-use super::complete::trace::{Conflict, EventKind};
-use super::pipeline::Pipeline;
+use super::super::complete::trace::{Conflict, EventKind};
+use super::super::driver::Passes;
 use crate::dist::TensorDistAttr;
 use crate::ir::{infer::infer_op, OpType, Program, TensorType};
 
 /// Gives `p` the types of the model at another micro-batch size (`forward`: the model's
 /// program built at that size) and `micro_batches` in its options. The partition is left
 /// for the caller to redo. On an error `p` is unchanged.
-pub fn rebatch(p: &mut Pipeline, forward: &Program, micro_batches: usize) -> Result<(), String> {
+pub fn rebatch(p: &mut Passes, forward: &Program, micro_batches: usize) -> Result<(), String> {
     let uneven = p
         .completed
         .trace

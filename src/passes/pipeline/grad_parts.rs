@@ -3,7 +3,7 @@
 //! the optimizer). The zero-bubble pipeline schedule runs the two parts as separate jobs —
 //! input-grad (B) then, later, weight-grad (W) — to fill the pipeline's bubbles.
 
-use super::backward::Backward;
+use super::super::backward::Backward;
 use crate::ir::{OpId, VarId, VarKind};
 
 /// Which part of a backward op's work an output belongs to.
