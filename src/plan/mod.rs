@@ -27,7 +27,8 @@ mod stage;
 
 pub use located::{Located, PlanError};
 pub use options::{
-    parse_options, OptimizerKind, PlanOptions, Recompute, ScheduleKind, MAX_MICRO_BATCHES, MAX_ZERO,
+    parse_options, OptimizerKind, OptionError, PlanOptions, Recompute, ScheduleKind,
+    MAX_MICRO_BATCHES, MAX_ZERO,
 };
 pub use parse::{parse_plan, SourceMap};
 pub use print::write_shard;

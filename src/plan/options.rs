@@ -190,24 +190,20 @@ impl PlanOptions {
     }
 
     /// Checks a clip norm: finite and positive.
-    pub fn check_clip_norm(norm: f64) -> Result<(), String> {
+    pub fn check_clip_norm(norm: f64) -> Result<(), OptionError> {
         if norm.is_finite() && norm > 0.0 {
             Ok(())
         } else {
-            Err(format!(
-                "clip_norm {norm}: expected a finite number above 0"
-            ))
+            Err(OptionError::ClipNorm(norm))
         }
     }
 
     /// Checks a bucket size in MiB: finite, above 0, at most 1 TiB.
-    pub fn check_bucket_mb(mb: f64) -> Result<f64, String> {
+    pub fn check_bucket_mb(mb: f64) -> Result<f64, OptionError> {
         if mb.is_finite() && mb > 0.0 && mb <= 1024.0 * 1024.0 {
             Ok(mb)
         } else {
-            Err(format!(
-                "bucket_mb {mb}: expected a size in MiB above 0 and at most 1048576"
-            ))
+            Err(OptionError::BucketMb(mb))
         }
     }
 
@@ -218,19 +214,22 @@ impl PlanOptions {
     }
 
     /// Checks a micro-batch or chunk count: 1 to [`MAX_MICRO_BATCHES`].
-    pub fn check_count(what: &str, n: i64) -> Result<usize, String> {
+    pub fn check_count(what: &str, n: i64) -> Result<usize, OptionError> {
         usize::try_from(n)
             .ok()
             .filter(|&n| (1..=MAX_MICRO_BATCHES).contains(&n))
-            .ok_or_else(|| format!("{what} {n}: expected a count from 1 to {MAX_MICRO_BATCHES}"))
+            .ok_or_else(|| OptionError::Count {
+                what: what.to_string(),
+                n,
+            })
     }
 
     /// Checks a ZeRO stage.
-    pub fn check_zero(stage: i64) -> Result<u8, String> {
+    pub fn check_zero(stage: i64) -> Result<u8, OptionError> {
         u8::try_from(stage)
             .ok()
             .filter(|&s| s <= MAX_ZERO)
-            .ok_or_else(|| format!("zero {stage}: expected a stage from 0 to {MAX_ZERO}"))
+            .ok_or(OptionError::Zero(stage))
     }
 }
 
@@ -289,7 +288,7 @@ pub fn parse_options(cur: &mut Cursor, into: &mut PlanOptions) -> Result<(), Par
         } else {
             None
         };
-        set(into, &key, value.as_deref()).map_err(|e| cur.error_at(col, e))?;
+        set(into, &key, value.as_deref()).map_err(|e| cur.error_at(col, e.to_string()))?;
         seen.push(key);
     }
     Ok(())
@@ -325,60 +324,92 @@ fn value_text(cur: &mut Cursor) -> Result<String, ParseError> {
     })
 }
 
-fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), String> {
-    let needs = |what: &str| format!("option `{key}` needs a value: {key}={what}");
+/// What is wrong with an option of the `options` statement, or of the flag that sets it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum OptionError {
+    #[error("option `{key}` needs a value: {key}={what}")]
+    NeedsValue { key: String, what: &'static str },
+    #[error("option `{key}` takes no value (found `={value}`)")]
+    TakesNoValue { key: String, value: String },
+    #[error("unknown option `{key}`: expected one of {}", KEYS.join(", "))]
+    Unknown { key: String },
+    /// A value that is not one of the option's words or not a number.
+    #[error("{key} `{value}`: expected {expected}")]
+    BadValue {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("unknown optimizer `{0}`: expected sgd, momentum, adam or adamw")]
+    Optimizer(String),
+    #[error("clip_norm {0}: expected a finite number above 0")]
+    ClipNorm(f64),
+    #[error("bucket_mb {0}: expected a size in MiB above 0 and at most 1048576")]
+    BucketMb(f64),
+    #[error("{what} {n}: expected a count from 1 to {MAX_MICRO_BATCHES}")]
+    Count { what: String, n: i64 },
+    #[error("zero {0}: expected a stage from 0 to {MAX_ZERO}")]
+    Zero(i64),
+}
+
+/// The words of `zero`, for a value that is not a number (`MAX_ZERO` is 3).
+const ZERO_STAGES: &str = "a stage from 0 to 3";
+
+fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), OptionError> {
+    let needs = |what: &'static str| OptionError::NeedsValue {
+        key: key.to_string(),
+        what,
+    };
+    let bad = |v: &str, expected: &'static str| OptionError::BadValue {
+        key: key.to_string(),
+        value: v.to_string(),
+        expected,
+    };
     let flag = |v: Option<&str>| match v {
         None => Ok(true),
-        Some(v) => Err(format!("option `{key}` takes no value (found `={v}`)")),
+        Some(v) => Err(OptionError::TakesNoValue {
+            key: key.to_string(),
+            value: v.to_string(),
+        }),
     };
     match key {
         "optimizer" => {
             let v = value.ok_or_else(|| needs("sgd|momentum|adam|adamw"))?;
-            o.optimizer = OptimizerKind::from_name(v).ok_or_else(|| {
-                format!("unknown optimizer `{v}`: expected sgd, momentum, adam or adamw")
-            })?;
+            o.optimizer =
+                OptimizerKind::from_name(v).ok_or_else(|| OptionError::Optimizer(v.to_string()))?;
         }
         "amp" => o.amp = flag(value)?,
         "megatron_sums" => o.megatron_sums = flag(value)?,
         "no_grad_scale" => o.no_grad_scale = flag(value)?,
         "clip_norm" => {
             let v = value.ok_or_else(|| needs("NORM"))?;
-            let c: f64 = v
-                .parse()
-                .map_err(|_| format!("clip_norm `{v}`: expected a number"))?;
+            let c: f64 = v.parse().map_err(|_| bad(v, "a number"))?;
             PlanOptions::check_clip_norm(c)?;
             o.clip_norm = Some(c);
         }
         "zero" => {
             let v = value.ok_or_else(|| needs("0|1|2|3"))?;
-            let s: i64 = v
-                .parse()
-                .map_err(|_| format!("zero `{v}`: expected a stage from 0 to {MAX_ZERO}"))?;
+            let s: i64 = v.parse().map_err(|_| bad(v, ZERO_STAGES))?;
             o.zero = PlanOptions::check_zero(s)?;
         }
         "bucket_mb" => {
             let v = value.ok_or_else(|| needs("MIB"))?;
-            let mb: f64 = v
-                .parse()
-                .map_err(|_| format!("bucket_mb `{v}`: expected a number of MiB"))?;
+            let mb: f64 = v.parse().map_err(|_| bad(v, "a number of MiB"))?;
             o.bucket_mb = Some(PlanOptions::check_bucket_mb(mb)?);
         }
         "recompute" => {
             let v = value.ok_or_else(|| needs("off|full|selective"))?;
-            o.recompute = Recompute::from_name(v)
-                .ok_or_else(|| format!("recompute `{v}`: expected off, full or selective"))?;
+            o.recompute =
+                Recompute::from_name(v).ok_or_else(|| bad(v, "off, full or selective"))?;
         }
         "schedule" => {
             let v = value.ok_or_else(|| needs("fthenb|1f1b|vpp|zbh1"))?;
-            o.schedule = ScheduleKind::from_name(v).ok_or_else(|| {
-                format!("schedule `{v}`: expected fthenb, 1f1b, vpp, zbh1 or zbh1_paper")
-            })?;
+            o.schedule = ScheduleKind::from_name(v)
+                .ok_or_else(|| bad(v, "fthenb, 1f1b, vpp, zbh1 or zbh1_paper"))?;
         }
         "micro_batches" | "chunks" => {
             let v = value.ok_or_else(|| needs("N"))?;
-            let n: i64 = v
-                .parse()
-                .map_err(|_| format!("{key} `{v}`: expected a whole number"))?;
+            let n: i64 = v.parse().map_err(|_| bad(v, "a whole number"))?;
             let n = PlanOptions::check_count(key, n)?;
             if key == "chunks" {
                 o.chunks = n;
@@ -387,10 +418,9 @@ fn set(o: &mut PlanOptions, key: &str, value: Option<&str>) -> Result<(), String
             }
         }
         _ => {
-            return Err(format!(
-                "unknown option `{key}`: expected one of {}",
-                KEYS.join(", ")
-            ))
+            return Err(OptionError::Unknown {
+                key: key.to_string(),
+            })
         }
     }
     Ok(())

@@ -91,7 +91,7 @@ impl Session {
                 self.plan_changed();
             }
             Ok(_) => {}
-            Err(e) => self.message = Some(e),
+            Err(e) => self.message = Some(e.to_string()),
         }
     }
 }

@@ -196,7 +196,8 @@ fn request_plan(req: &Request) -> Result<crate::plan::Plan, JsValue> {
     }
     plan.options.megatron_sums |= req.megatron_sums;
     if let Some(z) = req.zero {
-        plan.options.zero = crate::plan::PlanOptions::check_zero(z).map_err(err)?;
+        plan.options.zero =
+            crate::plan::PlanOptions::check_zero(z).map_err(|e| err(e.to_string()))?;
     }
     Ok(plan)
 }
