@@ -7,6 +7,7 @@ use super::bound::BoundWeights;
 use super::links::{link_signature, symmetric_classes, ClassCache, LinkKey};
 use super::space::{Axis, Candidate, Family, MeshShape};
 use super::terms::{peak_of, terms_with};
+use super::Refusal;
 use crate::cost::device::{ComputeDType, Topology};
 use crate::cost::estimate::Estimate;
 use crate::cost::pipeline_cost::StageJobs;
@@ -46,7 +47,7 @@ type Built = ((usize, usize), crate::ir::Program);
 
 impl Problem {
     /// The model's program at `layers` blocks and a batch of `batch`.
-    pub fn program(&self, layers: usize, batch: usize) -> Result<crate::ir::Program, String> {
+    pub fn program(&self, layers: usize, batch: usize) -> Result<crate::ir::Program, Refusal> {
         let key = (layers, batch);
         let cache = &self.models.0;
         let found = cache
@@ -63,7 +64,7 @@ impl Problem {
             batch,
             ..self.config.clone()
         };
-        let program = self.model.build(&config).map_err(|e| e.to_string())?;
+        let program = self.model.build(&config).map_err(Refusal::from)?;
         cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -97,22 +98,22 @@ impl Terms {
 
 /// The plan of `family` at `layers` blocks (the full depth, or a reduced one to
 /// extrapolate from), its axes in canonical order.
-pub fn family_plan(problem: &Problem, family: &Family, layers: usize) -> Result<Plan, String> {
+pub fn family_plan(problem: &Problem, family: &Family, layers: usize) -> Result<Plan, Refusal> {
     let candidate = family.candidate(family.mesh.clone(), ScheduleKind::FThenB);
     candidate_plan(problem, &candidate, layers)
 }
 
 /// The plan text's plan for `candidate` at `layers` blocks: the preset at the micro-batch's
 /// size, the mesh, the annotations and the options.
-pub fn candidate_plan(problem: &Problem, c: &Candidate, layers: usize) -> Result<Plan, String> {
+pub fn candidate_plan(problem: &Problem, c: &Candidate, layers: usize) -> Result<Plan, Refusal> {
     let m = c.micro_batches.max(1);
     let program = problem.program(layers, problem.config.batch / m)?;
-    let mesh = Arc::new(parse_mesh_spec(&c.mesh.spec()).map_err(|e| e.to_string())?);
+    let mesh = Arc::new(parse_mesh_spec(&c.mesh.spec()).map_err(Refusal::from)?);
     let mut plan = Plan::from_program(program);
     plan.set_mesh(mesh.clone());
     for spec in c.shards(problem.model, layers) {
         plan.annotations
-            .push(parse_shard_spec(&spec, &plan.program, &mesh).map_err(|e| e.to_string())?);
+            .push(parse_shard_spec(&spec, &plan.program, &mesh).map_err(Refusal::from)?);
     }
     plan.options = PlanOptions {
         megatron_sums: c.megatron_sums,
@@ -148,7 +149,7 @@ impl Planned {
         family: &Family,
         layers: usize,
         orders: &[MeshShape],
-    ) -> Result<Planned, String> {
+    ) -> Result<Planned, Refusal> {
         Self::plan_with(problem, family, layers, orders, false)
     }
 
@@ -159,7 +160,7 @@ impl Planned {
         family: &Family,
         layers: usize,
         orders: &[MeshShape],
-    ) -> Result<Planned, String> {
+    ) -> Result<Planned, Refusal> {
         Self::plan_with(problem, family, layers, orders, true)
     }
 
@@ -169,7 +170,7 @@ impl Planned {
         layers: usize,
         orders: &[MeshShape],
         parallel_stages: bool,
-    ) -> Result<Planned, String> {
+    ) -> Result<Planned, Refusal> {
         let plan = family_plan(problem, family, layers)?;
         let mut opts = PassOptions::from_plan(&plan.options);
         opts.partition.verify = SELF_CHECKS;
@@ -189,7 +190,7 @@ impl Planned {
                 opts.partition.ranks = Some(firsts);
             }
         }
-        let pipeline = run_passes(&plan, &opts).map_err(|e| e.to_string())?;
+        let pipeline = run_passes(&plan, &opts).map_err(Refusal::from)?;
         Ok(Planned {
             pipeline,
             stage_jobs: None,
@@ -200,7 +201,7 @@ impl Planned {
     /// The same planning with ZeRO stage `zero`: ZeRO changes only the partition (the
     /// completed, differentiated and optimized program is the same), so only that is
     /// redone, for the ranks partitioned before. Equal to planning afresh (tested).
-    pub fn rezero(&mut self, zero: u8) -> Result<(), String> {
+    pub fn rezero(&mut self, zero: u8) -> Result<(), Refusal> {
         let p = &mut self.pipeline;
         p.plan.options.zero = zero;
         let mut opts = PassOptions::from_plan(&p.plan.options).partition;
@@ -209,7 +210,7 @@ impl Planned {
         if !p.is_fully_partitioned() {
             opts.ranks = Some(p.partitioned.ranks.iter().map(|r| r.rank).collect());
         }
-        p.repartition(&opts).map_err(|e| e.to_string())?;
+        p.repartition(&opts).map_err(Refusal::from)?;
         self.stage_jobs = None;
         Ok(())
     }
@@ -223,7 +224,7 @@ impl Planned {
         problem: &Problem,
         family: &Family,
         layers: usize,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let m = family.micro_batches.max(1);
         if self.pipeline.micro_batches() == m {
             if self.pipeline.plan.options.zero != family.zero {
@@ -242,10 +243,10 @@ impl Planned {
         problem: &Problem,
         family: &Family,
         layers: usize,
-    ) -> Result<Planned, String> {
+    ) -> Result<Planned, Refusal> {
         let plan = family_plan(problem, family, layers)?;
         let pipeline =
-            run_passes(&plan, &PassOptions::from_plan(&plan.options)).map_err(|e| e.to_string())?;
+            run_passes(&plan, &PassOptions::from_plan(&plan.options)).map_err(Refusal::from)?;
         Ok(Planned {
             pipeline,
             stage_jobs: None,
@@ -259,10 +260,9 @@ impl Planned {
         problem: &Problem,
         order: &MeshShape,
         schedule: ScheduleKind,
-    ) -> Result<Estimate, String> {
+    ) -> Result<Estimate, Refusal> {
         let mut out = self.estimates(problem, std::slice::from_ref(order), &[schedule]);
-        out.pop()
-            .map_or(Err("nothing priced".into()), |(_, _, e)| e)
+        out.pop().map_or(Err(Refusal::NothingPriced), |(_, _, e)| e)
     }
 
     /// Estimates for every order × schedule, sharing what they share: the memory (one per
@@ -274,7 +274,7 @@ impl Planned {
         problem: &Problem,
         orders: &[MeshShape],
         schedules: &[ScheduleKind],
-    ) -> Vec<(usize, usize, Result<Estimate, String>)> {
+    ) -> Vec<(usize, usize, Result<Estimate, Refusal>)> {
         let flops = crate::cost::simulate::model_flops(&self.pipeline.full.program, problem.dtype)
             * self.pipeline.micro_batches() as f64;
         let mut out = Vec::new();
@@ -309,7 +309,7 @@ impl Planned {
         orders: &[MeshShape],
         schedules: &[ScheduleKind],
         layers_per_stage: usize,
-    ) -> Vec<(usize, usize, Result<Screen, String>)> {
+    ) -> Vec<(usize, usize, Result<Screen, Refusal>)> {
         let weights = BoundWeights::of(&self.pipeline);
         let mut out = Vec::new();
         self.walk(problem, orders, schedules, |o, s, priced| {
@@ -335,7 +335,7 @@ impl Planned {
         problem: &Problem,
         orders: &[MeshShape],
         schedules: &[ScheduleKind],
-    ) -> Vec<(usize, usize, Result<Exact, String>)> {
+    ) -> Vec<(usize, usize, Result<Exact, Refusal>)> {
         let estimates = self.estimates(problem, orders, schedules);
         estimates
             .into_iter()
@@ -368,7 +368,7 @@ impl Planned {
         problem: &Problem,
         orders: &[MeshShape],
         schedules: &[ScheduleKind],
-        mut f: impl FnMut(usize, usize, Result<Walked<'_>, String>),
+        mut f: impl FnMut(usize, usize, Result<Walked<'_>, Refusal>),
     ) {
         let p = &mut self.pipeline;
         let stage_jobs = &mut self.stage_jobs;
@@ -401,7 +401,7 @@ impl Planned {
                     }
                     Err(e) => {
                         for s in 0..schedules.len() {
-                            f(o, s, Err(e.to_string()));
+                            f(o, s, Err(Refusal::from(e.clone())));
                         }
                         continue;
                     }
@@ -412,13 +412,13 @@ impl Planned {
                 p.plan.options.schedule = schedule;
                 let priced =
                     crate::passes::pipeline::stages::check_schedule(&p.stages, &p.plan.options)
-                        .map_err(|e| e.to_string())
+                        .map_err(Refusal::from)
                         .and_then(|()| {
                             if p.is_pipelined() {
                                 let jobs = match stage_jobs.take() {
                                     Some(j) => j,
                                     None => crate::cost::pipeline_cost::stage_jobs(p, elem)
-                                        .map_err(|e| e.to_string())?,
+                                        .map_err(Refusal::from)?,
                                 };
                                 let cost = crate::cost::pipeline_cost::pipeline_cost_of(
                                     p,
@@ -426,7 +426,7 @@ impl Planned {
                                     Some(step),
                                 );
                                 *stage_jobs = Some(jobs);
-                                cost.map(Some).map_err(|e| e.to_string())
+                                cost.map(Some).map_err(Refusal::from)
                             } else {
                                 Ok(None)
                             }

@@ -4,6 +4,7 @@
 
 use super::evaluate::{Planned, Problem};
 use super::space::{Family, MeshShape};
+use super::Refusal;
 use super::{shape_of, Row, Screened};
 
 /// The first batch of finalists the finish prices: the `size` fastest of `fitting`
@@ -91,7 +92,7 @@ pub(super) fn rows(priced: Vec<Priced>) -> Vec<Row> {
 
 /// A family's finalists priced: each member's row or why not, or why the family could not
 /// be planned with how many members that refuses.
-pub(super) type Priced = Result<Vec<Result<Row, String>>, (String, usize)>;
+pub(super) type Priced = Result<Vec<Result<Row, Refusal>>, (Refusal, usize)>;
 
 /// The finalists of families that differ only in ZeRO stage (lowest first) priced exactly
 /// at full depth: one planning, re-partitioned for each later stage (`Planned::rezero`,

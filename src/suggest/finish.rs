@@ -139,7 +139,7 @@ impl Search {
         let runner = runner_up(&winner, rows.iter().filter(|r| r.fits));
         let table: Vec<Row> = table.into_iter().take(self.top).collect();
         let Some(candidate) = winner.candidate.clone() else {
-            return Err(SuggestError::Plan("the winner has no candidate".into()));
+            return Err(SuggestError::NoCandidate);
         };
         let plan = candidate_plan(&self.problem, &candidate, self.problem.config.layers)
             .map_err(SuggestError::Plan)?;

@@ -64,8 +64,34 @@ pub enum SuggestError {
         smallest: String,
         plan: String,
     },
-    #[error("{0}")]
-    Plan(String),
+    #[error(transparent)]
+    Plan(#[from] Refusal),
+    #[error("the winner has no candidate")]
+    NoCandidate,
+}
+
+/// Why one plan of the search could not be built, planned or priced (a candidate is then
+/// counted as refused, with the first reason in the stats).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Model(#[from] crate::models::ModelError),
+    #[error(transparent)]
+    Spec(#[from] crate::plan::SpecError),
+    #[error(transparent)]
+    Passes(#[from] crate::passes::driver::PassError),
+    #[error(transparent)]
+    Rebatch(#[from] crate::passes::pipeline::rebatch::RebatchError),
+    #[error(transparent)]
+    Estimate(#[from] crate::cost::estimate::EstimateError),
+    #[error(transparent)]
+    Stages(#[from] crate::passes::pipeline::stages::StageError),
+    #[error(transparent)]
+    Schedule(#[from] crate::cost::pipeline::PipelineTimeError),
+    #[error(transparent)]
+    Simulate(#[from] crate::cost::simulate::SimulateError),
+    #[error("nothing priced")]
+    NothingPriced,
 }
 
 /// One row of the table: a candidate (or the user's plan) priced at full depth.
@@ -419,10 +445,10 @@ impl Search {
         }
     }
 
-    fn refuse(&mut self, why: String, count: usize) {
+    fn refuse(&mut self, why: Refusal, count: usize) {
         self.stats.refused += count;
         if self.stats.first_refusal.is_none() {
-            self.stats.first_refusal = Some(why);
+            self.stats.first_refusal = Some(why.to_string());
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::evaluate::{extrapolate, layered, layers_per_stage, Planned, Point, Problem, Terms};
 use super::space::{self, Axis, Family};
+use super::Refusal;
 use super::{Screened, Stats};
 use std::collections::HashMap;
 
@@ -34,10 +35,10 @@ pub(super) type Recent = (Family, usize, Planned);
 const RECENT: usize = 16;
 
 impl Screener<'_> {
-    fn refuse(&mut self, why: String, count: usize) {
+    fn refuse(&mut self, why: Refusal, count: usize) {
         self.stats.refused += count;
         if self.stats.first_refusal.is_none() {
-            self.stats.first_refusal = Some(why);
+            self.stats.first_refusal = Some(why.to_string());
         }
     }
 
@@ -215,7 +216,7 @@ impl Screener<'_> {
         family: &Family,
         layers: usize,
         orders: &[space::MeshShape],
-    ) -> Result<Planned, String> {
+    ) -> Result<Planned, Refusal> {
         let key = recent_key(family);
         let found = self
             .recent
@@ -283,7 +284,7 @@ impl Screener<'_> {
     }
 
     /// Every order and schedule of a family, at the full depth (exact) or extrapolated.
-    fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, String> {
+    fn screen_points(&mut self, family: &Family) -> Result<Option<Vec<Screened>>, Refusal> {
         let per_stage = layers_per_stage(self.problem, family);
         let pp = family.mesh.size(Axis::Pp);
         let mut depths = depths(self.problem, family, self.threshold);

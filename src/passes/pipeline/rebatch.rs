@@ -22,10 +22,40 @@ use super::super::driver::Passes;
 use crate::dist::TensorDistAttr;
 use crate::ir::{infer::infer_op, OpType, Program, TensorType};
 
+/// Why a planned pipeline cannot take another micro-batch size by re-inference (the caller
+/// plans it afresh instead).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RebatchError {
+    #[error("completion rejected an uneven split")]
+    Uneven,
+    #[error("`{0}` is not in the planned program")]
+    Missing(String),
+    #[error("`{0}` changes rank")]
+    Rank(String),
+    #[error("a split dim of size 1 of `{0}` changes")]
+    SplitSizeOne(String),
+    #[error("{ty} has a shape {shape:?} of its own")]
+    OwnShape { ty: OpType, shape: Vec<i64> },
+    #[error("`{0}` re-inferred differs from the model's")]
+    Differs(String),
+    #[error("a variable id out of range")]
+    VarOutOfRange,
+    #[error("{op} ({ty}): {message}")]
+    Infer {
+        op: crate::ir::OpId,
+        ty: OpType,
+        message: String,
+    },
+}
+
 /// Gives `p` the types of the model at another micro-batch size (`forward`: the model's
 /// program built at that size) and `micro_batches` in its options. The partition is left
 /// for the caller to redo. On an error `p` is unchanged.
-pub fn rebatch(p: &mut Passes, forward: &Program, micro_batches: usize) -> Result<(), String> {
+pub fn rebatch(
+    p: &mut Passes,
+    forward: &Program,
+    micro_batches: usize,
+) -> Result<(), RebatchError> {
     let uneven = p
         .completed
         .trace
@@ -33,7 +63,7 @@ pub fn rebatch(p: &mut Passes, forward: &Program, micro_batches: usize) -> Resul
         .iter()
         .any(|e| e.kind == EventKind::Rejected(Conflict::Uneven));
     if uneven {
-        return Err("completion rejected an uneven split".into());
+        return Err(RebatchError::Uneven);
     }
     check_sizes(&p.plan.program, &p.completed.tensors, forward)?;
     check_shape_attrs(&p.plan.program, &p.full.program)?;
@@ -52,7 +82,7 @@ pub fn rebatch(p: &mut Passes, forward: &Program, micro_batches: usize) -> Resul
             .and_then(|id| plan.get(id.index()))
             .is_some_and(|t| *t == v.ty);
         if !same {
-            return Err(format!("`{}` re-inferred differs from the model's", v.name));
+            return Err(RebatchError::Differs(v.name.to_string()));
         }
     }
     let backward = prefix_of(&p.backward.program, &p.full.program, &full)
@@ -66,14 +96,18 @@ pub fn rebatch(p: &mut Passes, forward: &Program, micro_batches: usize) -> Resul
 
 /// Every forward variable keeps its rank, and no dim completion split (`attrs`, by
 /// variable) changes from or to size 1.
-fn check_sizes(old: &Program, attrs: &[TensorDistAttr], forward: &Program) -> Result<(), String> {
+fn check_sizes(
+    old: &Program,
+    attrs: &[TensorDistAttr],
+    forward: &Program,
+) -> Result<(), RebatchError> {
     for v in forward.vars() {
         let Some(id) = old.var_id(&v.name) else {
-            return Err(format!("`{}` is not in the planned program", v.name));
+            return Err(RebatchError::Missing(v.name.to_string()));
         };
         let before = &old.var(id).ty.shape;
         if before.len() != v.ty.shape.len() {
-            return Err(format!("`{}` changes rank", v.name));
+            return Err(RebatchError::Rank(v.name.to_string()));
         }
         let split = |d: usize| {
             attrs
@@ -86,7 +120,7 @@ fn check_sizes(old: &Program, attrs: &[TensorDistAttr], forward: &Program) -> Re
             .enumerate()
             .any(|(d, (&a, &b))| a != b && (a == 1 || b == 1) && split(d));
         if size_one {
-            return Err(format!("a split dim of size 1 of `{}` changes", v.name));
+            return Err(RebatchError::SplitSizeOne(v.name.to_string()));
         }
     }
     Ok(())
@@ -94,7 +128,7 @@ fn check_sizes(old: &Program, attrs: &[TensorDistAttr], forward: &Program) -> Re
 
 /// Every `shape` attribute of `program` is a scalar fill's or one the forward has (a
 /// gradient op copies its forward op's), so re-inference cannot read a stale size.
-fn check_shape_attrs(forward: &Program, program: &Program) -> Result<(), String> {
+fn check_shape_attrs(forward: &Program, program: &Program) -> Result<(), RebatchError> {
     let known: Vec<&[i64]> = forward
         .ops()
         .iter()
@@ -106,7 +140,10 @@ fn check_shape_attrs(forward: &Program, program: &Program) -> Result<(), String>
         };
         let scalar_fill = op.ty == OpType::FillConstant && shape.iter().product::<i64>() <= 1;
         if !scalar_fill && !known.contains(&shape) {
-            return Err(format!("{} has a shape {shape:?} of its own", op.ty));
+            return Err(RebatchError::OwnShape {
+                ty: op.ty,
+                shape: shape.to_vec(),
+            });
         }
     }
     Ok(())
@@ -130,7 +167,7 @@ fn prefix_of(
 fn reinferred(
     program: &Program,
     source: &dyn Fn(&str) -> Option<TensorType>,
-) -> Result<Vec<TensorType>, String> {
+) -> Result<Vec<TensorType>, RebatchError> {
     let vars = program.vars();
     let mut written = vec![false; vars.len()];
     for op in program.ops() {
@@ -148,21 +185,25 @@ fn reinferred(
             false => source(&v.name).unwrap_or_else(|| v.ty.clone()),
         })
         .collect();
-    for op in program.ops() {
+    for (i, op) in program.ops().iter().enumerate() {
         let inferred = {
             let inputs = op
                 .inputs
                 .iter()
                 .map(|slot| slot.iter().map(|v| types.get(v.index())).collect())
                 .collect::<Option<Vec<Vec<&TensorType>>>>()
-                .ok_or("a variable id out of range")?;
-            infer_op(op, &inputs).map_err(|e| format!("{}: {e}", op.ty))?
+                .ok_or(RebatchError::VarOutOfRange)?;
+            infer_op(op, &inputs).map_err(|message| RebatchError::Infer {
+                op: crate::ir::OpId(i as u32),
+                ty: op.ty,
+                message,
+            })?
         };
         for (slot, slot_types) in op.outputs.iter().zip(inferred) {
             for (v, t) in slot.iter().zip(slot_types) {
                 *types
                     .get_mut(v.index())
-                    .ok_or("a variable id out of range")? = t;
+                    .ok_or(RebatchError::VarOutOfRange)? = t;
             }
         }
     }
