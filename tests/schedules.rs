@@ -197,7 +197,10 @@ fn deadlocks_are_found_statically_with_their_cycle() {
     );
     let err = check_order(&parse_jobs("F0 F0 B0 | F0 B0").unwrap(), 1, 1).unwrap_err();
     assert!(err.to_string().contains("forward(0) runs twice"), "{err}");
-    assert!(parse_jobs("F0 X1").unwrap_err().contains("stage 0, `X1`"));
+    assert!(parse_jobs("F0 X1")
+        .unwrap_err()
+        .to_string()
+        .contains("stage 0, `X1`"));
 }
 
 /// Laying an order out in time reports what the order's check reports: the lay-out runs the

@@ -197,7 +197,11 @@ pub fn bench_gemm(repeat: usize) -> Result<String, String> {
             (0..n * n).map(|i| (i % 7) as f64 * 0.1).collect(),
         );
         let b = a.clone();
-        let t = median(repeat, || matmul(&a, &b, false, false).map(|_| ()))?;
+        let t = median(repeat, || {
+            matmul(&a, &b, false, false)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })?;
         let gflops = 2.0 * (n * n * n) as f64 / t.as_secs_f64() / 1e9;
         out.push_str(&format!(
             "  n={n:>5}  {:>9.3} ms  {gflops:>7.2} GFLOP/s\n",
@@ -434,13 +438,21 @@ fn matmul_checks(
         let predicted = compute_time(program, op, topo, topo.default_dtype);
         let (a, b) = (tensor(x), tensor(y));
         let measured = if op.ty == OpType::MatmulV2 {
-            median(repeat, || matmul(&a, &b, tx, ty).map(|_| ()))?
+            median(repeat, || {
+                matmul(&a, &b, tx, ty)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })?
         } else {
             let Some(&d) = op.input("Out@GRAD").first() else {
                 continue;
             };
             let dout = tensor(d);
-            median(repeat, || matmul_grad(&a, &b, &dout, tx, ty).map(|_| ()))?
+            median(repeat, || {
+                matmul_grad(&a, &b, &dout, tx, ty)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })?
         };
         out.push((key, predicted, measured.as_secs_f64()));
     }

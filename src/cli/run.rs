@@ -188,7 +188,8 @@ fn dump(dir: &std::path::Path, log: &Log) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let write = |name: String, t: &Tensor| -> Result<(), String> {
         let path = dir.join(name);
-        std::fs::write(&path, write_npy(t)?).map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::write(&path, write_npy(t).map_err(|e| e.to_string())?)
+            .map_err(|e| format!("{}: {e}", path.display()))
     };
     if let Some(l) = &log.first_loss {
         write("loss.npy".into(), l)?;

@@ -30,6 +30,8 @@ pub enum MeshError {
     BadName { name: String },
     #[error("the mesh has {size} processes; at most {max} are supported")]
     TooLarge { size: usize, max: usize },
+    #[error("rank {0} is not on the mesh")]
+    NoSuchRank(u32),
 }
 
 /// The largest mesh we plan for (the playground draws up to 8×8×8).

@@ -143,10 +143,10 @@ pub fn shard(
     attr: &TensorDistAttr,
     mesh: &ProcessMesh,
     rank: u32,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, crate::dist::MeshError> {
     let coords = mesh
         .coords_of(rank)
-        .ok_or_else(|| format!("rank {rank} is not on the mesh"))?;
+        .ok_or(crate::dist::MeshError::NoSuchRank(rank))?;
     let mut t = global.clone();
     for (d, axes) in attr.dims.iter().enumerate() {
         let n: usize = axes.iter().map(|&a| mesh.axis_size(a)).product();

@@ -10,6 +10,7 @@ pub mod interp;
 pub mod kernels;
 #[cfg(feature = "native")]
 pub mod npy;
+pub mod op_error;
 pub mod pipe;
 pub mod precision;
 pub mod run;

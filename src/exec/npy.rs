@@ -4,12 +4,36 @@
 use super::tensor::{Data, Tensor};
 use npyz::{DType as NpyDType, NpyFile, TypeChar, WriterBuilder};
 
+impl From<std::io::Error> for NpyError {
+    fn from(e: std::io::Error) -> NpyError {
+        NpyError::Io(e.to_string())
+    }
+}
+
+/// Why `.npy` bytes could not be read or written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NpyError {
+    #[error("not a .npy file: {0}")]
+    NotNpy(String),
+    #[error("Fortran-ordered arrays are not supported; save with order='C'")]
+    Fortran,
+    #[error("unsupported .npy element type {0}; use float32, float64 or int64")]
+    ElementType(String),
+    #[error("unsupported .npy dtype {0}")]
+    DType(String),
+    #[error("the data does not fill the shape")]
+    Short,
+    /// npyz's own reading or writing error.
+    #[error("{0}")]
+    Io(String),
+}
+
 /// Reads a `.npy` file's bytes.
-pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
-    let npy = NpyFile::new(bytes).map_err(|e| format!("not a .npy file: {e}"))?;
+pub fn read_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
+    let npy = NpyFile::new(bytes).map_err(|e| NpyError::NotNpy(e.to_string()))?;
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     if npy.order() == npyz::Order::Fortran {
-        return Err("Fortran-ordered arrays are not supported; save with order='C'".into());
+        return Err(NpyError::Fortran);
     }
     let dtype = npy.dtype();
     // npyz's dtype is a foreign enum: any kind but a plain one (records, arrays of arrays)
@@ -17,33 +41,25 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, String> {
     #[allow(clippy::wildcard_enum_match_arm)]
     let data = match &dtype {
         NpyDType::Plain(ts) => match (ts.type_char(), ts.size_field()) {
-            (TypeChar::Float, 4) => Data::F32(npy.into_vec::<f32>().map_err(|e| e.to_string())?),
-            (TypeChar::Float, 8) => Data::F64(npy.into_vec::<f64>().map_err(|e| e.to_string())?),
-            (TypeChar::Int, 8) => Data::I64(npy.into_vec::<i64>().map_err(|e| e.to_string())?),
-            (TypeChar::Int, 4) => Data::I64(
-                npy.into_vec::<i32>()
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .map(i64::from)
-                    .collect(),
-            ),
-            (c, s) => {
-                return Err(format!(
-                    "unsupported .npy element type {c:?}{s}; use float32, float64 or int64"
-                ))
+            (TypeChar::Float, 4) => Data::F32(npy.into_vec::<f32>()?),
+            (TypeChar::Float, 8) => Data::F64(npy.into_vec::<f64>()?),
+            (TypeChar::Int, 8) => Data::I64(npy.into_vec::<i64>()?),
+            (TypeChar::Int, 4) => {
+                Data::I64(npy.into_vec::<i32>()?.into_iter().map(i64::from).collect())
             }
+            (c, s) => return Err(NpyError::ElementType(format!("{c:?}{s}"))),
         },
-        other => return Err(format!("unsupported .npy dtype {other:?}")),
+        other => return Err(NpyError::DType(format!("{other:?}"))),
     };
     let t = Tensor { shape, data };
     if t.numel() != t.shape.iter().product::<usize>() {
-        return Err("the data does not fill the shape".into());
+        return Err(NpyError::Short);
     }
     Ok(t)
 }
 
 /// Writes a tensor as `.npy` bytes.
-pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, String> {
+pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, NpyError> {
     let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
     match &t.data {
         Data::F32(v) => write_array(&shape, v),
@@ -53,8 +69,8 @@ pub fn write_npy(t: &Tensor) -> Result<Vec<u8>, String> {
 }
 
 /// `.npy` bytes of one array of any element type numpy knows.
-fn write_array<T: npyz::AutoSerialize + Copy>(shape: &[u64], v: &[T]) -> Result<Vec<u8>, String> {
-    let err = |e: std::io::Error| e.to_string();
+fn write_array<T: npyz::AutoSerialize + Copy>(shape: &[u64], v: &[T]) -> Result<Vec<u8>, NpyError> {
+    let err = |e: std::io::Error| NpyError::Io(e.to_string());
     let mut out = Vec::new();
     let mut w = npyz::WriteOptions::new()
         .default_dtype()

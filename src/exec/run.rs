@@ -285,8 +285,7 @@ pub(super) fn rank_envs(
             let mut env: Vec<Option<Tensor>> = vec![None; r.program.vars().len()];
             for (i, g) in globals.iter().enumerate() {
                 if let Some(g) = g {
-                    env[i] =
-                        Some(shard(g, &p.full.tensors[i], mesh, r.rank).map_err(ExecError::Setup)?);
+                    env[i] = Some(shard(g, &p.full.tensors[i], mesh, r.rank)?);
                 }
             }
             zero_shards(p, r.rank, &mut env)?;

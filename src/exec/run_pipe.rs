@@ -246,8 +246,7 @@ fn setup(p: &Passes, opts: &RunOptions) -> Result<(Vec<RankSetup>, Vec<RankEnv>)
                 let Ok(k) = jobs.per_micro_batch.binary_search(v) else {
                     continue;
                 };
-                let piece = super::gather::shard(global, &p.full.tensors[v.index()], mesh, r.rank)
-                    .map_err(ExecError::Setup)?;
+                let piece = super::gather::shard(global, &p.full.tensors[v.index()], mesh, r.rank)?;
                 mine.push((k, piece));
             }
             per_mb.push(mine);

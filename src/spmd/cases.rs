@@ -71,12 +71,46 @@ pub fn paddle_dims_mapping(dims: &[DimAxes], mesh: &[usize]) -> Vec<i64> {
 }
 
 /// Runs one case; a rule error becomes `error`.
+/// Why a case could not be run: its own data is malformed, or the rule refused it (which
+/// the oracle compares with Paddle's raising).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CaseError {
+    #[error("dims_mapping entry {entry} is not -1 or a mesh dim of a mesh with {dims} dims")]
+    Mapping { entry: i64, dims: usize },
+    #[error("partial dim {partial} is not a mesh dim of a mesh with {dims} dims")]
+    Partial { partial: usize, dims: usize },
+    #[error("unknown direction `{0}` (forward or backward)")]
+    Direction(String),
+    #[error("no SPMD rule for op `{0}`")]
+    UnknownOp(String),
+    #[error("unsupported reduce_type {0}")]
+    ReduceType(i64),
+    #[error("flatten: start_axis {start} is after stop_axis {stop}")]
+    Flatten { start: usize, stop: usize },
+    #[error("unsqueeze: axis {0} is out of range or repeated")]
+    Unsqueeze(i64),
+    #[error("{0} has {1} tensors; the rule takes {2}")]
+    Arity(&'static str, usize, usize),
+    /// An attribute the IR's inference refuses (an axis out of range, ...).
+    #[error("{0}")]
+    Attr(String),
+    #[error("{0}")]
+    Rule(#[from] super::SpmdError),
+}
+
+/// The IR's inference helpers (axes, reshape targets) still answer with a message.
+impl From<String> for CaseError {
+    fn from(message: String) -> CaseError {
+        CaseError::Attr(message)
+    }
+}
+
 pub fn run_case(case: &Case) -> CaseResult {
     match infer_case(case) {
         Ok(inferred) => to_result(case.id, &inferred, &case.mesh_shape),
-        Err(message) => CaseResult {
+        Err(e) => CaseResult {
             id: case.id,
-            error: Some(message),
+            error: Some(e.to_string()),
             ..CaseResult::default()
         },
     }
@@ -118,7 +152,7 @@ fn to_result(id: i64, inf: &Inferred, mesh: &[usize]) -> CaseResult {
     }
 }
 
-fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
+fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, CaseError> {
     let mut dims = Dims::with_capacity(t.dims_mapping.len());
     let axis = |m: i64| {
         usize::try_from(m)
@@ -131,10 +165,10 @@ fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
             (-1, _) => dims.push(DimAxes::WHOLE),
             (_, Some(a)) => dims.push(DimAxes::one(a)),
             (m, None) => {
-                return Err(format!(
-                    "dims_mapping entry {m} is not -1 or a mesh dim of a mesh with {} dims",
-                    mesh.len()
-                ))
+                return Err(CaseError::Mapping {
+                    entry: m,
+                    dims: mesh.len(),
+                })
             }
         }
     }
@@ -143,10 +177,10 @@ fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
         .iter()
         .find(|&&p| p >= mesh.len() || MeshAxis::new(p).is_none())
     {
-        return Err(format!(
-            "partial dim {p} is not a mesh dim of a mesh with {} dims",
-            mesh.len()
-        ));
+        return Err(CaseError::Partial {
+            partial: p,
+            dims: mesh.len(),
+        });
     }
     Ok(DistTensor {
         shape: t.shape.as_slice().into(),
@@ -162,7 +196,7 @@ fn tensor(t: &CaseTensor, mesh: &[usize]) -> Result<DistTensor, String> {
     })
 }
 
-fn infer_case(case: &Case) -> Result<Inferred, String> {
+fn infer_case(case: &Case) -> Result<Inferred, CaseError> {
     let mesh = &case.mesh_shape;
     let inputs = case
         .inputs
@@ -187,7 +221,7 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
         let args: Vec<&DistTensor> = inputs.iter().chain(&outputs).collect();
         let out_grad = args
             .last()
-            .ok_or("gelu grad: no tensors")?
+            .ok_or(CaseError::Arity("gelu grad", 0, 2))?
             .layout
             .dims
             .clone();
@@ -203,10 +237,7 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
     if case.op == "mean_all" && case.direction == "backward" {
         let args: Vec<&DistTensor> = inputs.iter().chain(&outputs).collect();
         let [x, out_grad] = args[..] else {
-            return Err(format!(
-                "mean_all grad takes [x, out_grad], got {} tensors",
-                args.len()
-            ));
+            return Err(CaseError::Arity("mean_all grad", args.len(), 2));
         };
         let x = Layout::replicated(x.shape.len());
         return Ok(Inferred {
@@ -220,9 +251,9 @@ fn infer_case(case: &Case) -> Result<Inferred, String> {
     let result = match case.direction.as_str() {
         "forward" => rule.infer_forward(mesh, &inputs),
         "backward" => rule.infer_backward(mesh, &inputs, &outputs),
-        other => return Err(format!("unknown direction `{other}` (forward or backward)")),
+        other => return Err(CaseError::Direction(other.to_string())),
     };
-    result.map_err(|e| e.0)
+    result.map_err(CaseError::from)
 }
 
 /// Paddle's rotary rule takes `[q, k, v, sin, cos, position_ids]` and gives `[q, k, v]`;
@@ -233,13 +264,13 @@ fn rotary_case(
     mesh: &[usize],
     inputs: &[DistTensor],
     outputs: &[DistTensor],
-) -> Result<Inferred, String> {
-    let pick = |ts: &[DistTensor], at: &[usize]| -> Result<Vec<DistTensor>, String> {
+) -> Result<Inferred, CaseError> {
+    let pick = |ts: &[DistTensor], at: &[usize]| -> Result<Vec<DistTensor>, CaseError> {
         at.iter()
             .map(|&i| {
                 ts.get(i)
                     .cloned()
-                    .ok_or(format!("rotary case: no tensor {i}"))
+                    .ok_or(CaseError::Arity("rotary case", ts.len(), i + 1))
             })
             .collect()
     };
@@ -248,10 +279,10 @@ fn rotary_case(
     } else {
         Rule::Rotary.infer_backward(mesh, &pick(inputs, &[0, 3, 4])?, &pick(outputs, &[0])?)
     }
-    .map_err(|e| e.0)?;
+    .map_err(CaseError::from)?;
     let empty = || Layout::replicated(0);
     let [x, sin, cos] = &ours.inputs[..] else {
-        return Err("rotary rule: expected three inputs".into());
+        return Err(CaseError::Arity("rotary rule", ours.inputs.len(), 3));
     };
     Ok(Inferred {
         inputs: smallvec::smallvec![
@@ -298,26 +329,24 @@ fn axes(list: &[i64], rank: usize) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-fn reduce_type(code: i64) -> Result<ReduceType, String> {
+fn reduce_type(code: i64) -> Result<ReduceType, CaseError> {
     Ok(match code {
         0 => ReduceType::Sum,
         1 => ReduceType::Max,
         2 => ReduceType::Min,
         3 => ReduceType::Prod,
         4 => ReduceType::Avg,
-        other => return Err(format!("unsupported reduce_type {other}")),
+        other => return Err(CaseError::ReduceType(other)),
     })
 }
 
 /// flatten as the reshape it is: dims `start..=stop` merged.
-fn flatten_rule(a: &Attrs, x_shape: &[usize]) -> Result<Rule, String> {
+fn flatten_rule(a: &Attrs, x_shape: &[usize]) -> Result<Rule, CaseError> {
     let rank = x_shape.len();
     let start = norm_axis(a.int("start_axis", 1), rank, "start_axis")?;
     let stop = norm_axis(a.int("stop_axis", -1), rank, "stop_axis")?;
     if start > stop {
-        return Err(format!(
-            "flatten: start_axis {start} is after stop_axis {stop}"
-        ));
+        return Err(CaseError::Flatten { start, stop });
     }
     let mut target = x_shape[..start].to_vec();
     target.push(x_shape[start..=stop].iter().product());
@@ -326,10 +355,10 @@ fn flatten_rule(a: &Attrs, x_shape: &[usize]) -> Result<Rule, String> {
 }
 
 /// Maps Paddle's op name and attributes to our rule.
-fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
+fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, CaseError> {
     let a = Attrs(&case.attrs);
     let rank = x_shape.len();
-    let reduce = |r: ReduceType| -> Result<Rule, String> {
+    let reduce = |r: ReduceType| -> Result<Rule, CaseError> {
         let list = a.ints("axis");
         let axes = if list.is_empty() {
             (0..rank).collect()
@@ -436,7 +465,7 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
                 let pos = if p < 0 { p + rank as i64 + 1 } else { p };
                 match usize::try_from(pos) {
                     Ok(q) if q < out_rank && !positions.contains(&q) => positions.push(q),
-                    _ => return Err(format!("unsqueeze: axis {p} is out of range or repeated")),
+                    _ => return Err(CaseError::Unsqueeze(p)),
                 }
             }
             positions.sort_unstable();
@@ -450,7 +479,7 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, String> {
                 .map(|&r| usize::try_from(r).map_err(|e| e.to_string()))
                 .collect::<Result<Vec<_>, _>>()?,
         },
-        other => return Err(format!("no SPMD rule for op `{other}`")),
+        other => return Err(CaseError::UnknownOp(other.to_string())),
     })
 }
 

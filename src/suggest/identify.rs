@@ -143,20 +143,24 @@ fn guesses(p: &Program) -> Vec<(Model, ModelConfig)> {
     out
 }
 
+/// A program that is no preset model at any size read from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "suggest searches over the layouts of the preset models (mlp, mlp_mse, gpt, \
+     embedding_lm, llama); this plan's program is not one of them at any size read from it. \
+     Price your own plan with `shardlab cost`, or search from --preset with the same sizes"
+)]
+pub struct NotAPreset;
+
 /// The preset and sizes `program` was built from (its batch is the micro-batch's).
-pub fn identify(program: &Program) -> Result<(Model, ModelConfig), String> {
+pub fn identify(program: &Program) -> Result<(Model, ModelConfig), NotAPreset> {
     let text = program.to_string();
     for (model, cfg) in guesses(program) {
         if model.build(&cfg).is_ok_and(|p| p.to_string() == text) {
             return Ok((model, cfg));
         }
     }
-    Err(
-        "suggest searches over the layouts of the preset models (mlp, mlp_mse, gpt, \
-         embedding_lm, llama); this plan's program is not one of them at any size read from it. \
-         Price your own plan with `shardlab cost`, or search from --preset with the same sizes"
-            .into(),
-    )
+    Err(NotAPreset)
 }
 
 #[cfg(test)]

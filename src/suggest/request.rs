@@ -100,7 +100,8 @@ impl SuggestRequest {
                         .collect::<Vec<_>>()
                         .join("\n")
                 })?;
-                let (model, mut config) = super::identify::identify(&plan.program)?;
+                let (model, mut config) =
+                    super::identify::identify(&plan.program).map_err(|e| e.to_string())?;
                 config.batch *= plan.options.micro_batches.max(1);
                 (model, config, Some(plan))
             }

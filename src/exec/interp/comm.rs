@@ -8,6 +8,7 @@ use crate::dist::ReduceType;
 use crate::exec::comm::Communicator;
 use crate::exec::kernels::layout::{concat, slice_axis};
 use crate::exec::kernels::vocab_ce;
+use crate::exec::op_error::OpError;
 use crate::exec::tensor::Tensor;
 use crate::ir::infer::axis;
 use crate::ir::Op;
@@ -27,7 +28,7 @@ impl Rank<'_> {
         op: &Op,
         comm: &dyn Communicator,
         kind: Collective,
-    ) -> Result<Progress, String> {
+    ) -> Result<Progress, OpError> {
         let t = self.slot(op, "X")?.clone();
         let Some((all, me)) = self.exchange(op, t, comm)? else {
             return Ok(Progress::Blocked);
@@ -43,7 +44,7 @@ impl Rank<'_> {
         &mut self,
         op: &Op,
         comm: &dyn Communicator,
-    ) -> Result<Progress, String> {
+    ) -> Result<Progress, OpError> {
         let logits = self.slot(op, "Logits")?.clone();
         let label = self.slot(op, "Label")?.clone();
         let start = op.attr_int("start_index", 0);
@@ -101,12 +102,13 @@ fn collective_result(
     kind: Collective,
     all: &crate::exec::comm::Shared,
     me: usize,
-) -> Result<Tensor, String> {
+) -> Result<Tensor, OpError> {
     let reduce = || {
-        ReduceType::from_name(op.attr_str("reduce_type").unwrap_or("SUM")).ok_or("bad reduce_type")
+        ReduceType::from_name(op.attr_str("reduce_type").unwrap_or("SUM"))
+            .ok_or(OpError::BadAttr("reduce_type"))
     };
     let n = all.len();
-    let mine = all.get(me).ok_or("the member is not in its group")?;
+    let mine = all.get(me).ok_or(OpError::MemberNotInGroup)?;
     let rank_of = mine.shape.len();
     // Members must contribute alike (a rank that skipped or changed an op may not).
     let same = |t: &Tensor| match kind {
@@ -116,26 +118,28 @@ fn collective_result(
         }
     };
     if let Some(bad) = all.iter().find(|t| !same(t)) {
-        return Err(format!(
-            "the group's members contributed different shapes ({:?} and {:?})",
-            mine.shape, bad.shape
-        ));
+        return Err(OpError::Contributions {
+            mine: mine.shape.clone(),
+            other: bad.shape.clone(),
+        });
     }
     Ok(match kind {
         Collective::AllReduce => all.reduced(reduce()?),
         Collective::AllGather => {
-            let a = axis(op.attr_int("axis", 0), rank_of, "axis")?;
+            let a = axis(op.attr_int("axis", 0), rank_of, "axis").map_err(OpError::Attr)?;
             concat(&all.iter().collect::<Vec<_>>(), a)?
         }
         Collective::ReduceScatter => {
-            let a = axis(op.attr_int("axis", 0), rank_of, "axis")?;
+            let a = axis(op.attr_int("axis", 0), rank_of, "axis").map_err(OpError::Attr)?;
             let whole = all.reduced(reduce()?);
             let piece = whole.shape[a] / n;
             slice_axis(&whole, a, me * piece, (me + 1) * piece)
         }
         Collective::AllToAll => {
-            let s = axis(op.attr_int("split_axis", 0), rank_of, "split_axis")?;
-            let c = axis(op.attr_int("concat_axis", 0), rank_of, "concat_axis")?;
+            let s =
+                axis(op.attr_int("split_axis", 0), rank_of, "split_axis").map_err(OpError::Attr)?;
+            let c = axis(op.attr_int("concat_axis", 0), rank_of, "concat_axis")
+                .map_err(OpError::Attr)?;
             let piece = all[me].shape[s] / n;
             let mine: Vec<Tensor> = all
                 .iter()
@@ -143,5 +147,52 @@ fn collective_result(
                 .collect();
             concat(&mine.iter().collect::<Vec<_>>(), c)?
         }
+    })
+}
+
+/// Why the members of `group` did not contribute alike, if they did not. Members run a
+/// group's collectives in program order, so a rank that skipped (or added) one meets its
+/// next collective where the others meet this one: its contribution is the odd one out,
+/// and every later collective of the group is mismatched too. The odd rank is the one whose
+/// shape differs from what the others agree on.
+pub(super) fn out_of_step(group: &[u32], all: &[Tensor]) -> Option<OpError> {
+    let first = all.first()?;
+    if all.iter().all(|t| t.shape == first.shape) {
+        return None;
+    }
+    let agreeing = |t: &Tensor| all.iter().filter(|u| u.shape == t.shape).count();
+    let (common, _) = all
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, t)| (agreeing(t), std::cmp::Reverse(*i)))?;
+    let shape = &all[common].shape;
+    let odd: Vec<u32> = group
+        .iter()
+        .zip(all)
+        .filter(|(_, t)| t.shape != *shape)
+        .map(|(&r, _)| r)
+        .collect();
+    let first_odd = *odd.first()?;
+    let odd_shape = &all.get(group.iter().position(|r| *r == first_odd)?)?.shape;
+    let common_rank = *group.get(common)?;
+    let who = if agreeing(&all[common]) * 2 > all.len() {
+        format!(
+            "rank{} {} skipped or added a collective of this group",
+            if odd.len() > 1 { "s" } else { "" },
+            odd.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        "a member skipped or added a collective of this group".to_string()
+    };
+    Some(OpError::OutOfStep {
+        group: group.to_vec(),
+        odd: first_odd,
+        odd_shape: odd_shape.clone(),
+        common: common_rank,
+        shape: shape.clone(),
+        who,
     })
 }

@@ -4,10 +4,11 @@ use super::Rank;
 use crate::exec::kernels::decoder::{
     repeat_interleave, repeat_interleave_grad, rms_norm, rms_norm_grad, rope,
 };
+use crate::exec::op_error::OpError;
 use crate::ir::infer::axis;
 use crate::ir::Op;
 
-type Res = Result<(), String>;
+type Res = Result<(), crate::exec::op_error::OpError>;
 
 impl Rank<'_> {
     pub(super) fn rms_norm(&mut self, op: &Op) -> Res {
@@ -55,7 +56,7 @@ impl Rank<'_> {
 
     pub(super) fn repeat_interleave(&mut self, op: &Op, grad: bool) -> Res {
         let x = self.slot(op, if grad { "Out@GRAD" } else { "X" })?;
-        let a = axis(op.attr_int("axis", 0), x.shape.len(), "axis")?;
+        let a = axis(op.attr_int("axis", 0), x.shape.len(), "axis").map_err(OpError::Attr)?;
         let r = op.attr_int("repeats", 1).max(1) as usize;
         if grad {
             let dx = repeat_interleave_grad(x, a, r);

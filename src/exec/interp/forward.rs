@@ -9,7 +9,9 @@ use crate::exec::tensor::Tensor;
 use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
 use crate::ir::{DType, Op, OpType, TensorType};
 
-type Res = Result<(), String>;
+use crate::exec::op_error::OpError;
+
+type Res = Result<(), OpError>;
 
 impl Rank<'_> {
     pub(super) fn matmul(&mut self, op: &Op) -> Res {
@@ -44,7 +46,7 @@ impl Rank<'_> {
         let dtype = op
             .attr_str("out_dtype")
             .and_then(DType::from_name)
-            .ok_or("bad out_dtype")?;
+            .ok_or(OpError::BadAttr("out_dtype"))?;
         let t = self.slot(op, "X")?;
         self.set(op, "Out", Tensor::float(dtype, t.shape.clone(), t.to_f64()));
         Ok(())
@@ -84,7 +86,7 @@ impl Rank<'_> {
         let a = if causal {
             t.shape.len().saturating_sub(1)
         } else {
-            axis(op.attr_int("axis", -1), t.shape.len(), "axis")?
+            axis(op.attr_int("axis", -1), t.shape.len(), "axis").map_err(OpError::Attr)?
         };
         self.set(op, "Out", softmax(t, a, causal));
         Ok(())
@@ -120,9 +122,7 @@ impl Rank<'_> {
             // A padding id is a row of the table too; -1 means "no padding" (Paddle's
             // kNoPadding), not a valid id.
             if let Some(bad) = ids.to_i64().into_iter().find(|&i| i < 0 || i >= rows) {
-                return Err(format!(
-                    "token id {bad} is outside the {rows} rows of the embedding table"
-                ));
+                return Err(OpError::TokenId { id: bad, rows });
             }
         }
         let out = lookup(w, ids, op.attr_int("start_index", 0), pad);
@@ -133,7 +133,8 @@ impl Rank<'_> {
     pub(super) fn reshape(&mut self, op: &Op) -> Res {
         let t = self.slot(op, "X")?.clone();
         let ty = TensorType::new(t.dtype(), t.shape.clone());
-        let shape = reshape_target(&ty, op.attr_ints("shape").unwrap_or(&[]))?;
+        let shape =
+            reshape_target(&ty, op.attr_ints("shape").unwrap_or(&[])).map_err(OpError::Attr)?;
         self.set(op, "Out", t.reshaped(shape));
         Ok(())
     }
@@ -148,7 +149,7 @@ impl Rank<'_> {
     pub(super) fn split(&mut self, op: &Op) -> Res {
         let t = self.slot(op, "X")?;
         let ty = TensorType::new(t.dtype(), t.shape.clone());
-        let (a, sizes) = split_sections(op, &ty)?;
+        let (a, sizes) = split_sections(op, &ty).map_err(OpError::Attr)?;
         let parts = split(t, a, &sizes);
         for (&v, p) in op.output("Out").iter().zip(parts) {
             self.set_var(v, p);
@@ -159,7 +160,7 @@ impl Rank<'_> {
     pub(super) fn concat(&mut self, op: &Op) -> Res {
         let xs = self.inputs(op, "X")?;
         let rank = xs.first().map_or(0, |t| t.shape.len());
-        let a = axis(op.attr_int("axis", 0), rank, "axis")?;
+        let a = axis(op.attr_int("axis", 0), rank, "axis").map_err(OpError::Attr)?;
         let out = concat(&xs, a)?;
         self.set(op, "Out", out);
         Ok(())
@@ -168,7 +169,7 @@ impl Rank<'_> {
     /// The elementwise sum of every X (gradient accumulation, clipping's norms).
     pub(super) fn sum(&mut self, op: &Op) -> Res {
         let xs = self.inputs(op, "X")?;
-        let first = xs.first().ok_or("sum of nothing")?;
+        let first = xs.first().ok_or(OpError::Empty("sum"))?;
         let mut acc = first.to_f64();
         for t in &xs[1..] {
             acc.iter_mut().zip(t.to_f64()).for_each(|(a, b)| *a += b);
@@ -185,7 +186,7 @@ impl Rank<'_> {
             ((0..t.shape.len()).collect(), false)
         } else {
             (
-                reduce_axes(op, t.shape.len())?,
+                reduce_axes(op, t.shape.len()).map_err(OpError::Attr)?,
                 op.attr_bool("keep_dim", false),
             )
         };
@@ -203,7 +204,7 @@ impl Rank<'_> {
 
     pub(super) fn softmax_ce(&mut self, op: &Op) -> Res {
         let logits = self.slot(op, "Logits")?;
-        let a = axis(op.attr_int("axis", -1), logits.shape.len(), "axis")?;
+        let a = axis(op.attr_int("axis", -1), logits.shape.len(), "axis").map_err(OpError::Attr)?;
         let (sm, loss) = softmax_ce(
             logits,
             self.slot(op, "Label")?,
@@ -219,7 +220,7 @@ impl Rank<'_> {
         let attr = op
             .attr_str("dtype")
             .and_then(DType::from_name)
-            .ok_or("bad dtype")?;
+            .ok_or(OpError::BadAttr("dtype"))?;
         // The output's declared dtype where it has one: a run in f64 promotes the f32
         // variables, and a seed of 1/M made in f32 would round (1/3 by 3·10⁻⁸, a false FAIL
         // of every gradient under 3 micro-batches).
@@ -281,9 +282,13 @@ impl Rank<'_> {
     /// ZeRO's flat buffer: the values flattened and zero-padded to `numel`.
     fn flatten_pad(&mut self, op: &Op) -> Res {
         let t = self.slot(op, "X")?;
-        let numel = usize::try_from(op.attr_int("numel", 0)).map_err(|e| e.to_string())?;
+        let numel = usize::try_from(op.attr_int("numel", 0))
+            .map_err(|_| OpError::NegativeDim(op.attr_int("numel", 0)))?;
         if numel < t.numel() {
-            return Err(format!("numel {numel} is smaller than X's {}", t.numel()));
+            return Err(OpError::FlattenPad {
+                numel,
+                x: t.numel(),
+            });
         }
         let out = t.flat_range(0, numel);
         self.set(op, "Out", out);
@@ -297,15 +302,15 @@ impl Rank<'_> {
             .attr_ints("shape")
             .unwrap_or(&[])
             .iter()
-            .map(|&d| usize::try_from(d).map_err(|e| e.to_string()))
+            .map(|&d| usize::try_from(d).map_err(|_| OpError::NegativeDim(d)))
             .collect::<Result<_, _>>()?;
         let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let numel = numel.filter(|&n| n <= t.numel()).ok_or_else(|| {
-            format!(
-                "shape {shape:?} needs more than the buffer's {} elements",
-                t.numel()
-            )
-        })?;
+        let numel = numel
+            .filter(|&n| n <= t.numel())
+            .ok_or_else(|| OpError::UnpadReshape {
+                shape: shape.clone(),
+                numel: t.numel(),
+            })?;
         let out = t.flat_range(0, numel).reshaped(shape);
         self.set(op, "Out", out);
         Ok(())
@@ -319,7 +324,7 @@ impl Rank<'_> {
             op.attr_ints("ends").unwrap_or(&[]),
         );
         for ((&a, &s), &e) in axes.iter().zip(starts).zip(ends) {
-            let a = axis(a, t.shape.len(), "axes")?;
+            let a = axis(a, t.shape.len(), "axes").map_err(OpError::Attr)?;
             t = slice_axis(
                 &t,
                 a,

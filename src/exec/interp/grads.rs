@@ -9,11 +9,12 @@ use crate::exec::kernels::normalize::{
 };
 use crate::exec::kernels::pointwise::{binary_grad, mul_same, unary_grad, Binary, Unary};
 use crate::exec::kernels::vocab_ce;
+use crate::exec::op_error::OpError;
 use crate::exec::tensor::Tensor;
 use crate::ir::infer::{axis, reduce_axes, split_sections};
 use crate::ir::{Op, TensorType};
 
-type Res = Result<(), String>;
+type Res = Result<(), crate::exec::op_error::OpError>;
 
 impl Rank<'_> {
     pub(super) fn matmul_grad(&mut self, op: &Op) -> Res {
@@ -75,7 +76,7 @@ impl Rank<'_> {
         let a = if causal {
             y.shape.len().saturating_sub(1)
         } else {
-            axis(op.attr_int("axis", -1), y.shape.len(), "axis")?
+            axis(op.attr_int("axis", -1), y.shape.len(), "axis").map_err(OpError::Attr)?
         };
         let g = softmax_grad(y, self.slot(op, "Out@GRAD")?, a);
         self.set(op, "X@GRAD", g);
@@ -133,7 +134,7 @@ impl Rank<'_> {
         let t = self.slot(op, "X")?;
         let parts = self.inputs(op, "Out@GRAD")?;
         let ty = TensorType::new(t.dtype(), t.shape.clone());
-        let (a, _) = split_sections(op, &ty)?;
+        let (a, _) = split_sections(op, &ty).map_err(OpError::Attr)?;
         let g = concat(&parts, a)?;
         self.set(op, "X@GRAD", g);
         Ok(())
@@ -142,7 +143,7 @@ impl Rank<'_> {
     pub(super) fn concat_grad(&mut self, op: &Op) -> Res {
         let xs = self.inputs(op, "X")?;
         let rank = xs.first().map_or(0, |t| t.shape.len());
-        let a = axis(op.attr_int("axis", 0), rank, "axis")?;
+        let a = axis(op.attr_int("axis", 0), rank, "axis").map_err(OpError::Attr)?;
         let sizes: Vec<usize> = xs.iter().map(|t| t.shape[a]).collect();
         let parts = split(self.slot(op, "Out@GRAD")?, a, &sizes);
         for (&v, p) in op.output("X@GRAD").iter().zip(parts) {
@@ -157,7 +158,7 @@ impl Rank<'_> {
         let axes = if all {
             (0..t.shape.len()).collect()
         } else {
-            reduce_axes(op, t.shape.len())?
+            reduce_axes(op, t.shape.len()).map_err(OpError::Attr)?
         };
         let g = reduce_grad(t, self.slot(op, "Out@GRAD")?, &axes, mean);
         self.set(op, "X@GRAD", g);
@@ -166,7 +167,7 @@ impl Rank<'_> {
 
     pub(super) fn softmax_ce_grad(&mut self, op: &Op) -> Res {
         let sm = self.slot(op, "Softmax")?;
-        let a = axis(op.attr_int("axis", -1), sm.shape.len(), "axis")?;
+        let a = axis(op.attr_int("axis", -1), sm.shape.len(), "axis").map_err(OpError::Attr)?;
         let g = softmax_ce_grad(
             sm,
             self.slot(op, "Label")?,

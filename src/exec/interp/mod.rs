@@ -15,6 +15,7 @@ use super::comm::{Communicator, Contributions, Exchange, ExchangeKey};
 use super::kernels::pointwise::{Binary, Unary};
 use super::tensor::{strides, Tensor};
 use crate::dist::TensorDistAttr;
+use crate::exec::op_error::OpError;
 use crate::ir::infer::axis;
 use crate::ir::{ForwardOp, Op, OpType, Program, VarId};
 use comm::Collective;
@@ -24,15 +25,34 @@ use std::collections::HashMap;
 /// Why execution failed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ExecError {
-    #[error("rank {rank}, op{op} ({ty}): {message}")]
+    #[error("rank {rank}, op{op} ({ty}): {error}")]
     Op {
         rank: u32,
         op: usize,
         ty: OpType,
-        message: String,
+        error: OpError,
+    },
+    /// An op returned a value of another shape than its program declares (a broken
+    /// program: break-it's deleted collectives).
+    #[error(
+        "rank {rank}, op{op} ({ty}): rank {rank}'s {ty} returned {got:?} for `{var}`, which the \
+         program declares {declared:?}{group}"
+    )]
+    WrongShape {
+        rank: u32,
+        op: usize,
+        ty: OpType,
+        got: Vec<usize>,
+        var: String,
+        declared: Vec<usize>,
+        /// `: its group is [..]` or nothing.
+        group: String,
     },
     #[error("{0}")]
     Setup(String),
+    /// A rank's piece of a fed tensor could not be cut.
+    #[error(transparent)]
+    Shard(#[from] crate::dist::MeshError),
 }
 
 /// Where a rank's variables sit in their global tensors (for dropout masks that must match
@@ -186,11 +206,11 @@ impl<'a> Rank<'a> {
                 None => Vec::new(),
             };
             self.replayed = 0;
-            let progress = self.exec(op, comm).map_err(|message| ExecError::Op {
+            let progress = self.exec(op, comm).map_err(|error| ExecError::Op {
                 rank: self.rank,
                 op: index,
                 ty: op.ty,
-                message,
+                error,
             })?;
             match progress {
                 Progress::Next => {
@@ -251,19 +271,14 @@ impl<'a> Rank<'a> {
                     format!(": its group is {g:?}")
                 }
             });
-            return Err(ExecError::Op {
+            return Err(ExecError::WrongShape {
                 rank: self.rank,
                 op: index,
                 ty: op.ty,
-                message: format!(
-                    "rank {}'s {} returned {:?} for `{}`, which the program declares {:?}{}",
-                    self.rank,
-                    op.ty,
-                    t.shape,
-                    var.name,
-                    &var.ty.shape[..],
-                    group.unwrap_or_default()
-                ),
+                got: t.shape.clone(),
+                var: var.name.to_string(),
+                declared: var.ty.shape.to_vec(),
+                group: group.unwrap_or_default(),
             });
         }
         Ok(())
@@ -285,23 +300,18 @@ impl<'a> Rank<'a> {
         self.pending.as_ref()
     }
 
-    fn get(&self, v: VarId) -> Result<&Tensor, String> {
+    fn get(&self, v: VarId) -> Result<&Tensor, OpError> {
         self.env
             .get(v.index())
             .and_then(|t| t.as_ref())
-            .ok_or_else(|| {
-                format!(
-                    "`{}` has no value (not fed and not computed)",
-                    self.program.var(v).name
-                )
-            })
+            .ok_or_else(|| OpError::NoValue(self.program.var(v).name.to_string()))
     }
 
-    fn slot(&self, op: &Op, name: &str) -> Result<&Tensor, String> {
+    fn slot(&self, op: &Op, name: &str) -> Result<&Tensor, OpError> {
         let v = *op
             .input(name)
             .first()
-            .ok_or_else(|| format!("missing input {name}"))?;
+            .ok_or_else(|| OpError::MissingInput(name.to_string()))?;
         self.get(v)
     }
 
@@ -327,21 +337,24 @@ impl<'a> Rank<'a> {
         op: &Op,
         t: Tensor,
         comm: &dyn Communicator,
-    ) -> Result<Option<(Contributions, usize)>, String> {
+    ) -> Result<Option<(Contributions, usize)>, OpError> {
         if let Some(done) = self.completed.get(self.replayed) {
             self.replayed += 1;
             return Ok(Some(done.clone()));
         }
         let group: Vec<u32> = op
             .attr_ints("group")
-            .ok_or("missing group")?
+            .ok_or(OpError::MissingGroup)?
             .iter()
             .map(|&r| r as u32)
             .collect();
         let me = group
             .iter()
             .position(|&r| r == self.rank)
-            .ok_or_else(|| format!("rank {} is not in its group {group:?}", self.rank))?;
+            .ok_or_else(|| OpError::NotInGroup {
+                rank: self.rank,
+                group: group.iter().map(|&r| i64::from(r)).collect(),
+            })?;
         let key = match self.pending.take() {
             Some(k) => k,
             None => {
@@ -352,11 +365,13 @@ impl<'a> Rank<'a> {
         };
         match comm
             .exchange(self.rank, &key, t)
-            .map_err(|e| format!("group {group:?}: {e}"))?
-        {
+            .map_err(|source| OpError::Exchange {
+                group: group.clone(),
+                source,
+            })? {
             Exchange::Ready(all) => {
                 if op.ty != OpType::AllGather {
-                    if let Some(e) = out_of_step(&group, &all) {
+                    if let Some(e) = comm::out_of_step(&group, &all) {
                         return Err(e);
                     }
                 }
@@ -374,10 +389,10 @@ impl<'a> Rank<'a> {
     /// A pipeline send (posted, never waits) or recv (waits for its send). Keys count the
     /// sends and recvs of each ring per micro-batch and direction: both ends run them in
     /// the program's order, whatever the schedule interleaves between micro-batches.
-    fn p2p(&mut self, op: &Op, comm: &dyn Communicator, send: bool) -> Result<Progress, String> {
+    fn p2p(&mut self, op: &Op, comm: &dyn Communicator, send: bool) -> Result<Progress, OpError> {
         let group: Vec<u32> = op
             .attr_ints("group")
-            .ok_or("missing group")?
+            .ok_or(OpError::MissingGroup)?
             .iter()
             .map(|&r| r as u32)
             .collect();
@@ -399,16 +414,18 @@ impl<'a> Rank<'a> {
         };
         if send {
             let x = self.slot(op, "X")?.clone();
-            comm.post(&key, x)
-                .map_err(|e| format!("send on {group:?}: {e}"))?;
+            comm.post(&key, x).map_err(|source| OpError::Send {
+                group: group.clone(),
+                source,
+            })?;
             return Ok(Progress::Next);
         }
-        match comm
-            .collect(&key)
-            .map_err(|e| format!("recv on {group:?}: {e}"))?
-        {
+        match comm.collect(&key).map_err(|source| OpError::Recv {
+            group: group.clone(),
+            source,
+        })? {
             Exchange::Ready(got) => {
-                let t = got.last().cloned().ok_or("an empty send")?;
+                let t = got.last().cloned().ok_or(OpError::EmptySend)?;
                 let want: Vec<usize> = op
                     .attr_ints("shape")
                     .unwrap_or(&[])
@@ -416,10 +433,11 @@ impl<'a> Rank<'a> {
                     .map(|&d| d as usize)
                     .collect();
                 if t.shape != want {
-                    return Err(format!(
-                        "recv on {group:?}: got shape {:?}, expected {want:?}",
-                        t.shape
-                    ));
+                    return Err(OpError::RecvShape {
+                        group: group.clone(),
+                        got: t.shape.clone(),
+                        want,
+                    });
                 }
                 self.set(op, "Out", t);
                 Ok(Progress::Next)
@@ -432,13 +450,13 @@ impl<'a> Rank<'a> {
     }
 
     /// The values of every variable of input slot `name`.
-    fn inputs(&self, op: &Op, name: &str) -> Result<Vec<&Tensor>, String> {
+    fn inputs(&self, op: &Op, name: &str) -> Result<Vec<&Tensor>, OpError> {
         op.input(name).iter().map(|&v| self.get(v)).collect()
     }
 
     /// Runs one op: one arm per op type (no catch-all), each a method of the op's family
     /// (`forward.rs`, `grads.rs`, `decoder.rs`, `optim.rs`, `comm.rs`).
-    fn exec(&mut self, op: &Op, comm: &dyn Communicator) -> Result<Progress, String> {
+    fn exec(&mut self, op: &Op, comm: &dyn Communicator) -> Result<Progress, OpError> {
         use Binary as B;
         match op.ty {
             OpType::Forward(f) => self.exec_forward(op, f)?,
@@ -471,7 +489,7 @@ impl<'a> Rank<'a> {
     }
 
     /// A forward op's kernel.
-    fn exec_forward(&mut self, op: &Op, f: ForwardOp) -> Result<(), String> {
+    fn exec_forward(&mut self, op: &Op, f: ForwardOp) -> Result<(), OpError> {
         use Binary as B;
         use ForwardOp as F;
         match f {
@@ -508,7 +526,7 @@ impl<'a> Rank<'a> {
     }
 
     /// A grad op's kernel.
-    fn exec_grad(&mut self, op: &Op, f: ForwardOp) -> Result<(), String> {
+    fn exec_grad(&mut self, op: &Op, f: ForwardOp) -> Result<(), OpError> {
         use Binary as B;
         use ForwardOp as F;
         match f {
@@ -544,55 +562,10 @@ impl<'a> Rank<'a> {
     }
 }
 
-/// Why the members of `group` did not contribute alike, if they did not. Members run a
-/// group's collectives in program order, so a rank that skipped (or added) one meets its
-/// next collective where the others meet this one: its contribution is the odd one out,
-/// and every later collective of the group is mismatched too. The odd rank is the one whose
-/// shape differs from what the others agree on.
-fn out_of_step(group: &[u32], all: &[Tensor]) -> Option<String> {
-    let first = all.first()?;
-    if all.iter().all(|t| t.shape == first.shape) {
-        return None;
-    }
-    let agreeing = |t: &Tensor| all.iter().filter(|u| u.shape == t.shape).count();
-    let (common, _) = all
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, t)| (agreeing(t), std::cmp::Reverse(*i)))?;
-    let shape = &all[common].shape;
-    let odd: Vec<u32> = group
-        .iter()
-        .zip(all)
-        .filter(|(_, t)| t.shape != *shape)
-        .map(|(&r, _)| r)
-        .collect();
-    let first_odd = *odd.first()?;
-    let odd_shape = &all.get(group.iter().position(|r| *r == first_odd)?)?.shape;
-    let common_rank = *group.get(common)?;
-    let who = if agreeing(&all[common]) * 2 > all.len() {
-        format!(
-            "rank{} {} skipped or added a collective of this group",
-            if odd.len() > 1 { "s" } else { "" },
-            odd.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    } else {
-        "a member skipped or added a collective of this group".to_string()
-    };
-    Some(format!(
-        "group {group:?} is out of step: rank {} contributed shape {odd_shape:?} where rank {} \
-         contributed {shape:?}: {who}, so this and every later collective of the group are \
-         mismatched",
-        first_odd, common_rank
-    ))
-}
-
-fn perm(op: &Op, rank: usize) -> Result<Vec<usize>, String> {
+fn perm(op: &Op, rank: usize) -> Result<Vec<usize>, OpError> {
     op.attr_ints("axis")
         .unwrap_or(&[])
         .iter()
-        .map(|&p| axis(p, rank, "axis"))
+        .map(|&p| axis(p, rank, "axis").map_err(OpError::Attr))
         .collect()
 }

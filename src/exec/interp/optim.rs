@@ -5,7 +5,7 @@ use crate::exec::kernels::optim::{adam, momentum, sgd, AdamParams};
 use crate::exec::tensor::Tensor;
 use crate::ir::{DType, Op, VarId};
 
-type Res = Result<(), String>;
+type Res = Result<(), crate::exec::op_error::OpError>;
 
 /// Which update rule an optimizer op runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,9 @@
 
 use crate::exec::tensor::{strides, Data, Tensor};
 
-type Res<T> = Result<T, String>;
+use crate::exec::op_error::OpError;
+
+type Res<T> = Result<T, OpError>;
 
 /// Gathers elements: `out[i] = src[index[i]]`, keeping the dtype.
 fn gather(t: &Tensor, shape: Vec<usize>, index: &[usize]) -> Tensor {
@@ -69,7 +71,7 @@ pub fn slice_axis(x: &Tensor, axis: usize, start: usize, end: usize) -> Tensor {
 
 /// Concatenation along `axis`.
 pub fn concat(xs: &[&Tensor], axis: usize) -> Res<Tensor> {
-    let first = xs.first().ok_or("concat of nothing")?;
+    let first = xs.first().ok_or(OpError::Empty("concat"))?;
     // Every part has the first's rank and the same sizes off the axis.
     let fits = |t: &Tensor| {
         t.shape.len() == first.shape.len()
@@ -81,10 +83,11 @@ pub fn concat(xs: &[&Tensor], axis: usize) -> Res<Tensor> {
                 .all(|(d, (a, b))| d == axis || a == b)
     };
     if let Some(bad) = xs.iter().find(|t| !fits(t)) {
-        return Err(format!(
-            "cannot concatenate {:?} and {:?} along axis {axis}",
-            first.shape, bad.shape
-        ));
+        return Err(OpError::Concat {
+            first: first.shape.clone(),
+            other: bad.shape.clone(),
+            axis,
+        });
     }
     let outer: usize = first.shape[..axis].iter().product();
     let inner: usize = first.shape[axis + 1..].iter().product();

@@ -5,7 +5,9 @@ use crate::exec::tensor::{reduce_to, Data, Tensor};
 use crate::ir::infer::broadcast;
 use crate::ir::DType;
 
-type Res<T> = Result<T, String>;
+use crate::exec::op_error::OpError;
+
+type Res<T> = Result<T, OpError>;
 
 /// Promotes a vector operand to a matrix: X `[k]` is a row `[1, k]`, Y `[k]` a column.
 fn as_matrix(shape: &[usize], is_x: bool) -> Vec<usize> {
@@ -32,10 +34,10 @@ pub fn bmm(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Res<Tensor> {
         (sb[rb - 2], sb[rb - 1])
     };
     if ka != kb {
-        return Err(format!("matmul: contraction sizes differ ({ka} vs {kb})"));
+        return Err(OpError::Contraction(ka, kb));
     }
     let (ba, bb) = (&sa[..ra - 2], &sb[..rb - 2]);
-    let batch = broadcast(ba, bb).ok_or("matmul: batch dims do not broadcast")?;
+    let batch = broadcast(ba, bb).ok_or(OpError::MatmulBatch)?;
     let nb: usize = batch.iter().product();
     let ia = crate::exec::tensor::broadcast_index(ba, &batch);
     let ib = crate::exec::tensor::broadcast_index(bb, &batch);
@@ -54,7 +56,7 @@ pub fn bmm(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Res<Tensor> {
     // The unsafe gemm calls below rely on every batch block lying inside its buffer.
     let blocks = |idx: &[usize]| idx.iter().copied().max().map_or(0, |x| x + 1);
     if a.numel() < ma * blocks(&ia) || b.numel() < mb * blocks(&ib) {
-        return Err("matmul: operand smaller than its shape".into());
+        return Err(OpError::MatmulOperand);
     }
     let mut shape = batch.clone();
     shape.extend([m, n]);
@@ -114,7 +116,7 @@ pub fn bmm(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Res<Tensor> {
             }
             Data::F64(c)
         }
-        _ => return Err("matmul: operands must both be f32 or both f64".into()),
+        _ => return Err(OpError::MatmulDtype),
     };
     Ok(Tensor { shape, data })
 }

@@ -3,7 +3,7 @@
 
 use crate::exec::tensor::Tensor;
 
-type Res<T> = Result<T, String>;
+type Res<T> = Result<T, crate::exec::op_error::OpError>;
 
 /// (outer, len, inner) sizes around `axis`.
 fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
@@ -78,7 +78,10 @@ pub fn softmax_ce(
             } else {
                 let c = lab[o * inner + i] as i64;
                 if c < 0 || c as usize >= len {
-                    return Err(format!("label {c} is outside the {len} classes"));
+                    return Err(crate::exec::op_error::OpError::Label {
+                        label: c,
+                        classes: len,
+                    });
                 }
                 -s[at(c as usize)].max(f64::MIN_POSITIVE).ln()
             };

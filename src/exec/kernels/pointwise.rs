@@ -3,7 +3,7 @@
 use crate::exec::tensor::{broadcast_index, reduce_to, Tensor};
 use crate::ir::infer::broadcast;
 
-type Res<T> = Result<T, String>;
+type Res<T> = Result<T, crate::exec::op_error::OpError>;
 
 /// The binary ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub fn aligned_y(x: &[usize], y: &[usize], axis: i64) -> Vec<usize> {
 /// Forward of a broadcasting binary op.
 pub fn binary(op: Binary, x: &Tensor, y: &Tensor, axis: i64) -> Res<Tensor> {
     let ys = aligned_y(&x.shape, &y.shape, axis);
-    let out_shape = broadcast(&x.shape, &ys).ok_or("shapes do not broadcast")?;
+    let out_shape = broadcast(&x.shape, &ys).ok_or(crate::exec::op_error::OpError::Broadcast)?;
     let (xv, yv) = (x.to_f64(), y.to_f64());
     let (ix, iy) = (
         broadcast_index(&x.shape, &out_shape),

@@ -16,7 +16,9 @@
 
 use crate::exec::tensor::Tensor;
 
-type Res<T> = Result<T, String>;
+use crate::exec::op_error::OpError;
+
+type Res<T> = Result<T, OpError>;
 
 /// (rows, local columns) of a tensor whose last axis is the class axis.
 fn rows_cols(t: &Tensor) -> (usize, usize) {
@@ -62,17 +64,17 @@ pub fn target_logit(
     let (rows, cols) = rows_cols(logits);
     let (x, lab, m) = (logits.to_f64(), label.to_f64(), max.to_f64());
     if lab.len() != rows || m.len() != rows {
-        return Err(format!(
-            "Label and the row max need {rows} rows, got {} and {}",
-            lab.len(),
-            m.len()
-        ));
+        return Err(OpError::VocabRows {
+            rows,
+            label: lab.len(),
+            max: m.len(),
+        });
     }
     let mut t = vec![0.0; rows];
     for r in 0..rows {
         let c = lab[r] as i64;
         if c < 0 || c as u64 >= classes as u64 {
-            return Err(format!("label {c} is outside the {classes} classes"));
+            return Err(OpError::Label { label: c, classes });
         }
         let local = c - start;
         if (0..cols as i64).contains(&local) {
@@ -172,7 +174,10 @@ mod tests {
         let bad = Tensor::float(DType::F64, vec![1, 1], vec![4.0]);
         assert_eq!(
             target_logit(&halves[0], &bad, &m, 0, 4).unwrap_err(),
-            "label 4 is outside the 4 classes"
+            OpError::Label {
+                label: 4,
+                classes: 4
+            }
         );
     }
 }

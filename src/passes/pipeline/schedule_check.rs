@@ -222,19 +222,34 @@ fn blame(lists: &[Vec<Job>], pc: &[usize], done: &HashSet<DepKey>, chunks: usize
     OrderError::Deadlock(path)
 }
 
+/// Why a hand-written job order does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobOrderError {
+    #[error("stage {stage}, `{token}`: expected F, B, b or W then a micro-batch, like F3 or B0.1")]
+    Kind { stage: usize, token: String },
+    #[error("stage {stage}, `{token}`: `{number}` is not a micro-batch or chunk number")]
+    Number {
+        stage: usize,
+        token: String,
+        number: String,
+    },
+    #[error("stage {0} has no jobs")]
+    Empty(usize),
+}
+
 /// Parses a hand-written job order: stages separated by `|`, jobs by spaces: `F3` forward
 /// of micro-batch 3, `B3` backward, `b3` its input half, `W3` its weight half, an optional
 /// `.c` for chunk `c` (`F3.1`). Each stage's optimizer job is appended.
-pub fn parse_jobs(text: &str) -> Result<Vec<Vec<Job>>, String> {
+pub fn parse_jobs(text: &str) -> Result<Vec<Vec<Job>>, JobOrderError> {
     text.split('|')
         .enumerate()
         .map(|(s, stage)| {
             let mut jobs: Vec<Job> = stage
                 .split_whitespace()
-                .map(|tok| parse_job(tok).map_err(|e| format!("stage {s}, `{tok}`: {e}")))
+                .map(|tok| parse_job(s, tok))
                 .collect::<Result<_, _>>()?;
             if jobs.is_empty() {
-                return Err(format!("stage {s} has no jobs"));
+                return Err(JobOrderError::Empty(s));
             }
             jobs.push(Job {
                 kind: JobKind::Optimizer,
@@ -246,14 +261,19 @@ pub fn parse_jobs(text: &str) -> Result<Vec<Vec<Job>>, String> {
         .collect()
 }
 
-fn parse_job(tok: &str) -> Result<Job, String> {
+fn parse_job(stage: usize, tok: &str) -> Result<Job, JobOrderError> {
     let mut chars = tok.chars();
     let kind = match chars.next() {
         Some('F') => JobKind::Forward,
         Some('B') => JobKind::Backward,
         Some('b') => JobKind::BackwardB,
         Some('W') => JobKind::BackwardW,
-        _ => return Err("expected F, B, b or W then a micro-batch, like F3 or B0.1".into()),
+        _ => {
+            return Err(JobOrderError::Kind {
+                stage,
+                token: tok.to_string(),
+            })
+        }
     };
     let rest: String = chars.collect();
     let (m, c) = match rest.split_once('.') {
@@ -264,7 +284,11 @@ fn parse_job(tok: &str) -> Result<Job, String> {
         s.parse::<usize>()
             .ok()
             .filter(|&n| n < 1 << 20)
-            .ok_or_else(|| format!("`{s}` is not a micro-batch or chunk number"))
+            .ok_or_else(|| JobOrderError::Number {
+                stage,
+                token: tok.to_string(),
+                number: s.to_string(),
+            })
     };
     Ok(Job {
         kind,
