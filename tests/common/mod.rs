@@ -104,8 +104,9 @@ pub fn random_plan() -> impl Strategy<Value = Plan> {
     random_plan_of(prop::sample::select(vec![shardlab::ir::DType::F32]))
 }
 
-/// A random plan: a small gpt or mlp, a random 1-, 2- or 3-D mesh, and random (valid)
-/// annotations, in one of `dtypes`.
+/// A random plan: a small preset (every one, llama's rotary embeddings and grouped-query
+/// heads included), a random 1-, 2- or 3-D mesh, and random (valid) annotations, in one of
+/// `dtypes`.
 pub fn random_plan_of(
     dtypes: impl Strategy<Value = shardlab::ir::DType>,
 ) -> impl Strategy<Value = Plan> {
@@ -115,6 +116,7 @@ pub fn random_plan_of(
         Model::MlpMse,
         Model::Gpt,
         Model::EmbeddingLm,
+        Model::Llama,
     ]);
     let picks = prop::collection::vec(
         (
