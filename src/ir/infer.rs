@@ -149,6 +149,8 @@ pub mod forward {
         single(x.clone())
     }
 
+    // On 32-bit wasm MAX_ELEMENTS is usize::MAX, where the comparison cannot fail.
+    #[allow(clippy::absurd_extreme_comparisons)]
     pub fn repeat_interleave(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
         let x = one(op, ins, 0)?;
         let a = super::axis(op.attr_int("axis", 0), x.rank(), "axis")?;
