@@ -49,6 +49,14 @@ pub enum Task {
     },
 }
 
+/// Why a job failed, as it crosses to the page (which prints it): the session's and the
+/// search's typed errors, by their message (`From<SessionError>` in `session`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub message: String,
+}
+
 /// What the engine answers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
@@ -57,13 +65,13 @@ pub enum Outcome {
         done: usize,
         total: usize,
     },
-    Run(Result<RunSummary, String>),
-    Broken(Result<BreakReport, String>),
-    Values(Result<CollectiveView, String>),
-    Export(Result<String, String>),
+    Run(Result<RunSummary, Failure>),
+    Broken(Result<BreakReport, Failure>),
+    Values(Result<CollectiveView, Failure>),
+    Export(Result<String, Failure>),
     Cost(Box<CostView>),
-    PipelineCost(Result<PipelineCost, String>),
-    Suggest(Result<SuggestView, String>),
+    PipelineCost(Result<PipelineCost, Failure>),
+    Suggest(Result<SuggestView, Failure>),
     /// The job could not be done at all (the link did not open, the worker failed).
     Failed(String),
 }
@@ -79,8 +87,8 @@ impl Outcome {
 /// (`None` without one).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CostView {
-    pub cost: Result<Estimate, String>,
-    pub diff: Option<Result<PlanDiff, String>>,
+    pub cost: Result<Estimate, Failure>,
+    pub diff: Option<Result<PlanDiff, Failure>>,
 }
 
 /// One message from the engine.

@@ -280,7 +280,9 @@ fn running_in_the_session_verifies() {
     let id = asked.job.as_ref().unwrap().id;
     let stray = asked.clone().reduce(Action::Reply(Reply {
         id: id + 1,
-        outcome: Outcome::Run(Err("stray".into())),
+        outcome: Outcome::Run(Err(shardlab::protocol::Failure {
+            message: "stray".into(),
+        })),
     }));
     assert_eq!(
         (stray.job.as_ref().map(|j| j.id), stray.message),
@@ -347,7 +349,10 @@ fn megatron_sums_replan_and_survive_links_and_presets() {
     let other = s.reduce(Action::LoadScenario("megatron_mlp".into()));
     assert!(other.megatron_sums, "a preference, kept across presets");
     assert_eq!(
-        Session::from_hash("s=gpt_dp_mp&ms=yes").err().as_deref(),
+        Session::from_hash("s=gpt_dp_mp&ms=yes")
+            .err()
+            .map(|e| e.to_string())
+            .as_deref(),
         Some("the link's `ms` must be 0 or 1, not `yes`")
     );
 }
@@ -462,7 +467,7 @@ fn hostile_links_give_messages() {
         ),
     ];
     for (hash, want) in cases {
-        let got = Session::from_hash(hash).err();
+        let got = Session::from_hash(hash).err().map(|e| e.to_string());
         assert!(
             got.as_deref()
                 .is_some_and(|g| g.starts_with(want.split(';').next().unwrap_or(want))),
@@ -576,7 +581,8 @@ mod random_actions {
         if let Some(p) = &s.pipeline {
             prop_assert!(p.has_rank(s.selected_rank), "the rank on screen is built");
         }
-        let back = Session::from_hash(&s.to_hash()).map_err(TestCaseError::fail)?;
+        let back =
+            Session::from_hash(&s.to_hash()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(back.plan.to_string(), s.plan.to_string());
         prop_assert_eq!(back.selected_rank, s.selected_rank);
         prop_assert_eq!(back.stage, s.stage);
@@ -1057,6 +1063,7 @@ fn a_collective_shows_real_values_and_its_ring() {
         .clone()
         .unwrap()
         .unwrap_err()
+        .to_string()
         .contains("is not a collective"));
     let s = s.reduce(Action::SelectRank(2));
     assert!(s.values.is_none());
@@ -1213,6 +1220,7 @@ fn layers_are_a_link_field_annotated_per_block() {
         .contains("has no blocks"));
     assert!(Session::from_hash("s=gpt_dp_mp&layers=x")
         .err()
+        .map(|e| e.to_string())
         .unwrap_or_default()
         .contains("`layers` must be a count"));
     // The sequence-parallel scenario grows the same way.
@@ -1383,7 +1391,8 @@ fn a_send_between_stages_shows_the_block_sent_and_received() {
             .settled()
             .values
             .unwrap()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sends and recvs"), "{e}");
     }
 }

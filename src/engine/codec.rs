@@ -7,12 +7,21 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+/// A value that did not cross: postcard's error, and which way it went.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    #[error("could not encode: {0}")]
+    Encode(postcard::Error),
+    #[error("could not decode: {0}")]
+    Decode(postcard::Error),
+}
+
 /// `v` as bytes.
-pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, String> {
-    postcard::to_allocvec(v).map_err(|e| format!("could not encode: {e}"))
+pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, CodecError> {
+    postcard::to_allocvec(v).map_err(CodecError::Encode)
 }
 
 /// The value `bytes` encode.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    postcard::from_bytes(bytes).map_err(|e| format!("could not decode: {e}"))
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    postcard::from_bytes(bytes).map_err(CodecError::Decode)
 }

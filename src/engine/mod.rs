@@ -21,7 +21,9 @@ pub use queue::Queue;
 
 pub use suggest_view::Searching;
 
-pub use crate::protocol::{CostView, Job, Outcome, Reply, Request, SuggestRow, SuggestView, Task};
+pub use crate::protocol::{
+    CostView, Failure, Job, Outcome, Reply, Request, SuggestRow, SuggestView, Task,
+};
 use crate::session::Session;
 
 /// A job under way: the auto-planner's search, done a step at a time (seconds in the
@@ -68,24 +70,24 @@ pub fn start(job: &Job) -> Started {
         ));
     }
     Started::Done(match &job.task {
-        Task::Run => Outcome::Run(s.compute_run()),
+        Task::Run => Outcome::Run(s.compute_run().map_err(Failure::from)),
         Task::RunBroken(breaks) => {
             s.breaks = breaks.clone();
-            Outcome::Broken(s.compute_broken())
+            Outcome::Broken(s.compute_broken().map_err(Failure::from))
         }
-        Task::Values(op) => Outcome::Values(s.compute_values(*op)),
-        Task::Export(mode) => Outcome::Export(s.export_script(*mode)),
+        Task::Values(op) => Outcome::Values(s.compute_values(*op).map_err(Failure::from)),
+        Task::Export(mode) => Outcome::Export(s.export_script(*mode).map_err(Failure::from)),
         Task::Cost { pinned } => {
             s.pinned = pinned.as_ref().map(|link| crate::session::Pinned {
                 text: String::new(),
                 link: link.clone(),
             });
             Outcome::Cost(Box::new(CostView {
-                cost: s.cost(),
-                diff: s.pinned_diff(),
+                cost: s.cost().map_err(Failure::from),
+                diff: s.pinned_diff().map(|d| d.map_err(Failure::from)),
             }))
         }
-        Task::PipelineCost => Outcome::PipelineCost(s.pipeline_cost()),
+        Task::PipelineCost => Outcome::PipelineCost(s.pipeline_cost().map_err(Failure::from)),
         Task::Suggest { devices, memory_gb } => match Searching::new(&s, *devices, *memory_gb) {
             Ok(search) => return Started::Underway(Underway::Search(Box::new(search))),
             Err(e) => Outcome::Suggest(Err(e)),

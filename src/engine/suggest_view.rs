@@ -1,7 +1,7 @@
 //! The Suggest panel's answer as the page shows it: the search runs in the engine, and the
 //! page gets the table already formatted (so it needs none of the search's types).
 
-use crate::protocol::{SuggestRow, SuggestView};
+use crate::protocol::{Failure, SuggestRow, SuggestView};
 use crate::session::Session;
 use crate::suggest::report::{human_bytes, human_seconds};
 use crate::suggest::{Row, Search, Suggestion};
@@ -20,21 +20,22 @@ impl Searching {
         session: &Session,
         devices: Option<usize>,
         memory_gb: Option<f64>,
-    ) -> Result<Searching, String> {
+    ) -> Result<Searching, Failure> {
         let req = session.suggest_request(devices, memory_gb);
-        let (problem, mine, top) = req.problem()?;
+        let (problem, mine, top) = req.problem().map_err(|message| Failure { message })?;
         let model = problem.model;
-        let search = Search::new(problem, top, mine).map_err(|e| e.to_string())?;
+        let search = Search::new(problem, top, mine).map_err(|e| Failure {
+            message: e.to_string(),
+        })?;
         Ok(Searching { search, model })
     }
 
     /// One step; after the last, the answer.
-    pub(super) fn step(&mut self) -> Option<Result<SuggestView, String>> {
+    pub(super) fn step(&mut self) -> Option<Result<SuggestView, Failure>> {
         let done = self.search.step()?;
-        Some(
-            done.map(|s| view(&s, self.model))
-                .map_err(|e| e.to_string()),
-        )
+        Some(done.map(|s| view(&s, self.model)).map_err(|e| Failure {
+            message: e.to_string(),
+        }))
     }
 
     /// Work done and in all.

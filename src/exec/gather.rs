@@ -17,6 +17,35 @@ pub struct Piece<'a> {
 
 /// Every replica of the global tensor, assembled from the pieces.
 ///
+/// Why rank pieces do not assemble into a global tensor.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GatherError {
+    #[error("no pieces")]
+    NoPieces,
+    #[error("rank {rank} lays the tensor out differently from rank {first}")]
+    Layouts { rank: u32, first: u32 },
+    #[error("partial over several reduce types, which do not commute")]
+    ReduceTypes,
+    #[error("the global shape overflows")]
+    Overflow,
+    #[error("rank {0} is not on the mesh")]
+    NotOnMesh(u32),
+    #[error("replica {replica:?}, block {block:?}: {got} of {want} partial values")]
+    Contributions {
+        replica: Vec<usize>,
+        block: Vec<usize>,
+        got: usize,
+        want: usize,
+    },
+    #[error("a piece has shape {piece:?}, the tensor {global:?}")]
+    PieceRank {
+        piece: Vec<usize>,
+        global: Vec<usize>,
+    },
+    #[error("replica {0:?}: some elements are held by no rank")]
+    Holes(Vec<usize>),
+}
+
 /// Mesh axes that neither split a dim nor hold a partial value replicate the tensor: each
 /// coordinate on those axes holds a whole copy, and each copy is assembled separately (its
 /// blocks placed, its partial contributions reduced), so verification compares every copy
@@ -26,17 +55,17 @@ pub fn gather(
     mesh: &ProcessMesh,
     global_shape: &[usize],
     pieces: &[Piece],
-) -> Result<Vec<Tensor>, String> {
-    let first = pieces.first().ok_or("no pieces")?;
+) -> Result<Vec<Tensor>, GatherError> {
+    let first = pieces.first().ok_or(GatherError::NoPieces)?;
     let attr = first.attr;
     if let Some(p) = pieces
         .iter()
         .find(|p| p.attr.dims != attr.dims || p.attr.partial != attr.partial)
     {
-        return Err(format!(
-            "rank {} lays the tensor out differently from rank {}",
-            p.rank, first.rank
-        ));
+        return Err(GatherError::Layouts {
+            rank: p.rank,
+            first: first.rank,
+        });
     }
     let split_axes: Vec<MeshAxis> = attr.dims.iter().flatten().copied().collect();
     let partial_axes = attr.partial_axes();
@@ -46,20 +75,20 @@ pub fn gather(
         .map(|p| p.1)
         .unwrap_or(crate::dist::ReduceType::Sum);
     if attr.partial.iter().any(|p| p.1 != reduce) {
-        return Err("partial over several reduce types, which do not commute".into());
+        return Err(GatherError::ReduceTypes);
     }
     let contributions: usize = partial_axes.iter().map(|&a| mesh.axis_size(a)).product();
     let numel = global_shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or("the global shape overflows")?;
+        .ok_or(GatherError::Overflow)?;
     // replica coordinates -> block coordinates -> partial contributions
     type Blocks<'t> = BTreeMap<Vec<usize>, Vec<&'t Tensor>>;
     let mut replicas: BTreeMap<Vec<usize>, Blocks> = BTreeMap::new();
     for p in pieces {
         let coords = mesh
             .coords_of(p.rank)
-            .ok_or_else(|| format!("rank {} is not on the mesh", p.rank))?;
+            .ok_or(GatherError::NotOnMesh(p.rank))?;
         let replica: Vec<usize> = mesh
             .axes()
             .filter(|a| !split_axes.contains(a) && !partial_axes.contains(a))
@@ -80,10 +109,12 @@ pub fn gather(
         let mut filled = vec![false; numel];
         for (key, parts) in blocks {
             if parts.len() != contributions {
-                return Err(format!(
-                    "replica {replica:?}, block {key:?}: {} of {contributions} partial values",
-                    parts.len()
-                ));
+                return Err(GatherError::Contributions {
+                    replica: replica.clone(),
+                    block: key.clone(),
+                    got: parts.len(),
+                    want: contributions,
+                });
             }
             let value = if partial_axes.is_empty() {
                 (*parts[0]).clone()
@@ -103,9 +134,10 @@ pub fn gather(
             };
             let local = &value.shape;
             if local.len() != global_shape.len() {
-                return Err(format!(
-                    "a piece has shape {local:?}, the tensor {global_shape:?}"
-                ));
+                return Err(GatherError::PieceRank {
+                    piece: local.clone(),
+                    global: global_shape.to_vec(),
+                });
             }
             let ls = strides(local);
             for (i, v) in value.to_f64().iter().enumerate() {
@@ -124,9 +156,7 @@ pub fn gather(
             }
         }
         if filled.iter().any(|f| !f) {
-            return Err(format!(
-                "replica {replica:?}: some elements are held by no rank"
-            ));
+            return Err(GatherError::Holes(replica.clone()));
         }
         copies.push(Tensor::float(
             first.value.dtype(),

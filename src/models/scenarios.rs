@@ -177,7 +177,7 @@ pub fn scenarios() -> Vec<Scenario> {
         },
         Scenario {
             name: "llama_dp_mp",
-            title: "Llama block (GQA, rotary, SwiGLU), data × tensor parallel",
+            title: "Llama block, data × tensor parallel",
             model: Model::Llama,
             layers: 1,
             mesh: "2x2:dp,mp",

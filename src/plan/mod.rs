@@ -33,7 +33,7 @@ pub use options::{
 pub use parse::{parse_plan, SourceMap};
 pub use print::write_shard;
 pub use spec::{mesh_spec, parse_mesh_spec, parse_shard_spec, shard_spec, SpecError};
-pub use split::{forward_ops, ranges as stage_ranges, split_evenly, split_layers};
+pub use split::{forward_ops, ranges as stage_ranges, split_evenly, split_layers, SplitError};
 pub use stage::{parse_stage, StageLine, StagePlacement, StageTarget};
 
 use crate::dist::{MeshId, MeshTable, ProcessMesh, TensorDistAttr};

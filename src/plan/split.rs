@@ -28,21 +28,41 @@ pub fn forward_ops(program: &Program) -> usize {
 
 /// `stage` statements putting `per_stage[k]` layers on virtual stage `k` (the split
 /// `--pp-split` asks for). Errors name what does not fit.
-pub fn split_layers(program: &Program, per_stage: &[usize]) -> Result<Vec<StagePlacement>, String> {
+/// Why a program cannot be split into pipeline stages as asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    #[error("the program has no layers (ops whose outputs are named h<i>.…) to split")]
+    NoLayers,
+    #[error(
+        "the split {per_stage:?} places {asked} layers, but the program has {count}, and \
+         every stage needs at least one"
+    )]
+    Layers {
+        per_stage: Vec<usize>,
+        asked: usize,
+        count: usize,
+    },
+    #[error("{ops} forward ops cannot fill {stages} pipeline stages")]
+    TooFewOps { ops: usize, stages: usize },
+}
+
+pub fn split_layers(
+    program: &Program,
+    per_stage: &[usize],
+) -> Result<Vec<StagePlacement>, SplitError> {
     let n = forward_ops(program);
     let layers: Vec<Option<usize>> = (0..n).map(|i| layer_of(program, i)).collect();
     let count = layers.iter().flatten().max().map_or(0, |&l| l + 1);
     let asked: usize = per_stage.iter().sum();
     if count == 0 {
-        return Err(
-            "the program has no layers (ops whose outputs are named h<i>.…) to split".into(),
-        );
+        return Err(SplitError::NoLayers);
     }
     if asked != count || per_stage.contains(&0) {
-        return Err(format!(
-            "the split {per_stage:?} places {asked} layers, but the program has {count}, and \
-             every stage needs at least one"
-        ));
+        return Err(SplitError::Layers {
+            per_stage: per_stage.to_vec(),
+            asked,
+            count,
+        });
     }
     // The first op of each stage after the first: its first layer's first op.
     let mut starts = Vec::with_capacity(per_stage.len());
@@ -82,7 +102,7 @@ pub fn ranges(starts: &[usize], n: usize) -> Vec<StagePlacement> {
 /// forward ops by count (later stages take the remainder: the MLP on two stages splits
 /// after its first activation, as in Paddle's pipeline example). Errors when there are
 /// fewer forward ops than stages; with fewer layers than stages, ops are split by count.
-pub fn split_evenly(program: &Program, stages: usize) -> Result<Vec<StagePlacement>, String> {
+pub fn split_evenly(program: &Program, stages: usize) -> Result<Vec<StagePlacement>, SplitError> {
     let n = forward_ops(program);
     let count = (0..n)
         .filter_map(|i| layer_of(program, i))
@@ -105,9 +125,7 @@ pub fn split_evenly(program: &Program, stages: usize) -> Result<Vec<StagePlaceme
         return split_layers(program, &share(count, true));
     }
     if n < stages {
-        return Err(format!(
-            "{n} forward ops cannot fill {stages} pipeline stages"
-        ));
+        return Err(SplitError::TooFewOps { ops: n, stages });
     }
     let mut starts = Vec::with_capacity(stages);
     let mut at = 0;

@@ -137,13 +137,13 @@ fn apply(program: &mut crate::ir::Program, rank: u32, key: &BrokenOp, b: &Breaka
 
 impl Session {
     /// Runs the plan with the breakages applied and reports what diverged.
-    pub(crate) fn compute_broken(&mut self) -> Result<BreakReport, String> {
+    pub(crate) fn compute_broken(&mut self) -> Result<BreakReport, SessionError> {
         self.ensure_partitioned(None);
         let Some(p) = self.pipeline.clone() else {
-            return Err("nothing to run: the plan has an error".into());
+            return Err(SessionError::NothingToRun);
         };
-        if let Some(why) = too_large(&p) {
-            return Err(why);
+        if too_large(&p) {
+            return Err(SessionError::TooLarge);
         }
         // Verified in f64, as Run is (`exec::precision`).
         let p = crate::exec::precision::in_precision(&p, crate::exec::precision::Precision::F64)
@@ -164,7 +164,7 @@ impl Session {
             .iter()
             .map(|(_, b)| self.describe_break(b))
             .collect();
-        let serial = run_serial(&p, &opts).map_err(|e| format!("the serial run failed: {e}"))?;
+        let serial = run_serial(&p, &opts).map_err(SessionError::Serial)?;
         Ok(match run_distributed(&broken, &opts, false) {
             Ok(d) => diagnose(&serial, &d, breaks),
             Err(e) => BreakReport {
@@ -178,7 +178,8 @@ impl Session {
 }
 
 /// Why a plan is too large to run in the browser, if it is.
-pub(super) fn too_large(p: &Passes) -> Option<String> {
+/// Whether the model is too large to run in the browser.
+pub(super) fn too_large(p: &Passes) -> bool {
     let params: usize = p
         .full
         .program
@@ -187,8 +188,7 @@ pub(super) fn too_large(p: &Passes) -> Option<String> {
         .filter(|v| v.kind.is_source())
         .map(|v| v.ty.numel())
         .sum();
-    (params > 2_000_000)
-        .then(|| "this model is too large to run in the browser; use `shardlab run`".into())
+    params > 2_000_000
 }
 
 /// The verifier's checks, failing ones explained, in the order they diverge.

@@ -20,7 +20,10 @@ pub struct Pinned {
 }
 
 /// `p` with every rank partitioned (a copy if it had only some).
-pub(super) fn all_ranks(p: &Arc<Passes>, opts: &PartitionOptions) -> Result<Arc<Passes>, String> {
+pub(super) fn all_ranks(
+    p: &Arc<Passes>,
+    opts: &PartitionOptions,
+) -> Result<Arc<Passes>, SessionError> {
     if p.is_fully_partitioned() {
         return Ok(Arc::clone(p));
     }
@@ -29,42 +32,41 @@ pub(super) fn all_ranks(p: &Arc<Passes>, opts: &PartitionOptions) -> Result<Arc<
         ranks: None,
         ..opts.clone()
     };
-    full.repartition(&opts).map_err(|e| e.to_string())?;
+    full.repartition(&opts)?;
     Ok(Arc::new(full))
 }
 
 impl Session {
     /// The topology preset the plan is costed on.
-    pub fn topology(&self) -> Result<Topology, String> {
-        Topology::preset(&self.topology).map_err(|e| e.to_string())
+    pub fn topology(&self) -> Result<Topology, SessionError> {
+        Ok(Topology::preset(&self.topology)?)
     }
 
     /// This session's plan (every rank) priced on `topo`.
-    fn costed(&self, topo: &Topology) -> Result<(Arc<Passes>, Estimate), String> {
-        let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
+    fn costed(&self, topo: &Topology) -> Result<(Arc<Passes>, Estimate), SessionError> {
+        let p = self.pipeline.as_ref().ok_or(SessionError::PlanHasError)?;
         let full = all_ranks(p, &self.partition_options(None))?;
         let opts = CostOptions {
             mixed_precision: self.plan.options.amp,
             overlap_grad_sync: false,
         };
-        let e = estimate(&full, topo, topo.default_dtype, opts).map_err(|e| e.to_string())?;
+        let e = estimate(&full, topo, topo.default_dtype, opts)?;
         Ok((full, e))
     }
 
     /// The current plan's cost on the session's topology (every rank), or why there is none.
-    pub fn cost(&self) -> Result<Estimate, String> {
+    pub fn cost(&self) -> Result<Estimate, SessionError> {
         self.costed(&self.topology()?).map(|c| c.1)
     }
 
     /// The pinned plan against the current one, both on the session's topology (`None`
     /// without a pinned plan).
-    pub fn pinned_diff(&self) -> Option<Result<PlanDiff, String>> {
+    pub fn pinned_diff(&self) -> Option<Result<PlanDiff, SessionError>> {
         let pinned = self.pinned.as_ref()?;
         self.pipeline.as_ref()?;
         Some((|| {
             let topo = self.topology()?;
-            let then = Session::from_hash(&pinned.link)
-                .map_err(|e| format!("the pinned plan did not open: {e}"))?;
+            let then = Session::from_hash(&pinned.link).map_err(SessionError::Pinned)?;
             let (pa, ea) = then.costed(&topo)?;
             let (pb, eb) = self.costed(&topo)?;
             Ok(diff(&pa, &ea, &pb, &eb))

@@ -6,13 +6,13 @@ use crate::export::{export_jax, Constrain, ExportMode, ExportOptions};
 
 impl Session {
     /// The script of `mode`, or why there is none.
-    pub fn export_script(&self, mode: ExportMode) -> Result<String, String> {
+    pub fn export_script(&self, mode: ExportMode) -> Result<String, SessionError> {
         let mut s = self.clone();
         s.ensure_partitioned(None);
         let p = s.pipeline.as_ref().ok_or_else(|| {
             s.plan_error
                 .clone()
-                .unwrap_or_else(|| "the plan has an error".into())
+                .map_or(SessionError::PlanHasError, SessionError::Planning)
         })?;
         export_jax(
             p,
@@ -23,6 +23,6 @@ impl Session {
                 init: Default::default(),
             },
         )
-        .map_err(|e| e.to_string())
+        .map_err(SessionError::from)
     }
 }

@@ -27,9 +27,8 @@ impl Session {
             Outcome::Run(Ok(r)) => self.run = Some(r),
             Outcome::Broken(Ok(r)) => self.break_report = Some(r),
             Outcome::Values(v) => self.values = Some(v),
-            Outcome::Run(Err(e)) | Outcome::Broken(Err(e)) | Outcome::Failed(e) => {
-                self.message = Some(e)
-            }
+            Outcome::Run(Err(e)) | Outcome::Broken(Err(e)) => self.message = Some(e.to_string()),
+            Outcome::Failed(e) => self.message = Some(e),
             // The export, cost, pipeline and suggest panels send their own jobs; the
             // session never waits for these.
             Outcome::Export(_)

@@ -68,7 +68,7 @@ impl Lesson {
     }
 
     /// The playground's state for this lesson.
-    pub fn session(&self) -> Result<Session, String> {
+    pub fn session(&self) -> Result<Session, SessionError> {
         let from = |name: &str| Session::from_scenario(name);
         let s = match self.number {
             1 => from("gpt_dp_mp")?.reduce(Action::SelectRank(5)),
@@ -86,24 +86,28 @@ impl Lesson {
             11 => from("gpt_dp_mp")?.reduce(Action::SetZero(1)),
             12 => pipelined()?,
             13 => from("gpt_dp_mp")?,
-            _ => return Err(format!("no lesson {}", self.number)),
+            _ => return Err(SessionError::NoLesson(self.number)),
         };
         match (&s.plan_error, &s.message) {
-            (Some(e), _) | (None, Some(e)) => Err(format!("lesson {}: {e}", self.number)),
+            (Some(e), _) | (None, Some(e)) => Err(SessionError::Lesson {
+                number: self.number,
+                message: e.clone(),
+            }),
             (None, None) => Ok(s),
         }
     }
 }
 
 /// Lesson 12: a 2-layer GPT on 2 pipeline stages × dp 2 × mp 2, 4 micro-batches, 1F1B.
-fn pipelined() -> Result<Session, String> {
-    let sc = Scenario::by_name("gpt_dp_mp").ok_or("no gpt_dp_mp")?;
+fn pipelined() -> Result<Session, SessionError> {
+    let sc = Scenario::by_name("gpt_dp_mp")
+        .ok_or_else(|| SessionError::UnknownPreset("gpt_dp_mp".into()))?;
     let config = crate::models::ModelConfig {
         layers: 2,
         ..sc.config()
     };
-    let mut plan = sc.plan_with(&config).map_err(|e| e.to_string())?;
-    let mesh = Arc::new(crate::plan::parse_mesh_spec("2x2x2:pp,dp,mp").map_err(|e| e.to_string())?);
+    let mut plan = sc.plan_with(&config)?;
+    let mesh = Arc::new(crate::plan::parse_mesh_spec("2x2x2:pp,dp,mp")?);
     plan.set_mesh(mesh.clone());
     plan.annotations.clear();
     let mut shards = vec!["x=dp,-,-".to_string()];

@@ -52,28 +52,33 @@ impl Session {
     fn with_link_options(
         mut self,
         fields: &std::collections::HashMap<String, String>,
-    ) -> Result<Session, String> {
+    ) -> Result<Session, LinkError> {
         match fields.get("ms").map(String::as_str) {
             None | Some("0") => {}
             Some("1") => self = self.reduce(Action::SetMegatronSums(true)),
             Some(other) => {
-                return Err(format!(
-                    "the link's `ms` must be 0 or 1, not `{}`",
-                    clip(other)
-                ))
+                return Err(LinkError::Field {
+                    key: "ms",
+                    expected: "0 or 1",
+                    value: clip(other),
+                })
             }
         }
         if let Some(z) = fields.get("zero") {
-            let stage = z
-                .parse::<i64>()
-                .map_err(|_| format!("the link's `zero` must be 0 to 3, not `{}`", clip(z)))?;
-            let stage = crate::plan::PlanOptions::check_zero(stage)
-                .map_err(|e| format!("the link's {e}"))?;
+            let stage = z.parse::<i64>().map_err(|_| LinkError::Field {
+                key: "zero",
+                expected: "0 to 3",
+                value: clip(z),
+            })?;
+            let stage = crate::plan::PlanOptions::check_zero(stage).map_err(LinkError::Option)?;
             self = self.reduce(Action::SetZero(stage));
         }
         if let Some(t) = fields.get("topo") {
             if !TOPOLOGIES.contains(&t.as_str()) {
-                return Err(format!("the link's topology `{}` is unknown", clip(t)));
+                return Err(LinkError::Unknown {
+                    what: "topology",
+                    value: clip(t),
+                });
             }
             self.topology = t.clone();
         }
@@ -104,24 +109,29 @@ impl Session {
     fn with_pipeline_link(
         mut self,
         fields: &std::collections::HashMap<String, String>,
-    ) -> Result<Session, String> {
-        let count = |key: &str, v: &str| {
-            v.parse::<i64>()
-                .map_err(|_| format!("the link's `{key}` must be a count, not `{}`", clip(v)))
+    ) -> Result<Session, LinkError> {
+        let count = |key: &'static str, v: &str| {
+            v.parse::<i64>().map_err(|_| LinkError::Field {
+                key,
+                expected: "a count",
+                value: clip(v),
+            })
         };
         if let Some(v) = fields.get("sched") {
-            let k = crate::plan::ScheduleKind::from_name(v)
-                .ok_or_else(|| format!("the link's schedule `{}` is unknown", clip(v)))?;
+            let k = crate::plan::ScheduleKind::from_name(v).ok_or_else(|| LinkError::Unknown {
+                what: "schedule",
+                value: clip(v),
+            })?;
             self.plan.options.schedule = k;
         }
         if let Some(v) = fields.get("mb") {
             self.plan.options.micro_batches =
                 crate::plan::PlanOptions::check_count("mb", count("mb", v)?)
-                    .map_err(|e| format!("the link's {e}"))?;
+                    .map_err(LinkError::Option)?;
         }
         if let Some(v) = fields.get("v") {
             self.plan.options.chunks = crate::plan::PlanOptions::check_count("v", count("v", v)?)
-                .map_err(|e| format!("the link's {e}"))?;
+                .map_err(LinkError::Option)?;
         }
         if fields.contains_key("sched") || fields.contains_key("mb") || fields.contains_key("v") {
             self.plan_changed();
@@ -131,9 +141,13 @@ impl Session {
                 .split(',')
                 .map(|x| x.parse::<usize>())
                 .collect::<Result<_, _>>()
-                .map_err(|_| format!("the link's `pps` must be op numbers, not `{}`", clip(v)))?;
+                .map_err(|_| LinkError::Field {
+                    key: "pps",
+                    expected: "op numbers",
+                    value: clip(v),
+                })?;
             self.set_stage_starts(starts)
-                .map_err(|m| format!("the link's stage boundaries: {m}"))?;
+                .map_err(|e| LinkError::StageStarts(Box::new(e)))?;
         }
         if fields.get("ideal").map(String::as_str) == Some("1") {
             self.gantt_ideal = true;
@@ -142,35 +156,30 @@ impl Session {
     }
 
     /// Restores a state from a URL hash; a hostile or corrupt hash is an error message.
-    pub fn from_hash(hash: &str) -> Result<Session, String> {
+    pub fn from_hash(hash: &str) -> Result<Session, LinkError> {
         let hash = hash.trim_start_matches('#');
         if hash.len() > 200_000 {
-            return Err("the link is too long".into());
+            return Err(LinkError::TooLong);
         }
         let mut fields = std::collections::HashMap::new();
         for part in hash.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
-                .ok_or_else(|| format!("the link has a malformed field `{}`", clip(part)))?;
+                .ok_or_else(|| LinkError::Malformed(clip(part)))?;
             fields.insert(
                 k.to_string(),
-                decode(v).ok_or_else(|| {
-                    format!("the link's field `{k}` is not valid percent-encoding")
-                })?,
+                decode(v).ok_or_else(|| LinkError::Encoding(k.to_string()))?,
             );
         }
         let mut s = if let Some(text) = fields.get("text") {
             let (plan, _) = parse_plan(text).map_err(|e| {
-                format!(
-                    "the link's plan does not parse: {}",
-                    e.first().map(|e| e.to_string()).unwrap_or_default()
-                )
+                LinkError::PlanParse(e.first().map(|e| e.to_string()).unwrap_or_default())
             })?;
             if plan.mesh().is_none() {
-                return Err("the link's plan has no mesh".into());
+                return Err(LinkError::NoMesh);
             }
             if !crate::plan::verify_plan(&plan).is_empty() {
-                return Err("the link's plan does not verify".into());
+                return Err(LinkError::DoesNotVerify);
             }
             let mut s = Session::from_plan("custom", plan);
             s.text = text.clone();
@@ -181,19 +190,23 @@ impl Session {
                 .map(String::as_str)
                 .unwrap_or("megatron_mlp");
             let mut s = match fields.get("layers") {
-                None => Session::from_scenario(name)?,
+                None => {
+                    Session::from_scenario(name).map_err(|e| LinkError::Scenario(Box::new(e)))?
+                }
                 Some(n) => {
-                    let n = n.parse::<usize>().map_err(|_| {
-                        format!("the link's `layers` must be a count, not `{}`", clip(n))
+                    let n = n.parse::<usize>().map_err(|_| LinkError::Field {
+                        key: "layers",
+                        expected: "a count",
+                        value: clip(n),
                     })?;
-                    Session::from_scenario_layers(name, n).map_err(|e| format!("the link's {e}"))?
+                    Session::from_scenario_layers(name, n)
+                        .map_err(|e| LinkError::Layers(Box::new(e)))?
                 }
             };
             if let Some(mesh) = fields.get("mesh") {
-                let m = crate::plan::parse_mesh_spec(mesh)
-                    .map_err(|e| format!("the link's mesh: {e}"))?;
+                let m = crate::plan::parse_mesh_spec(mesh).map_err(LinkError::Mesh)?;
                 if m.size() > 512 {
-                    return Err("the link's mesh is too large for the playground".into());
+                    return Err(LinkError::MeshTooLarge);
                 }
                 // The scenario's annotations were written for its own mesh: carry each one
                 // over by axis name where the new mesh has those axes and they divide the
@@ -207,11 +220,11 @@ impl Session {
                     .collect();
             }
             if let Some(shards) = fields.get("shard") {
-                let mesh = s.mesh().cloned().ok_or("no mesh")?;
+                let mesh = s.mesh().cloned().ok_or(LinkError::NoMeshForShards)?;
                 s.plan.annotations.clear();
                 for spec in shards.split(';').filter(|x| !x.is_empty()) {
                     let ann = parse_shard_spec(spec, &s.plan.program, &mesh)
-                        .map_err(|e| format!("the link's annotation: {e}"))?;
+                        .map_err(LinkError::Annotation)?;
                     s.plan.annotations.push(ann);
                 }
             }
@@ -220,27 +233,29 @@ impl Session {
         };
         s = s.with_link_options(&fields)?;
         if let Some(stage) = fields.get("stage") {
-            s.stage = Stage::from_id(stage)
-                .ok_or_else(|| format!("the link's stage `{}` is unknown", clip(stage)))?;
+            s.stage = Stage::from_id(stage).ok_or_else(|| LinkError::Unknown {
+                what: "stage",
+                value: clip(stage),
+            })?;
         }
         if let Some(t) = fields.get("t") {
             s.timeline = t
                 .parse::<usize>()
-                .map_err(|_| "the link's timeline position is not a number".to_string())?
+                .map_err(|_| LinkError::Timeline)?
                 .min(s.events());
         }
         if let Some(v) = fields.get("var") {
             s = s.reduce(Action::SelectVar(Some(v.clone())));
         }
         if let Some(r) = fields.get("rank") {
-            let r = r
-                .parse::<u32>()
-                .map_err(|_| "the link's rank is not a number".to_string())?;
+            let r = r.parse::<u32>().map_err(|_| LinkError::Rank)?;
             s = s.reduce(Action::SelectRank(r));
         }
         if let Some(n) = fields.get("n") {
-            s.notation = Notation::from_id(n)
-                .ok_or_else(|| format!("the link's notation `{}` is unknown", clip(n)))?;
+            s.notation = Notation::from_id(n).ok_or_else(|| LinkError::Unknown {
+                what: "notation",
+                value: clip(n),
+            })?;
         }
         Ok(s)
     }

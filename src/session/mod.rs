@@ -16,6 +16,7 @@ mod backward_timeline;
 mod break_it;
 mod cost;
 mod edit;
+pub mod error;
 mod exercises;
 mod export;
 mod jobs;
@@ -34,6 +35,7 @@ pub use crate::protocol::{
 };
 pub use action::{Action, DimChoice, PipelineAction};
 pub use cost::{Pinned, TOPOLOGIES};
+pub use error::{LinkError, SessionError};
 pub use exercises::{AnswerKind, Exercise, Grade};
 pub use lessons::{Lesson, LESSONS};
 pub use link::{decode, encode, preset_names};
@@ -119,7 +121,7 @@ pub struct Session {
     /// What the last broken run found.
     pub break_report: Option<BreakReport>,
     /// The collective shown with real values, or why it cannot be.
-    pub values: Option<Result<CollectiveView, String>>,
+    pub values: Option<Result<CollectiveView, crate::protocol::Failure>>,
     /// The engine job this session waits for (Run, a broken run, a collective's values);
     /// the page sends it to the engine and dispatches the reply.
     pub job: Option<crate::protocol::Job>,
@@ -173,26 +175,25 @@ pub const MAX_BROWSER_LAYERS: usize = 48;
 
 impl Session {
     /// A session on a named scenario.
-    pub fn from_scenario(name: &str) -> Result<Session, String> {
-        let s = Scenario::by_name(name).ok_or_else(|| format!("unknown preset `{name}`"))?;
-        Ok(Session::from_plan(
-            s.name,
-            s.plan().map_err(|e| e.to_string())?,
-        ))
+    pub fn from_scenario(name: &str) -> Result<Session, SessionError> {
+        let s =
+            Scenario::by_name(name).ok_or_else(|| SessionError::UnknownPreset(name.to_string()))?;
+        Ok(Session::from_plan(s.name, s.plan()?))
     }
 
     /// A session on a named scenario with `layers` blocks, annotated per block.
-    pub fn from_scenario_layers(name: &str, layers: usize) -> Result<Session, String> {
-        let s = Scenario::by_name(name).ok_or_else(|| format!("unknown preset `{name}`"))?;
+    pub fn from_scenario_layers(name: &str, layers: usize) -> Result<Session, SessionError> {
+        let s =
+            Scenario::by_name(name).ok_or_else(|| SessionError::UnknownPreset(name.to_string()))?;
         if !(1..=MAX_BROWSER_LAYERS).contains(&layers) {
-            return Err(format!(
-                "layers must be 1 to {MAX_BROWSER_LAYERS} in the playground, not {layers}"
-            ));
+            return Err(SessionError::Layers {
+                layers,
+                max: MAX_BROWSER_LAYERS,
+            });
         }
         let plan = s
             .plan_layers(layers)
-            .ok_or_else(|| format!("`{name}` has no blocks to repeat"))?
-            .map_err(|e| e.to_string())?;
+            .ok_or_else(|| SessionError::NoBlocks(name.to_string()))??;
         let mut session = Session::from_plan(s.name, plan);
         session.layers = (layers != s.layers).then_some(layers);
         Ok(session)
@@ -212,7 +213,7 @@ impl Session {
                 }
                 *self = s;
             }
-            Err(e) => self.message = Some(e),
+            Err(e) => self.message = Some(e.to_string()),
         }
     }
 
@@ -364,7 +365,7 @@ impl Session {
                     s.pinned = self.pinned.clone();
                     return s;
                 }
-                Err(e) => self.message = Some(e),
+                Err(e) => self.message = Some(e.to_string()),
             },
             Action::SetMeshShape(shape) => self.set_mesh(shape),
             Action::RenameAxis(axis, name) => self.rename_axis(axis, &name),

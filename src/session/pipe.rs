@@ -102,24 +102,25 @@ impl Session {
         }
         starts[stage] = first_op;
         if let Err(m) = self.set_stage_starts(starts) {
-            self.message = Some(m);
+            self.message = Some(m.to_string());
         }
     }
 
     /// Places the stages at these first ops (strictly increasing, stage 0 at op 0).
-    pub(super) fn set_stage_starts(&mut self, starts: Vec<usize>) -> Result<(), String> {
+    pub(super) fn set_stage_starts(&mut self, starts: Vec<usize>) -> Result<(), SessionError> {
         let n = crate::plan::forward_ops(&self.plan.program);
         let want = self.stage_starts().len();
         if starts.len() != want {
-            return Err(format!("{} stage starts for {want} stages", starts.len()));
+            return Err(SessionError::StageCount {
+                got: starts.len(),
+                want,
+            });
         }
         if starts.first() != Some(&0)
             || starts.windows(2).any(|w| w[0] >= w[1])
             || starts.last().is_some_and(|&l| l >= n)
         {
-            return Err(format!(
-                "stage starts {starts:?} must rise from op 0 and stay below op {n}"
-            ));
+            return Err(SessionError::StageStarts { starts, ops: n });
         }
         self.plan.stages = crate::plan::stage_ranges(&starts, n);
         self.plan_changed();
@@ -128,18 +129,19 @@ impl Session {
 
     /// The schedule in time: the cost model's job times on the session's topology, or the
     /// ideal units.
-    pub fn pipeline_cost(&self) -> Result<PipelineCost, String> {
-        let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
+    pub fn pipeline_cost(&self) -> Result<PipelineCost, SessionError> {
+        let p = self.pipeline.as_ref().ok_or(SessionError::PlanHasError)?;
         if !p.is_pipelined() {
-            return Err("no pipeline: name a mesh axis `pp`, or use more micro-batches".into());
+            return Err(SessionError::NoPipeline);
         }
         if self.gantt_ideal {
             let full = super::cost::all_ranks(p, &self.partition_options(None))?;
-            return pipeline_cost(&full, None, crate::cost::work::ElementBytes(4.0))
-                .map_err(|e| e.to_string());
+            return Ok(pipeline_cost(
+                &full,
+                None,
+                crate::cost::work::ElementBytes(4.0),
+            )?);
         }
-        self.cost()?
-            .pipeline
-            .ok_or_else(|| "the plan has no pipeline".to_string())
+        self.cost()?.pipeline.ok_or(SessionError::NoSchedule)
     }
 }

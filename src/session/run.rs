@@ -5,13 +5,13 @@ use super::*;
 
 impl Session {
     /// Runs every rank of the plan for two steps and verifies them against serial.
-    pub(crate) fn compute_run(&mut self) -> Result<RunSummary, String> {
+    pub(crate) fn compute_run(&mut self) -> Result<RunSummary, SessionError> {
         self.ensure_partitioned(None);
         let Some(p) = self.pipeline.clone() else {
-            return Err("nothing to run: the plan has an error".into());
+            return Err(SessionError::NothingToRun);
         };
-        if let Some(why) = super::break_it::too_large(&p) {
-            return Err(why);
+        if super::break_it::too_large(&p) {
+            return Err(SessionError::TooLarge);
         }
         let opts = RunOptions {
             steps: 2,
@@ -20,8 +20,8 @@ impl Session {
         // Verified in f64: in f32 the derived tolerance cannot catch every error on a deep
         // model (`exec::precision`).
         let p = crate::exec::precision::in_precision(&p, crate::exec::precision::Precision::F64);
-        let s = run_serial(&p, &opts).map_err(|e| format!("run failed: {e}"))?;
-        let d = run_distributed(&p, &opts, false).map_err(|e| format!("run failed: {e}"))?;
+        let s = run_serial(&p, &opts).map_err(SessionError::Run)?;
+        let d = run_distributed(&p, &opts, false).map_err(SessionError::Run)?;
         Ok(RunSummary {
             serial_losses: s.losses.clone(),
             dist_losses: d.losses.clone(),

@@ -66,7 +66,7 @@ pub fn ring_all_reduce(inputs: &[Vec<f64>]) -> Vec<RingStep> {
 
 impl Session {
     /// Op `op` of the selected rank's program with real values.
-    pub(crate) fn compute_values(&mut self, op: usize) -> Result<CollectiveView, String> {
+    pub(crate) fn compute_values(&mut self, op: usize) -> Result<CollectiveView, SessionError> {
         self.ensure_partitioned(None);
         self.collective_view(op)
     }
@@ -79,21 +79,18 @@ impl Session {
             .map_or_else(|| o.ty.to_string(), |i| i.label)
     }
 
-    fn collective_view(&self, op: usize) -> Result<CollectiveView, String> {
-        let p = self.pipeline.as_ref().ok_or("the plan has an error")?;
-        if let Some(why) = super::break_it::too_large(p) {
-            return Err(why);
+    fn collective_view(&self, op: usize) -> Result<CollectiveView, SessionError> {
+        let p = self.pipeline.as_ref().ok_or(SessionError::PlanHasError)?;
+        if super::break_it::too_large(p) {
+            return Err(SessionError::TooLarge);
         }
-        let rank = self
-            .rank_program()
-            .ok_or("the selected rank is not built")?;
-        let o = rank
-            .program
-            .ops()
-            .get(op)
-            .ok_or(format!("rank {} has no op {op}", rank.rank))?;
+        let rank = self.rank_program().ok_or(SessionError::RankNotBuilt)?;
+        let o = rank.program.ops().get(op).ok_or(SessionError::NoSuchOp {
+            rank: rank.rank,
+            op,
+        })?;
         if o.ty.class() != OpClass::Collective {
-            return Err(format!("op {op} ({}) is not a collective", o.ty));
+            return Err(SessionError::NotCollective { op, ty: o.ty });
         }
         if matches!(o.ty, crate::ir::OpType::Send | crate::ir::OpType::Recv) {
             return p2p_view(p, rank, op, self.op_label(op, o));
@@ -102,7 +99,7 @@ impl Session {
             .attr_ints("group")
             .map(|g| g.iter().map(|&r| r as u32).collect())
             .unwrap_or_else(|| vec![rank.rank]);
-        let key = super::break_it::key_of(&rank.program, op).ok_or("no such op")?;
+        let key = super::break_it::key_of(&rank.program, op).ok_or(SessionError::NoOpKey)?;
         let ops: Vec<(u32, usize)> = group
             .iter()
             .filter_map(|&g| {
@@ -112,7 +109,7 @@ impl Session {
             .collect();
         let opts = RunOptions::default();
         let values =
-            crate::exec::values::values_around(p, &ops, &opts).map_err(|e| e.to_string())?;
+            crate::exec::values::values_around(p, &ops, &opts).map_err(SessionError::Values)?;
         let blocks: Vec<Block> = values
             .into_iter()
             .map(|(rank, a, b)| Block {
@@ -149,9 +146,9 @@ fn p2p_view(
     rank: &crate::passes::partition::RankProgram,
     op: usize,
     label: String,
-) -> Result<CollectiveView, String> {
+) -> Result<CollectiveView, SessionError> {
     if !p.is_fully_partitioned() {
-        return Err("every rank must be partitioned".into());
+        return Err(SessionError::NotPartitioned);
     }
     let (sender, receiver) = p2p_pair(p, rank, op)?;
     let values = crate::exec::run_pipe::first_micro_batch_values(
@@ -159,12 +156,12 @@ fn p2p_view(
         &[sender, receiver],
         &RunOptions::default(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(SessionError::Values)?;
     let [Some(a), Some(b)] = [
         values.first().cloned().flatten(),
         values.get(1).cloned().flatten(),
     ] else {
-        return Err("the executor left no value for this send and recv".into());
+        return Err(SessionError::NoP2pValue);
     };
     Ok(CollectiveView {
         op,
@@ -201,12 +198,12 @@ fn p2p_pair(
     p: &Passes,
     rank: &crate::passes::partition::RankProgram,
     op: usize,
-) -> Result<(RankVar, RankVar), String> {
+) -> Result<(RankVar, RankVar), SessionError> {
     use crate::ir::OpType;
     let o = &rank.program.ops()[op];
     let ring = o.attr_int("ring_id", -1);
-    let peer = u32::try_from(o.attr_int("peer", -1))
-        .map_err(|_| format!("op {op} ({}) names no peer", o.ty))?;
+    let peer =
+        u32::try_from(o.attr_int("peer", -1)).map_err(|_| SessionError::NoPeer { op, ty: o.ty })?;
     let on_ring = |program: &crate::ir::Program, ty: OpType| -> Vec<usize> {
         program
             .ops()
@@ -224,16 +221,20 @@ fn p2p_pair(
     let nth = on_ring(&rank.program, o.ty)
         .iter()
         .position(|&i| i == op)
-        .ok_or("the op is not on its ring")?;
+        .ok_or(SessionError::NotOnRing)?;
     let peer_rank = p
         .partitioned
         .ranks
         .iter()
         .find(|r| r.rank == peer)
-        .ok_or(format!("rank {peer} is not built"))?;
-    let peer_op = *on_ring(&peer_rank.program, other).get(nth).ok_or(format!(
-        "rank {peer} has no matching {other} on ring {ring}"
-    ))?;
+        .ok_or(SessionError::PeerNotBuilt(peer))?;
+    let peer_op = *on_ring(&peer_rank.program, other)
+        .get(nth)
+        .ok_or(SessionError::NoPeerOp {
+            peer,
+            ty: other,
+            ring,
+        })?;
     let ((s, s_op), (r, r_op)) = if o.ty == OpType::Send {
         ((rank, op), (peer_rank, peer_op))
     } else {
@@ -243,6 +244,6 @@ fn p2p_pair(
     let received = r.program.ops()[r_op].output("Out").first().copied();
     match (sent, received) {
         (Some(x), Some(y)) => Ok(((s.rank, x), (r.rank, y))),
-        _ => Err("the send has no input or the recv no output".into()),
+        _ => Err(SessionError::P2pSlots),
     }
 }

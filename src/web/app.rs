@@ -89,7 +89,7 @@ fn initial() -> Session {
     if let Some(n) = lesson_number() {
         let lesson = crate::session::Lesson::by_number(n)
             .ok_or_else(|| format!("there is no lesson {n}"))
-            .and_then(|l| l.session());
+            .and_then(|l| l.session().map_err(|e| e.to_string()));
         match lesson {
             Ok(s) => return s,
             Err(e) => {

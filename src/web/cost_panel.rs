@@ -173,7 +173,7 @@ fn select_value(e: &Event) -> String {
 }
 
 /// The plan's cost: the summary, the bars, the selected rank's memory.
-fn cost_view(cost: &Result<Estimate, String>, rank: u32) -> Html {
+fn cost_view(cost: &Result<Estimate, crate::protocol::Failure>, rank: u32) -> Html {
     match cost {
         Ok(e) => html! {
             <>
@@ -190,7 +190,7 @@ fn cost_view(cost: &Result<Estimate, String>, rank: u32) -> Html {
 }
 
 /// The comparison with the pinned plan.
-fn compare_view(diff: &Option<Result<PlanDiff, String>>) -> Html {
+fn compare_view(diff: &Option<Result<PlanDiff, crate::protocol::Failure>>) -> Html {
     match diff {
         Some(Ok(d)) => diff_view(d),
         Some(Err(m)) => html! { <p class="hint">{ format!("No comparison: {m}") }</p> },

@@ -54,7 +54,7 @@ struct Spawned {
 
 /// `v` as a message: its bytes (`crate::engine::codec`) in a `Uint8Array`.
 pub fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, String> {
-    let bytes = crate::engine::codec::encode(v)?;
+    let bytes = crate::engine::codec::encode(v).map_err(|e| e.to_string())?;
     Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
 }
 
@@ -64,7 +64,7 @@ pub fn from_js<T: serde::de::DeserializeOwned>(v: JsValue) -> Result<T, String> 
         .dyn_into::<js_sys::Uint8Array>()
         .map_err(|_| "the message is not bytes".to_string())?
         .to_vec();
-    crate::engine::codec::decode(&bytes)
+    crate::engine::codec::decode(&bytes).map_err(|e| e.to_string())
 }
 
 impl EngineLink {

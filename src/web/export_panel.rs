@@ -27,7 +27,7 @@ fn ask_for_script(
         let (script, latest, id) = (script.clone(), latest.clone(), job.id);
         let on = Callback::from(move |outcome| {
             let r = match outcome {
-                Outcome::Export(r) => r,
+                Outcome::Export(r) => r.map_err(|e| e.to_string()),
                 Outcome::Failed(e) => Err(e),
                 Outcome::Progress { .. }
                 | Outcome::Run(_)

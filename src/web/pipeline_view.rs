@@ -135,7 +135,10 @@ fn schedule_view(computed: Option<Outcome>) -> Html {
                 { stats(&c) }
             </>
         },
-        Some(Outcome::PipelineCost(Err(m)) | Outcome::Failed(m)) => {
+        Some(Outcome::PipelineCost(Err(m))) => {
+            html! { <p class="hint">{ m.to_string() }</p> }
+        }
+        Some(Outcome::Failed(m)) => {
             html! { <p class="hint">{ m }</p> }
         }
         Some(_) => html! {},

@@ -108,7 +108,8 @@ fn start_search(
             match outcome {
                 Outcome::Progress { done, total } => status.set(Status::Running(done, total)),
                 Outcome::Suggest(Ok(v)) => status.set(Status::Done(Rc::new(v))),
-                Outcome::Suggest(Err(e)) | Outcome::Failed(e) => status.set(Status::Failed(e)),
+                Outcome::Suggest(Err(e)) => status.set(Status::Failed(e.to_string())),
+                Outcome::Failed(e) => status.set(Status::Failed(e)),
                 Outcome::Run(_)
                 | Outcome::Broken(_)
                 | Outcome::Values(_)

@@ -85,7 +85,7 @@ pub fn ValuesPanel() -> Html {
     };
     let close = ctx.on(|_: MouseEvent| Action::ShowValues(None));
     let body = match values {
-        Err(e) => html! { <p class="hint error">{ e.clone() }</p> },
+        Err(e) => html! { <p class="hint error">{ e.to_string() }</p> },
         Ok(v) => {
             let n = v.ring.len();
             let k = (*step).min(n.saturating_sub(1));

@@ -52,7 +52,7 @@ pub enum StageError {
         second: usize,
     },
     #[error("{0}")]
-    Split(String),
+    Split(#[from] crate::plan::SplitError),
 
     #[error("schedule: {0}")]
     Schedule(String),
