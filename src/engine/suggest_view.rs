@@ -22,7 +22,9 @@ impl Searching {
         memory_gb: Option<f64>,
     ) -> Result<Searching, Failure> {
         let req = session.suggest_request(devices, memory_gb);
-        let (problem, mine, top) = req.problem().map_err(|message| Failure { message })?;
+        let (problem, mine, top) = req.problem().map_err(|e| Failure {
+            message: e.to_string(),
+        })?;
         let model = problem.model;
         let search = Search::new(problem, top, mine).map_err(|e| Failure {
             message: e.to_string(),

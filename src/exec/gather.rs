@@ -46,6 +46,24 @@ pub enum GatherError {
     Holes(Vec<usize>),
 }
 
+/// Every partial contribution of a block arrived.
+fn all_contributed(
+    replica: &[usize],
+    block: &[usize],
+    got: usize,
+    want: usize,
+) -> Result<(), GatherError> {
+    if got == want {
+        return Ok(());
+    }
+    Err(GatherError::Contributions {
+        replica: replica.to_vec(),
+        block: block.to_vec(),
+        got,
+        want,
+    })
+}
+
 /// Mesh axes that neither split a dim nor hold a partial value replicate the tensor: each
 /// coordinate on those axes holds a whole copy, and each copy is assembled separately (its
 /// blocks placed, its partial contributions reduced), so verification compares every copy
@@ -108,14 +126,7 @@ pub fn gather(
         let mut out = vec![0.0; numel];
         let mut filled = vec![false; numel];
         for (key, parts) in blocks {
-            if parts.len() != contributions {
-                return Err(GatherError::Contributions {
-                    replica: replica.clone(),
-                    block: key.clone(),
-                    got: parts.len(),
-                    want: contributions,
-                });
-            }
+            all_contributed(replica, key, parts.len(), contributions)?;
             let value = if partial_axes.is_empty() {
                 (*parts[0]).clone()
             } else {

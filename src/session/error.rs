@@ -58,6 +58,13 @@ pub enum LinkError {
     Rank,
 }
 
+/// A scenario a link names that does not open.
+impl From<SessionError> for LinkError {
+    fn from(e: SessionError) -> LinkError {
+        LinkError::Scenario(Box::new(e))
+    }
+}
+
 /// Why the session cannot do what was asked.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SessionError {

@@ -190,9 +190,7 @@ impl Session {
                 .map(String::as_str)
                 .unwrap_or("megatron_mlp");
             let mut s = match fields.get("layers") {
-                None => {
-                    Session::from_scenario(name).map_err(|e| LinkError::Scenario(Box::new(e)))?
-                }
+                None => Session::from_scenario(name)?,
                 Some(n) => {
                     let n = n.parse::<usize>().map_err(|_| LinkError::Field {
                         key: "layers",

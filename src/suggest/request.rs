@@ -77,10 +77,45 @@ fn config(r: &SuggestRequest, model: Model) -> ModelConfig {
     cfg
 }
 
+/// What is wrong with a request, by the field it names.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    #[error("sizes: a plan text fixes its model's sizes")]
+    SizesWithText,
+    /// The plan text's parse errors, one per line.
+    #[error("{0}")]
+    Text(String),
+    #[error(transparent)]
+    NotAPreset(#[from] super::identify::NotAPreset),
+    #[error("model: {0}")]
+    UnknownModel(crate::models::ModelError),
+    #[error("model {name}: {error}")]
+    Model {
+        name: String,
+        error: crate::models::ModelError,
+    },
+    #[error("give `model` (a preset) or `text` (a plan)")]
+    NoModel,
+    #[error("topology: {0}")]
+    Topology(crate::cost::device::TopologyError),
+    #[error("devices: {devices}, but {topology} has {has} devices")]
+    Devices {
+        devices: usize,
+        topology: String,
+        has: usize,
+    },
+    #[error("memory: {0} is not a positive number of bytes")]
+    Memory(f64),
+    #[error("top: {0} is not between 1 and 100")]
+    Top(usize),
+    #[error("optimizer: `{0}` is not sgd, momentum, adam or adamw")]
+    Optimizer(String),
+}
+
 impl SuggestRequest {
     /// The search problem, the user's plan (from `text`) and the table size; errors name
     /// the field.
-    pub fn problem(&self) -> Result<(Problem, Option<Plan>, usize), String> {
+    pub fn problem(&self) -> Result<(Problem, Option<Plan>, usize), RequestError> {
         let sizes = [
             self.layers,
             self.batch,
@@ -92,46 +127,49 @@ impl SuggestRequest {
         let (model, config, mine) = match (&self.model, &self.text) {
             (_, Some(text)) => {
                 if sizes.iter().any(Option::is_some) || self.features.is_some() {
-                    return Err("sizes: a plan text fixes its model's sizes".into());
+                    return Err(RequestError::SizesWithText);
                 }
                 let (plan, _) = crate::plan::parse_plan(text).map_err(|e| {
-                    e.iter()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join("\n")
+                    RequestError::Text(
+                        e.iter()
+                            .map(|e| e.to_string())
+                            .collect::<Vec<_>>()
+                            .join("\n"),
+                    )
                 })?;
-                let (model, mut config) =
-                    super::identify::identify(&plan.program).map_err(|e| e.to_string())?;
+                let (model, mut config) = super::identify::identify(&plan.program)?;
                 config.batch *= plan.options.micro_batches.max(1);
                 (model, config, Some(plan))
             }
             (Some(name), None) => {
-                let model = Model::from_name(name).map_err(|e| format!("model: {e}"))?;
+                let model = Model::from_name(name).map_err(RequestError::UnknownModel)?;
                 let config = config(self, model);
-                model
-                    .build(&config)
-                    .map_err(|e| format!("model {name}: {e}"))?;
+                model.build(&config).map_err(|error| RequestError::Model {
+                    name: name.clone(),
+                    error,
+                })?;
                 (model, config, None)
             }
-            (None, None) => return Err("give `model` (a preset) or `text` (a plan)".into()),
+            (None, None) => return Err(RequestError::NoModel),
         };
         let topology = Topology::preset(self.topology.as_deref().unwrap_or("h100x8"))
-            .map_err(|e| format!("topology: {e}"))?;
+            .map_err(RequestError::Topology)?;
         let devices = self.devices.unwrap_or(topology.devices);
         if devices == 0 || devices > topology.devices {
-            return Err(format!(
-                "devices: {devices}, but {} has {} devices",
-                topology.name, topology.devices
-            ));
+            return Err(RequestError::Devices {
+                devices,
+                topology: topology.name.to_string(),
+                has: topology.devices,
+            });
         }
         let budget_bytes = match self.memory {
             Some(m) if m.is_finite() && m > 0.0 => m,
-            Some(m) => return Err(format!("memory: {m} is not a positive number of bytes")),
+            Some(m) => return Err(RequestError::Memory(m)),
             None => topology.device.mem_capacity,
         };
         let top = self.top.unwrap_or(5);
         if top == 0 || top > 100 {
-            return Err(format!("top: {top} is not between 1 and 100"));
+            return Err(RequestError::Top(top));
         }
         let mut base = mine.as_ref().map_or(
             PlanOptions {
@@ -141,8 +179,8 @@ impl SuggestRequest {
             |p| p.options.clone(),
         );
         if let Some(o) = &self.optimizer {
-            base.optimizer = OptimizerKind::from_name(o)
-                .ok_or_else(|| format!("optimizer: `{o}` is not sgd, momentum, adam or adamw"))?;
+            base.optimizer =
+                OptimizerKind::from_name(o).ok_or_else(|| RequestError::Optimizer(o.clone()))?;
         }
         base.amp |= self.amp;
         let problem = Problem {

@@ -48,7 +48,7 @@ impl SuggestSearch {
     pub fn new(request: JsValue) -> Result<SuggestSearch, JsValue> {
         let req = parse(request)?;
         let err = |m: String| JsValue::from_str(&m);
-        let (problem, mine, top) = req.problem().map_err(err)?;
+        let (problem, mine, top) = req.problem().map_err(|e| err(e.to_string()))?;
         let (model, topology, budget) =
             (problem.model, problem.topology.name, problem.budget_bytes);
         let search = Search::new(problem, top, mine).map_err(|e| err(e.to_string()))?;
