@@ -75,8 +75,8 @@ fn block(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId)
 
 /// `down(silu(x·W_gate) * (x·W_up))`.
 fn swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
-    let gate = linear(b, cfg, &format!("{p}.gate"), x, cfg.hidden, cfg.ffn)?;
-    let up = linear(b, cfg, &format!("{p}.up"), x, cfg.hidden, cfg.ffn)?;
+    let gate = projection(b, cfg.dtype, &format!("{p}.gate"), x, (cfg.hidden, cfg.ffn))?;
+    let up = projection(b, cfg.dtype, &format!("{p}.up"), x, (cfg.hidden, cfg.ffn))?;
     let act = b.op1(OpType::Silu, vec![vec![gate]], &[], &format!("{p}.silu"))?;
     let prod = b.op1(
         OpType::ElementwiseMul,
@@ -84,7 +84,13 @@ fn swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
         &[],
         &format!("{p}.swiglu"),
     )?;
-    linear(b, cfg, &format!("{p}.down"), prod, cfg.ffn, cfg.hidden)
+    projection(
+        b,
+        cfg.dtype,
+        &format!("{p}.down"),
+        prod,
+        (cfg.ffn, cfg.hidden),
+    )
 }
 
 /// The rotary embedding of `[batch, seq, heads, head_dim]` (Llama's `rotate_half`, which
@@ -103,9 +109,9 @@ fn rotary(b: &mut Builder, shared: &Shared, p: &str, x: VarId) -> Res<VarId> {
 fn attention(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId) -> Res<VarId> {
     let head_dim = cfg.hidden / cfg.heads;
     let kv_width = cfg.kv_heads * head_dim;
-    let q = linear(b, cfg, &format!("{p}.q"), x, cfg.hidden, cfg.hidden)?;
-    let k = linear(b, cfg, &format!("{p}.k"), x, cfg.hidden, kv_width)?;
-    let v = linear(b, cfg, &format!("{p}.v"), x, cfg.hidden, kv_width)?;
+    let q = projection(b, cfg.dtype, &format!("{p}.q"), x, (cfg.hidden, cfg.hidden))?;
+    let k = projection(b, cfg.dtype, &format!("{p}.k"), x, (cfg.hidden, kv_width))?;
+    let v = projection(b, cfg.dtype, &format!("{p}.v"), x, (cfg.hidden, kv_width))?;
     let q = to_heads(b, &format!("{p}.q"), q, cfg.heads, head_dim)?;
     let k = to_heads(b, &format!("{p}.k"), k, cfg.kv_heads, head_dim)?;
     let v = to_heads(b, &format!("{p}.v"), v, cfg.kv_heads, head_dim)?;
@@ -129,19 +135,13 @@ fn attention(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: Va
     let k = swap_seq_heads(b, &format!("{p}.k.t"), k)?;
     let v = swap_seq_heads(b, &format!("{p}.v.t"), v)?;
     let merged = causal_core(b, p, (q, k, v), head_dim, cfg.hidden)?;
-    linear(b, cfg, &format!("{p}.o"), merged, cfg.hidden, cfg.hidden)
-}
-
-/// `x @ w` with parameter `{p}.w` (Llama's projections have no bias).
-fn linear(
-    b: &mut Builder,
-    cfg: &ModelConfig,
-    p: &str,
-    x: VarId,
-    inp: usize,
-    out: usize,
-) -> Res<VarId> {
-    projection(b, cfg.dtype, p, x, (inp, out))
+    projection(
+        b,
+        cfg.dtype,
+        &format!("{p}.o"),
+        merged,
+        (cfg.hidden, cfg.hidden),
+    )
 }
 
 /// rms_norm over the last dim with parameter `{p}.scale`.

@@ -21,6 +21,16 @@ pub struct NormShape {
     pub stats: usize,
 }
 
+impl NormShape {
+    /// layer_norm's: its optional scale and bias, and its mean and variance.
+    pub fn layer_norm(has_scale: bool, has_bias: bool) -> NormShape {
+        NormShape {
+            params: usize::from(has_scale) + usize::from(has_bias),
+            stats: 2,
+        }
+    }
+}
+
 fn result(x_dims: &Dims, begin: usize, shape: NormShape) -> Inferred {
     let dims: Dims = x_dims
         .iter()

@@ -172,10 +172,7 @@ impl Rule {
             } => layer_norm::forward(
                 inputs,
                 *begin_norm_axis,
-                layer_norm::NormShape {
-                    params: usize::from(*has_scale) + usize::from(*has_bias),
-                    stats: 2,
-                },
+                layer_norm::NormShape::layer_norm(*has_scale, *has_bias),
             ),
             Rule::RmsNorm { begin_norm_axis } => {
                 layer_norm::forward(inputs, *begin_norm_axis, RMS_NORM)
@@ -226,10 +223,7 @@ impl Rule {
                 inputs,
                 outputs,
                 *begin_norm_axis,
-                layer_norm::NormShape {
-                    params: usize::from(*has_scale) + usize::from(*has_bias),
-                    stats: 2,
-                },
+                layer_norm::NormShape::layer_norm(*has_scale, *has_bias),
             ),
             Rule::RmsNorm { begin_norm_axis } => {
                 layer_norm::backward(inputs, outputs, *begin_norm_axis, RMS_NORM)
