@@ -1,6 +1,6 @@
 //! The architecture invariants of ARCHITECTURE.md that are about which code may use what,
 //! checked on the source text: module layering (`crate::` paths outside comments), a core
-//! without I/O, and Yew and web-sys only under `src/web`.
+//! without I/O, Yew and web-sys only under `src/web`, typed errors outside the shells.
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::BTreeSet;
@@ -247,11 +247,11 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("web/program_view.rs", "ProgramView", 152),
     ("web/app.rs", "App", 138),
     ("cli/run.rs", "run", 107),
-    ("spmd/cases.rs", "case_rule", 127),
+    ("spmd/cases.rs", "case_rule", 125),
     ("web/mesh_editor.rs", "MeshEditor", 116),
     ("passes/backward.rs", "append_backward", 122),
     ("exec/gather.rs", "gather", 108),
-    ("spmd/registry.rs", "forward_rule", 97),
+    ("spmd/registry.rs", "forward_rule", 96),
     ("passes/optimizer.rs", "append_optimizer", 107),
     ("session/link.rs", "from_hash", 101),
     ("exec/kernels/matmul.rs", "bmm", 100),
@@ -404,4 +404,38 @@ fn files_stay_short() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Lines of `text` (comments dropped) that return a bare message as an error.
+fn string_errors(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .filter(|l| {
+            l.find("Result<")
+                .is_some_and(|i| l[i..].contains(", String>"))
+        })
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// The core's errors are typed enums; only the shells, which print them, pass messages.
+#[test]
+fn only_the_shells_return_string_errors() {
+    let problems: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| !rel.starts_with("cli/") && !rel.starts_with("web/"))
+        .flat_map(|(rel, text)| {
+            string_errors(&text)
+                .into_iter()
+                .map(move |l| format!("{rel}: `{l}`: return a typed error"))
+        })
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_string_error_check_sees_them() {
+    let text = "type Res<T> = Result<T, String>;\nfn f() -> Result<usize, String> {}\n\
+                // Result<(), String> in a comment\nfn g() -> Result<(), MyError> {}\n";
+    assert_eq!(string_errors(text).len(), 2);
 }

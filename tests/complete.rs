@@ -143,12 +143,17 @@ fn a_rule_error_falls_back_to_replicated_inputs() {
     let c = complete(&plan).unwrap();
     assert_eq!(c.trace.rule_errors.len(), 1);
     assert!(
-        c.trace.rule_errors[0]
-            .1
-            .contains("is Sharded by two different mesh dimension"),
+        matches!(
+            c.trace.rule_errors[0].1,
+            shardlab::spmd::SpmdError::TwoMeshAxes { .. }
+        ),
         "{:?}",
         c.trace.rule_errors
     );
+    assert!(c.trace.rule_errors[0]
+        .1
+        .to_string()
+        .contains("is Sharded by two different mesh dimension"));
     assert_eq!(
         c.ops[0].inputs[0][0].axis_lists(),
         vec![Vec::<usize>::new(); 2]

@@ -487,3 +487,41 @@ fn decoder_ops() {
         "error: axis 4 is out of range for rank 4"
     );
 }
+
+/// A failure is typed: a caller reads the slot, the attribute and the types from its fields,
+/// and a builder's error carries it with the op.
+#[test]
+fn inference_errors_are_typed() {
+    use shardlab::ir::infer::InferErrorKind;
+    let mut op = Op::new(OpType::MatmulV2);
+    op.attrs = [("trans_y".to_string(), b(true))].into_iter().collect();
+    let (x, y) = (tensor_type("f32[16,64]"), tensor_type("f32[10,32]"));
+    let e = infer_op(&op, &[vec![&x], vec![&y]]).unwrap_err();
+    assert_eq!(
+        e.kind(),
+        &InferErrorKind::Contraction {
+            x: x.clone(),
+            y: y.clone(),
+            kx: 64,
+            ky: 32,
+            trans_x: false,
+            trans_y: true
+        }
+    );
+    let e = infer_op(&Op::new(OpType::Transpose2), &[vec![&x]]).unwrap_err();
+    assert_eq!(e.kind(), &InferErrorKind::MissingAttr("axis"));
+
+    let mut builder = shardlab::ir::Builder::new();
+    let a = builder.input("a", DType::F32, &[16, 64]).unwrap();
+    let w = builder.input("w", DType::F32, &[10, 32]).unwrap();
+    let err = builder
+        .op1(OpType::MatmulV2, vec![vec![a], vec![w]], &[], "out")
+        .unwrap_err();
+    match err {
+        shardlab::ir::ProgramError::Infer { op, error } => {
+            assert_eq!(op, "out (matmul_v2)");
+            assert!(matches!(error.kind(), InferErrorKind::Contraction { .. }));
+        }
+        other => panic!("expected an inference error, got {other:?}"),
+    }
+}

@@ -50,7 +50,7 @@ pub enum OpError {
     BadAttr(&'static str),
     /// An attribute the IR's inference refuses (an axis out of range, ...).
     #[error("{0}")]
-    Attr(String),
+    Attr(crate::ir::infer::InferError),
     #[error("{0} of nothing")]
     Empty(&'static str),
     #[error("cannot concatenate {first:?} and {other:?} along axis {axis}")]

@@ -85,28 +85,27 @@ impl Builder {
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
             .collect();
-        let infer_error = |message: String| ProgramError::Infer {
-            op: format!("{} ({})", outputs.first().copied().unwrap_or("?"), ty),
-            message,
-        };
+        let name = || format!("{} ({})", outputs.first().copied().unwrap_or("?"), ty);
         if op.inputs.len() != ty.input_slots().len() {
-            return Err(infer_error(format!(
-                "expects {} input slots",
-                ty.input_slots().len()
-            )));
+            return Err(ProgramError::InputSlots {
+                op: name(),
+                expected: ty.input_slots().len(),
+            });
         }
         let types: Vec<Vec<&TensorType>> = op
             .inputs
             .iter()
             .map(|slot| slot.iter().map(|&v| &self.program.var(v).ty).collect())
             .collect();
-        let inferred = infer_op(&op, &types).map_err(infer_error)?;
+        let inferred =
+            infer_op(&op, &types).map_err(|error| ProgramError::Infer { op: name(), error })?;
         let total: usize = inferred.iter().map(Vec::len).sum();
         if total != outputs.len() {
-            return Err(infer_error(format!(
-                "produces {total} outputs, {} names given",
-                outputs.len()
-            )));
+            return Err(ProgramError::OutputNames {
+                op: name(),
+                produced: total,
+                named: outputs.len(),
+            });
         }
         let mut names = outputs.iter();
         let mut all = Vec::with_capacity(total);
@@ -134,10 +133,13 @@ impl Builder {
         output: &str,
     ) -> Result<VarId, ProgramError> {
         let outs = self.op(ty, inputs, attrs, &[output])?;
-        outs.first().copied().ok_or_else(|| ProgramError::Infer {
-            op: output.to_string(),
-            message: "produced no output".into(),
-        })
+        outs.first()
+            .copied()
+            .ok_or_else(|| ProgramError::OutputNames {
+                op: output.to_string(),
+                produced: 0,
+                named: 1,
+            })
     }
 
     /// The program built so far.

@@ -2,12 +2,16 @@
 //! the type of its forward input), gradient accumulation, optimizers, AMP, clipping math,
 //! collectives and rank-local ops.
 
-use super::infer::{axis, broadcast};
+use super::infer::{axis, broadcast, InferError, InferErrorKind as E};
 use super::op_type::{AmpOp, CollectiveOp, MathOp, OpType, RankLocalOp};
 use super::program::Op;
 use super::types::{DType, TensorType};
 
-type Res<T> = Result<T, String>;
+type Res<T> = Result<T, InferError>;
+
+fn fail<T>(kind: E) -> Res<T> {
+    Err(kind.into())
+}
 
 /// Grad op: output slot k (`<In>@GRAD`) gets the types of input slot k (the forward `In`).
 pub fn infer_grad(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
@@ -22,22 +26,23 @@ pub fn infer_grad(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorTyp
             let fwd = inputs
                 .get(k)
                 .filter(|v| v.len() == outs.len())
-                .ok_or_else(|| {
-                    let name = names.get(k).map_or("?", |s| s.name);
-                    format!(
-                        "{name} needs its forward input ({} variables) among the inputs",
-                        outs.len()
-                    )
+                .ok_or_else(|| E::GradWithoutForward {
+                    slot: names.get(k).map_or("?", |s| s.name),
+                    count: outs.len(),
                 })?;
             Ok(fwd.iter().map(|t| (*t).clone()).collect())
         })
         .collect()
 }
 
-fn one<'a>(inputs: &'a [Vec<&'a TensorType>], slot: usize, name: &str) -> Res<&'a TensorType> {
+fn one<'a>(
+    inputs: &'a [Vec<&'a TensorType>],
+    slot: usize,
+    name: &'static str,
+) -> Res<&'a TensorType> {
     match inputs.get(slot).map(|v| v.as_slice()) {
         Some([t]) => Ok(t),
-        _ => Err(format!("input {name} must hold exactly one variable")),
+        _ => fail(E::NotOne { slot: name }),
     }
 }
 
@@ -49,7 +54,7 @@ fn single(t: TensorType) -> Res<Vec<Vec<TensorType>>> {
 fn group_size(op: &Op) -> Res<usize> {
     match op.attr_ints("group") {
         Some(g) if !g.is_empty() => Ok(g.len()),
-        _ => Err("attribute group must list at least one rank".into()),
+        _ => fail(E::EmptyGroup),
     }
 }
 
@@ -63,7 +68,10 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
         OpType::Optimizer(_) => {
             let (param, grad) = (one(inputs, 0, "Param")?, one(inputs, 1, "Grad")?);
             if param != grad {
-                return Err(format!("Grad ({grad}) must match Param ({param})"));
+                return fail(E::GradParam {
+                    grad: grad.clone(),
+                    param: param.clone(),
+                });
             }
             // Outputs mirror Param and the state inputs, in slot order.
             // Every input after Param and Grad but the learning rate is state (a moment, a
@@ -79,9 +87,7 @@ pub fn infer_planner_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<Ten
             Ok(outs)
         }
         // Forward ops and their grads are inferred in `infer.rs`.
-        OpType::Forward(_) | OpType::FillConstant | OpType::Grad(_) => {
-            Err(format!("{} is not a planner op", op.ty))
-        }
+        OpType::Forward(_) | OpType::FillConstant | OpType::Grad(_) => fail(E::NotPlannerOp(op.ty)),
     }
 }
 
@@ -90,9 +96,12 @@ fn math(o: MathOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
     match o {
         MathOp::Sum => {
             let xs = inputs.first().map(|v| v.as_slice()).unwrap_or(&[]);
-            let first = xs.first().ok_or("X must hold at least one variable")?;
+            let first = xs.first().ok_or(E::NoneGiven { slot: "X" })?;
             if let Some(other) = xs.iter().find(|t| **t != *first) {
-                return Err(format!("every X must be {first}, found {other}"));
+                return fail(E::SumMismatch {
+                    first: (*first).clone(),
+                    other: (*other).clone(),
+                });
             }
             single((*first).clone())
         }
@@ -100,8 +109,10 @@ fn math(o: MathOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
         MathOp::SquaredL2Norm => single(TensorType::new(one(inputs, 0, "X")?.dtype, vec![])),
         MathOp::ElementwiseMax => {
             let (x, y) = (one(inputs, 0, "X")?, one(inputs, 1, "Y")?);
-            let shape = broadcast(&x.shape, &y.shape)
-                .ok_or_else(|| format!("X ({x}) and Y ({y}) do not broadcast"))?;
+            let shape = broadcast(&x.shape, &y.shape).ok_or_else(|| E::Broadcast {
+                x: x.clone(),
+                y: y.clone(),
+            })?;
             single(TensorType::new(x.dtype, shape))
         }
     }
@@ -150,9 +161,12 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
             } else if shape[a] % n == 0 {
                 shape[a] /= n;
             } else {
-                return Err(format!(
-                    "dim {a} of X {x} does not divide by the group size {n}"
-                ));
+                return fail(E::GroupDoesNotDivide {
+                    what: "dim",
+                    axis: a,
+                    x: x.clone(),
+                    group: n,
+                });
             }
             single(TensorType::new(x.dtype, shape))
         }
@@ -163,9 +177,12 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
             let c = axis(op.attr_int("concat_axis", 0), x.rank(), "concat_axis")?;
             let mut shape = x.shape.clone();
             if shape[s] % n != 0 {
-                return Err(format!(
-                    "split dim {s} of X {x} does not divide by the group size {n}"
-                ));
+                return fail(E::GroupDoesNotDivide {
+                    what: "split dim",
+                    axis: s,
+                    x: x.clone(),
+                    group: n,
+                });
             }
             shape[s] /= n;
             shape[c] *= n;
@@ -176,10 +193,11 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
             Ok(vec![])
         }
         CollectiveOp::Recv => {
-            let dtype = op
-                .attr_str("dtype")
-                .and_then(DType::from_name)
-                .ok_or("attribute dtype must be f32, f64 or i64")?;
+            let name = op.attr_str("dtype").unwrap_or("");
+            let dtype = DType::from_name(name).ok_or_else(|| E::UnknownDType {
+                attr: "dtype",
+                name: name.to_string(),
+            })?;
             let shape = op.attr_ints("shape").unwrap_or(&[]);
             let dims = shape
                 .iter()
@@ -187,7 +205,7 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
                 .collect::<Option<Vec<_>>>();
             single(TensorType::new(
                 dtype,
-                dims.ok_or_else(|| format!("shape {shape:?} must have positive dims"))?,
+                dims.ok_or_else(|| E::NonPositiveDims(shape.to_vec()))?,
             ))
         }
     }
@@ -204,16 +222,19 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
                 op.attr_ints("ends").unwrap_or(&[]),
             );
             if axes.len() != starts.len() || axes.len() != ends.len() {
-                return Err("axes, starts and ends must have the same length".into());
+                return fail(E::SliceLengths);
             }
             let mut shape = x.shape.clone();
             for ((&a, &s), &e) in axes.iter().zip(starts).zip(ends) {
                 let a = axis(a, x.rank(), "axes entry")?;
                 let size = x.shape[a] as i64;
                 if s < 0 || e > size || s >= e {
-                    return Err(format!(
-                        "slice [{s}, {e}) is not inside dim {a} of size {size}"
-                    ));
+                    return fail(E::SliceOutside {
+                        start: s,
+                        end: e,
+                        axis: a,
+                        size,
+                    });
                 }
                 shape[a] = (e - s) as usize;
             }
@@ -222,29 +243,16 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
         RankLocalOp::CEmbedding => {
             let (w, ids) = (one(inputs, 0, "W")?, one(inputs, 1, "Ids")?);
             if w.rank() != 2 || ids.dtype != DType::I64 {
-                return Err(format!(
-                    "W must be a [rows, width] table and Ids i64, got {w} and {ids}"
-                ));
+                return fail(E::ShardTable {
+                    w: w.clone(),
+                    ids: ids.clone(),
+                });
             }
             let mut shape = ids.shape.clone();
             shape.push(w.shape[1]);
             single(TensorType::new(w.dtype, shape))
         }
-        RankLocalOp::CEmbeddingGrad => {
-            let (w, ids, d) = (
-                one(inputs, 0, "W")?,
-                one(inputs, 1, "Ids")?,
-                one(inputs, 2, "Out@GRAD")?,
-            );
-            let mut want = ids.shape.clone();
-            want.push(w.shape.get(1).copied().unwrap_or(0));
-            if w.rank() != 2 || ids.dtype != DType::I64 || d.shape != want {
-                return Err(format!(
-                    "W must be a [rows, width] table, Ids i64 and Out@GRAD {want:?}, got {w}, {ids} and {d}"
-                ));
-            }
-            single(w.clone())
-        }
+        RankLocalOp::CEmbeddingGrad => c_embedding_grad(inputs),
         // The class axis is the last; labels are hard (the only case the vocab split allows).
         RankLocalOp::CSoftmaxWithCrossEntropy => {
             super::infer::softmax_ce(op, one(inputs, 0, "Logits")?, one(inputs, 1, "Label")?)
@@ -257,9 +265,10 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
             );
             let outs = super::infer::softmax_ce(op, sm, label)?;
             if outs.get(1).and_then(|o| o.first()) != Some(dloss) {
-                return Err(format!(
-                    "Loss@GRAD must be the loss shape of Softmax {sm}, got {dloss}"
-                ));
+                return fail(E::LossGrad {
+                    softmax: sm.clone(),
+                    got: dloss.clone(),
+                });
             }
             single(sm.clone())
         }
@@ -268,16 +277,36 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
     }
 }
 
+/// The gradient of a vocabulary-parallel embedding: the table's shard.
+fn c_embedding_grad(inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    let (w, ids, d) = (
+        one(inputs, 0, "W")?,
+        one(inputs, 1, "Ids")?,
+        one(inputs, 2, "Out@GRAD")?,
+    );
+    let mut want = ids.shape.clone();
+    want.push(w.shape.get(1).copied().unwrap_or(0));
+    if w.rank() != 2 || ids.dtype != DType::I64 || d.shape != want {
+        return fail(E::ShardTableGrad {
+            want: want.to_vec(),
+            w: w.clone(),
+            ids: ids.clone(),
+            got: d.clone(),
+        });
+    }
+    single(w.clone())
+}
+
 /// ZeRO's flat buffers: `flatten_pad` (to `numel` elements) and `unpad_reshape` (to `shape`).
 fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
     let x = one(inputs, 0, "X")?;
     if o == RankLocalOp::FlattenPad {
         let numel = op.attr_int("numel", 0);
         if numel < 0 || (numel as u64) < x.numel() as u64 {
-            return Err(format!(
-                "numel {numel} is smaller than X {x}'s {} elements",
-                x.numel()
-            ));
+            return fail(E::NumelTooSmall {
+                numel,
+                x: x.clone(),
+            });
         }
         return single(TensorType::new(x.dtype, vec![numel as usize]));
     }
@@ -286,12 +315,13 @@ fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
         .iter()
         .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
         .collect();
-    let dims = dims.ok_or_else(|| format!("shape {shape:?} must have positive dims"))?;
+    let dims = dims.ok_or_else(|| E::NonPositiveDims(shape.to_vec()))?;
     let numel = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if x.rank() != 1 || numel.is_none_or(|n| n > x.numel()) {
-        return Err(format!(
-            "X {x} must be a flat buffer of at least {shape:?}'s elements"
-        ));
+        return fail(E::NotFlatBuffer {
+            x: x.clone(),
+            shape: shape.to_vec(),
+        });
     }
     single(TensorType::new(x.dtype, dims))
 }
@@ -300,23 +330,25 @@ fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
 /// dtype; `uncoalesce_tensor` writes a buffer of their total size back into them.
 fn coalesce(o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
     let slot = usize::from(o == RankLocalOp::UncoalesceTensor);
-    let parts = inputs.get(slot).ok_or("Input is missing")?;
-    let first = parts.first().ok_or("Input needs at least one tensor")?;
+    let none = E::NoneGiven { slot: "Input" };
+    let parts = inputs.get(slot).ok_or_else(|| none.clone())?;
+    let first = parts.first().ok_or(none)?;
     if parts.iter().any(|t| t.dtype != first.dtype) {
-        return Err("the tensors of a bucket must share a dtype".into());
+        return fail(E::BucketDTypes);
     }
     let total = parts
         .iter()
         .try_fold(0usize, |a, t| a.checked_add(t.numel()))
-        .ok_or("the bucket's size overflows")?;
+        .ok_or(E::BucketOverflow)?;
     if o == RankLocalOp::CoalesceTensor {
         return single(TensorType::new(first.dtype, vec![total]));
     }
     let fused = one(inputs, 0, "FusedOutput")?;
     if fused.rank() != 1 || fused.numel() != total || fused.dtype != first.dtype {
-        return Err(format!(
-            "FusedOutput {fused} must be a flat buffer of the inputs' {total} elements"
-        ));
+        return fail(E::FusedOutput {
+            fused: fused.clone(),
+            total,
+        });
     }
     Ok(vec![parts.iter().map(|t| (*t).clone()).collect()])
 }

@@ -6,6 +6,7 @@
 pub mod attr;
 pub mod builder;
 pub mod infer;
+pub mod infer_error;
 pub mod infer_planner;
 pub mod op_type;
 pub mod ops;

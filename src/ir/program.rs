@@ -145,8 +145,19 @@ pub enum ProgramError {
     DuplicateVar(String),
     #[error("unknown variable `{0}`")]
     UnknownVar(String),
-    #[error("{op}: {message}")]
-    Infer { op: String, message: String },
+    #[error("{op}: {error}")]
+    Infer {
+        op: String,
+        error: super::infer_error::InferError,
+    },
+    #[error("{op}: expects {expected} input slots")]
+    InputSlots { op: String, expected: usize },
+    #[error("{op}: produces {produced} outputs, {named} names given")]
+    OutputNames {
+        op: String,
+        produced: usize,
+        named: usize,
+    },
 }
 
 /// The variables and the ordered operators of one training step.

@@ -200,7 +200,7 @@ fn check_inferred(program: &Program, op: &Op, err: &mut impl FnMut(String)) {
         .map(|s| s.iter().map(|&v| &program.var(v).ty).collect())
         .collect();
     match infer_op(op, &inputs) {
-        Err(message) => err(message),
+        Err(e) => err(e.to_string()),
         Ok(inferred) => {
             for ((spec, vars), types) in out_specs.iter().zip(&op.outputs).zip(&inferred) {
                 if vars.len() != types.len() {

@@ -78,7 +78,9 @@ impl Located for crate::ir::ProgramError {
         match self {
             crate::ir::ProgramError::DuplicateVar(name)
             | crate::ir::ProgramError::UnknownVar(name) => Some(PlanSubject::Var(name.clone())),
-            crate::ir::ProgramError::Infer { .. } => None,
+            crate::ir::ProgramError::Infer { .. }
+            | crate::ir::ProgramError::InputSlots { .. }
+            | crate::ir::ProgramError::OutputNames { .. } => None,
         }
     }
 }

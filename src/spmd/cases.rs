@@ -89,20 +89,15 @@ pub enum CaseError {
     Flatten { start: usize, stop: usize },
     #[error("unsqueeze: axis {0} is out of range or repeated")]
     Unsqueeze(i64),
+    #[error("{attr} {value} must not be negative")]
+    Negative { attr: &'static str, value: i64 },
     #[error("{0} has {1} tensors; the rule takes {2}")]
     Arity(&'static str, usize, usize),
     /// An attribute the IR's inference refuses (an axis out of range, ...).
     #[error("{0}")]
-    Attr(String),
+    Attr(#[from] crate::ir::infer::InferError),
     #[error("{0}")]
     Rule(#[from] super::SpmdError),
-}
-
-/// The IR's inference helpers (axes, reshape targets) still answer with a message.
-impl From<String> for CaseError {
-    fn from(message: String) -> CaseError {
-        CaseError::Attr(message)
-    }
 }
 
 pub fn run_case(case: &Case) -> CaseResult {
@@ -319,7 +314,7 @@ impl Attrs<'_> {
     }
 }
 
-fn axes(list: &[i64], rank: usize) -> Result<Vec<usize>, String> {
+fn axes(list: &[i64], rank: usize) -> Result<Vec<usize>, crate::ir::infer::InferError> {
     let mut out = list
         .iter()
         .map(|&a| norm_axis(a, rank, "axis"))
@@ -355,6 +350,11 @@ fn flatten_rule(a: &Attrs, x_shape: &[usize]) -> Result<Rule, CaseError> {
 }
 
 /// Maps Paddle's op name and attributes to our rule.
+/// An attribute that must not be negative, as a size or an axis.
+fn non_negative(value: i64, attr: &'static str) -> Result<usize, CaseError> {
+    usize::try_from(value).map_err(|_| CaseError::Negative { attr, value })
+}
+
 fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, CaseError> {
     let a = Attrs(&case.attrs);
     let rank = x_shape.len();
@@ -393,14 +393,12 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, CaseError> {
             axes: vec![norm_axis(a.int("axis", -1), rank, "axis")?],
         },
         "layer_norm" => Rule::LayerNorm {
-            begin_norm_axis: usize::try_from(a.int("begin_norm_axis", 1))
-                .map_err(|e| e.to_string())?,
+            begin_norm_axis: non_negative(a.int("begin_norm_axis", 1), "begin_norm_axis")?,
             has_scale: case.inputs.len() > 1,
             has_bias: case.inputs.len() > 2,
         },
         "rms_norm" => Rule::RmsNorm {
-            begin_norm_axis: usize::try_from(a.int("begin_norm_axis", 1))
-                .map_err(|e| e.to_string())?,
+            begin_norm_axis: non_negative(a.int("begin_norm_axis", 1), "begin_norm_axis")?,
         },
         "embedding" | "lookup_table_v2" => Rule::Embedding {
             padding_idx: a.int("padding_idx", -1),
@@ -476,7 +474,7 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, CaseError> {
             repeat: a
                 .ints("repeat_times")
                 .iter()
-                .map(|&r| usize::try_from(r).map_err(|e| e.to_string()))
+                .map(|&r| non_negative(r, "repeat_times"))
                 .collect::<Result<Vec<_>, _>>()?,
         },
         other => return Err(CaseError::UnknownOp(other.to_string())),

@@ -42,9 +42,7 @@ fn align(mesh: &[usize], inputs: &[DistTensor], align: &[usize]) -> Result<Vec<D
     };
     for t in inputs {
         if t.dims().len() != t.shape.len() || t.shape.len() != reference.shape.len() {
-            return Err(SpmdError(
-                "concat/stack: inputs must have the same rank as their dims mappings".into(),
-            ));
+            return Err(SpmdError::ConcatRank);
         }
     }
     let mismatch = |m: MeshAxis| {
@@ -142,9 +140,7 @@ pub fn stack_forward(mesh: &[usize], inputs: &[DistTensor], axis: usize) -> Resu
     let dims = align(mesh, inputs, &(0..rank).collect::<Vec<_>>())?;
     let mut out = dims.first().cloned().unwrap_or_default();
     if axis > out.len() {
-        return Err(SpmdError(format!(
-            "stack: axis {axis} is out of range for rank {rank}"
-        )));
+        return Err(SpmdError::StackAxis { axis, rank });
     }
     out.insert(axis, DimAxes::WHOLE);
     Ok(Inferred {

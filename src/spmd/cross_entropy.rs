@@ -33,14 +33,10 @@ fn result(
     let class_axes = map.get(class);
     if !class_axes.is_empty() {
         if soft {
-            return Err(SpmdError(
-                "Trying to shard the softmax_normalize axis of the input tensor, but the soft_label is set as True, which is not supported yet!".into(),
-            ));
+            return Err(SpmdError::SoftLabelSharded);
         }
         if axis + 1 != rank {
-            return Err(SpmdError(format!(
-                "The class axis [{axis}] of the input can be sharded only when it is the last axis (rank {rank})."
-            )));
+            return Err(SpmdError::ClassAxisNotLast { axis, rank });
         }
     }
     let logits = map.dims(ll);

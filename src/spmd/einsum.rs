@@ -184,11 +184,10 @@ pub fn merge(
                 }
             }
             OnMeshConflict::Error => {
-                let names: Vec<String> = letters.iter().map(|l| l.to_string()).collect();
-                return Err(SpmdError(format!(
-                    "Multiple Tensor Axes [{}] is sharded by same mesh dimension [{mesh_axis}].",
-                    names.join(",")
-                )));
+                return Err(SpmdError::SharedMeshAxis {
+                    letters: letters.to_vec(),
+                    mesh_axis: *mesh_axis,
+                });
             }
         }
     }
@@ -210,11 +209,11 @@ fn merge_axis(
         return Ok(*new);
     }
     match on_axis {
-        OnAxisConflict::Error => Err(SpmdError(format!(
-            "Tensor Axis[{letter}] is Sharded by two different mesh dimension [{}] and [{}].",
-            show(new),
-            show(current)
-        ))),
+        OnAxisConflict::Error => Err(SpmdError::TwoMeshAxes {
+            letter,
+            new: new.to_vec(),
+            current: current.to_vec(),
+        }),
         OnAxisConflict::CoShard => {
             let mut merged = *current;
             for &a in new.iter() {
@@ -239,13 +238,6 @@ fn merge_axis(
             Ok(merged)
         }
     }
-}
-
-fn show(axes: &[MeshAxis]) -> String {
-    axes.iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// The first `n` letters of the alphabet Paddle uses for tensor dims.

@@ -26,10 +26,10 @@ pub fn forward(inputs: &[DistTensor], padding_idx: i64) -> Result<Inferred> {
     )?;
     let vocab = map.get('j');
     if !vocab.is_empty() && padding_idx != -1 {
-        return Err(SpmdError(format!(
-            "Row-wise parallel of embedding table does NOT support Padding Idx, but got padding_idx [{padding_idx}] and row axis of embedding table is sharded by mesh dimension [{}].",
-            vocab.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
-        )));
+        return Err(SpmdError::PaddedVocabSharded {
+            padding_idx,
+            axes: vocab.iter().copied().collect(),
+        });
     }
     let partial = vocab.iter().map(|&a| (a, ReduceType::Sum)).collect();
     Ok(Inferred {

@@ -72,9 +72,10 @@ pub fn notation(x_rank: usize, y_rank: usize) -> Result<Notation> {
             (format!("{bx}mk"), format!("{by}kn"), out)
         }
         _ => {
-            return Err(SpmdError(format!(
-                "matmul: unsupported ranks x {x_rank}, y {y_rank}"
-            )))
+            return Err(SpmdError::MatmulRanks {
+                x: x_rank,
+                y: y_rank,
+            })
         }
     })
 }
@@ -156,11 +157,10 @@ pub fn backward(
     let n = notation_of(x.shape.len(), y.shape.len())?;
     let (xl, yl, ol) = (&n.0, &n.1, &n.2);
     if ol.len() != out.shape.len() {
-        return Err(SpmdError(format!(
-            "matmul: the max rank of the inputs [{}] should equal the output rank [{}]",
-            ol.len(),
-            out.shape.len()
-        )));
+        return Err(SpmdError::MatmulOutputRank {
+            inputs: ol.len(),
+            output: out.shape.len(),
+        });
     }
     let map = merge(
         &[(ol, out.dims())],

@@ -13,6 +13,7 @@ pub mod deviations;
 pub mod einsum;
 pub mod elementwise;
 mod embedding;
+mod error;
 pub mod layer_norm;
 pub mod matmul;
 mod reduction;
@@ -52,10 +53,7 @@ pub struct Inferred {
     pub outputs: Layouts,
 }
 
-/// A rule failure (Paddle raises in the same situations).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SpmdError(pub String);
+pub use error::SpmdError;
 
 /// Result alias for rules.
 pub type Result<T> = std::result::Result<T, SpmdError>;
@@ -279,26 +277,24 @@ fn replicate(dims: &Dims, axes: &[usize]) -> Dims {
 }
 
 /// The i-th tensor or an error naming the rule's expectation.
-fn arg<'a>(tensors: &'a [DistTensor], i: usize, rule: &str) -> Result<&'a DistTensor> {
-    tensors.get(i).ok_or_else(|| {
-        SpmdError(format!(
-            "{rule}: expected at least {} tensors, got {}",
-            i + 1,
-            tensors.len()
-        ))
+fn arg<'a>(tensors: &'a [DistTensor], i: usize, rule: &'static str) -> Result<&'a DistTensor> {
+    tensors.get(i).ok_or_else(|| SpmdError::Arity {
+        rule,
+        want: i + 1,
+        got: tensors.len(),
     })
 }
 
 /// Checks that a tensor's dims list matches its rank.
-fn check_rank(t: &DistTensor, what: &str) -> Result<()> {
+fn check_rank(t: &DistTensor, what: &'static str) -> Result<()> {
     if t.layout.dims.len() == t.shape.len() {
         Ok(())
     } else {
-        Err(SpmdError(format!(
-            "{what}: the tensor's rank [{}] and its dims_mapping size [{}] do not match",
-            t.shape.len(),
-            t.layout.dims.len()
-        )))
+        Err(SpmdError::RankMismatch {
+            what,
+            rank: t.shape.len(),
+            dims: t.layout.dims.len(),
+        })
     }
 }
 
@@ -336,9 +332,13 @@ mod tests {
             let e = Rule::Reshape { target: to.clone() }
                 .infer_forward(&[2], &[x])
                 .unwrap_err();
-            assert!(
-                e.0.contains("hold different numbers of elements"),
-                "{from:?} -> {to:?}: {e}"
+            assert_eq!(
+                e,
+                SpmdError::ReshapeElements {
+                    src: from.clone(),
+                    dst: to.clone()
+                },
+                "{from:?} -> {to:?}"
             );
         }
     }

@@ -40,59 +40,64 @@ fn binding(op: &Op, rule: Rule) -> Binding {
 
 /// The rule of `op` (attributes resolved against the program's shapes).
 pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
-    let err = |m: String| SpmdError(format!("{}: {m}", op.ty));
+    let err = |error| SpmdError::Attr { op: op.ty, error };
     let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
     let rank = first_input.map_or(0, |t| t.rank());
     let with = |rule: Rule| binding(op, rule);
-    let binding =
-        match op.ty {
-            OpType::Forward(f) => forward_rule(op, program, f)?,
-            OpType::FillConstant => with(Rule::Source),
-            OpType::Sqrt => with(Rule::Unary { outputs: 1 }),
-            OpType::ElementwiseMax => with(Rule::Elementwise {
-                keep_x_partial: false,
-            }),
-            OpType::SquaredL2Norm => with(Rule::Reduce {
-                axes: (0..rank).collect(),
-                keep_dim: false,
-                reduce: ReduceType::Sum,
-            }),
-            OpType::Slice => {
-                let axes = op.attr_ints("axes").unwrap_or(&[]);
-                let axes = axes
-                    .iter()
-                    .map(|&a| axis(a, rank, "axes"))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(err)?;
-                with(Rule::Slice {
-                    axes,
-                    decrease: Vec::new(),
-                })
-            }
-            OpType::Grad(_)
-            | OpType::Sum
-            | OpType::Optimizer(_)
-            | OpType::Amp(_)
-            | OpType::Collective(_)
-            | OpType::CEmbedding
-            | OpType::CEmbeddingGrad
-            | OpType::CSoftmaxWithCrossEntropy
-            | OpType::CSoftmaxWithCrossEntropyGrad
-            | OpType::FlattenPad
-            | OpType::UnpadReshape
-            | OpType::CoalesceTensor
-            | OpType::UncoalesceTensor => return Err(err(
-                "is emitted by the planner; a plan's program holds forward ops (completion of the \
-                 backward and optimizer ops copies from their forward ops)"
-                    .into(),
-            )),
-        };
+    let binding = match op.ty {
+        OpType::Forward(f) => forward_rule(op, program, f)?,
+        OpType::FillConstant => with(Rule::Source),
+        OpType::Sqrt => with(Rule::Unary { outputs: 1 }),
+        OpType::ElementwiseMax => with(Rule::Elementwise {
+            keep_x_partial: false,
+        }),
+        OpType::SquaredL2Norm => with(Rule::Reduce {
+            axes: (0..rank).collect(),
+            keep_dim: false,
+            reduce: ReduceType::Sum,
+        }),
+        OpType::Slice => {
+            let axes = op.attr_ints("axes").unwrap_or(&[]);
+            let axes = axes
+                .iter()
+                .map(|&a| axis(a, rank, "axes"))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(err)?;
+            with(Rule::Slice {
+                axes,
+                decrease: Vec::new(),
+            })
+        }
+        OpType::Grad(_)
+        | OpType::Sum
+        | OpType::Optimizer(_)
+        | OpType::Amp(_)
+        | OpType::Collective(_)
+        | OpType::CEmbedding
+        | OpType::CEmbeddingGrad
+        | OpType::CSoftmaxWithCrossEntropy
+        | OpType::CSoftmaxWithCrossEntropyGrad
+        | OpType::FlattenPad
+        | OpType::UnpadReshape
+        | OpType::CoalesceTensor
+        | OpType::UncoalesceTensor => return Err(SpmdError::PlannerOp(op.ty)),
+    };
     Ok(binding)
+}
+
+/// An attribute that sizes or places something, so may not be negative.
+fn non_negative(op: &Op, attr: &'static str, default: i64) -> Result<usize, SpmdError> {
+    let value = op.attr_int(attr, default);
+    usize::try_from(value).map_err(|_| SpmdError::Negative {
+        op: op.ty,
+        attr,
+        value,
+    })
 }
 
 /// The rule of a forward op.
 fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, SpmdError> {
-    let err = |m: String| SpmdError(format!("{}: {m}", op.ty));
+    let err = |error| SpmdError::Attr { op: op.ty, error };
     let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
     let rank = first_input.map_or(0, |t| t.rank());
     let with = |rule: Rule| binding(op, rule);
@@ -115,8 +120,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
             axes: vec![rank.saturating_sub(2), rank.saturating_sub(1)],
         }),
         Family::Norm => {
-            let begin_norm_axis = usize::try_from(op.attr_int("begin_norm_axis", 1))
-                .map_err(|e| err(e.to_string()))?;
+            let begin_norm_axis = non_negative(op, "begin_norm_axis", 1)?;
             with(if f == ForwardOp::RmsNorm {
                 Rule::RmsNorm { begin_norm_axis }
             } else {
@@ -141,7 +145,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
             ..binding(op, Rule::Source)
         },
         Family::Reshape => {
-            let x = first_input.ok_or_else(|| err("missing X".into()))?;
+            let x = first_input.ok_or(SpmdError::MissingInput(op.ty))?;
             let target = reshape_target(x, op.attr_ints("shape").unwrap_or(&[])).map_err(err)?;
             with(Rule::Reshape { target })
         }
@@ -155,7 +159,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
             with(Rule::Transpose { perm })
         }
         Family::Split => {
-            let x = first_input.ok_or_else(|| err("missing X".into()))?;
+            let x = first_input.ok_or(SpmdError::MissingInput(op.ty))?;
             let (a, sections) = split_sections(op, x).map_err(err)?;
             with(Rule::Split {
                 axis: a,

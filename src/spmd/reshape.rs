@@ -18,10 +18,9 @@ use super::{
 fn groups(src: &[usize], dst: &[usize]) -> Result<Vec<(Vec<usize>, Vec<usize>)>> {
     let s: Vec<usize> = (0..src.len()).filter(|&i| src[i] != 1).collect();
     let d: Vec<usize> = (0..dst.len()).filter(|&i| dst[i] != 1).collect();
-    let mismatch = || {
-        SpmdError(format!(
-            "reshape: shapes {src:?} and {dst:?} hold different numbers of elements"
-        ))
+    let mismatch = || SpmdError::ReshapeElements {
+        src: src.to_vec(),
+        dst: dst.to_vec(),
     };
     let (mut i, mut j) = (0, 0);
     let mut out = Vec::new();

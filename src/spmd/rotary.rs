@@ -29,13 +29,13 @@ fn result(dims: Dims) -> Inferred {
 }
 
 /// The one tensor's mapping with a mesh axis used twice kept on its first dim.
-fn merged(t: &DistTensor, what: &str) -> Result<Dims> {
+fn merged(t: &DistTensor, what: &'static str) -> Result<Dims> {
     check_rank(t, what)?;
     if t.shape.len() != 4 {
-        return Err(SpmdError(format!(
-            "{what} must have rank 4 ([batch, seq, heads, head_dim]), got rank {}",
-            t.shape.len()
-        )));
+        return Err(SpmdError::RotaryRank {
+            what,
+            rank: t.shape.len(),
+        });
     }
     let map = merge(
         &[(AXES, t.dims())],

@@ -11,17 +11,19 @@ fn check_perm(perm: &[usize], rank: usize) -> Result<()> {
     let mut seen = vec![false; rank];
     for &p in perm {
         if p >= rank || std::mem::replace(&mut seen[p], true) {
-            return Err(SpmdError(format!(
-                "transpose: perm {perm:?} is not a permutation of {rank} dims"
-            )));
+            return Err(SpmdError::NotPermutation {
+                perm: perm.to_vec(),
+                rank,
+            });
         }
     }
     if perm.len() == rank {
         Ok(())
     } else {
-        Err(SpmdError(format!(
-            "transpose: perm {perm:?} is not a permutation of {rank} dims"
-        )))
+        Err(SpmdError::NotPermutation {
+            perm: perm.to_vec(),
+            rank,
+        })
     }
 }
 

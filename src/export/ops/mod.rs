@@ -45,11 +45,11 @@ impl Emit<'_> {
         self.env.program()
     }
 
-    fn err(&self, message: impl Into<String>) -> ExportError {
+    fn err(&self, message: impl std::fmt::Display) -> ExportError {
         ExportError::Op {
             index: self.index,
             ty: self.op.ty.to_string(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 
@@ -103,7 +103,7 @@ impl Emit<'_> {
         py::tuple(self.ty(v).shape.iter().map(|d| d.to_string()))
     }
 
-    fn axis_of(&self, v: VarId, name: &str, default: i64) -> Result<usize, ExportError> {
+    fn axis_of(&self, v: VarId, name: &'static str, default: i64) -> Result<usize, ExportError> {
         axis(self.op.attr_int(name, default), self.ty(v).rank(), name).map_err(|e| self.err(e))
     }
 

@@ -36,7 +36,8 @@ use super::types::TensorType;
 
 /// Shape and dtype inference: the output types per output slot from the input types per
 /// input slot. Errors are messages naming the slot, shapes and attribute at fault.
-pub type InferFn = fn(&Op, &[Vec<&TensorType>]) -> Result<Vec<Vec<TensorType>>, String>;
+pub type InferFn =
+    fn(&Op, &[Vec<&TensorType>]) -> Result<Vec<Vec<TensorType>>, super::infer_error::InferError>;
 
 /// What an op is, as the layers above group ops: each family shares an SPMD rule, a set of
 /// distributed implementations, a completion of its grad and an export strategy.

@@ -39,11 +39,11 @@ pub enum CompleteError {
     NoMesh,
     #[error("the plan is invalid:\n{}", .0.iter().map(|i| format!("  {}", i.message)).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<PlanIssue>),
-    #[error("{op} ({ty}): {message}")]
+    #[error("{op} ({ty}): {error}")]
     Rule {
         op: OpId,
         ty: OpType,
-        message: String,
+        error: crate::spmd::SpmdError,
     },
     #[error("completion did not converge after {0} sweeps")]
     NoFixpoint(usize),
@@ -122,7 +122,7 @@ pub fn complete_from(
             rule_for(op, program).map_err(|e| CompleteError::Rule {
                 op: OpId(i as u32),
                 ty: op.ty,
-                message: e.0,
+                error: e,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -233,7 +233,7 @@ impl State<'_> {
         let bwd = b.rule.infer_backward(self.mesh.shape(), &ins, &outs);
         if let Err(e) = &fwd {
             if !self.trace.rule_errors.iter().any(|(o, _)| *o == op) {
-                self.trace.rule_errors.push((op, e.0.clone()));
+                self.trace.rule_errors.push((op, e.clone()));
             }
         }
         let (fwd, bwd) = (fwd.ok(), bwd.unwrap_or_default());

@@ -202,7 +202,7 @@ pub fn completed_json(program: &Program, c: &Completed) -> Value {
                 "sweep": e.sweep, "direction": e.direction, "op": e.op.0, "var": program.var(e.var).name,
                 "dim": e.dim, "before": e.before.to_vec(), "after": e.after.to_vec(), "kind": e.kind,
             })).collect::<Vec<_>>(),
-            "rule_errors": c.trace.rule_errors.iter().map(|(o, m)| json!({"op": o.0, "message": m})).collect::<Vec<_>>(),
+            "rule_errors": c.trace.rule_errors.iter().map(|(o, m)| json!({"op": o.0, "message": m.to_string()})).collect::<Vec<_>>(),
         },
     })
 }

@@ -72,8 +72,17 @@ pub struct Trace {
     /// (var, dim, axes) for every annotated dim that is split, in plan order.
     pub annotations: Vec<(VarId, u16, DimAxes)>,
     pub events: Vec<Event>,
-    /// Ops whose rule raised, with the message (completion falls back to replication).
-    pub rule_errors: Vec<(OpId, String)>,
+    /// Ops whose rule raised, with why (completion falls back to replication). Serialised
+    /// as the messages a reader sees.
+    #[serde(serialize_with = "as_messages")]
+    pub rule_errors: Vec<(OpId, crate::spmd::SpmdError)>,
+}
+
+fn as_messages<S: serde::Serializer>(
+    errors: &[(OpId, crate::spmd::SpmdError)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(errors.iter().map(|(op, e)| (op, e.to_string())))
 }
 
 /// One step of an explanation.

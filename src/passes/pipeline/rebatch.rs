@@ -40,11 +40,11 @@ pub enum RebatchError {
     Differs(String),
     #[error("a variable id out of range")]
     VarOutOfRange,
-    #[error("{op} ({ty}): {message}")]
+    #[error("{op} ({ty}): {error}")]
     Infer {
         op: crate::ir::OpId,
         ty: OpType,
-        message: String,
+        error: crate::ir::infer::InferError,
     },
 }
 
@@ -193,10 +193,10 @@ fn reinferred(
                 .map(|slot| slot.iter().map(|v| types.get(v.index())).collect())
                 .collect::<Option<Vec<Vec<&TensorType>>>>()
                 .ok_or(RebatchError::VarOutOfRange)?;
-            infer_op(op, &inputs).map_err(|message| RebatchError::Infer {
+            infer_op(op, &inputs).map_err(|error| RebatchError::Infer {
                 op: crate::ir::OpId(i as u32),
                 ty: op.ty,
-                message,
+                error,
             })?
         };
         for (slot, slot_types) in op.outputs.iter().zip(inferred) {

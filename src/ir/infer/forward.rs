@@ -1,0 +1,167 @@
+//! The inference of each forward op, as its declaration (`ir::ops`) names it.
+
+use super::{fail, one, Res, E};
+use crate::ir::program::Op;
+use crate::ir::types::{DType, TensorType};
+
+type Outs = Res<Vec<Vec<TensorType>>>;
+
+fn single(t: TensorType) -> Outs {
+    Ok(vec![vec![t]])
+}
+
+pub fn matmul(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::matmul(op, one(op, ins, 0)?, one(op, ins, 1)?)?)
+}
+
+pub fn elementwise(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::elementwise(op, one(op, ins, 0)?, one(op, ins, 1)?)?)
+}
+
+/// A float output of the input's type.
+pub fn same_float(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::float(one(op, ins, 0)?, "X")?.clone())
+}
+
+/// The input's type, any dtype.
+pub fn same(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(one(op, ins, 0)?.clone())
+}
+
+pub fn cast(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let name = op.attr_str("out_dtype").unwrap_or("");
+    let dtype = DType::from_name(name).ok_or_else(|| E::UnknownDType {
+        attr: "out_dtype",
+        name: name.to_string(),
+    })?;
+    single(TensorType::new(dtype, one(op, ins, 0)?.shape.clone()))
+}
+
+pub fn dropout(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let x = super::float(one(op, ins, 0)?, "X")?;
+    let p = op.attr_float("dropout_prob", 0.5);
+    if !(0.0..1.0).contains(&p) {
+        return fail(E::DropoutProb(p));
+    }
+    Ok(vec![vec![x.clone()], vec![x.clone()]])
+}
+
+pub fn softmax(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let x = super::float(one(op, ins, 0)?, "X")?;
+    super::axis(op.attr_int("axis", -1), x.rank(), "axis")?;
+    single(x.clone())
+}
+
+pub fn masked_softmax(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let x = super::float(one(op, ins, 0)?, "X")?;
+    let r = x.rank();
+    if r < 2 || x.shape[r - 1] != x.shape[r - 2] {
+        return fail(E::NotScoreMatrix(x.clone()));
+    }
+    single(x.clone())
+}
+
+pub fn layer_norm(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    super::layer_norm(op, ins)
+}
+
+pub fn rms_norm(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let x = super::float(one(op, ins, 0)?, "X")?;
+    let begin = super::begin_norm_axis(op, x)?;
+    let normalized: usize = x.shape[begin..].iter().product();
+    let scale = one(op, ins, 1)?;
+    if scale.shape[..] != [normalized] || scale.dtype != x.dtype {
+        return fail(E::NormParam {
+            slot: "Scale",
+            normalized,
+            x: x.clone(),
+            got: scale.clone(),
+        });
+    }
+    let inv_var = TensorType::new(x.dtype, x.shape[..begin].to_vec());
+    Ok(vec![vec![x.clone()], vec![inv_var]])
+}
+
+pub fn rope(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let x = super::float(one(op, ins, 0)?, "X")?;
+    let [_, seq, _, d] = x.shape[..] else {
+        return fail(E::NotRopeLayout(x.clone()));
+    };
+    if d % 2 != 0 {
+        return fail(E::OddHeadDim {
+            head_dim: d,
+            x: x.clone(),
+        });
+    }
+    let want = TensorType::new(x.dtype, vec![1, seq, 1, d]);
+    for (slot, name) in [(1, "Sin"), (2, "Cos")] {
+        let t = one(op, ins, slot)?;
+        if *t != want {
+            return fail(E::RopeTable {
+                slot: name,
+                want,
+                x: x.clone(),
+                got: t.clone(),
+            });
+        }
+    }
+    single(x.clone())
+}
+
+// On 32-bit wasm MAX_ELEMENTS is usize::MAX, where the comparison cannot fail.
+#[allow(clippy::absurd_extreme_comparisons)]
+pub fn repeat_interleave(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let x = one(op, ins, 0)?;
+    let a = super::axis(op.attr_int("axis", 0), x.rank(), "axis")?;
+    let r = op.attr_int("repeats", 0);
+    let r = usize::try_from(r)
+        .ok()
+        .filter(|&r| r >= 1)
+        .ok_or(E::Repeats(r))?;
+    let mut shape = x.shape.clone();
+    shape[a] = shape[a]
+        .checked_mul(r)
+        .filter(|&n| n <= crate::ir::MAX_ELEMENTS)
+        .ok_or_else(|| E::RepeatsTooLarge {
+            repeats: r,
+            axis: a,
+            x: x.clone(),
+        })?;
+    single(TensorType::new(x.dtype, shape))
+}
+
+pub fn lookup(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::lookup(op, one(op, ins, 0)?, one(op, ins, 1)?)?)
+}
+
+pub fn reshape(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::reshape(op, one(op, ins, 0)?)?)
+}
+
+pub fn transpose(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::transpose(op, one(op, ins, 0)?)?)
+}
+
+pub fn split(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    Ok(vec![super::split(op, one(op, ins, 0)?)?])
+}
+
+pub fn concat(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::concat(
+        op,
+        ins.first().map(|v| v.as_slice()).unwrap_or(&[]),
+    )?)
+}
+
+pub fn reduce(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    single(super::reduce(op, super::float(one(op, ins, 0)?, "X")?)?)
+}
+
+pub fn mean(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let x = super::float(one(op, ins, 0)?, "X")?;
+    single(TensorType::new(x.dtype, vec![]))
+}
+
+pub fn softmax_ce(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    super::softmax_ce(op, one(op, ins, 0)?, one(op, ins, 1)?)
+}
