@@ -239,8 +239,8 @@ fn build_plan(
     shards: &[String],
     micro_batches: usize,
 ) -> Result<Plan, String> {
-    let model = Model::from_name(preset).map_err(|e| e.to_string())?;
-    let mut cfg = sizes.config(model)?;
+    let (model, base) = Model::preset(preset).map_err(|e| e.to_string())?;
+    let mut cfg = sizes.config(model, base)?;
     let global = cfg.batch;
     if global % micro_batches != 0 {
         return Err(format!(

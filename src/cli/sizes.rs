@@ -44,8 +44,9 @@ pub(crate) struct SizeArgs {
 }
 
 impl SizeArgs {
-    pub(crate) fn config(&self, model: Model) -> Result<ModelConfig, String> {
-        let mut cfg = model.default_config();
+    /// `base` (a preset's sizes) with the flags given set over it.
+    pub(crate) fn config(&self, model: Model, base: ModelConfig) -> Result<ModelConfig, String> {
+        let mut cfg = base;
         let set = |field: &mut usize, v: Option<usize>| {
             if let Some(v) = v {
                 *field = v;
@@ -73,7 +74,7 @@ impl SizeArgs {
         set(&mut cfg.vocab, self.vocab);
         set(&mut cfg.features, self.features);
         set(&mut cfg.classes, self.classes);
-        cfg.dtype = self.dtype()?.unwrap_or(DType::F32);
+        cfg.dtype = self.dtype()?.unwrap_or(cfg.dtype);
         Ok(cfg)
     }
 

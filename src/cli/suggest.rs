@@ -99,8 +99,8 @@ fn source(args: &SuggestArgs) -> Result<Result<Source, String>, String> {
                 }))
         }
         (None, Some(preset)) => {
-            let model = Model::from_name(preset).map_err(|e| e.to_string())?;
-            Ok(Ok((model, args.sizes.config(model)?, None)))
+            let (model, base) = Model::preset(preset).map_err(|e| e.to_string())?;
+            Ok(Ok((model, args.sizes.config(model, base)?, None)))
         }
         (None, None) => Err("give a plan FILE or --preset NAME".into()),
     }

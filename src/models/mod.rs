@@ -7,6 +7,7 @@ mod gpt;
 mod layers;
 mod llama;
 mod mlp;
+pub mod published;
 pub mod scenarios;
 
 use crate::ir::{DType, Program, ProgramError};
@@ -57,12 +58,21 @@ fn default_ffn() -> usize {
 /// Why a model cannot be built with the given sizes.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ModelError {
-    #[error("unknown preset `{0}`; presets: mlp, mlp_mse, gpt, embedding_lm, llama")]
+    #[error("unknown preset `{0}`; presets: {names}", names = preset_names().join(", "))]
     Unknown(String),
     #[error("{0}")]
     BadSize(String),
     #[error("{0}")]
     Program(#[from] ProgramError),
+}
+
+/// Every preset's name: the families, then the published configurations.
+pub fn preset_names() -> Vec<&'static str> {
+    Model::ALL
+        .iter()
+        .map(|m| m.name())
+        .chain(published::PUBLISHED.iter().map(|p| p.name))
+        .collect()
 }
 
 impl Model {
@@ -92,6 +102,15 @@ impl Model {
             .into_iter()
             .find(|m| m.name() == name)
             .ok_or_else(|| ModelError::Unknown(name.to_string()))
+    }
+
+    /// A preset by name: a family at its own default sizes, or a published configuration
+    /// (`published::PUBLISHED`) with the family that builds it.
+    pub fn preset(name: &str) -> Result<(Model, ModelConfig), ModelError> {
+        match published::Published::find(name) {
+            Some(p) => Ok((p.model, p.config())),
+            None => Model::from_name(name).map(|m| (m, m.default_config())),
+        }
     }
 
     /// One line saying what the model is.

@@ -1,0 +1,61 @@
+//! The published presets build the family's program at the published sizes: the parameter
+//! count of the program equals the count its publisher reports, to the parameter.
+#![cfg(not(target_arch = "wasm32"))]
+
+use shardlab::ir::VarKind;
+use shardlab::models::published::PUBLISHED;
+use shardlab::models::{preset_names, Model};
+
+#[test]
+fn each_published_preset_has_its_published_parameter_count() {
+    for p in &PUBLISHED {
+        let (model, cfg) = Model::preset(p.name).unwrap();
+        assert_eq!(model, p.model);
+        let program = model.build(&cfg).unwrap();
+        let params: u64 = program
+            .vars()
+            .iter()
+            .filter(|v| v.kind == VarKind::Parameter)
+            .map(|v| v.ty.shape.iter().map(|&d| d as u64).product::<u64>())
+            .sum();
+        assert_eq!(params, p.params, "{}", p.name);
+    }
+}
+
+#[test]
+fn published_presets_are_named_beside_the_families() {
+    let names = preset_names();
+    for p in &PUBLISHED {
+        assert!(names.contains(&p.name), "{}", p.name);
+        assert!(!p.source.is_empty());
+    }
+    let err = Model::preset("llama3-7b").unwrap_err().to_string();
+    assert!(
+        err.contains("llama3-8b") && err.contains("embedding_lm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_cli_page_lists_every_published_preset_with_its_count() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
+    for p in &PUBLISHED {
+        let count = p
+            .params
+            .to_string()
+            .as_bytes()
+            .rchunks(3)
+            .rev()
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join(",");
+        let row = format!("| `{}` |", p.name);
+        let line = page.lines().find(|l| l.starts_with(&row));
+        assert!(
+            line.is_some_and(|l| l.contains(&count)),
+            "docs/cli.md has no row for {} with {count} parameters",
+            p.name
+        );
+    }
+}
