@@ -58,9 +58,9 @@ pub const KEYS: &[&str] = &[
     "amp",
 ];
 
-/// The sizes a request sets on `model`'s defaults.
-fn config(r: &SuggestRequest, model: Model) -> ModelConfig {
-    let mut cfg = model.default_config();
+/// The sizes a request sets on a preset's (`base`).
+fn config(r: &SuggestRequest, base: ModelConfig) -> ModelConfig {
+    let mut cfg = base;
     let set = |field: &mut usize, v: Option<usize>| {
         if let Some(v) = v {
             *field = v;
@@ -142,8 +142,8 @@ impl SuggestRequest {
                 (model, config, Some(plan))
             }
             (Some(name), None) => {
-                let model = Model::from_name(name).map_err(RequestError::UnknownModel)?;
-                let config = config(self, model);
+                let (model, base) = Model::preset(name).map_err(RequestError::UnknownModel)?;
+                let config = config(self, base);
                 model.build(&config).map_err(|error| RequestError::Model {
                     name: name.clone(),
                     error,
