@@ -193,20 +193,9 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
             Ok(vec![])
         }
         CollectiveOp::Recv => {
-            let name = op.attr_str("dtype").unwrap_or("");
-            let dtype = DType::from_name(name).ok_or_else(|| E::UnknownDType {
-                attr: "dtype",
-                name: name.to_string(),
-            })?;
+            let dtype = super::infer::dtype_attr(op, "dtype")?;
             let shape = op.attr_ints("shape").unwrap_or(&[]);
-            let dims = shape
-                .iter()
-                .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
-                .collect::<Option<Vec<_>>>();
-            single(TensorType::new(
-                dtype,
-                dims.ok_or_else(|| E::NonPositiveDims(shape.to_vec()))?,
-            ))
+            single(TensorType::new(dtype, super::infer::positive_dims(shape)?))
         }
     }
 }
@@ -311,11 +300,7 @@ fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
         return single(TensorType::new(x.dtype, vec![numel as usize]));
     }
     let shape = op.attr_ints("shape").unwrap_or(&[]);
-    let dims: Option<Vec<usize>> = shape
-        .iter()
-        .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
-        .collect();
-    let dims = dims.ok_or_else(|| E::NonPositiveDims(shape.to_vec()))?;
+    let dims = super::infer::positive_dims(shape)?;
     let numel = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if x.rank() != 1 || numel.is_none_or(|n| n > x.numel()) {
         return fail(E::NotFlatBuffer {

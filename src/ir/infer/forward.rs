@@ -2,7 +2,7 @@
 
 use super::{fail, one, Res, E};
 use crate::ir::program::Op;
-use crate::ir::types::{DType, TensorType};
+use crate::ir::types::TensorType;
 
 type Outs = Res<Vec<Vec<TensorType>>>;
 
@@ -29,11 +29,7 @@ pub fn same(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
 }
 
 pub fn cast(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
-    let name = op.attr_str("out_dtype").unwrap_or("");
-    let dtype = DType::from_name(name).ok_or_else(|| E::UnknownDType {
-        attr: "out_dtype",
-        name: name.to_string(),
-    })?;
+    let dtype = super::dtype_attr(op, "out_dtype")?;
     single(TensorType::new(dtype, one(op, ins, 0)?.shape.clone()))
 }
 

@@ -26,20 +26,32 @@ pub fn infer_op(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>
         | OpType::Collective(_)
         | OpType::RankLocal(_) => super::infer_planner::infer_planner_op(op, inputs),
         OpType::FillConstant => {
-            let name = op.attr_str("dtype").unwrap_or("");
-            let dtype = DType::from_name(name).ok_or_else(|| E::UnknownDType {
-                attr: "dtype",
-                name: name.to_string(),
-            })?;
+            let dtype = dtype_attr(op, "dtype")?;
             let shape = op.attr_ints("shape").ok_or(E::MissingAttr("shape"))?;
-            let dims = shape
-                .iter()
-                .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| E::NonPositiveDims(shape.to_vec()))?;
-            Ok(vec![vec![TensorType::new(dtype, dims)]])
+            Ok(vec![vec![TensorType::new(dtype, positive_dims(shape)?)]])
         }
     }
+}
+
+/// The element type an attribute names.
+pub(crate) fn dtype_attr(op: &Op, attr: &'static str) -> Res<DType> {
+    let name = op.attr_str(attr).unwrap_or("");
+    DType::from_name(name).ok_or_else(|| {
+        E::UnknownDType {
+            attr,
+            name: name.to_string(),
+        }
+        .into()
+    })
+}
+
+/// A shape attribute whose every dim must be positive.
+pub(crate) fn positive_dims(shape: &[i64]) -> Res<Vec<usize>> {
+    shape
+        .iter()
+        .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| E::NonPositiveDims(shape.to_vec()).into())
 }
 
 /// The one variable of input slot `slot`.
