@@ -58,7 +58,7 @@ pub struct Failure {
 }
 
 /// What the engine answers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
     /// Work done so far, of the total (the search sends these before its answer).
     Progress {
@@ -92,7 +92,7 @@ pub struct CostView {
 }
 
 /// One message from the engine.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Reply {
     pub id: u64,
     pub outcome: Outcome,

@@ -439,3 +439,35 @@ fn the_string_error_check_sees_them() {
                 // Result<(), String> in a comment\nfn g() -> Result<(), MyError> {}\n";
     assert_eq!(string_errors(text).len(), 2);
 }
+
+/// Lines that case-map Unicode text (`to_lowercase`, `to_uppercase`): each links the
+/// Unicode case tables, about 10 KB of the playground's gzipped page module
+/// (docs/benchmarks.md). Our names, keywords and answers are ASCII.
+fn unicode_case_maps(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .filter(|l| l.contains(".to_lowercase()") || l.contains(".to_uppercase()"))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn the_browser_code_lowercases_ascii_only() {
+    let problems: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| !rel.starts_with("cli/"))
+        .flat_map(|(rel, text)| {
+            unicode_case_maps(&text)
+                .into_iter()
+                .map(move |l| format!("{rel}: `{l}`: use to_ascii_lowercase"))
+        })
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_case_map_check_sees_them() {
+    let text = "let a = s.to_lowercase();\n// s.to_uppercase() in a comment\n\
+                let b = s.to_ascii_lowercase();\nlet c = t.to_uppercase();\n";
+    assert_eq!(unicode_case_maps(text).len(), 2);
+}

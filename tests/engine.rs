@@ -100,10 +100,10 @@ fn job_ids_never_repeat_across_sessions() {
 fn a_failed_job_is_a_message_and_the_session_stops_waiting() {
     let s = megatron().reduce(Action::Run);
     let id = s.job.as_ref().unwrap().id;
-    let s = s.reduce(Action::Reply(Reply {
+    let s = s.reduce(Action::Reply(std::rc::Rc::new(Reply {
         id,
         outcome: Outcome::Failed("the engine failed: it did not load".into()),
-    }));
+    })));
     assert!(s.job.is_none());
     assert_eq!(
         s.message.as_deref(),
@@ -112,10 +112,10 @@ fn a_failed_job_is_a_message_and_the_session_stops_waiting() {
     // Progress for the job does not end the wait.
     let s = s.reduce(Action::Run);
     let id = s.job.as_ref().unwrap().id;
-    let s = s.reduce(Action::Reply(Reply {
+    let s = s.reduce(Action::Reply(std::rc::Rc::new(Reply {
         id,
         outcome: Outcome::Progress { done: 1, total: 2 },
-    }));
+    })));
     assert_eq!(s.job.as_ref().map(|j| j.id), Some(id));
     let s = finish(s);
     assert!(s.run.as_ref().unwrap().checks.iter().all(|c| c.pass));

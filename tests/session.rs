@@ -278,12 +278,12 @@ fn running_in_the_session_verifies() {
     assert!(asked.run.is_none());
     // A reply to another job (an older plan's) is dropped; the job keeps waiting.
     let id = asked.job.as_ref().unwrap().id;
-    let stray = asked.clone().reduce(Action::Reply(Reply {
+    let stray = asked.clone().reduce(Action::Reply(std::rc::Rc::new(Reply {
         id: id + 1,
         outcome: Outcome::Run(Err(shardlab::protocol::Failure {
             message: "stray".into(),
         })),
-    }));
+    })));
     assert_eq!(
         (stray.job.as_ref().map(|j| j.id), stray.message),
         (Some(id), None)

@@ -108,7 +108,11 @@ fn unreduced(attr: &TensorDistAttr, mesh: &ProcessMesh, lead: &str, sep: &str) -
     let axes = join(attr.partial.iter().map(|(a, r)| match r {
         ReduceType::Sum => format!("U{sep}{}", mesh.axis_name(a)),
         ReduceType::Avg | ReduceType::Max | ReduceType::Min | ReduceType::Prod => {
-            format!("U{sep}{}:{}", mesh.axis_name(a), r.name().to_lowercase())
+            format!(
+                "U{sep}{}:{}",
+                mesh.axis_name(a),
+                r.name().to_ascii_lowercase()
+            )
         }
     }));
     format!("{lead}{{{axes}}}")
@@ -180,7 +184,7 @@ fn jax(attr: &TensorDistAttr, mesh: &ProcessMesh) -> String {
         let axes = join(attr.partial.iter().map(|(a, r)| match r {
             ReduceType::Sum => name(a),
             ReduceType::Avg | ReduceType::Max | ReduceType::Min | ReduceType::Prod => {
-                format!("{}:{}", name(a), r.name().to_lowercase())
+                format!("{}:{}", name(a), r.name().to_ascii_lowercase())
             }
         }));
         parts.push(format!("unreduced={{{axes}}}"));
@@ -211,7 +215,7 @@ fn dtensor_placement(role: Result<Option<usize>, ReduceType>) -> String {
     match role {
         Ok(Some(d)) => format!("Shard({d})"),
         Ok(None) => "Replicate()".to_string(),
-        Err(r) => format!("Partial({})", r.name().to_lowercase()),
+        Err(r) => format!("Partial({})", r.name().to_ascii_lowercase()),
     }
 }
 
@@ -220,7 +224,7 @@ fn sbp_placement(role: Result<Option<usize>, ReduceType>) -> String {
         Ok(Some(d)) => format!("S({d})"),
         Ok(None) => "B".to_string(),
         Err(ReduceType::Sum) => "P".to_string(),
-        Err(r) => format!("P({})", r.name().to_lowercase()),
+        Err(r) => format!("P({})", r.name().to_ascii_lowercase()),
     }
 }
 

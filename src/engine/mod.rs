@@ -114,10 +114,10 @@ pub fn handle(job: &Job, progress: &mut dyn FnMut(usize, usize)) -> Outcome {
 pub fn finish(mut session: Session) -> Session {
     while let Some(job) = session.job.clone() {
         let outcome = handle(&job, &mut |_, _| {});
-        session = session.reduce(crate::session::Action::Reply(Reply {
+        session = session.reduce(crate::session::Action::Reply(std::rc::Rc::new(Reply {
             id: job.id,
             outcome,
-        }));
+        })));
     }
     session
 }

@@ -5,12 +5,14 @@
 use super::op_type::OpType;
 use super::types::TensorType;
 
-/// Why inference refused an op; `Display` is the message the user reads. Boxed: inference
-/// runs for every op a builder adds, and a `Result` as wide as the widest failure (four
-/// tensor types) would be copied on every success.
+/// Why inference refused an op; `Display` is the message the user reads. Behind a pointer:
+/// inference runs for every op a builder adds, and a `Result` as wide as the widest failure
+/// (four tensor types) would be copied on every success. An `Arc`, not a `Box`: errors are
+/// cloned with the plans that carry them, and a deep clone of every kind would be code the
+/// playground's page module downloads for nothing (4.5 KB of it).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{0}")]
-pub struct InferError(Box<InferErrorKind>);
+pub struct InferError(std::sync::Arc<InferErrorKind>);
 
 impl InferError {
     /// Which failure, with its fields.
@@ -21,12 +23,12 @@ impl InferError {
 
 impl From<InferErrorKind> for InferError {
     fn from(kind: InferErrorKind) -> InferError {
-        InferError(Box::new(kind))
+        InferError(std::sync::Arc::new(kind))
     }
 }
 
 /// The failures of inference, one per way an op can be ill-formed.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Debug, PartialEq, thiserror::Error)]
 pub enum InferErrorKind {
     // --- Slots: how many variables an input holds.
     #[error("missing input slot")]

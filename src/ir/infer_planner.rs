@@ -315,9 +315,9 @@ fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
 /// dtype; `uncoalesce_tensor` writes a buffer of their total size back into them.
 fn coalesce(o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
     let slot = usize::from(o == RankLocalOp::UncoalesceTensor);
-    let none = E::NoneGiven { slot: "Input" };
-    let parts = inputs.get(slot).ok_or_else(|| none.clone())?;
-    let first = parts.first().ok_or(none)?;
+    let none = || E::NoneGiven { slot: "Input" };
+    let parts = inputs.get(slot).ok_or_else(none)?;
+    let first = parts.first().ok_or_else(none)?;
     if parts.iter().any(|t| t.dtype != first.dtype) {
         return fail(E::BucketDTypes);
     }

@@ -78,8 +78,9 @@ pub enum Action {
     /// Show a collective of the selected rank's program with real values (`None`: hide).
     ShowValues(Option<usize>),
     /// The engine's answer to a job (`crate::engine`); ignored unless it answers the job
-    /// the session waits for.
-    Reply(crate::protocol::Reply),
+    /// the session waits for. Shared, not copied: actions are cloned, and a deep copy of
+    /// every kind of answer would be code the page downloads for nothing.
+    Reply(std::rc::Rc<crate::protocol::Reply>),
     Dismiss,
 }
 

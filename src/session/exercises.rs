@@ -60,7 +60,7 @@ impl Exercise {
             }
             AnswerKind::Collective => {
                 let norm = |s: &str| {
-                    s.to_lowercase()
+                    s.to_ascii_lowercase()
                         .replace(['-', ' ', '_'], "")
                         .trim_start_matches('c')
                         .trim_end_matches("sum")

@@ -18,17 +18,17 @@ impl Session {
     }
 
     /// Applies the engine's reply to the job the session waits for.
-    pub(super) fn receive(&mut self, reply: Reply) {
+    pub(super) fn receive(&mut self, reply: &Reply) {
         if reply.outcome.is_progress() || self.job.as_ref().map(|j| j.id) != Some(reply.id) {
             return;
         }
         self.job = None;
-        match reply.outcome {
-            Outcome::Run(Ok(r)) => self.run = Some(r),
-            Outcome::Broken(Ok(r)) => self.break_report = Some(r),
-            Outcome::Values(v) => self.values = Some(v),
+        match &reply.outcome {
+            Outcome::Run(Ok(r)) => self.run = Some(r.clone()),
+            Outcome::Broken(Ok(r)) => self.break_report = Some(r.clone()),
+            Outcome::Values(v) => self.values = Some(v.clone()),
             Outcome::Run(Err(e)) | Outcome::Broken(Err(e)) => self.message = Some(e.to_string()),
-            Outcome::Failed(e) => self.message = Some(e),
+            Outcome::Failed(e) => self.message = Some(e.clone()),
             // The export, cost, pipeline and suggest panels send their own jobs; the
             // session never waits for these.
             Outcome::Export(_)

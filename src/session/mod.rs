@@ -463,7 +463,7 @@ impl Session {
                     self.request(crate::protocol::Task::Values(op));
                 }
             }
-            Action::Reply(reply) => self.receive(reply),
+            Action::Reply(reply) => self.receive(&reply),
             Action::OpenLink(hash) => match Session::from_hash(&hash) {
                 Ok(mut s) => {
                     s.embed = self.embed;

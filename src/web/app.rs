@@ -137,7 +137,10 @@ fn use_engine(ctx: &AppCtx) {
             engine.send(
                 job.clone(),
                 Callback::from(move |outcome| {
-                    state.dispatch(Action::Reply(crate::engine::Reply { id, outcome }))
+                    state.dispatch(Action::Reply(std::rc::Rc::new(crate::engine::Reply {
+                        id,
+                        outcome,
+                    })))
                 }),
             );
         }

@@ -222,7 +222,7 @@ pub fn CostPanel() -> Html {
     } else {
         ctx.on(|_: MouseEvent| Action::Pin)
     };
-    let (cost, pinned) = match answer {
+    let (cost, pinned) = match answer.as_deref() {
         None => {
             let waiting =
                 || html! { <p class="hint waiting" role="status">{ "Pricing the plan…" }</p> };

@@ -296,7 +296,7 @@ struct Asks {
 #[derive(Clone)]
 struct Asker {
     engine: EngineLink,
-    out: yew::UseStateHandle<Option<Outcome>>,
+    out: yew::UseStateHandle<Option<Rc<Outcome>>>,
     /// The job whose answer is shown (0: none; a superseded job's answer is dropped).
     latest: Rc<RefCell<u64>>,
     asks: Rc<RefCell<Asks>>,
@@ -319,7 +319,7 @@ impl Asker {
                     return;
                 }
                 if *self.latest.borrow() == id {
-                    self.out.set(Some(o));
+                    self.out.set(Some(Rc::new(o)));
                 }
                 let next = {
                     let mut asks = self.asks.borrow_mut();
@@ -335,15 +335,16 @@ impl Asker {
 }
 
 /// The engine's answer to `task` on the current session, asked again whenever `key`
-/// changes (`None` while it works). A panel's figures that are derived from the plan (the
+/// changes (`None` while it works), shared rather than copied (a deep copy of every kind of
+/// answer would be code the page downloads for nothing). A panel's figures that are derived from the plan (the
 /// cost panel's, the Gantt chart's) come this way.
 #[yew::hook]
 pub fn use_engine_answer<K: PartialEq + 'static>(
     ctx: &super::app::AppCtx,
     key: K,
     task: Task,
-) -> Option<Outcome> {
-    let answer = yew::use_state(|| None::<Outcome>);
+) -> Option<Rc<Outcome>> {
+    let answer = yew::use_state(|| None::<Rc<Outcome>>);
     let latest = yew::use_mut_ref(|| 0u64);
     let asks = yew::use_mut_ref(Asks::default);
     let asker = Asker {

@@ -114,17 +114,17 @@ fn input_value(e: &InputEvent) -> usize {
 }
 
 /// The schedule in time, as the engine laid it out (`None`: still working).
-fn schedule_view(computed: Option<Outcome>) -> Html {
+fn schedule_view(computed: Option<&Outcome>) -> Html {
     match computed {
         None => html! { <p class="hint waiting" role="status">{ "Laying out the schedule…" }</p> },
         Some(Outcome::PipelineCost(Ok(c))) => html! {
             <>
                 <p class="pipeline-summary">
-                    { format!("step {} · bubble fraction ", human_or_units(&c, c.timeline.step)) }
+                    { format!("step {} · bubble fraction ", human_or_units(c, c.timeline.step)) }
                     <strong id="bubble-fraction">{ format!("{:.3}", c.bubble) }</strong>
                     { format!(" · {} on {} stages, {} micro-batches", c.schedule, c.stages.len(), c.micro_batches) }
                 </p>
-                { gantt(&c) }
+                { gantt(c) }
                 <p class="cost-legend">
                     <span class="key forward"></span>{ "forward " }
                     <span class="key backward"></span>{ "backward " }
@@ -132,7 +132,7 @@ fn schedule_view(computed: Option<Outcome>) -> Html {
                     <span class="key backward_w"></span>{ "weight grad " }
                     <span class="key optimizer"></span>{ "optimizer (and gradient sync) · hatched: idle" }
                 </p>
-                { stats(&c) }
+                { stats(c) }
             </>
         },
         Some(Outcome::PipelineCost(Err(m))) => {
@@ -178,7 +178,7 @@ pub fn PipelinePanel() -> Html {
     });
     let ideal = s.gantt_ideal;
     let on_ideal = ctx.on(move |_: Event| Action::Pipeline(PipelineAction::SetGanttIdeal(!ideal)));
-    let body = schedule_view(computed);
+    let body = schedule_view(computed.as_deref());
     html! {
         <section class="panel pipeline-panel">
             <h2>{ "Pipeline" }</h2>
