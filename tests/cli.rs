@@ -1889,3 +1889,46 @@ fn error_classes_exit_as_documented() {
         text(&out.stdout)
     );
 }
+
+#[test]
+fn a_published_preset_prices_without_a_plan_flag() {
+    // The default plan: data parallelism over one 8-GPU node, the batch split over it.
+    let out = shardlab(&["cost", "--preset", "llama3-8b", "--topology", "h100x8"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("cost on h100x8"), "{stdout}");
+    assert!(
+        stdout.contains("MFU") && !stdout.contains("MFU 0.0"),
+        "{stdout}"
+    );
+    let ranks = stdout.lines().filter(|l| l.starts_with("    ")).count();
+    assert_eq!(ranks, 8, "{stdout}");
+    let out = shardlab(&["plan", "--preset", "llama3-8b", "--layers", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("mesh [8] (dp)"), "{stdout}");
+    let ids = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("ids "))
+        .unwrap();
+    assert!(
+        ids.contains("[dp, -]") && ids.ends_with("(annotated)"),
+        "{ids}"
+    );
+    // A --mesh replaces the default plan (no annotation comes with it).
+    let out = shardlab(&[
+        "plan",
+        "--preset",
+        "llama3-8b",
+        "--layers",
+        "1",
+        "--mesh",
+        "2:dp",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("mesh [2] (dp)"));
+    // The families keep no default plan.
+    let out = shardlab(&["cost", "--preset", "llama", "--topology", "h100x8"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("the plan has no mesh"));
+}

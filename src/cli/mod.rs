@@ -25,6 +25,7 @@ use options::{BenchWhat, Format};
 use plan::PlanArgs;
 pub(crate) use sizes::SizeArgs;
 
+use crate::models::published::{self, Published};
 use crate::models::{Model, ModelConfig};
 use crate::plan::{
     parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, RanksPlanned, SourceMap,
@@ -243,6 +244,14 @@ fn build_plan(
     let (model, base) = Model::preset(preset).map_err(|e| e.to_string())?;
     let mut cfg = sizes.config(model, base)?;
     let global = cfg.batch;
+    let defaults: Vec<String>;
+    let (mesh, shards) = match (mesh, shards, Published::find(preset)) {
+        (None, [], Some(_)) => {
+            defaults = published::DEFAULT_SHARDS.map(String::from).to_vec();
+            (Some(published::DEFAULT_MESH), defaults.as_slice())
+        }
+        _ => (mesh, shards),
+    };
     if global % micro_batches != 0 {
         return Err(format!(
             "--batch {global} must divide by --micro-batches {micro_batches} (--batch is the \

@@ -30,6 +30,15 @@ pub struct Published {
 /// 8-GPU node, the smallest topology a model of this size is priced on.
 pub const DEFAULT_BATCH: usize = 8;
 
+/// The default plan of a published preset, as `--mesh` and `--shard` would give it: data
+/// parallelism over the 8 devices of one node, the batch (one sequence per device, see
+/// [`DEFAULT_BATCH`]) split over them. A plan that runs without a flag, so `shardlab cost
+/// --preset llama3-8b --topology h100x8` prices something; `--mesh` or `--shard` replace it.
+pub const DEFAULT_MESH: &str = "8:dp";
+
+/// The annotations of the default plan (see [`DEFAULT_MESH`]).
+pub const DEFAULT_SHARDS: [&str; 1] = ["ids=dp,-"];
+
 /// Every published preset.
 pub const PUBLISHED: [Published; 3] = [
     Published {
