@@ -45,6 +45,7 @@ fn presets_distributed_equals_serial() {
         (Model::Gpt, 1),
         (Model::Gpt, 2),
         (Model::EmbeddingLm, 1),
+        (Model::GptLm, 1),
     ] {
         for (config, mesh, shards) in standard_configs(model, layers) {
             let plan = preset_plan(model, layers, mesh, &shards);
@@ -317,6 +318,14 @@ fn vocab_parallel_cross_entropy_equals_serial() {
         "mlp classes split",
         &f64_preset(Model::Mlp, "2:mp", &["linear_1.w_0=-,mp"]),
         3,
+        must,
+    );
+    // GPT's tied head: the table split on its rows is the embedding's and the head's vocab
+    // split at once; its gradient sums the two uses.
+    assert_verifies(
+        "tied table split on mp",
+        &f64_preset(Model::GptLm, "2x4:dp,mp", &["ids=dp,-", "wte=mp,-"]),
+        2,
         must,
     );
     let plan = preset_plan(

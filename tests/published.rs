@@ -59,3 +59,26 @@ fn the_cli_page_lists_every_published_preset_with_its_count() {
         );
     }
 }
+
+#[test]
+fn gpt3_counts_round_to_the_papers() {
+    // Brown et al. 2020, Table 2.1 gives the counts in billions to one decimal (13B: see the
+    // preset's source for why 12.85B).
+    for (name, billions) in [("gpt3-1.3b", 1.3), ("gpt3-13b", 12.9), ("gpt3-175b", 174.6)] {
+        let p = PUBLISHED.iter().find(|p| p.name == name).unwrap();
+        let got = p.params as f64 / 1e9;
+        assert!((got - billions).abs() < 0.05, "{name}: {got}B");
+    }
+    // And the closed form of a GPT with tied head and learned positions:
+    // 12·L·h² + 13·L·h + (V + S)·h + 2h.
+    for p in PUBLISHED.iter().filter(|p| p.model == Model::GptLm) {
+        let (l, h, v, s) = (
+            p.layers as u64,
+            p.hidden as u64,
+            p.vocab as u64,
+            p.seq as u64,
+        );
+        let closed = 12 * l * h * h + 13 * l * h + (v + s) * h + 2 * h;
+        assert_eq!(closed, p.params, "{}", p.name);
+    }
+}

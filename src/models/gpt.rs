@@ -1,5 +1,6 @@
-//! Transformer presets: `gpt` (pre-LN blocks, mean squared error loss) and `embedding_lm`
-//! (token embedding, blocks, LM head, softmax cross-entropy).
+//! Transformer presets: `gpt` (pre-LN blocks, mean squared error loss), `embedding_lm`
+//! (token embedding, blocks, LM head, softmax cross-entropy) and `gpt_lm` (GPT-2 and GPT-3:
+//! token and learned position embeddings, blocks, an LM head tied to the token embedding).
 
 use super::layers::{causal_core, swap_seq_heads, to_heads};
 use super::{ModelConfig, ModelError};
@@ -63,6 +64,54 @@ pub fn embedding_lm(cfg: &ModelConfig) -> Res<Program> {
     let out = layer_norm(&mut b, cfg, "ln_f", h)?;
     let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
     let logits = b.op1(OpType::MatmulV2, vec![vec![out], vec![head]], &[], "logits")?;
+    let outs = b.op(
+        OpType::SoftmaxWithCrossEntropy,
+        vec![vec![logits], vec![label]],
+        &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
+        &["logits.softmax", "loss.tokens"],
+    )?;
+    b.set_role(OpRole::Loss);
+    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    Ok(b.finish())
+}
+
+/// GPT-2 and GPT-3 (Radford et al. 2019; Brown et al. 2020): token embedding plus a learned
+/// position embedding, `layers` pre-LN blocks, a final layer_norm, and logits against the
+/// token embedding itself (`wte` transposed: the head is tied, so a vocab-parallel `wte` is
+/// a vocab-parallel head, as in Megatron), then a softmax cross-entropy.
+///
+/// The position table `wpe[seq, hidden]` is added whole, broadcast over the batch: the same
+/// as looking up positions 0..seq (what GPT-2 does for an unpadded sequence) without a
+/// position-ids input. At the published sequence length its size is the published
+/// `n_positions`, so the parameter count is the published one.
+pub fn gpt_lm(cfg: &ModelConfig) -> Res<Program> {
+    let mut b = Builder::new();
+    let ids = b.input("ids", DType::I64, &[cfg.batch, cfg.seq])?;
+    let label = b.label("label", DType::I64, &[cfg.batch, cfg.seq, 1])?;
+    let wte = b.param("wte", cfg.dtype, &[cfg.vocab, cfg.hidden])?;
+    let wpe = b.param("wpe", cfg.dtype, &[cfg.seq, cfg.hidden])?;
+    let tokens = b.op1(
+        OpType::LookupTableV2,
+        vec![vec![wte], vec![ids]],
+        &[("padding_idx", Attr::Int(-1))],
+        "emb.tokens",
+    )?;
+    let mut h = b.op1(
+        OpType::ElementwiseAdd,
+        vec![vec![tokens], vec![wpe]],
+        &[],
+        "emb",
+    )?;
+    for i in 0..cfg.layers {
+        h = block(&mut b, cfg, &format!("h{i}"), h, false)?;
+    }
+    let out = layer_norm(&mut b, cfg, "ln_f", h)?;
+    let logits = b.op1(
+        OpType::MatmulV2,
+        vec![vec![out], vec![wte]],
+        &[("trans_y", Attr::Bool(true))],
+        "logits",
+    )?;
     let outs = b.op(
         OpType::SoftmaxWithCrossEntropy,
         vec![vec![logits], vec![label]],

@@ -20,6 +20,7 @@ pub enum Model {
     MlpMse,
     Gpt,
     EmbeddingLm,
+    GptLm,
     Llama,
 }
 
@@ -77,11 +78,12 @@ pub fn preset_names() -> Vec<&'static str> {
 
 impl Model {
     /// Every preset model.
-    pub const ALL: [Model; 5] = [
+    pub const ALL: [Model; 6] = [
         Model::Mlp,
         Model::MlpMse,
         Model::Gpt,
         Model::EmbeddingLm,
+        Model::GptLm,
         Model::Llama,
     ];
 
@@ -92,6 +94,7 @@ impl Model {
             Model::MlpMse => "mlp_mse",
             Model::Gpt => "gpt",
             Model::EmbeddingLm => "embedding_lm",
+            Model::GptLm => "gpt_lm",
             Model::Llama => "llama",
         }
     }
@@ -120,6 +123,7 @@ impl Model {
             Model::MlpMse => "x @ W1 -> gelu(tanh) -> @ W2, loss mean((pred - y)^2) (JAX's MLP)",
             Model::Gpt => "pre-LN transformer blocks (attention + MLP) with a mean squared error loss",
             Model::EmbeddingLm => "token embedding -> transformer blocks -> LM head -> softmax cross-entropy",
+            Model::GptLm => "GPT-2/GPT-3: token + learned position embeddings -> transformer blocks -> LM head tied to the token embedding -> softmax cross-entropy",
             Model::Llama => "Llama decoder: rms_norm, grouped-query attention with rotary embeddings, SwiGLU MLP, LM head, cross-entropy",
         }
     }
@@ -155,7 +159,7 @@ impl Model {
                 ..base
             },
             Model::Gpt => base,
-            Model::EmbeddingLm => ModelConfig { layers: 1, ..base },
+            Model::EmbeddingLm | Model::GptLm => ModelConfig { layers: 1, ..base },
             Model::Llama => base,
         }
     }
@@ -168,6 +172,7 @@ impl Model {
             Model::MlpMse => mlp::mlp_mse(cfg),
             Model::Gpt => gpt::gpt(cfg),
             Model::EmbeddingLm => gpt::embedding_lm(cfg),
+            Model::GptLm => gpt::gpt_lm(cfg),
             Model::Llama => llama::llama(cfg),
         }
     }
@@ -213,7 +218,10 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     if cfg.dtype == DType::I64 {
         return Err(ModelError::BadSize("dtype must be f32 or f64".into()));
     }
-    let uses_blocks = matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama);
+    let uses_blocks = matches!(
+        model,
+        Model::Gpt | Model::EmbeddingLm | Model::GptLm | Model::Llama
+    );
     if uses_blocks && !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(ModelError::BadSize(format!(
             "hidden {} must be divisible by heads {}",

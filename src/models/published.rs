@@ -20,7 +20,9 @@ pub struct Published {
     pub vocab: usize,
     /// The sequence length the model was trained at.
     pub seq: usize,
-    /// The parameter count its publisher reports, exactly where they give it exactly.
+    /// The parameter count: its publisher's where they give it exactly (Llama 3, the GPT-2
+    /// checkpoints); else the built program's, which rounds to the published one (GPT-3's
+    /// paper gives 1.3B, 13.0B, 175.0B; `tests/published.rs` holds both).
     pub params: u64,
     /// Where the sizes and the count come from.
     pub source: &'static str,
@@ -40,7 +42,81 @@ pub const DEFAULT_MESH: &str = "8:dp";
 pub const DEFAULT_SHARDS: [&str; 1] = ["ids=dp,-"];
 
 /// Every published preset.
-pub const PUBLISHED: [Published; 3] = [
+pub const PUBLISHED: [Published; 8] = [
+    Published {
+        name: "gpt2-small",
+        model: Model::GptLm,
+        layers: 12,
+        hidden: 768,
+        heads: 12,
+        kv_heads: 12,
+        ffn: 3072,
+        vocab: 50257,
+        seq: 1024,
+        params: 124_439_808,
+        source: "OpenAI GPT-2 small (Radford et al. 2019): config.json of openai-community/gpt2 \
+                 (n_layer 12, n_embd 768, n_head 12, n_positions 1024, vocab 50,257); the \
+                 count is Hugging Face's for the checkpoint",
+    },
+    Published {
+        name: "gpt2-xl",
+        model: Model::GptLm,
+        layers: 48,
+        hidden: 1600,
+        heads: 25,
+        kv_heads: 25,
+        ffn: 6400,
+        vocab: 50257,
+        seq: 1024,
+        params: 1_557_611_200,
+        source: "OpenAI GPT-2 XL (Radford et al. 2019): config.json of \
+                 openai-community/gpt2-xl (n_layer 48, n_embd 1600, n_head 25, n_positions \
+                 1024); the count is Hugging Face's for the checkpoint",
+    },
+    Published {
+        name: "gpt3-1.3b",
+        model: Model::GptLm,
+        layers: 24,
+        hidden: 2048,
+        heads: 16,
+        kv_heads: 16,
+        ffn: 8192,
+        vocab: 50257,
+        seq: 2048,
+        params: 1_315_723_264,
+        source: "GPT-3 XL (Brown et al. 2020), Table 2.1: 24 layers, d_model 2048, 16 heads of \
+                 128, context 2048; the paper rounds the count to 1.3B",
+    },
+    Published {
+        name: "gpt3-13b",
+        model: Model::GptLm,
+        layers: 40,
+        hidden: 5120,
+        heads: 40,
+        kv_heads: 40,
+        ffn: 20480,
+        vocab: 50257,
+        seq: 2048,
+        params: 12_853_386_240,
+        source: "GPT-3 13B (Brown et al. 2020), Table 2.1: 40 layers, 40 heads of 128, context \
+                 2048. The table's d_model 5140 does not split into 40 heads; 40 × 128 = 5120 \
+                 does (as Megatron's and OPT's 13B configs use), so this counts 12.85B where \
+                 the paper rounds 13.0B",
+    },
+    Published {
+        name: "gpt3-175b",
+        model: Model::GptLm,
+        layers: 96,
+        hidden: 12288,
+        heads: 96,
+        kv_heads: 96,
+        ffn: 49152,
+        vocab: 50257,
+        seq: 2048,
+        params: 174_604_259_328,
+        source: "GPT-3 175B (Brown et al. 2020), Table 2.1: 96 layers, d_model 12288, 96 heads \
+                 of 128, context 2048; the paper rounds the count to 175.0B",
+    },
     Published {
         name: "llama3-8b",
         model: Model::Llama,

@@ -492,5 +492,5 @@ pub fn layers_per_stage(problem: &Problem, family: &Family) -> usize {
 
 /// Whether the model has blocks to extrapolate over.
 pub fn layered(model: Model) -> bool {
-    matches!(model, Model::Gpt | Model::EmbeddingLm)
+    matches!(model, Model::Gpt | Model::EmbeddingLm | Model::GptLm)
 }

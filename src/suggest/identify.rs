@@ -68,8 +68,13 @@ fn guesses(p: &Program) -> Vec<(Model, ModelConfig)> {
         out.extend(llama_guess(p, &ids, &wte));
         let base = Model::EmbeddingLm.default_config();
         if let ([b, s], [v, h]) = (&ids[..], &wte[..]) {
+            // `gpt_lm` has a position table `wpe`; `embedding_lm` has none.
+            let model = match shape(p, "wpe") {
+                Some(_) => Model::GptLm,
+                None => Model::EmbeddingLm,
+            };
             out.push((
-                Model::EmbeddingLm,
+                model,
                 ModelConfig {
                     batch: *b,
                     seq: *s,
@@ -147,7 +152,7 @@ fn guesses(p: &Program) -> Vec<(Model, ModelConfig)> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "suggest searches over the layouts of the preset models (mlp, mlp_mse, gpt, \
-     embedding_lm, llama); this plan's program is not one of them at any size read from it. \
+     embedding_lm, gpt_lm, llama); this plan's program is not one of them at any size read from it. \
      Price your own plan with `shardlab cost`, or search from --preset with the same sizes"
 )]
 pub struct NotAPreset;
@@ -188,7 +193,10 @@ mod tests {
             assert_eq!(m, model);
             assert_eq!(c.batch, 8);
             assert_eq!(c.hidden, cfg.hidden);
-            if matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama) {
+            if matches!(
+                model,
+                Model::Gpt | Model::EmbeddingLm | Model::GptLm | Model::Llama
+            ) {
                 assert_eq!(c.layers, 3);
                 assert_eq!(c.heads, cfg.heads);
             }

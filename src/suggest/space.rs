@@ -173,7 +173,7 @@ impl Candidate {
                     out.extend(["params.W1=-,mp", "params.W2=mp,-"].map(String::from));
                 }
             }
-            Model::Gpt | Model::EmbeddingLm => {
+            Model::Gpt | Model::EmbeddingLm | Model::GptLm => {
                 let input = if model == Model::Gpt {
                     format!("x={batch},-,-")
                 } else {
@@ -185,6 +185,10 @@ impl Candidate {
                     if self.vocab_parallel && model == Model::EmbeddingLm {
                         out.push("wte=mp,-".into());
                         out.push("lm_head.w=-,mp".into());
+                    }
+                    // The head is tied: splitting the table's rows splits the logits.
+                    if self.vocab_parallel && model == Model::GptLm {
+                        out.push("wte=mp,-".into());
                     }
                 }
             }
@@ -210,10 +214,10 @@ impl Candidate {
         let blocks = match (model, mp) {
             (_, false) => "replicated",
             (Model::Mlp | Model::MlpMse, true) => "megatron mlp",
-            (Model::Gpt | Model::EmbeddingLm | Model::Llama, true) => "megatron",
+            (Model::Gpt | Model::EmbeddingLm | Model::GptLm | Model::Llama, true) => "megatron",
         };
         match (model, mp) {
-            (Model::EmbeddingLm | Model::Llama, true) => format!(
+            (Model::EmbeddingLm | Model::GptLm | Model::Llama, true) => format!(
                 "blocks {blocks}, embed+head {}",
                 if self.vocab_parallel {
                     "vocab-par"
@@ -221,7 +225,7 @@ impl Candidate {
                     "replicated"
                 }
             ),
-            (Model::EmbeddingLm | Model::Llama, false) => {
+            (Model::EmbeddingLm | Model::GptLm | Model::Llama, false) => {
                 format!("blocks {blocks}, embed+head replicated")
             }
             (Model::Mlp | Model::MlpMse | Model::Gpt, _) => format!("blocks {blocks}"),
@@ -246,11 +250,14 @@ fn factorisations(model: Model, cfg: &ModelConfig, n: usize) -> Vec<(usize, usiz
 
 /// Whether the model's sizes divide by the degrees.
 fn admits(model: Model, cfg: &ModelConfig, pp: usize, dp: usize, mp: usize) -> bool {
-    let layered = matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama);
+    let layered = matches!(
+        model,
+        Model::Gpt | Model::EmbeddingLm | Model::GptLm | Model::Llama
+    );
     let pp_ok = pp == 1 || (layered && cfg.layers.is_multiple_of(pp));
     let mp_ok = match model {
         Model::Mlp | Model::MlpMse => cfg.hidden.is_multiple_of(mp),
-        Model::Gpt | Model::EmbeddingLm => {
+        Model::Gpt | Model::EmbeddingLm | Model::GptLm => {
             cfg.heads.is_multiple_of(mp)
                 && cfg.hidden.is_multiple_of(mp)
                 && (4 * cfg.hidden).is_multiple_of(mp)
@@ -322,7 +329,10 @@ pub fn micro_batch_ladder(batch: usize, dp: usize, pp: usize) -> Vec<usize> {
 
 /// Whether the model has recomputable transformer layers.
 pub fn recomputes(model: Model) -> bool {
-    matches!(model, Model::Gpt | Model::EmbeddingLm | Model::Llama)
+    matches!(
+        model,
+        Model::Gpt | Model::EmbeddingLm | Model::GptLm | Model::Llama
+    )
 }
 
 /// The recomputation modes, cheapest first.
@@ -335,12 +345,20 @@ pub fn families(model: Model, cfg: &ModelConfig, devices: usize, pruned: bool) -
     let mut out = Vec::new();
     for (pp, dp, mp) in factorisations(model, cfg, devices) {
         let vocab: &[bool] = match (model, mp > 1) {
-            (Model::EmbeddingLm | Model::Llama, true) if cfg.vocab.is_multiple_of(mp) => {
+            (Model::EmbeddingLm | Model::GptLm | Model::Llama, true)
+                if cfg.vocab.is_multiple_of(mp) =>
+            {
                 &[true, false]
             }
-            (Model::Mlp | Model::MlpMse | Model::Gpt | Model::EmbeddingLm | Model::Llama, _) => {
-                &[false]
-            }
+            (
+                Model::Mlp
+                | Model::MlpMse
+                | Model::Gpt
+                | Model::EmbeddingLm
+                | Model::GptLm
+                | Model::Llama,
+                _,
+            ) => &[false],
         };
         let sums: &[bool] = match (mp > 1, pruned) {
             (true, true) => &[true],

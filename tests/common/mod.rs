@@ -79,7 +79,7 @@ pub fn standard_configs(
     let dp = match model {
         Model::Mlp => "x=dp,-",
         Model::MlpMse => "batch.x=dp,-",
-        Model::EmbeddingLm | Model::Llama => "ids=dp,-",
+        Model::EmbeddingLm | Model::GptLm | Model::Llama => "ids=dp,-",
         Model::Gpt => "x=dp,-,-",
     }
     .to_string();
@@ -87,7 +87,7 @@ pub fn standard_configs(
     let mp = match model {
         Model::Mlp => s(&["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]),
         Model::MlpMse => s(&["params.W1=-,mp", "params.W2=mp,-"]),
-        Model::Gpt | Model::EmbeddingLm => megatron_shards(layers, "mp"),
+        Model::Gpt | Model::EmbeddingLm | Model::GptLm => megatron_shards(layers, "mp"),
         Model::Llama => shardlab::models::scenarios::llama_megatron_shards(layers, "mp"),
     };
     let mut both = vec![dp.clone()];
