@@ -1932,3 +1932,17 @@ fn a_published_preset_prices_without_a_plan_flag() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("the plan has no mesh"));
 }
+
+#[test]
+fn the_help_names_every_preset() {
+    for command in ["cost", "suggest", "plan"] {
+        let out = shardlab(&[command, "--help"]);
+        let help = text(&out.stdout);
+        for name in shardlab::models::preset_names() {
+            assert!(
+                help.contains(name),
+                "`{command} --help` does not name {name}"
+            );
+        }
+    }
+}

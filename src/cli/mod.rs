@@ -96,7 +96,8 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct PrintArgs {
-    /// The preset: mlp, mlp_mse, gpt, embedding_lm or llama, or a published one (llama3-8b, ...).
+    /// The preset: mlp, mlp_mse, gpt, embedding_lm, gpt_lm or llama, or a published one
+    /// (gpt2-small, gpt3-175b, llama3-8b, ...; docs/cli.md).
     #[arg(long)]
     preset: String,
     #[command(flatten)]
@@ -120,8 +121,9 @@ struct PrintArgs {
 pub(crate) struct PlanSource {
     /// A plan file (mesh, program, annotations). Or use --preset / --scenario.
     file: Option<String>,
-    /// A preset model: mlp, mlp_mse, gpt, embedding_lm or llama, or a published one:
-    /// llama3-8b, llama3-70b, llama3-405b (docs/cli.md).
+    /// A preset model: mlp, mlp_mse, gpt, embedding_lm, gpt_lm or llama, or a published one:
+    /// gpt2-small, gpt2-xl, gpt3-1.3b, gpt3-13b, gpt3-175b, llama3-8b, llama3-70b,
+    /// llama3-405b (docs/cli.md).
     #[arg(long, conflicts_with = "file")]
     preset: Option<String>,
     /// A ready-made plan: dp_mlp, megatron_mlp, gpt_dp_mp, vocab_embedding, reshard_conflict, gpt_sequence_parallel.

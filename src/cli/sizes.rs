@@ -7,19 +7,19 @@ use clap::Args;
 /// Model sizes; each preset has its own defaults (see `shardlab print --help`).
 #[derive(Args, Debug)]
 pub(crate) struct SizeArgs {
-    /// Number of transformer blocks (gpt, embedding_lm, llama).
+    /// Number of transformer blocks (gpt, embedding_lm, gpt_lm, llama).
     #[arg(long)]
     layers: Option<usize>,
     /// Batch size.
     #[arg(long)]
     batch: Option<usize>,
-    /// Sequence length (gpt, embedding_lm, llama).
+    /// Sequence length (gpt, embedding_lm, gpt_lm, llama).
     #[arg(long)]
     seq: Option<usize>,
     /// Hidden width (MLP hidden layer, transformer width).
     #[arg(long)]
     hidden: Option<usize>,
-    /// Attention heads (gpt, embedding_lm, llama).
+    /// Attention heads (gpt, embedding_lm, gpt_lm, llama).
     #[arg(long)]
     heads: Option<usize>,
     /// Key/value heads of grouped-query attention (llama; divides --heads).
@@ -28,7 +28,7 @@ pub(crate) struct SizeArgs {
     /// The MLP's inner width (llama's SwiGLU).
     #[arg(long)]
     ffn: Option<usize>,
-    /// Vocabulary size (embedding_lm, llama).
+    /// Vocabulary size (embedding_lm, gpt_lm, llama).
     #[arg(long)]
     vocab: Option<usize>,
     /// Input features (mlp, mlp_mse).

@@ -19,8 +19,9 @@ pub(crate) struct SuggestArgs {
     /// A plan file whose program is a preset model (its plan is priced beside the search's,
     /// as "your plan"). Or use --preset.
     file: Option<String>,
-    /// A preset model: mlp, mlp_mse, gpt, embedding_lm or llama, or a published one:
-    /// llama3-8b, llama3-70b, llama3-405b (docs/cli.md).
+    /// A preset model: mlp, mlp_mse, gpt, embedding_lm, gpt_lm or llama, or a published one:
+    /// gpt2-small, gpt2-xl, gpt3-1.3b, gpt3-13b, gpt3-175b, llama3-8b, llama3-70b,
+    /// llama3-405b (docs/cli.md).
     #[arg(long, conflicts_with = "file")]
     preset: Option<String>,
     #[command(flatten)]
