@@ -61,32 +61,38 @@ fn heads(p: &Program, base: usize) -> usize {
         .unwrap_or(base)
 }
 
+/// `embedding_lm` or `gpt_lm` (which has a position table `wpe`) at the sizes of its token
+/// ids and table.
+fn lm_guess(p: &Program, ids: &[usize], wte: &[usize]) -> Option<(Model, ModelConfig)> {
+    let base = Model::EmbeddingLm.default_config();
+    let ([b, s], [v, h]) = (ids, wte) else {
+        return None;
+    };
+    let model = match shape(p, "wpe") {
+        Some(_) => Model::GptLm,
+        None => Model::EmbeddingLm,
+    };
+    Some((
+        model,
+        ModelConfig {
+            batch: *b,
+            seq: *s,
+            vocab: *v,
+            hidden: *h,
+            layers: layers(p),
+            heads: heads(p, base.heads),
+            dtype: dtype(p, "wte").unwrap_or(DType::F32),
+            ..base
+        },
+    ))
+}
+
 /// The candidates' sizes read from the program (the micro-batch's batch).
 fn guesses(p: &Program) -> Vec<(Model, ModelConfig)> {
     let mut out = Vec::new();
     if let (Some(ids), Some(wte)) = (shape(p, "ids"), shape(p, "wte")) {
         out.extend(llama_guess(p, &ids, &wte));
-        let base = Model::EmbeddingLm.default_config();
-        if let ([b, s], [v, h]) = (&ids[..], &wte[..]) {
-            // `gpt_lm` has a position table `wpe`; `embedding_lm` has none.
-            let model = match shape(p, "wpe") {
-                Some(_) => Model::GptLm,
-                None => Model::EmbeddingLm,
-            };
-            out.push((
-                model,
-                ModelConfig {
-                    batch: *b,
-                    seq: *s,
-                    vocab: *v,
-                    hidden: *h,
-                    layers: layers(p),
-                    heads: heads(p, base.heads),
-                    dtype: dtype(p, "wte").unwrap_or(DType::F32),
-                    ..base
-                },
-            ));
-        }
+        out.extend(lm_guess(p, &ids, &wte));
     }
     if let Some(x) = shape(p, "x") {
         let dt = dtype(p, "x").unwrap_or(DType::F32);
