@@ -2,7 +2,7 @@
 //! (token embedding, blocks, LM head, softmax cross-entropy) and `gpt_lm` (GPT-2 and GPT-3:
 //! token and learned position embeddings, blocks, an LM head tied to the token embedding).
 
-use super::layers::{causal_core, swap_seq_heads, to_heads};
+use super::layers::{causal_core, lm_loss, swap_seq_heads, to_heads};
 use super::{ModelConfig, ModelError};
 use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
 
@@ -64,14 +64,7 @@ pub fn embedding_lm(cfg: &ModelConfig) -> Res<Program> {
     let out = layer_norm(&mut b, cfg, "ln_f", h)?;
     let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
     let logits = b.op1(OpType::MatmulV2, vec![vec![out], vec![head]], &[], "logits")?;
-    let outs = b.op(
-        OpType::SoftmaxWithCrossEntropy,
-        vec![vec![logits], vec![label]],
-        &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
-        &["logits.softmax", "loss.tokens"],
-    )?;
-    b.set_role(OpRole::Loss);
-    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    lm_loss(&mut b, logits, label)?;
     Ok(b.finish())
 }
 
@@ -112,14 +105,7 @@ pub fn gpt_lm(cfg: &ModelConfig) -> Res<Program> {
         &[("trans_y", Attr::Bool(true))],
         "logits",
     )?;
-    let outs = b.op(
-        OpType::SoftmaxWithCrossEntropy,
-        vec![vec![logits], vec![label]],
-        &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
-        &["logits.softmax", "loss.tokens"],
-    )?;
-    b.set_role(OpRole::Loss);
-    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    lm_loss(&mut b, logits, label)?;
     Ok(b.finish())
 }
 

@@ -5,7 +5,7 @@
 //! every preset, so annotations and recomputation find them by name.
 
 use super::ModelError;
-use crate::ir::{Attr, Builder, DType, OpType, VarId};
+use crate::ir::{Attr, Builder, DType, OpRole, OpType, VarId};
 
 type Res<T> = Result<T, ModelError>;
 
@@ -93,4 +93,18 @@ pub fn causal_core(
         &[("shape", Attr::Ints(vec![0, 0, hidden as i64]))],
         &format!("{p}.ctx.merged"),
     )?)
+}
+
+/// A language model's loss: softmax cross-entropy of `logits` against next-token `label`
+/// (`logits.softmax`, `loss.tokens`), then their mean `loss`, marked as the loss.
+pub fn lm_loss(b: &mut Builder, logits: VarId, label: VarId) -> Res<()> {
+    let outs = b.op(
+        OpType::SoftmaxWithCrossEntropy,
+        vec![vec![logits], vec![label]],
+        &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
+        &["logits.softmax", "loss.tokens"],
+    )?;
+    b.set_role(OpRole::Loss);
+    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    Ok(())
 }

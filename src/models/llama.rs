@@ -6,9 +6,9 @@
 //! The rotary tables `rope.sin` and `rope.cos` `[1, seq, 1, head_dim]` are inputs, as in
 //! Paddle's models (which compute them once outside the layers).
 
-use super::layers::{causal_core, projection, swap_seq_heads, to_heads};
+use super::layers::{causal_core, lm_loss, projection, swap_seq_heads, to_heads};
 use super::{ModelConfig, ModelError};
-use crate::ir::{Attr, Builder, DType, OpRole, OpType, Program, VarId};
+use crate::ir::{Attr, Builder, DType, OpType, Program, VarId};
 
 type Res<T> = Result<T, ModelError>;
 
@@ -42,14 +42,7 @@ pub fn llama(cfg: &ModelConfig) -> Res<Program> {
     let out = rms_norm(&mut b, cfg, "norm", h)?;
     let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
     let logits = b.op1(OpType::MatmulV2, vec![vec![out], vec![head]], &[], "logits")?;
-    let outs = b.op(
-        OpType::SoftmaxWithCrossEntropy,
-        vec![vec![logits], vec![label]],
-        &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
-        &["logits.softmax", "loss.tokens"],
-    )?;
-    b.set_role(OpRole::Loss);
-    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    lm_loss(&mut b, logits, label)?;
     Ok(b.finish())
 }
 
