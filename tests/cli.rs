@@ -140,7 +140,7 @@ fn usage_errors_exit_2_with_a_message() {
         (&["print", "--preset", "mlp", "--shard", "x=dp,-"], "error: --shard needs --mesh\n"),
         (&["print", "--preset", "mlp", "--mesh", "4:dp", "--shard", "x=mp,-"], "error: shard `x=mp,-`: unknown mesh axis `mp`; the mesh has (dp)\n"),
         (&["print", "--preset", "mlp", "--mesh", "4:dp", "--shard", "nope=dp"], "error: shard `nope=dp`: unknown variable `nope`\n"),
-        (&["print", "--preset", "mlp", "--mesh", "3:dp", "--shard", "x=dp,-"], "error: shard `x=dp,-`: `x` dim 0 has size 16, which mesh axis `dp` (size 3) does not divide evenly\n"),
+        (&["print", "--preset", "mlp", "--mesh", "32:dp", "--shard", "x=dp,-"], "error: shard `x=dp,-`: `x` dim 0 has size 16, fewer than the 32 shards `dp` cut it into: some rank would hold nothing of it\n"),
     ];
     for (args, want) in cases {
         let out = shardlab(args);
@@ -1243,13 +1243,14 @@ fn pipeline_flags_gantt_and_orders() {
         (
             vec![
                 "--batch",
-                "12",
+                "6",
                 "--micro-batches",
                 "2",
                 "--shard",
                 "x=dp,-,-",
             ],
-            "--batch 12 must divide by the data-parallel degree (4) × micro-batches (2) = 8",
+            "--batch 6 gives each of the 2 micro-batches 3 rows, fewer than the data-parallel \
+             degree (4): every data-parallel rank needs a row",
         ),
         (
             vec![

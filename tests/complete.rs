@@ -170,8 +170,8 @@ fn annotations_that_cannot_hold_name_the_variable_and_dim() {
             "`x`: mesh axis `dp` splits more than one dim (dims 0 and 1)",
         ),
         (
-            "shard x [mp, -]",
-            "`x` dim 0 has size 6, which mesh axis `mp` (size 4) does not divide evenly",
+            "shard x [(dp, mp), -]",
+            "`x` dim 0 has size 6, fewer than the 8 shards `dp+mp` cut it into",
         ),
         (
             "shard x [-, mp] partial(mp=SUM)",

@@ -118,11 +118,22 @@ fn local_shapes_divide_by_the_splitting_axes() {
     );
     assert_eq!(co.shards_of_dim(0, &m), 8);
     let a = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[-1, 1]).unwrap();
+    // Uneven: the first rank's block, the largest (10 on 4 is 3, 3, 3, 1); the last's.
     assert_eq!(
-        local_shape("linear_1.w_0", &[256, 10], &a, &m)
+        local_shape("linear_1.w_0", &[256, 10], &a, &m).map(|s| s.to_vec()),
+        Ok(vec![256, 3])
+    );
+    assert_eq!(
+        shardlab::dist::local_shape_at("linear_1.w_0", &[256, 10], &a, &m, &[0, 3])
+            .map(|s| s.to_vec()),
+        Ok(vec![256, 1])
+    );
+    assert_eq!(
+        local_shape("linear_1.w_0", &[256, 3], &a, &m)
             .unwrap_err()
             .to_string(),
-        "`linear_1.w_0` dim 1 has size 10, which mesh axis `mp` (size 4) does not divide evenly"
+        "`linear_1.w_0` dim 1 has size 3, fewer than the 4 shards `mp` cut it into: some rank \
+         would hold nothing of it"
     );
     assert_eq!(
         local_shape("s", &[], &TensorDistAttr::replicated(MeshId::JOB, 0), &m).map(|s| s.to_vec()),
@@ -151,9 +162,14 @@ fn dist_attr_validation_names_variable_and_dim() {
         check(&[0], &[4, 8]),
         Err("`t` has rank 2 but its dims mapping has 1 entries".into())
     );
+    assert_eq!(check(&[1, -1], &[6, 8]), Ok(()));
     assert_eq!(
-        check(&[1, -1], &[6, 8]),
-        Err("`t` dim 0 has size 6, which mesh axis `mp` (size 4) does not divide evenly".into())
+        check(&[1, -1], &[3, 8]),
+        Err(
+            "`t` dim 0 has size 3, fewer than the 4 shards `mp` cut it into: some rank would \
+             hold nothing of it"
+                .into()
+        )
     );
     let mut p = TensorDistAttr::from_dims_mapping(MeshId::JOB, &[0, -1]).unwrap();
     p.set_partial(ax(&[0])[0], ReduceType::Sum);

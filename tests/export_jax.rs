@@ -116,7 +116,62 @@ fn cases(dtype: DType) -> Vec<Case> {
         name: "gpt_pp2_1f1b".into(),
         plan: pure,
     });
+    out.extend(uneven_cases(dtype));
     out
+}
+
+/// Uneven shards (gspmd only: padded outside jit, sliced inside): a batch of 6 on 4 ranks,
+/// 10 heads on 4, and a vocabulary of 10 with the table and the loss vocab-parallel.
+fn uneven_cases(dtype: DType) -> Vec<Case> {
+    let sized = |model: Model, cfg: ModelConfig, mesh: &str, shards: &[&str]| {
+        let cfg = ModelConfig { dtype, ..cfg };
+        plan_with(model.build(&cfg).unwrap(), mesh, shards)
+    };
+    let gpt = ModelConfig {
+        layers: 1,
+        ..Model::Gpt.default_config()
+    };
+    let lm = ModelConfig {
+        layers: 1,
+        vocab: 10,
+        ..Model::EmbeddingLm.default_config()
+    };
+    vec![
+        Case {
+            name: "uneven_gpt_batch6_dp4".into(),
+            plan: sized(
+                Model::Gpt,
+                ModelConfig {
+                    batch: 6,
+                    ..gpt.clone()
+                },
+                "4:dp",
+                &["x=dp,-,-"],
+            ),
+        },
+        Case {
+            name: "uneven_gpt_heads10_mp4".into(),
+            plan: sized(
+                Model::Gpt,
+                ModelConfig {
+                    heads: 10,
+                    hidden: 40,
+                    ..gpt
+                },
+                "4:mp",
+                &["h0.attn.q.t=-,mp,-,-"],
+            ),
+        },
+        Case {
+            name: "uneven_lm_vocab10_dp2_mp4".into(),
+            plan: sized(
+                Model::EmbeddingLm,
+                lm,
+                "2x4:dp,mp",
+                &["ids=dp,-", "wte=mp,-", "lm_head.w=-,mp"],
+            ),
+        },
+    ]
 }
 
 fn python() -> PathBuf {
@@ -228,6 +283,9 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
             (ExportMode::Gspmd, Constrain::Annotated, ""),
             (ExportMode::ShardMap, Constrain::Annotated, ""),
         ];
+        if case.name.starts_with("uneven_") {
+            variants.pop();
+        }
         if case.name == "gpt_dp_mp" {
             variants.push((ExportMode::Gspmd, Constrain::All, "_constrain_all"));
         }
@@ -336,12 +394,16 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
         // collectives differ. Not one to one, so left out: AMP's flag and the global norm
         // (XLA counts the optimizer's collectives outside backward, so with the forward),
         // recomputation, and sequence parallelism (XLA all-reduces and slices where we
-        // reduce-scatter).
+        // reduce-scatter), and uneven heads and vocabularies (XLA pads and reshards them
+        // its own way: 16 all-gathers for 10 heads on 4 where we gather once; an uneven
+        // batch, with no collective over it, stays one to one).
         let options = &prep.pipeline.plan.options;
         let one_to_one = !options.amp
             && options.clip_norm.is_none()
             && options.recompute == shardlab::plan::Recompute::Off
-            && !prep.name.starts_with("gpt_sequence_parallel");
+            && !prep.name.starts_with("gpt_sequence_parallel")
+            && !prep.name.starts_with("uneven_gpt_heads")
+            && !prep.name.starts_with("uneven_lm_vocab");
         if prep.mode == ExportMode::Gspmd && !prep.pipeline.is_pipelined() && one_to_one {
             let ours = ledger_counts(&prep.pipeline, Some("forward"));
             for kind in ["all-reduce", "all-gather", "reduce-scatter", "all-to-all"] {
@@ -632,5 +694,14 @@ fn an_unexportable_plan_is_a_clear_error() {
     assert!(
         err.contains("reduce_scatter") && err.contains("MAX"),
         "{err}"
+    );
+    // Uneven shards: one shard_map body cannot hold ranks whose shapes differ.
+    let uneven = &uneven_cases(DType::F32)[0].plan;
+    let p = run_passes(uneven, &PassOptions::from_plan(&uneven.options)).unwrap();
+    assert_eq!(
+        export_jax(&p, &opts).unwrap_err().to_string(),
+        "`x` is split unevenly: uneven shards export in gspmd mode without a pipeline only \
+         (XLA needs even shards at a jit boundary, so gspmd pads them outside jit and slices \
+         inside; a shard_map body is one program for every rank, whose shapes would differ)"
     );
 }

@@ -464,7 +464,8 @@ fn plans_that_cannot_be_partitioned_name_the_variable() {
         .to_string();
     assert!(
         err.contains(
-            "`x` dim 0 has size 16, which mesh axis `dp` (size 32) does not divide evenly"
+            "`x` dim 0 has size 16, fewer than the 32 shards `dp` cut it into: some rank would \
+             hold nothing of it"
         ),
         "{err}"
     );

@@ -77,12 +77,12 @@ fn a_split_completion_rejected_as_uneven_is_refused() {
     let mut p = planned(8, 1);
     let first = p.completed.trace.events.first().copied().expect("events");
     p.completed.trace.events.push(Event {
-        kind: EventKind::Rejected(Conflict::Uneven),
+        kind: EventKind::Rejected(Conflict::TooSmall),
         direction: Direction::Forward,
         ..first
     });
     let err = rebatch(&mut p, &gpt(4), 2).expect_err("refused");
-    assert_eq!(err, RebatchError::Uneven);
+    assert_eq!(err, RebatchError::TooSmall);
 }
 
 #[test]

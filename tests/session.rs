@@ -35,10 +35,19 @@ fn loading_presets_plans_them() {
 
 #[test]
 fn mesh_shape_and_axis_names() {
+    // 256 columns on 3 ranks split unevenly (86, 85, 85): the annotation stays.
     let s = megatron().reduce(Action::SetMeshShape(vec![3]));
+    assert_eq!(s.message, None);
+    assert!(s.text.contains("shard linear_0.w_0 [-, mp]"), "{}", s.text);
+    // A dim of 2 on 4 ranks would leave two of them nothing: dropped, and said so.
+    let tiny = "mesh [2] (mp)\nvar x: f32[2, 8] input\nvar l: f32[] activation\n\
+                op mean(X=x) -> (Out=l) role=loss\nshard x [mp, -]\n";
+    let s = megatron()
+        .reduce(Action::EditText(tiny.into()))
+        .reduce(Action::SetMeshShape(vec![4]));
     assert!(
         s.message.as_deref().unwrap_or("").starts_with(
-            "dropped annotations that no longer fit: `linear_0.w_0` dim 1 has size 256"
+            "dropped annotations that no longer fit: `x` dim 0 has size 2, fewer than the 4"
         ),
         "{:?}",
         s.message

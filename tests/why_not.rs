@@ -59,7 +59,7 @@ fn every_reason_is_found_where_it_applies() {
     let (p, c) = load(include_str!("plans/why_uneven.plan"));
     assert!(matches!(
         why(&p, &c, "b", 0),
-        NotSplit::Uneven { size: 1, .. }
+        NotSplit::TooSmall { size: 1, .. }
     ));
     assert_eq!(why(&p, &c, "c", 1), NotSplit::NoFreeAxis);
 

@@ -278,11 +278,13 @@ fn build_plan(
         (Err(_), true) => built(global).map_or(1, |p| data_parallel_degree(&p)),
         (Err(_), false) => 1,
     };
-    if cfg.batch % dp != 0 {
+    // An uneven split is fine (the trailing ranks hold fewer rows); fewer rows than ranks
+    // leaves a rank with nothing at all.
+    if cfg.batch < dp {
         return Err(format!(
-            "--batch {global} must divide by the data-parallel degree ({dp}) × micro-batches \
-             ({micro_batches}) = {}",
-            dp * micro_batches
+            "--batch {global} gives each of the {micro_batches} micro-batches {} rows, fewer \
+             than the data-parallel degree ({dp}): every data-parallel rank needs a row",
+            cfg.batch
         ));
     }
     plan

@@ -37,8 +37,8 @@ pub(crate) struct TrainingArgs {
     #[arg(long, value_name = "MIB")]
     bucket_mb: Option<f64>,
     /// Micro-batches per step (default 1). With a preset, --batch stays the global batch
-    /// and must divide by the data-parallel degree × M; a plan file's program is one
-    /// micro-batch's.
+    /// and must divide by M, each micro-batch holding at least one row per data-parallel
+    /// rank; a plan file's program is one micro-batch's.
     #[arg(long, value_name = "M")]
     micro_batches: Option<i64>,
     /// The pipeline schedule: fthenb (GPipe, the default), 1f1b, vpp (interleaved 1F1B,

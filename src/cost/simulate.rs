@@ -117,6 +117,7 @@ fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Prim
         | OpType::Amp(_)
         | OpType::RankLocal(
             RankLocalOp::Slice
+            | RankLocalOp::Pad
             | RankLocalOp::CEmbedding
             | RankLocalOp::CEmbeddingGrad
             | RankLocalOp::CSoftmaxWithCrossEntropyGrad

@@ -91,6 +91,7 @@ pub fn op_work(program: &Program, op: &Op, elem: ElementBytes) -> Work {
         ) => return Work::default(),
         OpType::RankLocal(
             RankLocalOp::Slice
+            | RankLocalOp::Pad
             | RankLocalOp::FlattenPad
             | RankLocalOp::UnpadReshape
             | RankLocalOp::CoalesceTensor

@@ -95,13 +95,13 @@ pub enum DistAttrError {
         axis: String,
         dim: usize,
     },
-    #[error("`{tensor}` dim {dim} has size {size}, which mesh axis `{axis}` (size {axis_size}) does not divide evenly")]
-    Uneven {
+    #[error("`{tensor}` dim {dim} has size {size}, fewer than the {shards} shards `{axes}` cut it into: some rank would hold nothing of it")]
+    TooSmall {
         tensor: String,
         dim: usize,
         size: usize,
-        axis: String,
-        axis_size: usize,
+        axes: String,
+        shards: usize,
     },
 }
 
@@ -269,14 +269,28 @@ impl TensorDistAttr {
     }
 }
 
-/// The shape of one rank's block: each global dim divided by the product of the sizes of
-/// the mesh axes that split it (Paddle's `_get_dist_shape`). Uneven splits are an error
-/// naming the tensor, the dim and the mesh axis.
+/// The shape of the largest block (the first rank's): each global dim cut by the mesh
+/// axes that split it, shard 0 of each chunking (see [`super::chunk`]; Paddle's
+/// `_get_dist_shape` when the axes divide the dim). A dim with fewer elements than its axes
+/// have shards is an error naming the tensor, the dim and the axes: no semantics gives
+/// every rank of such a split something to hold.
 pub fn local_shape(
     tensor: &str,
     shape: &[usize],
     attr: &Layout,
     mesh: &ProcessMesh,
+) -> Result<smallvec::SmallVec<[usize; 4]>, DistAttrError> {
+    local_shape_at(tensor, shape, attr, mesh, &[])
+}
+
+/// The shape of the block held at mesh coordinates `coords` (missing coordinates are 0):
+/// uneven dims give the trailing ranks shorter or empty blocks.
+pub fn local_shape_at(
+    tensor: &str,
+    shape: &[usize],
+    attr: &Layout,
+    mesh: &ProcessMesh,
+    coords: &[usize],
 ) -> Result<smallvec::SmallVec<[usize; 4]>, DistAttrError> {
     if attr.dims.len() != shape.len() {
         return Err(DistAttrError::RankMismatch {
@@ -290,21 +304,22 @@ pub fn local_shape(
         .zip(&attr.dims)
         .enumerate()
         .map(|(dim, (&size, axes))| {
-            let mut local = size;
-            for &axis in axes.iter() {
-                let axis_size = mesh.axis_size(axis);
-                if local % axis_size != 0 {
-                    return Err(DistAttrError::Uneven {
-                        tensor: tensor.to_string(),
-                        dim,
-                        size,
-                        axis: mesh.axis_name(axis).to_string(),
-                        axis_size,
-                    });
-                }
-                local /= axis_size;
+            let shards: usize = axes.iter().map(|&a| mesh.axis_size(a)).product();
+            if size < shards {
+                return Err(DistAttrError::TooSmall {
+                    tensor: tensor.to_string(),
+                    dim,
+                    size,
+                    axes: axes
+                        .iter()
+                        .map(|&a| mesh.axis_name(a))
+                        .collect::<Vec<_>>()
+                        .join("+"),
+                    shards,
+                });
             }
-            Ok(local)
+            let (start, end) = super::chunk::extent(size, axes, mesh, coords);
+            Ok(end - start)
         })
         .collect()
 }

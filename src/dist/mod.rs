@@ -4,6 +4,7 @@
 //! Architecture invariant: `dist` depends on nothing else in the crate.
 
 pub mod attr;
+pub mod chunk;
 pub mod dist_impl;
 pub mod layout;
 pub mod mesh;
@@ -13,7 +14,8 @@ pub mod pipeline;
 pub mod tiles;
 
 pub use attr::{
-    local_shape, DistAttrError, OperatorDistAttr, ReduceType, SlotAttrs, TensorDistAttr,
+    local_shape, local_shape_at, DistAttrError, OperatorDistAttr, ReduceType, SlotAttrs,
+    TensorDistAttr,
 };
 pub use dist_impl::DistImpl;
 pub use layout::{DimAxes, Dims, Layout, MeshAxis, Partial, MAX_MESH_NDIM};

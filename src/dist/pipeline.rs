@@ -128,14 +128,8 @@ pub fn block_of(shape: &[usize], layout: &Layout, mesh: &ProcessMesh, rank: u32)
         .enumerate()
         .map(|(d, &n)| {
             let axes = layout.dims.get(d).copied().unwrap_or_default();
-            let (mut index, mut pieces) = (0usize, 1usize);
-            for &a in axes.iter() {
-                let size = mesh.axis_size(a);
-                index = index * size + mesh.coord(rank, a);
-                pieces *= size;
-            }
-            let piece = n / pieces.max(1);
-            (index * piece, (index + 1) * piece)
+            let coords: Vec<usize> = mesh.axes().map(|a| mesh.coord(rank, a)).collect();
+            super::chunk::extent(n, &axes, mesh, &coords)
         })
         .collect()
 }

@@ -47,8 +47,8 @@ impl Tiling {
     }
 }
 
-/// The tiles of a tensor of `shape` laid out as `layout` on `mesh`. Uneven splits round the
-/// block size up, as Paddle's `_get_dist_shape` would reject: the last block is short.
+/// The tiles of a tensor of `shape` laid out as `layout` on `mesh`. Uneven splits are cut
+/// as `torch.chunk` does (`super::chunk`): the trailing blocks are short or empty.
 /// Devices the mesh does not hold (a layout naming axes past the mesh) are ignored.
 pub fn tiling(layout: &Layout, shape: &[usize], mesh: &ProcessMesh) -> Tiling {
     let axes_of = |d: usize| layout.dims.get(d).map_or(&[][..], |a| a.as_slice());
@@ -73,10 +73,18 @@ pub fn tiling(layout: &Layout, shape: &[usize], mesh: &ProcessMesh) -> Tiling {
             let ranges = index
                 .iter()
                 .zip(shape)
-                .zip(&splits)
-                .map(|((&i, &size), &n)| {
-                    let block = size.div_ceil(n);
-                    ((i * block).min(size), ((i + 1) * block).min(size))
+                .enumerate()
+                .map(|(d, (&i, &size))| {
+                    // The block index's digits are the coordinates on the dim's axes.
+                    let axes: Vec<MeshAxis> = axes_of(d).iter().copied().filter(valid).collect();
+                    let mut coords = vec![0; mesh.ndim()];
+                    let mut rest = i;
+                    for &a in axes.iter().rev() {
+                        coords[a.index()] = rest % mesh.axis_size(a);
+                        rest /= mesh.axis_size(a);
+                    }
+                    let axes = super::DimAxes::from_axes(axes).unwrap_or_default();
+                    super::chunk::extent(size, &axes, mesh, &coords)
                 })
                 .collect();
             Tile {

@@ -135,14 +135,11 @@ pub fn gather(
                     reduce,
                 )
             };
-            // The block's offset: for each dim, its position among the shards of that dim.
-            let coords_of_axis = |a: MeshAxis| {
-                split_axes
-                    .iter()
-                    .position(|&s| s == a)
-                    .map(|i| key[i])
-                    .unwrap_or(0)
-            };
+            // The block's offset: for each dim, where its chunk starts (`dist::chunk`).
+            let mut coords = vec![0; mesh.ndim()];
+            for (&a, &c) in split_axes.iter().zip(key) {
+                coords[a.index()] = c;
+            }
             let local = &value.shape;
             if local.len() != global_shape.len() {
                 return Err(GatherError::PieceRank {
@@ -150,15 +147,17 @@ pub fn gather(
                     global: global_shape.to_vec(),
                 });
             }
+            let starts: Vec<usize> = (0..local.len())
+                .map(|d| {
+                    crate::dist::chunk::extent(global_shape[d], &attr.dims[d], mesh, &coords).0
+                })
+                .collect();
             let ls = strides(local);
             for (i, v) in value.to_f64().iter().enumerate() {
                 let mut g = 0;
                 for d in 0..local.len() {
                     let idx = (i / ls[d]) % local[d].max(1);
-                    let block = attr.dims[d]
-                        .iter()
-                        .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords_of_axis(a));
-                    g += (block * local[d] + idx) * gs[d];
+                    g += (starts[d] + idx) * gs[d];
                 }
                 if g < out.len() {
                     out[g] = *v;
@@ -190,15 +189,11 @@ pub fn shard(
         .ok_or(crate::dist::MeshError::NoSuchRank(rank))?;
     let mut t = global.clone();
     for (d, axes) in attr.dims.iter().enumerate() {
-        let n: usize = axes.iter().map(|&a| mesh.axis_size(a)).product();
-        if n <= 1 {
+        if axes.is_empty() {
             continue;
         }
-        let block = axes
-            .iter()
-            .fold(0, |acc, &a| acc * mesh.axis_size(a) + coords[a.index()]);
-        let piece = t.shape[d] / n;
-        t = super::kernels::layout::slice_axis(&t, d, block * piece, (block + 1) * piece);
+        let (start, end) = crate::dist::chunk::extent(t.shape[d], axes, mesh, &coords);
+        t = super::kernels::layout::slice_axis(&t, d, start, end);
     }
     Ok(t)
 }

@@ -383,7 +383,7 @@ fn unshard_pieces(
                 flat.extend(t.to_f64());
             }
             let ty = &r.program.var(v).ty;
-            flat.truncate(z.numel);
+            flat.truncate(ty.numel());
             if flat.len() != ty.numel() {
                 return Err(ExecError::Setup(format!(
                     "the ZeRO shards of `{name}` hold {} elements, not {}",

@@ -94,6 +94,13 @@ pub fn export_jax(p: &Passes, opts: &ExportOptions) -> Result<String, ExportErro
             "only some ranks were partitioned; export needs every rank".into(),
         ));
     }
+    if let Some(why) = uneven(p).filter(|_| opts.mode == ExportMode::ShardMap || p.is_pipelined()) {
+        return Err(ExportError::Plan(format!(
+            "{why}: uneven shards export in gspmd mode without a pipeline only (XLA needs even \
+             shards at a jit boundary, so gspmd pads them outside jit and slices inside; a \
+             shard_map body is one program for every rank, whose shapes would differ)"
+        )));
+    }
     let body = match (opts.mode, p.is_pipelined()) {
         (ExportMode::ShardMap, false) => shard_map::script(p)?,
         (ExportMode::ShardMap, true) => pipeline::shard_map_script(p)?,
@@ -126,6 +133,24 @@ pub fn export_jax(p: &Passes, opts: &ExportOptions) -> Result<String, ExportErro
     out.push_str(include_str!("prelude.py"));
     out.push_str("\n\nif __name__ == \"__main__\":\n    main(sys.argv[1:])\n");
     Ok(out)
+}
+
+/// Why the plan has shapes that depend on the rank, if it has: a variable split unevenly,
+/// or a padded collective.
+fn uneven(p: &Passes) -> Option<String> {
+    if let Some(v) = p.full.uneven_var() {
+        return Some(format!(
+            "`{}` is split unevenly",
+            p.full.program.var(v).name
+        ));
+    }
+    let padded = p
+        .partitioned
+        .ranks
+        .iter()
+        .flat_map(|r| r.program.ops())
+        .any(|o| o.ty == crate::ir::OpType::Pad);
+    padded.then(|| "a collective runs on padded shards".to_string())
 }
 
 /// The docstring and the device flag, which must come before `jax` is imported.

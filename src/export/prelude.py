@@ -738,6 +738,34 @@ def constrain(x, spec):
     return lax.with_sharding_constraint(x, NamedSharding(CURRENT["mesh"], P(*spec)))
 
 
+def padded_shape(shape, spec):
+    """shape with each dim rounded up to a multiple of the shards its spec cuts it into: XLA
+    needs even shards at a jit boundary, so an uneven dim (torch.chunk's rule, ShardLab's)
+    crosses it padded with zeros and is sliced back inside."""
+    out = []
+    for d, n in enumerate(shape):
+        axes = spec[d] if d < len(spec) else None
+        axes = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
+        k = int(np.prod([MESH_SHAPE[AXES.index(a)] for a in axes], dtype=np.int64))
+        out.append(-(-n // k) * k)
+    return tuple(out)
+
+
+def pad_to(x, shape):
+    """x zero-padded at the end of each dim to shape (numpy outside jit, jnp inside)."""
+    widths = [(0, t - n) for n, t in zip(x.shape, shape)]
+    if all(w == 0 for _, w in widths):
+        return x
+    return (np if isinstance(x, np.ndarray) else jnp).pad(x, widths)
+
+
+def unpad(x, shape):
+    """The first shape[d] elements of each dim of x (the real ones of a padded array)."""
+    if tuple(x.shape) == tuple(shape):
+        return x
+    return x[tuple(slice(0, n) for n in shape)]
+
+
 def run_gspmd(args):
     values = initial_globals(args)
     mesh = make_mesh(MESH_SHAPE, AXES, RANKS)
@@ -748,10 +776,14 @@ def run_gspmd(args):
 
     for name, (seed, p, shape) in MASKS.items():
         values[name] = dropout_mask(seed, p, shape).astype(RUN["dtype"])
-    state = {k: jax.device_put(values[k], sh(s)) for k, s in STATE.items()}
-    consts = {k: jax.device_put(values[k], sh(s)) for k, s in CONSTS.items()}
+    shapes = {k: tuple(np.shape(values[k])) for k in {**STATE, **CONSTS}}
+    padded = {k: padded_shape(shapes[k], s) for k, s in {**STATE, **CONSTS}.items()}
+    state = {k: jax.device_put(pad_to(np.asarray(values[k]), padded[k]), sh(s)) for k, s in STATE.items()}
+    consts = {k: jax.device_put(pad_to(np.asarray(values[k]), padded[k]), sh(s)) for k, s in CONSTS.items()}
 
     def train_step(state, consts):
+        state = {k: unpad(x, shapes[k]) for k, x in state.items()}
+        consts = {k: unpad(x, shapes[k]) for k, x in consts.items()}
         params = {k: state[k] for k in PARAMS}
         rest = dict(consts)
         rest.update({k: x for k, x in state.items() if k not in params})
@@ -765,7 +797,11 @@ def run_gspmd(args):
         for p, g in GRADS.items():
             v[g] = grads[p]
         v = optimizer(v)
-        return {k: v[k] for k in STATE}, v[REPORTED], {p: v[g] for p, g in GRADS.items()}
+        return (
+            {k: pad_to(v[k], padded[k]) for k in STATE},
+            v[REPORTED],
+            {p: pad_to(v[g], padded[p]) for p, g in GRADS.items()},
+        )
 
     state_sh = {k: sh(s) for k, s in STATE.items()}
     step = jax.jit(
@@ -781,9 +817,9 @@ def run_gspmd(args):
         if s == 0:
             dump["loss"] = np.asarray(loss)
             for p, g in grads.items():
-                dump["grad." + p] = np.asarray(g)
+                dump["grad." + p] = unpad(np.asarray(g), shapes[p])
     for p in GRADS:
-        dump[p] = np.asarray(state[p])
+        dump[p] = unpad(np.asarray(state[p]), shapes[p])
     if args.dump:
         for name, value in dump.items():
             write_npy(args.dump, name, value, args.dtype)

@@ -150,6 +150,8 @@ pub enum InferErrorKind {
         axis: usize,
         size: i64,
     },
+    #[error("pad_size must be a count of zeros to append (0 or more)")]
+    NegativePad,
     #[error("numel {numel} is smaller than X {x}'s {} elements", x.numel())]
     NumelTooSmall { numel: i64, x: TensorType },
     #[error("X {x} must be a flat buffer of at least {shape:?}'s elements")]

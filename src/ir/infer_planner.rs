@@ -217,7 +217,8 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
             for ((&a, &s), &e) in axes.iter().zip(starts).zip(ends) {
                 let a = axis(a, x.rank(), "axes entry")?;
                 let size = x.shape[a] as i64;
-                if s < 0 || e > size || s >= e {
+                // An empty slice is an uneven split's empty shard (6 rows on 4 ranks).
+                if s < 0 || e > size || s > e {
                     return fail(E::SliceOutside {
                         start: s,
                         end: e,
@@ -227,6 +228,16 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
                 }
                 shape[a] = (e - s) as usize;
             }
+            single(TensorType::new(x.dtype, shape))
+        }
+        RankLocalOp::Pad => {
+            let x = one(inputs, 0, "X")?;
+            let a = axis(op.attr_int("axis", -1), x.rank(), "axis")?;
+            let Ok(pad) = usize::try_from(op.attr_int("pad_size", -1)) else {
+                return fail(E::NegativePad);
+            };
+            let mut shape = x.shape.clone();
+            shape[a] += pad;
             single(TensorType::new(x.dtype, shape))
         }
         RankLocalOp::CEmbedding => {

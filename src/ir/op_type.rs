@@ -71,6 +71,9 @@ pub enum CollectiveOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RankLocalOp {
     Slice,
+    /// `pad_size` zeros appended to `X` along `axis`: an uneven shard brought to the
+    /// padded length a collective needs (DTensor's `pad_tensor`; `slice` unpads).
+    Pad,
     CEmbedding,
     CEmbeddingGrad,
     CSoftmaxWithCrossEntropy,
@@ -166,8 +169,9 @@ impl CollectiveOp {
 
 impl RankLocalOp {
     /// Every op of the family, in declaration order.
-    pub const ALL: [RankLocalOp; 9] = [
+    pub const ALL: [RankLocalOp; 10] = [
         RankLocalOp::Slice,
+        RankLocalOp::Pad,
         RankLocalOp::CEmbedding,
         RankLocalOp::CEmbeddingGrad,
         RankLocalOp::CSoftmaxWithCrossEntropy,
@@ -182,6 +186,7 @@ impl RankLocalOp {
     pub fn name(self) -> &'static str {
         match self {
             RankLocalOp::Slice => "slice",
+            RankLocalOp::Pad => "pad",
             RankLocalOp::CEmbedding => "c_embedding",
             RankLocalOp::CEmbeddingGrad => "c_embedding_grad",
             RankLocalOp::CSoftmaxWithCrossEntropy => "c_softmax_with_cross_entropy",
@@ -215,6 +220,7 @@ impl OpType {
     pub const Send: OpType = OpType::Collective(CollectiveOp::Send);
     pub const Recv: OpType = OpType::Collective(CollectiveOp::Recv);
     pub const Slice: OpType = OpType::RankLocal(RankLocalOp::Slice);
+    pub const Pad: OpType = OpType::RankLocal(RankLocalOp::Pad);
     pub const CEmbedding: OpType = OpType::RankLocal(RankLocalOp::CEmbedding);
     pub const CEmbeddingGrad: OpType = OpType::RankLocal(RankLocalOp::CEmbeddingGrad);
     pub const CSoftmaxWithCrossEntropy: OpType =

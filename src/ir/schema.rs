@@ -199,6 +199,7 @@ const RECV_ATTRS: &[AttrSpec] = &[
 ];
 const SLICE_ATTRS: &[AttrSpec] = &[req("axes", Ints), req("starts", Ints), req("ends", Ints)];
 const FLATTEN_PAD_ATTRS: &[AttrSpec] = &[req("numel", Int)];
+const PAD_ATTRS: &[AttrSpec] = &[req("axis", Int), req("pad_size", Int)];
 const UNPAD_RESHAPE_ATTRS: &[AttrSpec] = &[req("shape", Ints)];
 const C_EMBEDDING_ATTRS: &[AttrSpec] = &[req("start_index", Int)];
 /// The vocab-parallel cross-entropy: the class id of this rank's first column, and the group
@@ -224,6 +225,7 @@ impl OpType {
             | OpType::ReduceScatter
             | OpType::AllToAll
             | OpType::FlattenPad
+            | OpType::Pad
             | OpType::UnpadReshape => X_OUT,
             OpType::CEmbedding => LOOKUP,
             OpType::CEmbeddingGrad => C_EMBEDDING_GRAD,
@@ -280,6 +282,7 @@ impl OpType {
             OpType::Recv => RECV_ATTRS,
             OpType::Slice => SLICE_ATTRS,
             OpType::FlattenPad => FLATTEN_PAD_ATTRS,
+            OpType::Pad => PAD_ATTRS,
             OpType::UnpadReshape => UNPAD_RESHAPE_ATTRS,
             OpType::CoalesceTensor | OpType::UncoalesceTensor => NONE,
             OpType::CEmbedding | OpType::CEmbeddingGrad => C_EMBEDDING_ATTRS,

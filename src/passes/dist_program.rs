@@ -16,6 +16,20 @@ pub struct DistProgram {
 }
 
 impl DistProgram {
+    /// The first variable some mesh axes split unevenly (`dist::chunk`), if any: its
+    /// local shape then depends on the rank.
+    pub fn uneven_var(&self) -> Option<crate::ir::VarId> {
+        let vars = self.program.vars().iter().zip(self.tensors.iter());
+        vars.enumerate().find_map(|(i, (v, a))| {
+            let uneven =
+                v.ty.shape
+                    .iter()
+                    .zip(&a.dims)
+                    .any(|(&n, axes)| !crate::dist::chunk::even(n, axes, &self.mesh));
+            uneven.then_some(crate::ir::VarId(i as u32))
+        })
+    }
+
     /// An op attr whose slots mirror `op`'s, every slot attr replicated over its variable's
     /// rank, with the `default` implementation.
     pub fn replicated_op_attr(&self, op: &Op) -> OperatorDistAttr {

@@ -56,6 +56,7 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
         | OpType::Amp(_)
         | OpType::Recv
         | OpType::Slice
+        | OpType::Pad
         | OpType::CEmbedding
         | OpType::CEmbeddingGrad
         | OpType::CSoftmaxWithCrossEntropyGrad

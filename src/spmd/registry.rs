@@ -78,6 +78,7 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
         | OpType::CSoftmaxWithCrossEntropy
         | OpType::CSoftmaxWithCrossEntropyGrad
         | OpType::FlattenPad
+        | OpType::Pad
         | OpType::UnpadReshape
         | OpType::CoalesceTensor
         | OpType::UncoalesceTensor => return Err(SpmdError::PlannerOp(op.ty)),

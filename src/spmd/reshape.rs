@@ -87,11 +87,19 @@ pub fn transform(
         // The first output piece takes the longest prefix of the (co-)shard that divides it,
         // down to the first dim's own axes: [8,16][0,1] -> [4,32] keeps [0] on the 4
         // (Paddle 3.3.1), not nothing.
+        // A dim that only passes through keeps any split, even an uneven one; a merge or a
+        // split moves one only where it divides both sides: an uneven chunk of the merged
+        // dim is not the chunks of its first dim (6 rows of 4 on 4 ranks are 2, 2, 2, 0
+        // rows, not 6, 6, 6, 6 elements), as DTensor's view rules also refuse.
         let piece = dst_shape[gd[0]];
+        let identity = gs.len() == 1 && gd.len() == 1;
         let kept = (own.len().max(1)..=axes.len())
             .rev()
             .map(|n| &axes[..n])
-            .find(|prefix| piece.is_multiple_of(shards(mesh, prefix)));
+            .find(|prefix| {
+                let k = shards(mesh, prefix);
+                identity || (piece.is_multiple_of(k) && src_shape[first].is_multiple_of(k))
+            });
         if let Some(kept) = kept.filter(|k| !k.is_empty()) {
             let kept = DimAxes::from_axes(kept.iter().copied()).unwrap_or_default();
             src_wanted[first] = kept;

@@ -119,9 +119,9 @@ pub fn propagate(
         // The rank-local ops only run in rank programs, which carry no bounds; they bound
         // like the ops they stand for (a slice moves data exactly).
         OpType::RankLocal(RankLocalOp::Slice) => a.one("Out", a.e("Input")),
-        OpType::RankLocal(RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape) => {
-            a.one("Out", a.e("X"))
-        }
+        OpType::RankLocal(
+            RankLocalOp::FlattenPad | RankLocalOp::UnpadReshape | RankLocalOp::Pad,
+        ) => a.one("Out", a.e("X")),
         // A bucket moves values exactly: the buffer is as far off as its worst part.
         OpType::RankLocal(RankLocalOp::CoalesceTensor) => {
             let worst = op

@@ -247,6 +247,13 @@ impl Rank<'_> {
             self.flatten_pad(op)
         } else if op.ty == OpType::UnpadReshape {
             self.unpad_reshape(op)
+        } else if op.ty == OpType::Pad {
+            let x = self.slot(op, "X")?;
+            let axis = usize::try_from(op.attr_int("axis", 0)).unwrap_or(usize::MAX);
+            let pad = usize::try_from(op.attr_int("pad_size", 0)).unwrap_or(0);
+            let out = crate::exec::kernels::layout::pad_axis(x, axis, pad)?;
+            self.set(op, "Out", out);
+            Ok(())
         } else {
             self.slice(op)
         }

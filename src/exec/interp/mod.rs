@@ -79,11 +79,16 @@ impl Placement {
         for d in 0..local_shape.len() {
             let idx = (i / ls[d]) % local_shape[d].max(1);
             let axes = attr.dims.get(d).cloned().unwrap_or_default();
-            let block = axes.iter().fold(0, |acc, &a| {
-                let size = self.mesh_shape.get(a.index()).copied().unwrap_or(1);
-                acc * size + self.coords.get(a.index()).copied().unwrap_or(0)
-            });
-            out += (block * local_shape[d] + idx) * gs.get(d).copied().unwrap_or(0);
+            // Where the rank's chunk of the dim starts (`dist::chunk`, axis by axis).
+            let (mut start, mut len) = (0, global.get(d).copied().unwrap_or(0));
+            for &a in axes.iter() {
+                let k = self.mesh_shape.get(a.index()).copied().unwrap_or(1);
+                let c = self.coords.get(a.index()).copied().unwrap_or(0);
+                let (s, e) = crate::dist::chunk::chunk(len, k, c);
+                start += s;
+                len = e - s;
+            }
+            out += (start + idx) * gs.get(d).copied().unwrap_or(0);
         }
         out
     }
@@ -467,7 +472,9 @@ impl<'a> Rank<'a> {
             OpType::Sum => self.sum(op)?,
             OpType::SquaredL2Norm => self.squared_l2_norm(op)?,
             OpType::FillConstant => self.fill_constant(op)?,
-            OpType::Slice | OpType::FlattenPad | OpType::UnpadReshape => self.move_data(op)?,
+            OpType::Slice | OpType::Pad | OpType::FlattenPad | OpType::UnpadReshape => {
+                self.move_data(op)?
+            }
             OpType::CoalesceTensor | OpType::UncoalesceTensor => self.bucket(op)?,
             OpType::CEmbeddingGrad => self.lookup_grad(op, true)?,
             OpType::CSoftmaxWithCrossEntropyGrad => self.vocab_ce_grad(op)?,

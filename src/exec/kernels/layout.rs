@@ -69,6 +69,27 @@ pub fn slice_axis(x: &Tensor, axis: usize, start: usize, end: usize) -> Tensor {
     gather(x, shape, &index)
 }
 
+/// `x` with `pad` zeros appended along `axis` (an uneven shard padded for a collective).
+pub fn pad_axis(x: &Tensor, axis: usize, pad: usize) -> Res<Tensor> {
+    if axis >= x.shape.len() {
+        return Err(OpError::BadAttr("pad axis"));
+    }
+    let (outer, len, inner): (usize, usize, usize) = (
+        x.shape[..axis].iter().product(),
+        x.shape[axis],
+        x.shape[axis + 1..].iter().product(),
+    );
+    let values = x.to_f64();
+    let mut out = Vec::with_capacity(outer * (len + pad) * inner);
+    for o in 0..outer {
+        out.extend_from_slice(&values[o * len * inner..(o + 1) * len * inner]);
+        out.extend(std::iter::repeat_n(0.0, pad * inner));
+    }
+    let mut shape = x.shape.clone();
+    shape[axis] += pad;
+    Ok(Tensor::float(x.dtype(), shape, out))
+}
+
 /// Concatenation along `axis`.
 pub fn concat(xs: &[&Tensor], axis: usize) -> Res<Tensor> {
     let first = xs.first().ok_or(OpError::Empty("concat"))?;

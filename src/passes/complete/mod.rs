@@ -338,7 +338,7 @@ impl State<'_> {
             let var_ty = &self.program.var(var).ty;
             local_shape("", &var_ty.shape, &trial, &self.mesh)
                 .err()
-                .map(|_| Conflict::Uneven)
+                .map(|_| Conflict::TooSmall)
         };
         match conflict {
             Some(c) => {

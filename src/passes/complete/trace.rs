@@ -23,8 +23,8 @@ pub enum Conflict {
     Pinned,
     /// The mesh axes already split another dim of the tensor (or are partial).
     AxisInUse,
-    /// The dim does not divide by the mesh axes.
-    Uneven,
+    /// The dim has fewer elements than the mesh axes would cut it into.
+    TooSmall,
 }
 
 impl Conflict {
@@ -35,7 +35,7 @@ impl Conflict {
             Conflict::AlreadySplit => "the dim is already split another way",
             Conflict::Pinned => "the dim is pinned by an annotation",
             Conflict::AxisInUse => "the mesh axis already splits another dim of the tensor",
-            Conflict::Uneven => "the dim does not divide evenly",
+            Conflict::TooSmall => "the dim has fewer elements than the mesh axes have shards",
         }
     }
 }

@@ -41,7 +41,7 @@ pub enum NotSplit {
     /// partial value.
     NoFreeAxis,
     /// The free mesh axes (name, size) do not divide the dim's size.
-    Uneven { size: usize, free: Vec<MeshAxis> },
+    TooSmall { size: usize, free: Vec<MeshAxis> },
     /// This op's rule wants the dim whole when it is split over `axis`.
     RuleKeepsWhole {
         op: OpId,
@@ -97,10 +97,10 @@ pub fn why_not_split(program: &Program, c: &Completed, var: VarId, dim: usize) -
     let candidates: Vec<MeshAxis> = free
         .iter()
         .copied()
-        .filter(|&a| size % c.mesh.axis_size(a) == 0)
+        .filter(|&a| size >= c.mesh.axis_size(a))
         .collect();
     if candidates.is_empty() {
-        return NotSplit::Uneven { size, free };
+        return NotSplit::TooSmall { size, free };
     }
     for &axis in &candidates {
         if let Some((op, rule)) = keeps_whole(program, c, var, dim, axis) {
@@ -293,8 +293,8 @@ impl NotSplit {
                 "not split: every mesh axis already splits another dim or holds a partial value"
                     .into()
             }
-            NotSplit::Uneven { size, free } => format!(
-                "not split: its size {size} does not divide by the free mesh axes {}",
+            NotSplit::TooSmall { size, free } => format!(
+                "not split: its size {size} is smaller than every free mesh axis: {}",
                 names(free)
             ),
             NotSplit::RuleKeepsWhole { op: o, rule, axis } => format!(

@@ -24,7 +24,7 @@ fn vocab_cross_entropy(b: &RankBuilder, local: &Op) -> Result<(Op, RankAttrs), P
         slot: x,
     })?;
     let axes = b.cur[v.index()].dims.last().cloned().unwrap_or_default();
-    let cols = b.program.var(v).ty.shape.last().copied().unwrap_or(0);
+    let cols = b.global_shape(v).last().copied().unwrap_or(0);
     let mut c = if forward {
         let mut c = Op::new(OpType::CSoftmaxWithCrossEntropy);
         c.inputs = crate::slots![
@@ -51,6 +51,78 @@ fn vocab_cross_entropy(b: &RankBuilder, local: &Op) -> Result<(Op, RankAttrs), P
     Ok((c, RankAttrs::VocabCrossEntropy { axes, cols }))
 }
 
+/// A mean (or its grad) over a dim split unevenly, appended as a sum scaled by `K/n` (`K`
+/// the shards of the reduced dims, `n` their global elements); false for any other op.
+///
+/// Why: the mean leaves an average over the `K` ranks (an AVG partial), which equals the
+/// global mean only when every rank averages as many elements. A rank's `sum·K/n`
+/// averages to `sum/n` whatever its share, an empty shard (6 rows on 4 ranks) included,
+/// and its gradient `K/n` per element, once the data-parallel sync has summed and divided
+/// by `K`, is the serial `1/n`.
+fn uneven_mean(b: &mut RankBuilder, op: &Arc<Op>) -> Result<bool, PartitionError> {
+    let forms = [
+        (OpType::Mean, OpType::ReduceSum, true),
+        (OpType::ReduceMean, OpType::ReduceSum, false),
+        (OpType::MeanGrad, OpType::ReduceSumGrad, true),
+        (OpType::ReduceMeanGrad, OpType::ReduceSumGrad, false),
+    ];
+    let Some(&(_, sum_ty, all)) = forms.iter().find(|f| f.0 == op.ty) else {
+        return Ok(false);
+    };
+    let Some(&x) = op.input("X").first() else {
+        return Ok(false);
+    };
+    let global = b.global_shape(x).to_vec();
+    let reduced: Vec<usize> = if all || op.attr_bool("reduce_all", false) {
+        (0..global.len()).collect()
+    } else {
+        crate::ir::infer::reduce_axes(op, global.len()).unwrap_or_default()
+    };
+    let layout = &b.cur[x.index()];
+    let uneven = reduced
+        .iter()
+        .any(|&d| !crate::dist::chunk::even(global[d], &layout.dims[d], b.mesh));
+    if !uneven {
+        return Ok(false);
+    }
+    let shards: usize = reduced
+        .iter()
+        .flat_map(|&d| layout.dims[d].iter())
+        .map(|&a| b.mesh.axis_size(a))
+        .product();
+    let n: usize = reduced.iter().map(|&d| global[d]).product();
+    let slot = if sum_ty == OpType::ReduceSum {
+        "Out"
+    } else {
+        "X@GRAD"
+    };
+    let Some(&out) = op.output(slot).first() else {
+        return Ok(false);
+    };
+    let produced = b.cur[out.index()].clone();
+    let sum = b.temp(out, &produced, "SUM")?;
+    let mut s = Op::clone(op);
+    s.ty = sum_ty;
+    if all {
+        s.attrs.insert("reduce_all".into(), Attr::Bool(true));
+    }
+    s.outputs = crate::slots![[sum]];
+    b.local(s);
+    let mut scale = Op::new(OpType::Scale);
+    scale.inputs = crate::slots![[sum]];
+    scale.outputs = crate::slots![[out]];
+    scale.role = op.role;
+    scale.namescope = op.namescope.clone();
+    let factor = shards as f64 / n.max(1) as f64;
+    scale.attrs.insert("scale".into(), Attr::Float(factor));
+    scale.attrs.insert("bias".into(), Attr::Float(0.0));
+    scale
+        .attrs
+        .insert("bias_after_scale".into(), Attr::Bool(true));
+    b.local(scale);
+    Ok(true)
+}
+
 fn shape_attr(shape: &[usize]) -> Attr {
     Attr::Ints(shape.iter().map(|&d| d as i64).collect())
 }
@@ -69,7 +141,11 @@ pub fn lower(
     let (local, recipe) = rewrite(b, local, attr, imp)?;
     match recipe {
         Some(r) => b.rank_dependent(Arc::unwrap_or_clone(local), r),
-        None => b.local(local),
+        None => {
+            if !uneven_mean(b, &local)? {
+                b.local(local)
+            }
+        }
     }
     for (t, v) in fixups {
         let target = DistProgram::settled(&declared[v.index()]);
@@ -154,7 +230,7 @@ fn rewrite(
             let w = local.input("W").first().copied();
             let w_attr = attr.inputs.first().and_then(|s| s.first());
             if let (Some(w), Some(w_attr)) = (w, w_attr) {
-                let rows = b.program.var(w).ty.shape.first().copied().unwrap_or(0);
+                let rows = b.global_shape(w).first().copied().unwrap_or(0);
                 let axes = w_attr.dims.first().cloned().unwrap_or_default();
                 recipe = Some(RankAttrs::TableStart { axes, rows });
                 if local.ty == OpType::LookupTableV2 {

@@ -6,6 +6,7 @@ pub mod bucket;
 pub mod dist_ops;
 pub mod layouts;
 pub mod lower;
+mod megatron_sums;
 pub mod p2p;
 pub mod rank;
 pub mod reshard;
@@ -14,11 +15,12 @@ pub mod sync;
 pub mod zero;
 
 use crate::dist::MeshAxis;
-use crate::dist::{DistImpl, OperatorDistAttr, ReduceType, TensorDistAttr};
-use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, Purpose, VarId};
+use crate::dist::{OperatorDistAttr, TensorDistAttr};
+use crate::ir::{verify_program, Attr, Op, OpId, OpRole, OpType, Program, VarId};
 use crate::passes::dist_program::DistProgram;
 use dist_ops::find_impl;
 use lower::{after, lower};
+use megatron_sums::{defers_its_sum, sum_partials};
 use rank::{Groups, PartitionError, RankBuilder};
 use reshard::reshard;
 use rustc_hash::FxHashMap as HashMap;
@@ -139,13 +141,15 @@ pub fn partition(
         loss_avg_axes,
         stages,
     } = *input;
-    let mut locals = rank::local_vars(&dp.mesh, &dp.program, &dp.tensors)?;
+    let mut locals = rank::local_vars(&dp.mesh, &dp.program, &dp.tensors, &[])?;
+    let uneven = dp.uneven_var();
     let zero = Arc::new(ZeroLayout::plan(dp, &mut locals, opts.zero));
     let mut marks = Marks {
         param_grad: vec![false; dp.program.vars().len()],
         summed: vec![false; dp.program.vars().len()],
         locals: Arc::new(locals),
         tensors: Arc::new(dp.tensors.clone()),
+        uneven: uneven.is_some(),
         zero: Arc::clone(&zero),
         stages: stages
             .is_pipelined()
@@ -195,9 +199,13 @@ pub fn partition(
     })
 }
 
+/// A rank's program with the recipes that stamp the other ranks of its stage from it, or
+/// `None` when a split is uneven: the shapes then depend on the rank, and each rank is
+/// built.
+type Template = (RankProgram, Option<stamp::Recipes>);
+
 /// Builds one rank's program (the template of its stage) with its recipes.
-type RankBuild<'a> =
-    dyn Fn(u32, &mut Groups) -> Result<(RankProgram, stamp::Recipes), PartitionError> + Sync + 'a;
+type RankBuild<'a> = dyn Fn(u32, &mut Groups) -> Result<Template, PartitionError> + Sync + 'a;
 
 /// Ranks of one stage run one program up to their rank-dependent attributes: the first of
 /// each stage is built, the others stamped from it. Returned in `wanted`'s order.
@@ -229,13 +237,16 @@ fn by_stage(
             .zip(templates(&firsts, groups, parallel, rank_program)?)
     {
         let rest = members.get(1..).unwrap_or_default();
-        let stamped = build_each(rest, groups, &|rank, registry| {
-            Ok(stamp::stamp(
-                &template,
-                &recipes,
-                &mut stamp::RankCtx::new(rank, &dp.mesh, registry),
-            ))
-        })?;
+        let stamped = match &recipes {
+            Some(recipes) => build_each(rest, groups, &|rank, registry| {
+                Ok(stamp::stamp(
+                    &template,
+                    recipes,
+                    &mut stamp::RankCtx::new(rank, &dp.mesh, registry),
+                ))
+            })?,
+            None => build_each(rest, groups, &|r, g| rank_program(r, g).map(|p| p.0))?,
+        };
         all.push(template);
         all.extend(stamped);
     }
@@ -254,7 +265,7 @@ fn templates(
     groups: &mut Groups,
     parallel: bool,
     rank_program: &RankBuild<'_>,
-) -> Result<Vec<(RankProgram, stamp::Recipes)>, PartitionError> {
+) -> Result<Vec<Template>, PartitionError> {
     let mut out = Vec::with_capacity(firsts.len());
     if !groups.is_complete() {
         for &first in firsts {
@@ -337,7 +348,7 @@ fn partition_rank(
     inputs: &RankInputs,
     rank: u32,
     groups: &mut Groups,
-) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
+) -> Result<Template, PartitionError> {
     let RankInputs {
         dp,
         forward_of,
@@ -345,14 +356,8 @@ fn partition_rank(
         marks,
         opts,
     } = *inputs;
-    let mut b = RankBuilder::new(
-        rank,
-        &dp.mesh,
-        &dp.program,
-        &marks.tensors,
-        &marks.locals,
-        groups,
-    );
+    let locals = rank_locals(dp, marks, rank)?;
+    let mut b = RankBuilder::new(rank, &dp.mesh, &dp.program, &marks.tensors, &locals, groups);
     zero::declare_shards(&mut b, &marks.zero);
     let mut rz = RankZero::new(&marks.zero);
     let mut sync = GradSync {
@@ -408,7 +413,27 @@ fn partition_rank(
         rz.after(&mut b, op);
     }
     sync.buckets.close_all(&mut b);
+    b.uneven |= marks.uneven;
     finish(b, rank, opts.verify)
+}
+
+/// `rank`'s local variables: the shared table, or under an uneven split the table (with
+/// ZeRO's changes and shards) with this rank's shapes.
+fn rank_locals(
+    dp: &DistProgram,
+    marks: &Marks,
+    rank: u32,
+) -> Result<Arc<Vec<crate::ir::Var>>, PartitionError> {
+    if !marks.uneven {
+        return Ok(Arc::clone(&marks.locals));
+    }
+    let coords = dp.mesh.coords_of(rank).unwrap_or_default();
+    let mut mine = marks.locals.to_vec();
+    let shapes = rank::local_vars(&dp.mesh, &dp.program, &dp.tensors, &coords)?;
+    for (var, shaped) in mine.iter_mut().zip(shapes) {
+        var.ty = shaped.ty;
+    }
+    Ok(Arc::new(mine))
 }
 
 /// The ops `rank` visits, by index: a pipeline stage's ranks only those that touch their
@@ -450,19 +475,6 @@ fn special_sum(
     Ok(false)
 }
 
-/// Megatron sums: a column-parallel matmul's input gradient that is summed later stays
-/// partial until the sum.
-fn defers_its_sum(opts: &PartitionOptions, imp: DistImpl, op: &Op, marks: &Marks) -> bool {
-    opts.defer_partial_sums
-        && imp == DistImpl::MatmulColumn
-        && op.ty == OpType::MatmulV2Grad
-        && op
-            .outputs
-            .first()
-            .and_then(|s| s.first())
-            .is_some_and(|g| marks.summed[g.index()])
-}
-
 /// The loss gradient's seed (the first backward `fill_constant`) is 1/M with M
 /// micro-batches: each micro-batch's gradients are then 1/M of its mean loss's, and their
 /// sum is the full batch's.
@@ -476,11 +488,7 @@ fn seed_micro_batch(op: &mut Arc<Op>, micro_batches: usize) {
 }
 
 /// The rank's program, verified, with its recipes.
-fn finish(
-    b: RankBuilder,
-    rank: u32,
-    verify: bool,
-) -> Result<(RankProgram, stamp::Recipes), PartitionError> {
+fn finish(b: RankBuilder, rank: u32, verify: bool) -> Result<Template, PartitionError> {
     let issues = if verify {
         verify_program(&b.program)
     } else {
@@ -501,7 +509,7 @@ fn finish(
             origin: Arc::new(b.origin),
             op_chunks: Arc::new(b.op_chunks),
         },
-        b.recipes,
+        (!b.uneven).then_some(b.recipes),
     ))
 }
 
@@ -540,55 +548,10 @@ struct Marks {
     locals: Arc<Vec<crate::ir::Var>>,
     /// The serial variables' completed layouts, which every rank starts from.
     tensors: Arc<Vec<TensorDistAttr>>,
+    /// Whether a serial variable is split unevenly: its local shape then depends on the
+    /// rank, and each rank declares its own.
+    uneven: bool,
     zero: Arc<ZeroLayout>,
     /// Each op's and variable's pipeline stage (`None` without a pipeline).
     stages: Option<p2p::StagePlan>,
-}
-
-/// A backward sum whose inputs are all partial over the same mesh axes (SUM) and already in
-/// the output's dims: add them locally and all-reduce the sum once. Returns false (and
-/// emits nothing) when that does not hold; the caller then settles each input first.
-fn sum_partials(
-    b: &mut RankBuilder,
-    op: &Arc<Op>,
-    attr: &OperatorDistAttr,
-    marks: &Marks,
-) -> Result<bool, PartitionError> {
-    let xs = op.input("X");
-    let (Some(&first), Some(&out)) = (xs.first(), op.output("Out").first()) else {
-        return Ok(false);
-    };
-    let Some(wanted_out) = attr.outputs.first().and_then(|s| s.first()) else {
-        return Ok(false);
-    };
-    let partial = b.cur[first.index()].partial;
-    if partial.is_empty()
-        || partial.iter().any(|p| p.1 != ReduceType::Sum)
-        || marks.param_grad[out.index()]
-        || b.cur[out.index()].dims != wanted_out.dims
-    {
-        return Ok(false);
-    }
-    let all_alike = xs.iter().enumerate().all(|(j, x)| {
-        let cur = &b.cur[x.index()];
-        let wanted = attr.inputs.first().and_then(|s| s.get(j));
-        cur.partial == partial
-            && cur.dims == wanted_out.dims
-            && wanted.is_some_and(|w| w.dims == cur.dims)
-    });
-    if !all_alike {
-        return Ok(false);
-    }
-    b.local(Arc::clone(op));
-    let axes: Vec<MeshAxis> = partial.iter().map(|p| p.0).collect();
-    b.collective(
-        OpType::AllReduce,
-        out,
-        out,
-        &axes,
-        vec![("reduce_type", Attr::Str("SUM".into()))],
-        Purpose::TensorParallel,
-    );
-    b.cur[out.index()] = DistProgram::settled(wanted_out);
-    Ok(true)
 }

@@ -3,7 +3,7 @@
 //! job-wide registry of communication groups.
 
 use super::stamp::{with_rank_attrs, RankAttrs, RankCtx, Recipes};
-use crate::dist::{local_shape, Layout, MeshAxis, ProcessMesh, TensorDistAttr};
+use crate::dist::{local_shape_at, Layout, MeshAxis, ProcessMesh, TensorDistAttr};
 use crate::ir::{
     Attr, Attrs, Op, OpRole, OpType, Program, Purpose, TensorType, Var, VarId, VarKind,
 };
@@ -226,24 +226,27 @@ impl crate::plan::Located for PartitionError {
 /// The attributes a caller gives a collective besides its group.
 pub type ExtraAttrs = Vec<(&'static str, Attr)>;
 
-/// Every serial variable with its local shape under `attrs`. Layouts split evenly, so the
-/// local shapes are the same on every rank: computed once, copied into each rank.
+/// Every serial variable with its local shape under `attrs` at mesh coordinates `coords`
+/// (the first rank's with none). Where layouts split evenly the local shapes are the same
+/// on every rank: computed once and shared by them.
 pub fn local_vars(
     mesh: &ProcessMesh,
     serial: &Program,
     attrs: &[TensorDistAttr],
+    coords: &[usize],
 ) -> Result<Vec<Var>, PartitionError> {
     serial
         .vars()
         .iter()
         .zip(attrs)
         .map(|(v, attr)| {
-            let shape = local_shape(&v.name, &v.ty.shape, attr, mesh).map_err(|source| {
-                PartitionError::Layout {
-                    var: v.name.to_string(),
-                    source: Box::new(source),
-                }
-            })?;
+            let shape =
+                local_shape_at(&v.name, &v.ty.shape, attr, mesh, coords).map_err(|source| {
+                    PartitionError::Layout {
+                        var: v.name.to_string(),
+                        source: Box::new(source),
+                    }
+                })?;
             Ok(Var {
                 name: v.name.clone(),
                 ty: TensorType::new(v.ty.dtype, shape),
@@ -280,6 +283,9 @@ pub struct RankBuilder<'a> {
     /// The attributes of the data-parallel gradient scale (the same 1/N for every gradient
     /// of the rank), built at its first use.
     pub gradient_scale: Option<Attrs>,
+    /// Whether a temporary is split unevenly: its shape then depends on the rank, and the
+    /// other ranks are built, not stamped from this one.
+    pub uneven: bool,
 }
 
 impl<'a> RankBuilder<'a> {
@@ -316,6 +322,33 @@ impl<'a> RankBuilder<'a> {
             gradient_scale: None,
             chunk: 0,
             op_chunks: Vec::new(),
+            uneven: false,
+        }
+    }
+
+    /// The global shape of the serial variable `v` holds a piece of.
+    pub fn global_shape(&self, v: VarId) -> &[usize] {
+        &self.serial.var(self.origin[v.index()]).ty.shape
+    }
+
+    /// The rank's coordinates on the mesh (for the shapes of uneven splits; the structure
+    /// of the program must not depend on them).
+    pub fn coords(&self) -> &[usize] {
+        self.ctx.coords()
+    }
+
+    /// The zeros a pad appends on this rank (see [`RankAttrs::Pad`]).
+    pub fn pad_size(&self, recipe: &RankAttrs) -> usize {
+        if let RankAttrs::Pad {
+            n,
+            outer,
+            axis,
+            whole,
+        } = recipe
+        {
+            super::stamp::pad_size(&self.ctx, *n, outer, *axis, *whole)
+        } else {
+            0
         }
     }
 
@@ -335,12 +368,31 @@ impl<'a> RankBuilder<'a> {
         let base = self.origin[of.index()];
         let serial_name = self.program.var(base).name.clone();
         let serial_shape = &self.serial.var(base).ty.shape;
-        let shape = local_shape(&serial_name, serial_shape, attr, self.mesh).map_err(|source| {
-            PartitionError::Layout {
+        let coords = self.ctx.coords();
+        let shape = local_shape_at(&serial_name, serial_shape, attr, self.mesh, coords).map_err(
+            |source| PartitionError::Layout {
                 var: serial_name.to_string(),
                 source: Box::new(source),
-            }
-        })?;
+            },
+        )?;
+        self.uneven |= serial_shape
+            .iter()
+            .zip(&attr.dims)
+            .any(|(&n, axes)| !crate::dist::chunk::even(n, axes, self.mesh));
+        Ok(self.shaped_temp(of, attr, shape.to_vec(), tag))
+    }
+
+    /// A temporary of `shape` holding `of`'s contents in layout `attr`, padded: `shape` is
+    /// not the layout's local shape but longer along a padded dim.
+    pub fn shaped_temp(
+        &mut self,
+        of: VarId,
+        attr: &TensorDistAttr,
+        shape: Vec<usize>,
+        tag: &str,
+    ) -> VarId {
+        let base = self.origin[of.index()];
+        let serial_name = self.program.var(base).name.clone();
         self.temps += 1;
         let ty = TensorType::new(self.program.var(of).ty.dtype, shape);
         // `@TAG@k` names are unique within the rank: k counts every temporary.
@@ -352,7 +404,7 @@ impl<'a> RankBuilder<'a> {
         });
         self.cur.push(attr.clone());
         self.origin.push(base);
-        Ok(id)
+        id
     }
 
     /// A flat temporary of `len` elements holding a buffer of `of` (ZeRO's flat buffers:

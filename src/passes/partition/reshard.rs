@@ -13,6 +13,11 @@
 //! ```
 //! Every op goes to namescope `/auto_parallel/reshard` and produces a temporary
 //! (`x@RESHARD@k`); a second consumer wanting the same layout reuses it.
+//!
+//! Uneven splits (see `dist::chunk`): a collective needs equal pieces, so an all-gather
+//! or a reduce-scatter over an uneven dim pads its input with a `pad` op (`x@PAD@k`) and
+//! unpads its output with a `slice`; the rank program shows both. An all-to-all over an
+//! uneven dim is an all-gather and a slice instead.
 
 use super::rank::{PartitionError, RankBuilder};
 use super::stamp::RankAttrs;
@@ -83,25 +88,13 @@ fn drop_partials(
             to.dims[d].starts_with(&attr.dims[d])
                 && to.dims[d].get(attr.dims[d].len()) == Some(&axis)
         });
+        let still_partial = attr.clone();
         attr.partial.remove(axis);
         match target_dim {
             Some(d) if reduce == ReduceType::Sum => {
                 let mut next = attr.clone();
                 next.dims[d].push(axis);
-                let out = b.temp(cur, &next, "RESHARD")?;
-                let attrs = vec![
-                    ("axis", Attr::Int(d as i64)),
-                    ("reduce_type", Attr::Str(reduce.name().into())),
-                ];
-                b.collective(
-                    OpType::ReduceScatter,
-                    cur,
-                    out,
-                    &[axis],
-                    attrs,
-                    Purpose::Reshard,
-                );
-                cur = out;
+                cur = reduce_scatter(b, cur, &still_partial, &next, d, axis)?;
                 attr = next;
             }
             _ => to_all_reduce.push((axis, reduce)),
@@ -131,6 +124,54 @@ fn drop_partials(
     Ok(())
 }
 
+/// `cur` (laid out `from`, partial over `axis`) reduce-scattered onto dim `d`, laid out
+/// `to`; over an uneven dim the whole is padded first and the rank's chunk unpadded after.
+fn reduce_scatter(
+    b: &mut RankBuilder,
+    cur: VarId,
+    from: &TensorDistAttr,
+    to: &TensorDistAttr,
+    d: usize,
+    axis: MeshAxis,
+) -> Result<VarId, PartitionError> {
+    let attrs = vec![
+        ("axis", Attr::Int(d as i64)),
+        ("reduce_type", Attr::Str(ReduceType::Sum.name().into())),
+    ];
+    let n = b.global_shape(cur)[d];
+    if crate::dist::chunk::even(n, &to.dims[d], b.mesh) {
+        let out = b.temp(cur, to, "RESHARD")?;
+        b.collective(
+            OpType::ReduceScatter,
+            cur,
+            out,
+            &[axis],
+            attrs,
+            Purpose::Reshard,
+        );
+        return Ok(out);
+    }
+    let whole = RankAttrs::Pad {
+        n,
+        outer: from.dims[d],
+        axis,
+        whole: true,
+    };
+    let padded = pad(b, cur, from, d, whole);
+    let mut shape = b.program.var(padded).ty.shape.to_vec();
+    shape[d] /= b.mesh.axis_size(axis).max(1);
+    let scattered = b.shaped_temp(cur, to, shape, "RESHARD");
+    b.collective(
+        OpType::ReduceScatter,
+        padded,
+        scattered,
+        &[axis],
+        attrs,
+        Purpose::Reshard,
+    );
+    unpad(b, scattered, to, d)
+}
+
 /// Step 2: split d -> split e of a single axis: all_to_all.
 fn all_to_all(
     b: &mut RankBuilder,
@@ -157,6 +198,11 @@ fn all_to_all(
         let mut next = attr.clone();
         next.dims[d].clear();
         next.dims[e].push(axis);
+        let global = b.global_shape(cur);
+        let even = |dim: usize, axes| crate::dist::chunk::even(global[dim], axes, b.mesh);
+        if !even(d, &attr.dims[d]) || !even(e, &next.dims[e]) {
+            continue; // the gather and the slice below do it
+        }
         let out = b.temp(cur, &next, "RESHARD")?;
         let attrs = vec![
             ("split_axis", Attr::Int(e as i64)),
@@ -184,16 +230,40 @@ fn gather(b: &mut RankBuilder, s: &mut Step, to: &TensorDistAttr) -> Result<(), 
             let axis = attr.dims[d][attr.dims[d].len() - 1];
             let mut next = attr.clone();
             next.dims[d].pop();
-            let out = b.temp(cur, &next, "RESHARD")?;
-            b.collective(
-                OpType::AllGather,
-                cur,
-                out,
-                &[axis],
-                vec![("axis", Attr::Int(d as i64))],
-                Purpose::Reshard,
-            );
-            cur = out;
+            let n = b.global_shape(cur)[d];
+            let gather_attrs = vec![("axis", Attr::Int(d as i64))];
+            if crate::dist::chunk::even(n, &attr.dims[d], b.mesh) {
+                let out = b.temp(cur, &next, "RESHARD")?;
+                b.collective(
+                    OpType::AllGather,
+                    cur,
+                    out,
+                    &[axis],
+                    gather_attrs,
+                    Purpose::Reshard,
+                );
+                cur = out;
+            } else {
+                let shard = RankAttrs::Pad {
+                    n,
+                    outer: next.dims[d],
+                    axis,
+                    whole: false,
+                };
+                let padded = pad(b, cur, &attr, d, shard);
+                let mut shape = b.program.var(padded).ty.shape.to_vec();
+                shape[d] *= b.mesh.axis_size(axis);
+                let gathered = b.shaped_temp(cur, &next, shape, "RESHARD");
+                b.collective(
+                    OpType::AllGather,
+                    padded,
+                    gathered,
+                    &[axis],
+                    gather_attrs,
+                    Purpose::Reshard,
+                );
+                cur = unpad(b, gathered, &next, d)?;
+            }
             attr = next;
         }
     }
@@ -208,9 +278,7 @@ fn slice(b: &mut RankBuilder, s: &mut Step, to: &TensorDistAttr) -> Result<(), P
     for d in 0..attr.rank() {
         while attr.dims[d].len() < to.dims[d].len() {
             let axis = to.dims[d][attr.dims[d].len()];
-            let local = b.program.var(cur).ty.shape[d];
-            let n = b.mesh.axis_size(axis);
-            let piece = local / n.max(1);
+            let n = b.global_shape(cur)[d];
             let mut next = attr.clone();
             next.dims[d].push(axis);
             let out = b.temp(cur, &next, "RESHARD")?;
@@ -219,13 +287,55 @@ fn slice(b: &mut RankBuilder, s: &mut Step, to: &TensorDistAttr) -> Result<(), P
             op.outputs = crate::slots![[out]];
             op.attrs.insert("axes".into(), Attr::Ints(vec![d as i64]));
             op.namescope = Purpose::Reshard.namescope().into();
-            b.rank_dependent(op, RankAttrs::Slice { axis, piece });
+            let axes = next.dims[d];
+            b.rank_dependent(op, RankAttrs::Slice { n, axes });
             cur = out;
             attr = next;
         }
     }
     *s = Step { cur, attr };
     Ok(())
+}
+
+/// `v` (laid out `attr`) padded along `d` with the zeros `recipe` (a [`RankAttrs::Pad`])
+/// gives this rank: the input of a collective over an uneven dim.
+fn pad(b: &mut RankBuilder, v: VarId, attr: &TensorDistAttr, d: usize, recipe: RankAttrs) -> VarId {
+    b.uneven = true;
+    let mut shape = b.program.var(v).ty.shape.to_vec();
+    shape[d] += b.pad_size(&recipe);
+    let out = b.shaped_temp(v, attr, shape, "PAD");
+    let mut op = Op::new(OpType::Pad);
+    op.inputs = crate::slots![[v]];
+    op.outputs = crate::slots![[out]];
+    op.attrs.insert("axis".into(), Attr::Int(d as i64));
+    op.namescope = Purpose::Reshard.namescope().into();
+    b.rank_dependent(op, recipe);
+    out
+}
+
+/// The real elements of `padded` (a collective's padded output, laid out `attr` once
+/// unpadded): the first ones along `d`, as many as the rank's chunk holds.
+fn unpad(
+    b: &mut RankBuilder,
+    padded: VarId,
+    attr: &TensorDistAttr,
+    d: usize,
+) -> Result<VarId, PartitionError> {
+    let n = b.global_shape(padded)[d];
+    let out = b.temp(padded, attr, "RESHARD")?;
+    let mut op = Op::new(OpType::Slice);
+    op.inputs = crate::slots![[padded]];
+    op.outputs = crate::slots![[out]];
+    op.attrs.insert("axes".into(), Attr::Ints(vec![d as i64]));
+    op.namescope = Purpose::Reshard.namescope().into();
+    b.rank_dependent(
+        op,
+        RankAttrs::Unpad {
+            n,
+            axes: attr.dims[d],
+        },
+    );
+    Ok(out)
 }
 
 /// Step 5: replicated -> partial: SUM partial values that add up to the replicated one.

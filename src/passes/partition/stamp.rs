@@ -30,14 +30,28 @@ pub enum RankAttrs {
         axes: SmallVec<[MeshAxis; 4]>,
         extra: ExtraAttrs,
     },
-    /// A reshard's local slice of the dim split over `axis` into pieces of `piece`:
-    /// `starts` and `ends` of the rank's piece.
-    Slice { axis: MeshAxis, piece: usize },
+    /// A reshard's local slice of a dim of `n` elements that the rank holds split over
+    /// `axes` without the last, and wants split over all of `axes`: `starts` and `ends` of
+    /// the rank's chunk within its piece (see `dist::chunk`).
+    Slice { n: usize, axes: DimAxes },
+    /// An unpad: the first elements of a padded dim, as many as the rank's chunk of a dim of
+    /// `n` elements split over `axes` holds (`starts` 0, `ends` its length).
+    Unpad { n: usize, axes: DimAxes },
+    /// A pad before a collective over `axis` on a dim of `n` elements the rank holds split
+    /// over `outer` (and, unless `whole`, over `axis` too): `pad_size`, the zeros that
+    /// bring the rank's piece to the padded length, `⌈len/k⌉` per shard (`k·⌈len/k⌉` for
+    /// the whole piece), `len` the piece `outer` leaves.
+    Pad {
+        n: usize,
+        outer: DimAxes,
+        axis: MeshAxis,
+        whole: bool,
+    },
     /// `start_index` of a vocab-parallel embedding (or its grad): the rank's first row of a
-    /// table whose rows are split over `axes` in blocks of `rows`.
+    /// table of `rows` rows split over `axes`.
     TableStart { axes: DimAxes, rows: usize },
-    /// The vocab-parallel cross-entropy over the classes split on `axes` in blocks of
-    /// `cols`: `start_index`, and the group's `ring_id`, `rank`, `nranks` and `group`.
+    /// The vocab-parallel cross-entropy over `cols` classes split on `axes`:
+    /// `start_index`, and the group's `ring_id`, `rank`, `nranks` and `group`.
     VocabCrossEntropy { axes: DimAxes, cols: usize },
     /// A pipeline send (or recv) to (from) the rank of stage `stage` along the `pp` axis at
     /// this rank's coordinates on the other axes: `peer`, the ordered two-rank `group`
@@ -86,12 +100,14 @@ impl<'a> RankCtx<'a> {
             .unwrap_or_else(|| vec![self.rank])
     }
 
-    /// The index of this rank's block of a dim split over `axes` (the first axis is the
-    /// major one, as in `local_shape`).
-    fn block(&self, axes: &[MeshAxis]) -> usize {
-        axes.iter().fold(0usize, |acc, &a| {
-            acc * self.mesh.axis_size(a) + self.coords.get(a.index()).copied().unwrap_or(0)
-        })
+    /// The rank's coordinate on every mesh axis.
+    pub fn coords(&self) -> &[usize] {
+        &self.coords
+    }
+
+    /// This rank's range of a dim of `n` elements split over `axes` (see `dist::chunk`).
+    fn extent(&self, n: usize, axes: &DimAxes) -> (usize, usize) {
+        crate::dist::chunk::extent(n, axes, self.mesh, &self.coords)
     }
 
     fn collective(&mut self, axes: &[MeshAxis], extra: &ExtraAttrs) -> Attrs {
@@ -125,13 +141,30 @@ impl RankAttrs {
     pub fn apply(&self, ctx: &mut RankCtx, attrs: &mut Attrs) {
         match self {
             RankAttrs::Collective { axes, extra } => *attrs = ctx.collective(axes, extra),
-            RankAttrs::Slice { axis, piece } => {
-                let start = ctx.block(&[*axis]) * piece;
-                attrs.insert("starts".into(), Attr::Ints(vec![start as i64]));
-                attrs.insert("ends".into(), Attr::Ints(vec![(start + piece) as i64]));
+            RankAttrs::Slice { n, axes } => {
+                let mut outer = *axes;
+                outer.pop();
+                let (held, _) = ctx.extent(*n, &outer);
+                let (start, end) = ctx.extent(*n, axes);
+                attrs.insert("starts".into(), Attr::Ints(vec![(start - held) as i64]));
+                attrs.insert("ends".into(), Attr::Ints(vec![(end - held) as i64]));
+            }
+            RankAttrs::Unpad { n, axes } => {
+                let (start, end) = ctx.extent(*n, axes);
+                attrs.insert("starts".into(), Attr::Ints(vec![0]));
+                attrs.insert("ends".into(), Attr::Ints(vec![(end - start) as i64]));
+            }
+            RankAttrs::Pad {
+                n,
+                outer,
+                axis,
+                whole,
+            } => {
+                let pad = pad_size(ctx, *n, outer, *axis, *whole);
+                attrs.insert("pad_size".into(), Attr::Int(pad as i64));
             }
             RankAttrs::TableStart { axes, rows } => {
-                let start = ctx.block(axes) * rows;
+                let (start, _) = ctx.extent(*rows, axes);
                 attrs.insert("start_index".into(), Attr::Int(start as i64));
             }
             RankAttrs::P2P { pp, stage, send } => {
@@ -153,7 +186,7 @@ impl RankAttrs {
             RankAttrs::VocabCrossEntropy { axes, cols } => {
                 let group = ctx.group(axes);
                 let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
-                let start = ctx.block(axes) * cols;
+                let (start, _) = ctx.extent(*cols, axes);
                 attrs.insert("start_index".into(), Attr::Int(start as i64));
                 let ring = ctx.groups.ring_of(&group);
                 attrs.insert("ring_id".into(), Attr::Int(ring as i64));
@@ -162,6 +195,21 @@ impl RankAttrs {
                 attrs.insert("group".into(), ints(&group));
             }
         }
+    }
+}
+
+/// The zeros a [`RankAttrs::Pad`] appends on `ctx`'s rank.
+pub fn pad_size(ctx: &RankCtx, n: usize, outer: &DimAxes, axis: MeshAxis, whole: bool) -> usize {
+    let (start, end) = ctx.extent(n, outer);
+    let len = end - start;
+    let k = ctx.mesh.axis_size(axis);
+    let shard = crate::dist::chunk::chunk_max(len, k);
+    if whole {
+        k * shard - len
+    } else {
+        let i = ctx.coords.get(axis.index()).copied().unwrap_or(0);
+        let (s, e) = crate::dist::chunk::chunk(len, k, i);
+        shard - (e - s)
     }
 }
 

@@ -65,6 +65,8 @@ pub struct ZeroParam {
     /// The number of ranks in a sharding group.
     pub group: usize,
     /// Elements of the local piece, and of each rank's shard (`shard · group ≥ numel`).
+    /// Under an uneven split, of the largest piece (the first rank's): a rank whose piece
+    /// is shorter pads more, and the zeros it pads stay zero through every optimizer.
     pub numel: usize,
     pub shard: usize,
     /// The shard variables: of the parameter, the gradient, and each state (in order).

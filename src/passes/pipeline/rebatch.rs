@@ -7,7 +7,8 @@
 //! Exact only where completion, differentiation and the optimizer made no choice that
 //! depends on the batch's size, so it refuses (and the caller plans afresh) where one
 //! could have:
-//! - completion rejected a split as uneven (a different size could accept it);
+//! - completion rejected a split of a dim smaller than its mesh axes (a different size
+//!   could accept it), or the new size is smaller than a split's shards;
 //! - a dim of size 1 changes size where completion split it (the rules treat size 1 as
 //!   broadcast, which cannot be split: a dim no annotation or rule split stays whole);
 //! - an op outside the forward has a `shape` attribute that is neither a scalar fill nor
@@ -26,12 +27,14 @@ use crate::ir::{infer::infer_op, OpType, Program, TensorType};
 /// plans it afresh instead).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum RebatchError {
-    #[error("completion rejected an uneven split")]
-    Uneven,
+    #[error("completion rejected a split of a dim smaller than its mesh axes")]
+    TooSmall,
     #[error("`{0}` is not in the planned program")]
     Missing(String),
     #[error("`{0}` changes rank")]
     Rank(String),
+    #[error("a split dim of `{0}` changes size, and a split is uneven at one of the sizes")]
+    UnevenSize(String),
     #[error("a split dim of size 1 of `{0}` changes")]
     SplitSizeOne(String),
     #[error("{ty} has a shape {shape:?} of its own")]
@@ -61,11 +64,16 @@ pub fn rebatch(
         .trace
         .events
         .iter()
-        .any(|e| e.kind == EventKind::Rejected(Conflict::Uneven));
+        .any(|e| e.kind == EventKind::Rejected(Conflict::TooSmall));
     if uneven {
-        return Err(RebatchError::Uneven);
+        return Err(RebatchError::TooSmall);
     }
-    check_sizes(&p.plan.program, &p.completed.tensors, forward)?;
+    check_sizes(
+        &p.plan.program,
+        &p.completed.tensors,
+        &p.plan.meshes,
+        forward,
+    )?;
     check_shape_attrs(&p.plan.program, &p.full.program)?;
     check_shape_attrs(&p.plan.program, &p.backward.program)?;
     let source = |name: &str| forward.var_id(name).map(|id| forward.var(id).ty.clone());
@@ -99,6 +107,7 @@ pub fn rebatch(
 fn check_sizes(
     old: &Program,
     attrs: &[TensorDistAttr],
+    meshes: &crate::dist::MeshTable,
     forward: &Program,
 ) -> Result<(), RebatchError> {
     for v in forward.vars() {
@@ -121,6 +130,21 @@ fn check_sizes(
             .any(|(d, (&a, &b))| a != b && (a == 1 || b == 1) && split(d));
         if size_one {
             return Err(RebatchError::SplitSizeOne(v.name.to_string()));
+        }
+        // The rules (reshape's) and the partition (padding, the uneven mean) decide by
+        // whether a split divides its dim: only sizes that all divide keep every choice.
+        let uneven = |shape: &[usize]| {
+            attrs.get(id.index()).is_some_and(|a| {
+                meshes.get(a.mesh).is_some_and(|mesh| {
+                    shape
+                        .iter()
+                        .zip(&a.dims)
+                        .any(|(&n, axes)| !crate::dist::chunk::even(n, axes, mesh))
+                })
+            })
+        };
+        if before != &v.ty.shape && (uneven(before) || uneven(&v.ty.shape)) {
+            return Err(RebatchError::UnevenSize(v.name.to_string()));
         }
     }
     Ok(())
