@@ -250,7 +250,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("spmd/cases.rs", "case_rule", 125),
     ("web/mesh_editor.rs", "MeshEditor", 116),
     ("passes/backward.rs", "append_backward", 122),
-    ("exec/gather.rs", "gather", 105),
+    ("exec/gather.rs", "gather", 107),
     ("spmd/registry.rs", "forward_rule", 96),
     ("passes/optimizer.rs", "append_optimizer", 107),
     ("session/link.rs", "from_hash", 101),
