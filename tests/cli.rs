@@ -1947,3 +1947,136 @@ fn the_help_names_every_preset() {
         }
     }
 }
+
+#[test]
+fn parallel_writes_the_mesh_and_every_annotation_out() {
+    let out = shardlab(&[
+        "print",
+        "--preset",
+        "llama",
+        "--layers",
+        "1",
+        "--parallel",
+        "tp=2,dp=2",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let plan: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("mesh") || l.starts_with("shard"))
+        .collect();
+    assert_eq!(
+        plan,
+        [
+            "mesh [2, 2] (dp, tp)",
+            "shard ids [dp, -]",
+            "shard wte [tp, -]",
+            "shard h0.attn.q.w [-, tp]",
+            "shard h0.attn.k.w [-, tp]",
+            "shard h0.attn.v.w [-, tp]",
+            "shard h0.attn.o.w [tp, -]",
+            "shard h0.mlp.gate.w [-, tp]",
+            "shard h0.mlp.up.w [-, tp]",
+            "shard h0.mlp.down.w [tp, -]",
+            "shard lm_head.w [-, tp]",
+        ]
+    );
+    // --shard overrides the strategy's annotation of a variable.
+    let out = shardlab(&[
+        "print",
+        "--preset",
+        "llama",
+        "--layers",
+        "1",
+        "--parallel",
+        "tp=2",
+        "--shard",
+        "lm_head.w=-,-",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("shard lm_head.w [-, -]"), "{stdout}");
+    assert!(!stdout.contains("shard lm_head.w [-, tp]"), "{stdout}");
+    // A real size prices with it, and the output says how many devices it ran on.
+    let out = shardlab(&[
+        "cost",
+        "--preset",
+        "llama3-8b",
+        "--parallel",
+        "dp=8,tp=8",
+        "--topology",
+        "h100x8x8",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ranks = text(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("   "))
+        .count();
+    assert_eq!(ranks, 64);
+    for (args, want) in [
+        (vec!["--parallel", "dp=2,cp=2"], "error: --parallel dp=2,cp=2: unknown parallelism `cp`; --parallel takes dp, tp and pp\n"),
+        (vec!["--parallel", "tp=x"], "error: --parallel tp=x: `tp=x`: a degree is a whole number from 1 to 4096\n"),
+    ] {
+        let mut all = vec!["print", "--preset", "gpt"];
+        all.extend(args);
+        let out = shardlab(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}");
+        assert_eq!(text(&out.stderr), want);
+    }
+    let out = shardlab(&["plan", "--scenario", "gpt_dp_mp", "--parallel", "dp=2"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--parallel: a --scenario fixes"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_batch_by_megatrons_arguments() {
+    let micro_batches = |extra: &[&str]| {
+        let mut args = vec![
+            "cost",
+            "--preset",
+            "llama3-8b",
+            "--layers",
+            "1",
+            "--format",
+            "json",
+        ];
+        args.extend(extra);
+        let out = shardlab(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // A step of one micro-batch has no pipeline section.
+        json["pipeline"]["micro_batches"].as_u64().unwrap_or(1)
+    };
+    // 2^20 tokens of 8,192 are 128 sequences; over 8 data-parallel ranks in micro-batches
+    // of 1 that is 16 micro-batches; in micro-batches of 2, 8.
+    let tokens = [
+        "--parallel",
+        "dp=8,tp=8",
+        "--global-batch-tokens",
+        "1048576",
+    ];
+    assert_eq!(
+        micro_batches(&[&tokens[..], &["--micro-batch-size", "1"]].concat()),
+        16
+    );
+    let sequences = ["--parallel", "dp=8", "--global-batch", "128"];
+    assert_eq!(
+        micro_batches(&[&sequences[..], &["--micro-batch-size", "2"]].concat()),
+        8
+    );
+    assert_eq!(micro_batches(&sequences), 1);
+    for (args, want) in [
+        (vec!["--global-batch-tokens", "1000"], "error: --global-batch-tokens 1000 is not a whole number of sequences of 8192 tokens (--seq)\n"),
+        (vec!["--parallel", "dp=8", "--global-batch", "12", "--micro-batch-size", "1"], "error: --micro-batch-size 1: the global batch of 12 sequences is not a whole number of micro-batches of 1 × 8 data-parallel ranks\n"),
+        (vec!["--global-batch", "0"], "error: --global-batch 0: a step needs at least one sequence\n"),
+    ] {
+        let mut all = vec!["cost", "--preset", "llama3-8b", "--layers", "1"];
+        all.extend(args);
+        let out = shardlab(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}");
+        assert_eq!(text(&out.stderr), want, "{all:?}");
+    }
+}

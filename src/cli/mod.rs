@@ -1,6 +1,7 @@
 //! The `shardlab` command-line tool: a thin shell over the core. Only this module prints
 //! or touches files.
 
+mod batch;
 mod bench;
 mod budget;
 mod calibrate;
@@ -109,6 +110,12 @@ struct PrintArgs {
     /// Repeatable. Needs --mesh.
     #[arg(long = "shard", value_name = "VAR=AXES")]
     shards: Vec<String>,
+    /// A strategy by sizes, as Megatron's arguments: dp=8,tp=8,pp=2 builds the mesh and
+    /// the standard annotations (column/row-parallel layers and a vocab-parallel embedding
+    /// and loss, found by pattern; the batch over dp; stages split evenly). Replaces --mesh;
+    /// --shard adds to it or overrides a variable. docs/cli.md.
+    #[arg(long, value_name = "dp=N,tp=N,pp=N", conflicts_with = "mesh")]
+    parallel: Option<String>,
     /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
     /// an estimate before allocating. Default: half the available memory.
     #[arg(long, value_name = "BYTES")]
@@ -137,6 +144,14 @@ pub(crate) struct PlanSource {
     /// Annotate a variable, e.g. x=dp,- (repeatable; adds to the file's annotations).
     #[arg(long = "shard", value_name = "VAR=AXES")]
     shards: Vec<String>,
+    /// A strategy by sizes, as Megatron's arguments: dp=8,tp=8,pp=2 builds the mesh and
+    /// the standard annotations (column/row-parallel layers and a vocab-parallel embedding
+    /// and loss, found by pattern; the batch over dp; stages split evenly). Replaces --mesh;
+    /// --shard adds to it or overrides a variable. docs/cli.md.
+    #[arg(long, value_name = "dp=N,tp=N,pp=N", conflicts_with = "mesh")]
+    parallel: Option<String>,
+    #[command(flatten)]
+    batch: batch::BatchArgs,
 }
 
 impl PlanSource {
@@ -151,13 +166,17 @@ impl PlanSource {
         &self,
         micro_batches: usize,
     ) -> Result<Option<(Plan, Option<Origin>)>, String> {
+        let layout = MeshArgs {
+            mesh: self.mesh.as_deref(),
+            shards: &self.shards,
+            parallel: self.parallel.as_deref(),
+        };
         resolve_plan(
             &self.file,
             &self.preset,
             &self.scenario,
-            &self.sizes,
-            self.mesh.as_deref(),
-            &self.shards,
+            (&self.sizes, &self.batch),
+            &layout,
             micro_batches,
         )
     }
@@ -236,31 +255,45 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Where a plan's mesh and annotations come from: `--mesh` and `--shard`, or
+/// `--parallel` (with `--shard` adding to it).
+pub(crate) struct MeshArgs<'a> {
+    pub mesh: Option<&'a str>,
+    pub shards: &'a [String],
+    pub parallel: Option<&'a str>,
+}
+
 fn build_plan(
     preset: &str,
-    sizes: &SizeArgs,
-    mesh: Option<&str>,
-    shards: &[String],
+    (sizes, batch): (&SizeArgs, &batch::BatchArgs),
+    layout: &MeshArgs,
     micro_batches: usize,
 ) -> Result<Plan, String> {
     let (model, base) = Model::preset(preset).map_err(|e| e.to_string())?;
     let mut cfg = sizes.config(model, base)?;
+    if let Some(global) = batch.global(&cfg)? {
+        cfg.batch = global;
+    }
     let global = cfg.batch;
     let defaults: Vec<String>;
-    let (mesh, shards) = match (mesh, shards, Published::find(preset)) {
-        (None, [], Some(_)) => {
+    let layout = match (layout, Published::find(preset)) {
+        (
+            MeshArgs {
+                mesh: None,
+                shards: [],
+                parallel: None,
+            },
+            Some(_),
+        ) => {
             defaults = published::DEFAULT_SHARDS.map(String::from).to_vec();
-            (Some(published::DEFAULT_MESH), defaults.as_slice())
+            &MeshArgs {
+                mesh: Some(published::DEFAULT_MESH),
+                shards: defaults.as_slice(),
+                parallel: None,
+            }
         }
-        _ => (mesh, shards),
+        _ => layout,
     };
-    if global % micro_batches != 0 {
-        return Err(format!(
-            "--batch {global} must divide by --micro-batches {micro_batches} (--batch is the \
-             global batch)"
-        ));
-    }
-    cfg.batch = global / micro_batches;
     let built = |batch: usize| -> Result<Plan, String> {
         let program = model
             .build(&ModelConfig {
@@ -268,9 +301,27 @@ fn build_plan(
                 ..cfg.clone()
             })
             .map_err(|e| format!("preset {preset}: {e}"))?;
-        add_mesh_and_shards(Plan::from_program(program), mesh, shards)
+        add_mesh_and_shards(Plan::from_program(program), layout)
     };
-    let plan = built(cfg.batch);
+    let derived = match batch.micro_batches(global, 1)? {
+        // The data-parallel degree is the whole batch's plan's.
+        Some(_) => batch.micro_batches(global, data_parallel_degree(&built(global)?))?,
+        None => None,
+    };
+    let micro_batches = derived.unwrap_or(micro_batches);
+    if global % micro_batches != 0 {
+        return Err(format!(
+            "--batch {global} must divide by --micro-batches {micro_batches} (--batch is the \
+             global batch)"
+        ));
+    }
+    let per_micro = global / micro_batches;
+    let plan = built(per_micro).map(|mut p| {
+        if let Some(m) = derived {
+            p.options.micro_batches = m;
+        }
+        p
+    });
     // The data-parallel degree comes from the annotations of the whole batch's plan (the
     // micro-batch's may not even divide).
     let dp = match (&plan, micro_batches > 1) {
@@ -280,11 +331,11 @@ fn build_plan(
     };
     // An uneven split is fine (the trailing ranks hold fewer rows); fewer rows than ranks
     // leaves a rank with nothing at all.
-    if cfg.batch < dp {
+    if per_micro < dp {
         return Err(format!(
             "--batch {global} gives each of the {micro_batches} micro-batches {} rows, fewer \
              than the data-parallel degree ({dp}): every data-parallel rank needs a row",
-            cfg.batch
+            per_micro
         ));
     }
     plan
@@ -304,16 +355,34 @@ fn data_parallel_degree(plan: &Plan) -> usize {
         })
 }
 
-fn add_mesh_and_shards(
-    mut plan: Plan,
-    mesh: Option<&str>,
-    shards: &[String],
-) -> Result<Plan, String> {
+fn add_mesh_and_shards(mut plan: Plan, layout: &MeshArgs) -> Result<Plan, String> {
+    let (mesh, shards) = (layout.mesh, layout.shards);
+    let strategy: Vec<String>;
+    let (mesh, shards) = match layout.parallel {
+        None => (mesh.map(String::from), shards),
+        Some(spec) => {
+            let p = crate::plan::parallel::Parallel::parse(spec)
+                .map_err(|e| format!("--parallel {spec}: {e}"))?;
+            if plan.mesh().is_some() {
+                return Err("the plan file already declares a mesh; drop --parallel".into());
+            }
+            // --shard names a variable to annotate differently: it replaces the strategy's.
+            let named = |s: &String| s.split('=').next().unwrap_or_default().trim().to_string();
+            let own: Vec<String> = shards.iter().map(named).collect();
+            strategy = p
+                .shard_specs(&plan.program)
+                .into_iter()
+                .filter(|s| !own.contains(&named(s)))
+                .chain(shards.iter().cloned())
+                .collect();
+            (Some(p.mesh_spec()), strategy.as_slice())
+        }
+    };
     if let Some(spec) = mesh {
         if plan.mesh().is_some() {
             return Err("the plan file already declares a mesh; drop --mesh".into());
         }
-        plan.set_mesh(Arc::new(parse_mesh_spec(spec)?));
+        plan.set_mesh(Arc::new(parse_mesh_spec(&spec)?));
     }
     for spec in shards {
         let mesh = plan.mesh().cloned().ok_or("--shard needs --mesh")?;
@@ -328,11 +397,15 @@ fn add_mesh_and_shards(
 
 fn print(args: &PrintArgs) -> Result<ExitCode, String> {
     let budget = budget::budget(&args.max_memory)?;
+    let layout = MeshArgs {
+        mesh: args.mesh.as_deref(),
+        shards: &args.shards,
+        parallel: args.parallel.as_deref(),
+    };
     let plan = build_plan(
         &args.preset,
-        &args.sizes,
-        args.mesh.as_deref(),
-        &args.shards,
+        (&args.sizes, &batch::BatchArgs::default()),
+        &layout,
         1,
     )?;
     if let Err(e) = budget::check(
@@ -425,11 +498,11 @@ fn resolve_plan(
     file: &Option<String>,
     preset: &Option<String>,
     scenario: &Option<String>,
-    sizes: &SizeArgs,
-    mesh: Option<&str>,
-    shards: &[String],
+    (sizes, batch): (&SizeArgs, &batch::BatchArgs),
+    layout: &MeshArgs,
     micro_batches: usize,
 ) -> Result<Option<(Plan, Option<Origin>)>, String> {
+    let mesh = layout.mesh;
     let sizes_given = sizes.given();
     if preset.is_none() {
         let mut refused = sizes_given.clone();
@@ -438,6 +511,9 @@ fn resolve_plan(
         }
         if scenario.is_some() && mesh.is_some() {
             refused.push("--mesh");
+        }
+        if scenario.is_some() && layout.parallel.is_some() {
+            refused.push("--parallel");
         }
         if !refused.is_empty() {
             let fixed = if scenario.is_some() {
@@ -462,14 +538,11 @@ fn resolve_plan(
                         file: file.clone(),
                         map,
                     };
-                    return Ok(Some((
-                        add_mesh_and_shards(plan, mesh, shards)?,
-                        Some(origin),
-                    )));
+                    return Ok(Some((add_mesh_and_shards(plan, layout)?, Some(origin))));
                 }
                 Err(_) => return Ok(None),
             },
-            (None, Some(preset), _) => build_plan(preset, sizes, mesh, shards, micro_batches)?,
+            (None, Some(preset), _) => build_plan(preset, (sizes, batch), layout, micro_batches)?,
             (None, None, Some(name)) => {
                 let scenario =
                     crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
@@ -484,7 +557,12 @@ fn resolve_plan(
                     config.dtype = dtype;
                 }
                 let plan = scenario.plan_with(&config).map_err(|e| e.to_string())?;
-                add_mesh_and_shards(plan, None, shards)?
+                let shards_only = MeshArgs {
+                    mesh: None,
+                    shards: layout.shards,
+                    parallel: None,
+                };
+                add_mesh_and_shards(plan, &shards_only)?
             }
             (None, None, None) => {
                 return Err("give a plan FILE, --preset NAME or --scenario NAME".into())

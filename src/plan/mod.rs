@@ -19,6 +19,7 @@
 
 mod located;
 mod options;
+pub mod parallel;
 mod parse;
 mod print;
 mod spec;

@@ -1,0 +1,216 @@
+//! A strategy by sizes, as Megatron's arguments give it: `dp=8,tp=8,pp=2` becomes a mesh
+//! and the standard annotations, written out as ordinary `--mesh` and `--shard` specs.
+//!
+//! The annotations are found by pattern, so any program gets them, not only our presets:
+//! walking the forward in order, a matmul with a 2-D parameter whose input is whole is
+//! column-parallel (its weight's output dim split over `tp`, its output split), and one
+//! whose input is split is row-parallel (its weight's input dim split; the row-parallel
+//! all-reduce makes the output whole). A bias added to a split output is split with it; an
+//! embedding table is vocab-parallel (rows over `tp`). Everything else carries a split from
+//! its inputs to its outputs: attention's reshapes, transposes and score matmuls, the
+//! activations between the two matmuls of an MLP. So q, k, v, the MLP's first matmuls
+//! (gate and up) and the LM head are column-parallel; the attention output and the MLP's
+//! last matmul are row-parallel; a tied head reuses the table's rows. The loss is
+//! vocab-parallel whenever the head is. The batch, the first input's dim 0, is split over
+//! `dp`; `pp` stages are split evenly by layers (a plan without `stage` statements).
+
+use crate::ir::{OpRole, OpType, Program, VarKind};
+
+/// Degrees of a strategy: data, tensor and pipeline parallel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parallel {
+    pub dp: usize,
+    pub tp: usize,
+    pub pp: usize,
+}
+
+/// Why a `--parallel` spec is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParallelError {
+    #[error("`{0}` is not NAME=DEGREE (e.g. dp=8,tp=8,pp=2)")]
+    NotAPair(String),
+    #[error("`{key}={value}`: a degree is a whole number from 1 to {max}")]
+    BadDegree {
+        key: String,
+        value: String,
+        max: usize,
+    },
+    #[error("`{0}` is given twice")]
+    Twice(String),
+    #[error("unknown parallelism `{0}`; --parallel takes dp, tp and pp")]
+    Unknown(String),
+    #[error("`sp` (Megatron sequence parallelism) is not built by --parallel yet; the gpt_sequence_parallel scenario shows it")]
+    SequenceParallel,
+    #[error("dp × tp × pp = {0} devices, more than a mesh holds ({max})", max = crate::dist::MAX_MESH_SIZE)]
+    TooLarge(usize),
+}
+
+impl Parallel {
+    /// Parses `dp=8,tp=8,pp=2` (any order; a missing degree is 1).
+    pub fn parse(spec: &str) -> Result<Parallel, ParallelError> {
+        let mut p = Parallel {
+            dp: 1,
+            tp: 1,
+            pp: 1,
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for item in spec.split(',').map(str::trim) {
+            if item == "sp" {
+                return Err(ParallelError::SequenceParallel);
+            }
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| ParallelError::NotAPair(item.to_string()))?;
+            let (key, value) = (key.trim(), value.trim());
+            let max = crate::dist::MAX_MESH_SIZE;
+            let degree = value
+                .parse::<usize>()
+                .ok()
+                .filter(|d| (1..=max).contains(d))
+                .ok_or_else(|| ParallelError::BadDegree {
+                    key: key.to_string(),
+                    value: value.to_string(),
+                    max,
+                })?;
+            if seen.contains(&key) {
+                return Err(ParallelError::Twice(key.to_string()));
+            }
+            seen.push(key);
+            match key {
+                "dp" => p.dp = degree,
+                "tp" => p.tp = degree,
+                "pp" => p.pp = degree,
+                "sp" => return Err(ParallelError::SequenceParallel),
+                other => return Err(ParallelError::Unknown(other.to_string())),
+            }
+        }
+        let devices = p.dp.saturating_mul(p.tp).saturating_mul(p.pp);
+        if devices > crate::dist::MAX_MESH_SIZE {
+            return Err(ParallelError::TooLarge(devices));
+        }
+        Ok(p)
+    }
+
+    /// The mesh spec, Megatron's order (pipeline outermost, tensor innermost), axes of
+    /// degree 1 left out (`1:dp` when every degree is 1).
+    pub fn mesh_spec(&self) -> String {
+        let axes: Vec<(usize, &str)> = [(self.pp, "pp"), (self.dp, "dp"), (self.tp, "tp")]
+            .into_iter()
+            .filter(|(d, _)| *d > 1)
+            .collect();
+        if axes.is_empty() {
+            return "1:dp".into();
+        }
+        let sizes: Vec<String> = axes.iter().map(|(d, _)| d.to_string()).collect();
+        let names: Vec<&str> = axes.iter().map(|(_, n)| *n).collect();
+        format!("{}:{}", sizes.join("x"), names.join(","))
+    }
+
+    /// The annotations of `program` under this strategy, as shard specs (`wte=tp,-`).
+    pub fn shard_specs(&self, program: &Program) -> Vec<String> {
+        let mut specs: Vec<(usize, String)> = Vec::new();
+        let mut put = |var: usize, dims: Vec<&str>| {
+            if !specs.iter().any(|(v, _)| *v == var) {
+                let name = &program.vars()[var].name;
+                specs.push((var, format!("{name}={}", dims.join(","))));
+            }
+        };
+        if self.dp > 1 {
+            let batch = program.vars().iter().position(|v| {
+                v.kind == VarKind::Input && v.ty.shape.first().is_some_and(|&n| n >= self.dp)
+            });
+            if let Some(v) = batch {
+                let rank = program.vars()[v].ty.shape.len();
+                let mut dims = vec!["-"; rank];
+                dims[0] = "dp";
+                put(v, dims);
+            }
+        }
+        if self.tp > 1 {
+            tensor_parallel(program, &mut put);
+        }
+        specs.into_iter().map(|(_, s)| s).collect()
+    }
+}
+
+/// Megatron's tensor-parallel annotations, by pattern (see the module's doc).
+fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) {
+    let mut split = vec![false; program.vars().len()];
+    let param = |v: crate::ir::VarId, rank: usize| {
+        let var = program.var(v);
+        (var.kind == VarKind::Parameter && var.ty.shape.len() == rank).then_some(v.index())
+    };
+    for op in program.ops() {
+        if !matches!(op.role, OpRole::Forward | OpRole::Loss) {
+            continue;
+        }
+        let x = op.inputs.first().and_then(|s| s.first()).copied();
+        let x_split = x.is_some_and(|x| split[x.index()]);
+        let mut out_split = op.all_inputs().any(|v| split[v.index()]);
+        if op.ty == OpType::MatmulV2 {
+            if let Some(w) = op.input("Y").first().and_then(|&y| param(y, 2)) {
+                let column = !x_split;
+                // trans_y stores the weight [out, in] (a tied LM head's table).
+                let out_dim_first = op.attr_bool("trans_y", false);
+                let tp_first = column == out_dim_first;
+                put(
+                    w,
+                    if tp_first {
+                        vec!["tp", "-"]
+                    } else {
+                        vec!["-", "tp"]
+                    },
+                );
+                out_split = column;
+            }
+        } else if op.ty == OpType::LookupTableV2 {
+            if let Some(w) = op.input("W").first().and_then(|&t| param(t, 2)) {
+                put(w, vec!["tp", "-"]);
+            }
+            out_split = false;
+        } else if op.ty == OpType::ElementwiseAdd && x_split {
+            if let Some(b) = op.input("Y").first().and_then(|&y| param(y, 1)) {
+                put(b, vec!["tp"]);
+            }
+        }
+        for out in op.all_outputs() {
+            split[out.index()] = out_split;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_into_megatron_meshes() {
+        let p = Parallel::parse("tp=8, dp=32,pp=16").unwrap();
+        assert_eq!(
+            p,
+            Parallel {
+                dp: 32,
+                tp: 8,
+                pp: 16
+            }
+        );
+        assert_eq!(p.mesh_spec(), "16x32x8:pp,dp,tp");
+        assert_eq!(Parallel::parse("dp=8").unwrap().mesh_spec(), "8:dp");
+        assert_eq!(Parallel::parse("dp=1").unwrap().mesh_spec(), "1:dp");
+        let err = |s: &str| Parallel::parse(s).unwrap_err().to_string();
+        assert_eq!(err("dp=8,dp=2"), "`dp` is given twice");
+        assert_eq!(
+            err("cp=2"),
+            "unknown parallelism `cp`; --parallel takes dp, tp and pp"
+        );
+        assert_eq!(err("tp"), "`tp` is not NAME=DEGREE (e.g. dp=8,tp=8,pp=2)");
+        assert_eq!(
+            err("tp=0"),
+            "`tp=0`: a degree is a whole number from 1 to 4096"
+        );
+        assert_eq!(
+            err("dp=64,tp=8,pp=16"),
+            "dp × tp × pp = 8192 devices, more than a mesh holds (4096)"
+        );
+    }
+}
