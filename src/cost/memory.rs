@@ -128,11 +128,19 @@ impl Sizing<'_> {
     /// Under ZeRO with mixed precision the fp32 master weights are sharded with the
     /// optimizer state: a parameter's shard holds its master copy (4 bytes per element,
     /// plus its 16-bit shard under stage 3, where the shard is the only copy kept), and
-    /// the whole parameter of stages 1 and 2 is 16-bit only. That gives the ZeRO paper's
-    /// 2Ψ + 2Ψ + 12Ψ/N (stage 1, plus our separate 2Ψ/N gradient shard), 2Ψ + 14Ψ/N
-    /// (stage 2) and 16Ψ/N (stage 3).
+    /// the whole parameter of stages 1 and 2 is 16-bit only. Under stage 1 the full
+    /// gradients are kept, and a rank's gradient shard is its partition of them, as in
+    /// DeepSpeed's stage 1 (the optimizer reads a view of the flat gradient buffer): it takes
+    /// no bytes of its own. That gives the ZeRO paper's 4Ψ + 12Ψ/N (stage 1), 2Ψ + 14Ψ/N
+    /// (stage 2) and 16Ψ/N (stage 3) for the model states (`tests/zero_memory.rs`).
     pub fn bytes(&self, program: &Program, v: VarId) -> f64 {
         let var = program.var(v);
+        if self
+            .zero
+            .is_some_and(|z| z.stage == 1 && z.is_grad_shard(v))
+        {
+            return 0.0;
+        }
         let base = var_bytes(program, v, self.elem);
         if !self.mixed_precision || var.ty.dtype == DType::I64 {
             return base;

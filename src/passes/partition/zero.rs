@@ -193,6 +193,11 @@ impl ZeroLayout {
         self.is_shard(v) && self.params.iter().any(|p| p.param_shard == v)
     }
 
+    /// Whether `v` is a gradient's shard.
+    pub fn is_grad_shard(&self, v: VarId) -> bool {
+        self.is_shard(v) && self.params.iter().any(|p| p.grad_shard == v)
+    }
+
     /// Whether `v` is a whole parameter that ZeRO shards.
     pub fn is_sharded_param(&self, v: VarId) -> bool {
         self.shard_of
