@@ -210,22 +210,21 @@ fn model_state_memory_matches_the_closed_forms() {
             zero: Some(&p.partitioned.zero),
         };
         let got = model_states(&p, sizing);
-        // Stage 1 keeps its reduce-scattered gradient shard beside the full gradient: the
-        // paper's 2Ψ + 2Ψ + 12Ψ/N plus 2Ψ/N.
+        // Stage 1's gradient shard is its partition of the kept full gradient (a view, as
+        // in DeepSpeed's stage 1): the paper's 2Ψ + 2Ψ + 12Ψ/N exactly.
         let want = match stage {
             0 => 16.0 * psi,
-            1 => 4.0 * psi + 14.0 * psi / n,
+            1 => 4.0 * psi + 12.0 * psi / n,
             2 => 2.0 * psi + 14.0 * psi / n,
             _ => 16.0 * psi / n,
         };
         assert_eq!(got, want, "stage {stage}: Ψ = {psi}");
         // Megatron-LM's 18 bytes/param (2 + 4 + 12) accumulates gradients in fp32 (its
         // main_grad buffers): 2Ψ more than our 16-bit gradients. Its distributed optimizer
-        // takes 6 + 12/N; our stage 1 is the same sharding with 16-bit gradients (−2Ψ) and
-        // the reduce-scattered shard in its own buffer (+2Ψ/N, Megatron scatters in place).
+        // takes 6 + 12/N; our stage 1 is the same sharding with 16-bit gradients (−2Ψ).
         match stage {
             0 => assert_eq!(got, 18.0 * psi - 2.0 * psi),
-            1 => assert_eq!(got, (6.0 + 12.0 / n) * psi - 2.0 * psi + 2.0 * psi / n),
+            1 => assert_eq!(got, (6.0 + 12.0 / n) * psi - 2.0 * psi),
             _ => {}
         }
         // Without AMP, everything at the compute dtype: Adam's 4 copies (parameter,
@@ -238,7 +237,7 @@ fn model_state_memory_matches_the_closed_forms() {
         let want = 4.0
             * match stage {
                 0 => 4.0 * psi,
-                1 => 2.0 * psi + 4.0 * psi / n,
+                1 => 2.0 * psi + 3.0 * psi / n,
                 2 => psi + 4.0 * psi / n,
                 _ => 4.0 * psi / n,
             };

@@ -132,7 +132,7 @@ impl Sizing<'_> {
     /// gradients are kept, and a rank's gradient shard is its partition of them, as in
     /// DeepSpeed's stage 1 (the optimizer reads a view of the flat gradient buffer): it takes
     /// no bytes of its own. That gives the ZeRO paper's 4Ψ + 12Ψ/N (stage 1), 2Ψ + 14Ψ/N
-    /// (stage 2) and 16Ψ/N (stage 3) for the model states (`tests/zero_memory.rs`).
+    /// (stage 2) and 16Ψ/N (stage 3) for the model states (`tests/zero.rs`).
     pub fn bytes(&self, program: &Program, v: VarId) -> f64 {
         let var = program.var(v);
         if self
