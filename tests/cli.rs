@@ -2080,3 +2080,29 @@ fn the_batch_by_megatrons_arguments() {
         assert_eq!(text(&out.stderr), want, "{all:?}");
     }
 }
+
+#[test]
+fn run_executes_a_published_presets_shrunk_twin_and_says_so() {
+    let out = shardlab(&[
+        "run",
+        "--preset",
+        "gpt2-small",
+        "--layers",
+        "2",
+        "--parallel",
+        "dp=2,tp=4",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "executing the shrunk twin: hidden 768 → 24, vocab 50257 → 9, seq 1024 → 8; every op, \
+         layout and collective is the real size's (docs/cli.md)\n"
+    );
+    assert!(text(&out.stdout).contains("PASS"), "{}", text(&out.stdout));
+    // A family runs at the sizes it is given: no twin.
+    let out = shardlab(&[
+        "run", "--preset", "gpt", "--layers", "1", "--mesh", "2:dp", "--shard", "x=dp,-,-",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "");
+}

@@ -12,6 +12,7 @@ mod export;
 mod files;
 mod options;
 mod plan;
+mod preset;
 mod run;
 mod schedule;
 mod sizes;
@@ -24,16 +25,13 @@ use check::report_issues;
 pub use check::summary;
 use options::{BenchWhat, Format};
 use plan::PlanArgs;
+use preset::{add_mesh_and_shards, build_plan, MeshArgs};
 pub(crate) use sizes::SizeArgs;
 
-use crate::models::published::{self, Published};
-use crate::models::{Model, ModelConfig};
-use crate::plan::{
-    parse_mesh_spec, parse_plan, parse_shard_spec, verify_plan, Plan, RanksPlanned, SourceMap,
-};
+use crate::models::published::Published;
+use crate::plan::{parse_plan, verify_plan, Plan, RanksPlanned, SourceMap};
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// Plan how a neural network is split across devices, PaddlePaddle-style.
 #[derive(Parser, Debug)]
@@ -155,6 +153,28 @@ pub(crate) struct PlanSource {
 }
 
 impl PlanSource {
+    /// A published preset's shrunk twin, which `run` executes (a published size does not
+    /// fit in memory), with what it shrank; `None` for anything else.
+    pub(crate) fn resolve_twin(
+        &self,
+        micro_batches: usize,
+    ) -> Result<Option<(Plan, Vec<String>)>, String> {
+        let Some(preset) = self
+            .preset
+            .as_deref()
+            .filter(|p| Published::find(p).is_some())
+        else {
+            return Ok(None);
+        };
+        let layout = MeshArgs {
+            mesh: self.mesh.as_deref(),
+            shards: &self.shards,
+            parallel: self.parallel.as_deref(),
+        };
+        let sized = (&self.sizes, &self.batch);
+        build_plan(preset, sized, &layout, micro_batches, true).map(Some)
+    }
+
     /// Whether the plan is a preset (built at the sizes the flags give).
     pub(crate) fn is_preset(&self) -> bool {
         self.preset.is_some()
@@ -255,146 +275,6 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Where a plan's mesh and annotations come from: `--mesh` and `--shard`, or
-/// `--parallel` (with `--shard` adding to it).
-pub(crate) struct MeshArgs<'a> {
-    pub mesh: Option<&'a str>,
-    pub shards: &'a [String],
-    pub parallel: Option<&'a str>,
-}
-
-fn build_plan(
-    preset: &str,
-    (sizes, batch): (&SizeArgs, &batch::BatchArgs),
-    layout: &MeshArgs,
-    micro_batches: usize,
-) -> Result<Plan, String> {
-    let (model, base) = Model::preset(preset).map_err(|e| e.to_string())?;
-    let mut cfg = sizes.config(model, base)?;
-    if let Some(global) = batch.global(&cfg)? {
-        cfg.batch = global;
-    }
-    let global = cfg.batch;
-    let defaults: Vec<String>;
-    let layout = match (layout, Published::find(preset)) {
-        (
-            MeshArgs {
-                mesh: None,
-                shards: [],
-                parallel: None,
-            },
-            Some(_),
-        ) => {
-            defaults = published::DEFAULT_SHARDS.map(String::from).to_vec();
-            &MeshArgs {
-                mesh: Some(published::DEFAULT_MESH),
-                shards: defaults.as_slice(),
-                parallel: None,
-            }
-        }
-        _ => layout,
-    };
-    let built = |batch: usize| -> Result<Plan, String> {
-        let program = model
-            .build(&ModelConfig {
-                batch,
-                ..cfg.clone()
-            })
-            .map_err(|e| format!("preset {preset}: {e}"))?;
-        add_mesh_and_shards(Plan::from_program(program), layout)
-    };
-    let derived = match batch.micro_batches(global, 1)? {
-        // The data-parallel degree is the whole batch's plan's.
-        Some(_) => batch.micro_batches(global, data_parallel_degree(&built(global)?))?,
-        None => None,
-    };
-    let micro_batches = derived.unwrap_or(micro_batches);
-    if global % micro_batches != 0 {
-        return Err(format!(
-            "--batch {global} must divide by --micro-batches {micro_batches} (--batch is the \
-             global batch)"
-        ));
-    }
-    let per_micro = global / micro_batches;
-    let plan = built(per_micro).map(|mut p| {
-        if let Some(m) = derived {
-            p.options.micro_batches = m;
-        }
-        p
-    });
-    // The data-parallel degree comes from the annotations of the whole batch's plan (the
-    // micro-batch's may not even divide).
-    let dp = match (&plan, micro_batches > 1) {
-        (Ok(p), _) => data_parallel_degree(p),
-        (Err(_), true) => built(global).map_or(1, |p| data_parallel_degree(&p)),
-        (Err(_), false) => 1,
-    };
-    // An uneven split is fine (the trailing ranks hold fewer rows); fewer rows than ranks
-    // leaves a rank with nothing at all.
-    if per_micro < dp {
-        return Err(format!(
-            "--batch {global} gives each of the {micro_batches} micro-batches {} rows, fewer \
-             than the data-parallel degree ({dp}): every data-parallel rank needs a row",
-            per_micro
-        ));
-    }
-    plan
-}
-
-/// How many ways the batch is split: the mesh axes on dim 0 of the first annotated input.
-fn data_parallel_degree(plan: &Plan) -> usize {
-    let Some(mesh) = plan.mesh() else {
-        return 1;
-    };
-    plan.annotations
-        .iter()
-        .find(|a| plan.program.var(a.var).kind == crate::ir::VarKind::Input)
-        .and_then(|a| a.attr.dims.first().copied())
-        .map_or(1, |axes| {
-            axes.iter().map(|&ax| mesh.axis_size(ax)).product()
-        })
-}
-
-fn add_mesh_and_shards(mut plan: Plan, layout: &MeshArgs) -> Result<Plan, String> {
-    let (mesh, shards) = (layout.mesh, layout.shards);
-    let strategy: Vec<String>;
-    let (mesh, shards) = match layout.parallel {
-        None => (mesh.map(String::from), shards),
-        Some(spec) => {
-            let p = crate::plan::parallel::Parallel::parse(spec)
-                .map_err(|e| format!("--parallel {spec}: {e}"))?;
-            if plan.mesh().is_some() {
-                return Err("the plan file already declares a mesh; drop --parallel".into());
-            }
-            // --shard names a variable to annotate differently: it replaces the strategy's.
-            let named = |s: &String| s.split('=').next().unwrap_or_default().trim().to_string();
-            let own: Vec<String> = shards.iter().map(named).collect();
-            strategy = p
-                .shard_specs(&plan.program)
-                .into_iter()
-                .filter(|s| !own.contains(&named(s)))
-                .chain(shards.iter().cloned())
-                .collect();
-            (Some(p.mesh_spec()), strategy.as_slice())
-        }
-    };
-    if let Some(spec) = mesh {
-        if plan.mesh().is_some() {
-            return Err("the plan file already declares a mesh; drop --mesh".into());
-        }
-        plan.set_mesh(Arc::new(parse_mesh_spec(&spec)?));
-    }
-    for spec in shards {
-        let mesh = plan.mesh().cloned().ok_or("--shard needs --mesh")?;
-        let ann = parse_shard_spec(spec, &plan.program, &mesh)?;
-        if plan.annotation(ann.var).is_some() {
-            return Err(format!("shard `{spec}`: variable is annotated twice"));
-        }
-        plan.annotations.push(ann);
-    }
-    Ok(plan)
-}
-
 fn print(args: &PrintArgs) -> Result<ExitCode, String> {
     let budget = budget::budget(&args.max_memory)?;
     let layout = MeshArgs {
@@ -402,11 +282,12 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
         shards: &args.shards,
         parallel: args.parallel.as_deref(),
     };
-    let plan = build_plan(
+    let (plan, _) = build_plan(
         &args.preset,
         (&args.sizes, &batch::BatchArgs::default()),
         &layout,
         1,
+        false,
     )?;
     if let Err(e) = budget::check(
         "printing",
@@ -542,7 +423,9 @@ fn resolve_plan(
                 }
                 Err(_) => return Ok(None),
             },
-            (None, Some(preset), _) => build_plan(preset, (sizes, batch), layout, micro_batches)?,
+            (None, Some(preset), _) => {
+                build_plan(preset, (sizes, batch), layout, micro_batches, false)?.0
+            }
             (None, None, Some(name)) => {
                 let scenario =
                     crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {

@@ -247,6 +247,24 @@ fn table(checks: &[Check]) -> String {
 }
 
 /// Runs the command.
+/// The plan `run` executes: a published preset's shrunk twin (its real size does not fit in
+/// memory; said on stderr), else the plan as given.
+fn resolve_or_twin(
+    args: &RunArgs,
+) -> Result<Option<(crate::plan::Plan, Option<super::Origin>)>, String> {
+    let Some((plan, said)) = args.source.resolve_twin(args.training.micro_batches())? else {
+        return args.source.resolve(args.training.micro_batches());
+    };
+    if !said.is_empty() {
+        eprintln!(
+            "executing the shrunk twin: {}; every op, layout and collective is the real \
+             size's (docs/cli.md)",
+            said.join(", ")
+        );
+    }
+    Ok(Some((plan, None)))
+}
+
 pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if args.steps == 0 || args.steps > 100_000 {
         return Err(format!("--steps {}: expected 1 to 100000", args.steps));
@@ -257,7 +275,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, String> {
     if args.dump.as_deref().is_some_and(|d| d.trim().is_empty()) {
         return Err("--dump needs a directory name".into());
     }
-    let Some((mut plan, origin)) = args.source.resolve(args.training.micro_batches())? else {
+    let Some((mut plan, origin)) = resolve_or_twin(args)? else {
         return Ok(ExitCode::from(1));
     };
     args.training.apply(&mut plan)?;

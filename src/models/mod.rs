@@ -9,6 +9,7 @@ mod llama;
 mod mlp;
 pub mod published;
 pub mod scenarios;
+pub mod twin;
 
 use crate::ir::{DType, Program, ProgramError};
 use serde::{Deserialize, Serialize};
