@@ -1025,6 +1025,14 @@ mod flag_fuzz {
             "annotated",
             "jax",
             "-",
+            "dp=2,tp=2",
+            "pp=2,dp=2,tp=2",
+            "tp=3",
+            "dp=9999",
+            "sp",
+            "gpt2-small",
+            "llama3-8b",
+            "1048576",
         ])
         .prop_map(str::to_string)
     }
@@ -1069,6 +1077,10 @@ mod flag_fuzz {
             "--devices",
             "--top",
             "--memory",
+            "--parallel",
+            "--global-batch",
+            "--global-batch-tokens",
+            "--micro-batch-size",
         ]);
         let bare = prop::sample::select(vec![
             "--amp",
