@@ -43,6 +43,11 @@ impl BatchArgs {
         Ok(Some(tokens / seq))
     }
 
+    /// Whether `--micro-batch-size` is given (the micro-batch count then follows from it).
+    pub(crate) fn derives_micro_batches(&self) -> bool {
+        self.micro_batch_size.is_some()
+    }
+
     /// The micro-batch count `--micro-batch-size` implies for a global batch of `global`
     /// sequences over `dp` data-parallel ranks, if it is given.
     pub(crate) fn micro_batches(&self, global: usize, dp: usize) -> Result<Option<usize>, String> {

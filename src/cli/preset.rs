@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 /// Where a plan's mesh and annotations come from: `--mesh` and `--shard`, or
 /// `--parallel` (with `--shard` adding to it).
+#[derive(Clone, Copy)]
 pub(crate) struct MeshArgs<'a> {
     pub mesh: Option<&'a str>,
     pub shards: &'a [String],
@@ -27,7 +28,7 @@ fn default_layout<'a>(preset: &str, given: &MeshArgs<'a>, defaults: &'a [String]
             parallel: None,
         }
     } else {
-        MeshArgs { ..*given }
+        *given
     }
 }
 
@@ -56,10 +57,11 @@ pub(super) fn build_plan(
             .map_err(|e| format!("preset {preset}: {e}"))?;
         add_mesh_and_shards(Plan::from_program(program), layout)
     };
-    let derived = match batch.micro_batches(global, 1)? {
-        // The data-parallel degree is the whole batch's plan's.
-        Some(_) => batch.micro_batches(global, data_parallel_degree(&built(global)?))?,
-        None => None,
+    // The data-parallel degree is the whole batch's plan's (built only when it is needed).
+    let derived = if batch.derives_micro_batches() {
+        batch.micro_batches(global, data_parallel_degree(&built(global)?))?
+    } else {
+        None
     };
     let micro_batches = derived.unwrap_or(micro_batches);
     if global % micro_batches != 0 {

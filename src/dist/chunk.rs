@@ -53,6 +53,15 @@ pub fn even(n: usize, axes: &DimAxes, mesh: &ProcessMesh) -> bool {
     n.is_multiple_of(k.max(1))
 }
 
+/// Whether a tensor of `shape` laid out with `dims` (each dim's axes) is split unevenly
+/// anywhere: its local shape then depends on the rank.
+pub fn splits_unevenly(shape: &[usize], dims: &[DimAxes], mesh: &ProcessMesh) -> bool {
+    shape
+        .iter()
+        .zip(dims)
+        .any(|(&n, axes)| !even(n, axes, mesh))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,12 +21,8 @@ impl DistProgram {
     pub fn uneven_var(&self) -> Option<crate::ir::VarId> {
         let vars = self.program.vars().iter().zip(self.tensors.iter());
         vars.enumerate().find_map(|(i, (v, a))| {
-            let uneven =
-                v.ty.shape
-                    .iter()
-                    .zip(&a.dims)
-                    .any(|(&n, axes)| !crate::dist::chunk::even(n, axes, &self.mesh));
-            uneven.then_some(crate::ir::VarId(i as u32))
+            crate::dist::chunk::splits_unevenly(&v.ty.shape, &a.dims, &self.mesh)
+                .then_some(crate::ir::VarId(i as u32))
         })
     }
 

@@ -375,10 +375,7 @@ impl<'a> RankBuilder<'a> {
                 source: Box::new(source),
             },
         )?;
-        self.uneven |= serial_shape
-            .iter()
-            .zip(&attr.dims)
-            .any(|(&n, axes)| !crate::dist::chunk::even(n, axes, self.mesh));
+        self.uneven |= crate::dist::chunk::splits_unevenly(serial_shape, &attr.dims, self.mesh);
         Ok(self.shaped_temp(of, attr, shape.to_vec(), tag))
     }
 

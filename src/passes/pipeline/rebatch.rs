@@ -135,12 +135,9 @@ fn check_sizes(
         // whether a split divides its dim: only sizes that all divide keep every choice.
         let uneven = |shape: &[usize]| {
             attrs.get(id.index()).is_some_and(|a| {
-                meshes.get(a.mesh).is_some_and(|mesh| {
-                    shape
-                        .iter()
-                        .zip(&a.dims)
-                        .any(|(&n, axes)| !crate::dist::chunk::even(n, axes, mesh))
-                })
+                meshes
+                    .get(a.mesh)
+                    .is_some_and(|mesh| crate::dist::chunk::splits_unevenly(shape, &a.dims, mesh))
             })
         };
         if before != &v.ty.shape && (uneven(before) || uneven(&v.ty.shape)) {
