@@ -127,6 +127,10 @@ pub struct RunSummary {
     pub serial_losses: Vec<f64>,
     pub dist_losses: Vec<f64>,
     pub checks: Vec<Check>,
+    /// What the shrunk twin shrank, when a published model's twin ran in its place
+    /// (`session::twin`; empty: the plan ran at its own size).
+    #[serde(default)]
+    pub shrunk: Vec<String>,
 }
 
 /// One deliberate mistake. `op` indexes the selected rank's program when it was made; on
@@ -174,6 +178,9 @@ pub struct BreakReport {
     pub compared: usize,
     /// The run could not finish (a deadlock, a missing tensor): what the executor said.
     pub failure: Option<String>,
+    /// What the shrunk twin shrank, when it ran in the plan's place (see [`RunSummary`]).
+    #[serde(default)]
+    pub shrunk: Vec<String>,
 }
 
 /// One tensor that diverged.
@@ -204,6 +211,9 @@ pub struct CollectiveView {
     /// A send between pipeline stages and its recv: the sender's block is what it sent,
     /// the receiver's what arrived (micro-batch 0).
     pub pair: bool,
+    /// What the shrunk twin shrank, when its values are shown (see [`RunSummary`]).
+    #[serde(default)]
+    pub shrunk: Vec<String>,
 }
 
 /// One rank's values around the op.

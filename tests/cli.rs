@@ -2107,7 +2107,7 @@ fn run_executes_a_published_presets_shrunk_twin_and_says_so() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stderr),
-        "executing the shrunk twin: hidden 768 → 24, vocab 50257 → 9, seq 1024 → 8; every op, \
+        "executed the shrunk twin: hidden 768 → 24, vocab 50257 → 9, seq 1024 → 8; every op, \
          layout and collective is the real size's (docs/cli.md)\n"
     );
     assert!(text(&out.stdout).contains("PASS"), "{}", text(&out.stdout));

@@ -190,6 +190,7 @@ fn the_wire_carries_nan_infinity_and_negative_zero() {
             serial_losses: vec![f64::NAN, f64::NEG_INFINITY],
             dist_losses: vec![-0.0, 1e-310],
             checks: Vec::new(),
+            shrunk: Vec::new(),
         })),
     };
     let back: Reply = codec::decode(&codec::encode(&r).unwrap()).unwrap();

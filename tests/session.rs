@@ -680,8 +680,17 @@ mod link_codec {
             "2x4:mp,dp",
             "5:x",
         ];
-        for (name, _) in shardlab::session::preset_names() {
-            for mesh in meshes {
+        // The published models: the smallest of each family (each is a real-size plan;
+        // `playground_real_size.rs` opens every one).
+        let published = ["gpt2-small", "llama3-8b"];
+        let names = shardlab::session::preset_names();
+        let names = names.iter().map(|(n, _)| *n).filter(|n| {
+            shardlab::models::published::Published::find(n).is_none() || published.contains(n)
+        });
+        for name in names {
+            // GPT's tied embedding cannot span pipeline stages yet (docs/status.md).
+            let tied = name.starts_with("gpt2-");
+            for mesh in meshes.iter().filter(|m| !(tied && m.contains("pp"))) {
                 let hash = format!("s={name}&mesh={}", encode(mesh));
                 let s = Session::from_hash(&hash).unwrap_or_else(|e| panic!("{hash}: {e}"));
                 assert!(s.pipeline.is_some(), "{hash}: {:?}", s.message);
@@ -1218,7 +1227,7 @@ fn layers_are_a_link_field_annotated_per_block() {
         .message
         .as_deref()
         .unwrap_or("")
-        .contains("layers must be 1 to 48"));
+        .contains("layers must be 1 to 128"));
     let mlp = Session::from_scenario("dp_mlp")
         .unwrap()
         .reduce(Action::SetLayers(3));

@@ -101,7 +101,7 @@ async fn app(hash: &str) -> Element {
 
 #[wasm_bindgen_test]
 async fn the_app_shows_mesh_program_and_panels() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     assert_eq!(
         count(&root, ".mesh-panel .device"),
         4,
@@ -114,7 +114,7 @@ async fn the_app_shows_mesh_program_and_panels() {
 
 #[wasm_bindgen_test]
 async fn choosing_a_preset_replans() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     select(&root, "#preset", "gpt_dp_mp");
     until(|| count(&root, ".mesh-panel .device") == 8).await;
     assert_eq!(count(&root, ".mesh-panel .device"), 8);
@@ -123,7 +123,7 @@ async fn choosing_a_preset_replans() {
 
 #[wasm_bindgen_test]
 async fn the_mesh_editor_resizes_by_dragging() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     let cell = q(&root, ".shape-grid .cell[data-rc='2x4']");
     cell.dispatch_event(&web_sys::MouseEvent::new("mousedown").unwrap())
         .unwrap();
@@ -143,7 +143,7 @@ async fn the_mesh_editor_resizes_by_dragging() {
 
 #[wasm_bindgen_test]
 async fn the_timeline_steps_and_highlights() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     let total = text(&root, ".timeline .count");
     assert!(total.starts_with("4 / 4 events"), "{total}");
     click(&root, ".timeline button[title='start (Home)']");
@@ -276,7 +276,7 @@ async fn conflicts_are_marked_on_their_op_once_reached() {
 
 #[wasm_bindgen_test]
 async fn the_inspector_annotates_a_dim() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     click(&root, ".chip[data-var='x']");
     settle().await;
     assert!(text(&root, ".inspector h2").starts_with("x"));
@@ -311,7 +311,7 @@ async fn the_inspector_annotates_a_dim() {
 
 #[wasm_bindgen_test]
 async fn the_partition_stage_colours_communication() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     click(&root, ".tabs .tab:nth-child(3)");
     settle().await;
     assert!(text(&root, ".program-panel h2").starts_with("Rank 0 — "));
@@ -368,7 +368,7 @@ async fn the_partition_stage_colours_communication() {
 
 #[wasm_bindgen_test]
 async fn the_run_panel_verifies_in_the_browser() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     click(&root, "#run");
     settle().await;
     assert!(text(&root, ".run-panel .verdict").ends_with("tensors match the serial run"));
@@ -378,7 +378,7 @@ async fn the_run_panel_verifies_in_the_browser() {
 
 #[wasm_bindgen_test]
 async fn the_editor_reports_errors_at_line_and_column() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     let editor: HtmlTextAreaElement = q(&root, "#plan-text").dyn_into().unwrap();
     editor.set_value("mesh [4] (mp)\nvar x f32[2] input\n");
     editor
@@ -412,8 +412,8 @@ async fn links_restore_state_and_bad_links_explain() {
         .contains("This link could not be opened: unknown preset `warp_drive`"));
     assert_eq!(
         count(&root, ".mesh-panel .device"),
-        4,
-        "the default preset is shown"
+        8,
+        "the default preset (GPT-3 13B on dp 2 × tp 4) is shown"
     );
 }
 
@@ -439,7 +439,7 @@ fn the_javascript_api_costs_a_plan() {
 
 #[wasm_bindgen_test]
 async fn the_export_panel_shows_a_script_to_copy_and_download() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     click(&root, "#export-shard-map");
     settle().await;
     let script = text(&root, "#export-script");
@@ -668,7 +668,7 @@ fn attr(root: &Element, selector: &str, name: &str) -> String {
 
 #[wasm_bindgen_test]
 async fn the_inspector_draws_tiles_the_matmul_and_who_sums_a_partial() {
-    let root = app("stage=partition").await;
+    let root = app("s=megatron_mlp&stage=partition").await;
     click(&root, ".chip[data-var='linear_1.tmp_0']");
     settle().await;
     // The row-parallel output: one block, 4 partial addends (Σ), no identical copies.
@@ -690,7 +690,7 @@ async fn the_inspector_draws_tiles_the_matmul_and_who_sums_a_partial() {
 
 #[wasm_bindgen_test]
 async fn six_notations_in_the_menu_and_the_inspector() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     assert_eq!(count(&root, "#notation option"), 6);
     select(&root, "#notation", "typed");
     settle().await;
@@ -817,7 +817,7 @@ async fn mesh_editor_third_axis_keeps_names_and_hints_the_whole_shape() {
 
 #[wasm_bindgen_test]
 async fn presenter_mode_skip_link_and_labels() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     click(&root, "#presenter");
     settle().await;
     assert!(attr(&root, "main.app", "class")
@@ -831,7 +831,7 @@ async fn presenter_mode_skip_link_and_labels() {
 
 #[wasm_bindgen_test]
 async fn a_collective_shows_real_values_and_steps_through_its_ring() {
-    let root = app("stage=partition").await;
+    let root = app("s=megatron_mlp&stage=partition").await;
     click(&root, ".op.comm.tp button.values");
     settle().await;
     until(|| count(&root, ".values-panel .value-blocks tbody tr") == 4).await;
@@ -935,7 +935,7 @@ fn key(el: &Element, key: &str) {
 
 #[wasm_bindgen_test]
 async fn the_mesh_grid_and_devices_work_from_the_keyboard() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     let grid = q(&root, ".shape-grid");
     assert_eq!(grid.get_attribute("tabindex").as_deref(), Some("0"));
     key(&grid, "ArrowDown");
@@ -978,7 +978,7 @@ async fn the_layers_box_grows_the_model_and_the_link_says_layers() {
 
 #[wasm_bindgen_test]
 async fn hovering_a_chip_floats_its_tiles() {
-    let root = app("").await;
+    let root = app("s=megatron_mlp").await;
     let chip = q(&root, ".chip[data-var='linear_0.w_0']");
     chip.dispatch_event(&web_sys::MouseEvent::new("mouseenter").unwrap())
         .unwrap();
@@ -1070,6 +1070,7 @@ fn a_reply_with_nan_and_infinity_crosses_the_worker_codec() {
             serial_losses: vec![1.5, f64::NAN],
             dist_losses: vec![f64::INFINITY, -0.0],
             checks: Vec::new(),
+            shrunk: vec!["hidden 4096 → 64".into()],
         })),
     };
     let js = shardlab::web::engine_link::to_js(&r).unwrap();
@@ -1216,4 +1217,40 @@ async fn a_cancelled_job_is_answered_to_nobody() {
     }
     yew::platform::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(got.get(), 1, "only the job not cancelled is answered");
+}
+
+/// The page opens on GPT-3 13B at its real size on one 8-GPU node: the cost panel speaks
+/// milliseconds, gigabytes and an MFU; the size menu offers the family's other sizes; Run
+/// executes the shrunk twin and says so.
+#[wasm_bindgen_test]
+async fn the_page_opens_on_a_published_model_at_real_size() {
+    let root = app("").await;
+    assert_eq!(
+        root.query_selector("#preset")
+            .unwrap()
+            .unwrap()
+            .dyn_into::<HtmlSelectElement>()
+            .unwrap()
+            .value(),
+        "gpt3-13b"
+    );
+    assert_eq!(count(&root, ".banner.error"), 0, "{}", text(&root, "main"));
+    assert_eq!(
+        count(&root, "#size option"),
+        5,
+        "GPT-2 small and XL, GPT-3 1.3B, 13B, 175B"
+    );
+    assert_eq!(count(&root, ".mesh-panel .device"), 8);
+    until(|| text(&root, ".cost-panel").contains("MFU")).await;
+    let cost = text(&root, ".cost-panel");
+    assert!(cost.contains("ms ·") && cost.contains(" GiB"), "{cost}");
+    click(&root, "#run");
+    until(|| count(&root, ".run-panel .verdict") > 0).await;
+    assert!(
+        text(&root, ".run-panel .twin-note")
+            .starts_with("Executed the shrunk twin: hidden 5120 → "),
+        "{}",
+        text(&root, ".run-panel")
+    );
+    assert!(text(&root, ".run-panel .verdict").ends_with("tensors match the serial run"));
 }

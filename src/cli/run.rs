@@ -255,12 +255,8 @@ fn resolve_or_twin(
     let Some((plan, said)) = args.source.resolve_twin(args.training.micro_batches())? else {
         return args.source.resolve(args.training.micro_batches());
     };
-    if !said.is_empty() {
-        eprintln!(
-            "executing the shrunk twin: {}; every op, layout and collective is the real \
-             size's (docs/cli.md)",
-            said.join(", ")
-        );
+    if let Some(note) = crate::models::twin::describe(&said) {
+        eprintln!("{note} (docs/cli.md)");
     }
     Ok(Some((plan, None)))
 }

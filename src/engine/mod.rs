@@ -21,6 +21,7 @@ pub use queue::Queue;
 
 pub use suggest_view::Searching;
 
+use crate::protocol::{BreakReport, CollectiveView, RunSummary};
 pub use crate::protocol::{
     CostView, Failure, Job, Outcome, Reply, Request, SuggestRow, SuggestView, Task,
 };
@@ -69,13 +70,31 @@ pub fn start(job: &Job) -> Started {
             "the engine rebuilt a different plan from the page's link; reload the page".into(),
         ));
     }
+    // A published model executes as its shrunk twin; everything else prices the real size.
+    let executes = matches!(job.task, Task::Run | Task::RunBroken(_) | Task::Values(_));
+    let shrunk = match executes.then(|| s.shrink_to_twin()).transpose() {
+        Ok(said) => said.unwrap_or_default(),
+        Err(e) => return Started::Done(failed_execution(&job.task, e)),
+    };
     Started::Done(match &job.task {
-        Task::Run => Outcome::Run(s.compute_run().map_err(Failure::from)),
+        Task::Run => Outcome::Run(
+            s.compute_run()
+                .map(|r| RunSummary { shrunk, ..r })
+                .map_err(Failure::from),
+        ),
         Task::RunBroken(breaks) => {
             s.breaks = breaks.clone();
-            Outcome::Broken(s.compute_broken().map_err(Failure::from))
+            Outcome::Broken(
+                s.compute_broken()
+                    .map(|r| BreakReport { shrunk, ..r })
+                    .map_err(Failure::from),
+            )
         }
-        Task::Values(op) => Outcome::Values(s.compute_values(*op).map_err(Failure::from)),
+        Task::Values(op) => Outcome::Values(
+            s.compute_values(*op)
+                .map(|v| CollectiveView { shrunk, ..v })
+                .map_err(Failure::from),
+        ),
         Task::Export(mode) => Outcome::Export(s.export_script(*mode).map_err(Failure::from)),
         Task::Cost { pinned } => {
             s.pinned = pinned.as_ref().map(|link| crate::session::Pinned {
@@ -93,6 +112,20 @@ pub fn start(job: &Job) -> Started {
             Err(e) => Outcome::Suggest(Err(e)),
         },
     })
+}
+
+/// The outcome of an executing task whose plan could not be shrunk.
+fn failed_execution(task: &Task, e: crate::session::SessionError) -> Outcome {
+    let e = Failure::from(e);
+    match task {
+        Task::RunBroken(_) => Outcome::Broken(Err(e)),
+        Task::Values(_) => Outcome::Values(Err(e)),
+        Task::Run
+        | Task::Export(_)
+        | Task::Cost { .. }
+        | Task::PipelineCost
+        | Task::Suggest { .. } => Outcome::Run(Err(e)),
+    }
 }
 
 /// Does `job` to the end, reporting progress to `progress` (done, total) as it goes.

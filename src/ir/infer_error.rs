@@ -97,9 +97,9 @@ pub enum InferErrorKind {
     TwoInferredDims(Vec<i64>),
     #[error("shape[{index}] = {dim} is invalid")]
     BadTargetDim { index: usize, dim: i64 },
-    #[error("shape {0:?} has more elements than a tensor may hold (2^53)")]
+    #[error("shape {0:?} has more elements than a tensor may hold ({max})", max = crate::ir::MAX_ELEMENTS_TEXT)]
     TargetTooLarge(Vec<i64>),
-    #[error("X {0} has more elements than a tensor may hold (2^53)")]
+    #[error("X {0} has more elements than a tensor may hold ({max})", max = crate::ir::MAX_ELEMENTS_TEXT)]
     InputTooLarge(TensorType),
     #[error("cannot infer -1 in {target:?}: {elements} elements of X {x}")]
     CannotInferDim {

@@ -28,6 +28,8 @@ pub use program::{Op, Program, ProgramError, Slot, Slots, ROOT_SCOPE};
 pub use purpose::Purpose;
 pub use schema::{Arity, AttrSpec, SlotSpec};
 pub use text::{parse_program, ParseError};
-pub use types::{DType, OpId, Shape, TensorType, Var, VarId, VarKind, MAX_ELEMENTS};
+pub use types::{
+    DType, OpId, Shape, TensorType, Var, VarId, VarKind, MAX_ELEMENTS, MAX_ELEMENTS_TEXT,
+};
 pub use vars::Vars;
 pub use verify::{verify_program, Subject, VerifyError};

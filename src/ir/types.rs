@@ -114,6 +114,13 @@ pub const MAX_ELEMENTS: usize = if usize::BITS >= 64 {
     usize::MAX
 };
 
+/// [`MAX_ELEMENTS`] in words, for the errors that name it.
+pub const MAX_ELEMENTS_TEXT: &str = if usize::BITS >= 64 {
+    "2^53"
+} else {
+    "2^32 - 1 in the browser, whose sizes are 32 bits; the command line plans it"
+};
+
 /// Dense id of a variable in its [`crate::ir::Program`]. Prints as `%3`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct VarId(pub u32);

@@ -97,8 +97,9 @@ impl Dataflow {
                 errors.push(VerifyError {
                     subject: Subject::Var(v.name.to_string()),
                     message: format!(
-                        "shape {:?} has more elements than a tensor may hold (2^53; the product of its dims)",
-                        v.ty.shape
+                        "shape {:?} has more elements than a tensor may hold ({}; the product of its dims)",
+                        v.ty.shape,
+                        crate::ir::MAX_ELEMENTS_TEXT
                     ),
                 });
             }

@@ -8,6 +8,7 @@ mod layers;
 mod llama;
 mod mlp;
 pub mod published;
+pub mod published_plans;
 pub mod scenarios;
 pub mod twin;
 

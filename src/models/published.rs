@@ -6,7 +6,7 @@
 use super::{Model, ModelConfig};
 
 /// One published configuration.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Published {
     /// The preset's name.
     pub name: &'static str,

@@ -20,6 +20,9 @@ pub struct Scenario {
     pub sequence_parallel: bool,
     /// How the annotations repeat per block, for the same plan with more blocks.
     pub per_layer: PerLayer,
+    /// A published model at its real size, planned with its strategy and training options
+    /// ([`super::published_plans`]); `None` for the toy scenarios.
+    pub published: Option<super::published_plans::PublishedPlan>,
 }
 
 /// How a scenario's annotations grow with its number of blocks.
@@ -34,6 +37,9 @@ pub enum PerLayer {
     /// `ids` split over dp and every llama block Megatron tensor parallel over mp, with the
     /// vocab-parallel embedding and LM head.
     LlamaMegatron,
+    /// The annotations come from the scenario's `--parallel` strategy, found by pattern
+    /// on whatever program is built ([`super::published_plans`]).
+    Strategy,
 }
 
 impl PerLayer {
@@ -44,6 +50,7 @@ impl PerLayer {
             PerLayer::Megatron => Some(gpt_dp_mp_shards(layers)),
             PerLayer::SequenceParallel => Some(sequence_parallel_shards(layers, "mp")),
             PerLayer::LlamaMegatron => Some(llama_dp_mp_shards(layers)),
+            PerLayer::Strategy => Some(Vec::new()),
         }
     }
 }
@@ -123,90 +130,116 @@ pub fn scenarios() -> Vec<Scenario> {
     let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let gpt_shards = gpt_dp_mp_shards(1);
     vec![
+        toy(
+            "dp_mlp",
+            "Data-parallel MLP",
+            Model::Mlp,
+            0,
+            "4:dp",
+            s(&["x=dp,-"]),
+            PerLayer::Fixed,
+        ),
+        toy(
+            "megatron_mlp",
+            "Megatron MLP (column then row parallel)",
+            Model::Mlp,
+            0,
+            "4:mp",
+            s(&["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]),
+            PerLayer::Fixed,
+        ),
+        toy(
+            "gpt_dp_mp",
+            "GPT block, data × tensor parallel",
+            Model::Gpt,
+            1,
+            "2x4:dp,mp",
+            gpt_shards,
+            PerLayer::Megatron,
+        ),
+        toy(
+            "vocab_embedding",
+            "Vocab-parallel embedding",
+            Model::EmbeddingLm,
+            1,
+            "2x4:dp,mp",
+            s(&["ids=dp,-", "wte=mp,-"]),
+            PerLayer::Fixed,
+        ),
+        // x pins k to mp and the weight pins n to mp: n keeps mp (Paddle 3.3.1), so x is
+        // gathered; the output pinned replicated on n rejects the rule's split: a conflict.
+        toy(
+            "reshard_conflict",
+            "A conflict that forces a reshard",
+            Model::Mlp,
+            0,
+            "2x4:dp,mp",
+            s(&["x=dp,mp", "linear_0.w_0=-,mp", "linear_0.tmp_0=dp,-"]),
+            PerLayer::Fixed,
+        ),
+        toy(
+            "llama_dp_mp",
+            "Llama block, data × tensor parallel",
+            Model::Llama,
+            1,
+            "2x2:dp,mp",
+            llama_dp_mp_shards(1),
+            PerLayer::LlamaMegatron,
+        ),
         Scenario {
-            name: "dp_mlp",
-            title: "Data-parallel MLP",
-            model: Model::Mlp,
-            layers: 0,
-            mesh: "4:dp",
-            shards: s(&["x=dp,-"]),
-            sequence_parallel: false,
-            per_layer: PerLayer::Fixed,
-        },
-        Scenario {
-            name: "megatron_mlp",
-            title: "Megatron MLP (column then row parallel)",
-            model: Model::Mlp,
-            layers: 0,
-            mesh: "4:mp",
-            shards: s(&["linear_0.w_0=-,mp", "linear_0.b_0=mp", "linear_1.w_0=mp,-"]),
-            sequence_parallel: false,
-            per_layer: PerLayer::Fixed,
-        },
-        Scenario {
-            name: "gpt_dp_mp",
-            title: "GPT block, data × tensor parallel",
-            model: Model::Gpt,
-            layers: 1,
-            mesh: "2x4:dp,mp",
-            shards: gpt_shards,
-            sequence_parallel: false,
-            per_layer: PerLayer::Megatron,
-        },
-        Scenario {
-            name: "vocab_embedding",
-            title: "Vocab-parallel embedding",
-            model: Model::EmbeddingLm,
-            layers: 1,
-            mesh: "2x4:dp,mp",
-            shards: s(&["ids=dp,-", "wte=mp,-"]),
-            sequence_parallel: false,
-            per_layer: PerLayer::Fixed,
-        },
-        Scenario {
-            name: "reshard_conflict",
-            title: "A conflict that forces a reshard",
-            model: Model::Mlp,
-            layers: 0,
-            mesh: "2x4:dp,mp",
-            // x pins k to mp and the weight pins n to mp: n keeps mp (Paddle 3.3.1), so x is
-            // gathered; the output pinned replicated on n rejects the rule's split: a conflict.
-            shards: s(&["x=dp,mp", "linear_0.w_0=-,mp", "linear_0.tmp_0=dp,-"]),
-            sequence_parallel: false,
-            per_layer: PerLayer::Fixed,
-        },
-        Scenario {
-            name: "llama_dp_mp",
-            title: "Llama block, data × tensor parallel",
-            model: Model::Llama,
-            layers: 1,
-            mesh: "2x2:dp,mp",
-            shards: llama_dp_mp_shards(1),
-            sequence_parallel: false,
-            per_layer: PerLayer::LlamaMegatron,
-        },
-        Scenario {
-            name: "gpt_sequence_parallel",
-            title: "GPT block, Megatron sequence parallelism",
-            model: Model::Gpt,
-            layers: 1,
-            mesh: "2x4:dp,mp",
-            shards: sequence_parallel_shards(1, "mp"),
             sequence_parallel: true,
-            per_layer: PerLayer::SequenceParallel,
+            ..toy(
+                "gpt_sequence_parallel",
+                "GPT block, Megatron sequence parallelism",
+                Model::Gpt,
+                1,
+                "2x4:dp,mp",
+                sequence_parallel_shards(1, "mp"),
+                PerLayer::SequenceParallel,
+            )
         },
     ]
+}
+
+/// A toy scenario (no sequence-parallel gather points, not a published model).
+fn toy(
+    name: &'static str,
+    title: &'static str,
+    model: Model,
+    layers: usize,
+    mesh: &'static str,
+    shards: Vec<String>,
+    per_layer: PerLayer,
+) -> Scenario {
+    Scenario {
+        name,
+        title,
+        model,
+        layers,
+        mesh,
+        shards,
+        sequence_parallel: false,
+        per_layer,
+        published: None,
+    }
 }
 
 impl Scenario {
     /// Looks a scenario up by name.
     pub fn by_name(name: &str) -> Option<Scenario> {
-        scenarios().into_iter().find(|s| s.name == name)
+        scenarios()
+            .into_iter()
+            .chain(super::published_plans::published_scenarios())
+            .find(|s| s.name == name)
     }
 
-    /// The model's sizes (its defaults, with this scenario's layer count).
+    /// The model's sizes (its defaults, or a published model's real ones; with this
+    /// scenario's layer count).
     pub fn config(&self) -> ModelConfig {
-        let base = self.model.default_config();
+        let base = match &self.published {
+            Some(p) => p.config(),
+            None => self.model.default_config(),
+        };
         if self.layers > 0 {
             ModelConfig {
                 layers: self.layers,
@@ -252,10 +285,17 @@ impl Scenario {
 
     pub fn plan_with(&self, config: &ModelConfig) -> Result<Plan, ModelError> {
         let program = self.program(config)?;
-        let mesh = Arc::new(parse_mesh_spec(self.mesh).map_err(|e| ModelError::BadSize(e.into()))?);
+        let (mesh, shards) = match &self.published {
+            Some(p) => p.strategy(&program),
+            None => (self.mesh.to_string(), self.shards.clone()),
+        };
+        let mesh = Arc::new(parse_mesh_spec(&mesh).map_err(|e| ModelError::BadSize(e.into()))?);
         let mut plan = Plan::from_program(program);
         plan.set_mesh(mesh.clone());
-        for spec in &self.shards {
+        if let Some(p) = &self.published {
+            plan.options = p.options();
+        }
+        for spec in &shards {
             plan.annotations.push(
                 parse_shard_spec(spec, &plan.program, &mesh)
                     .map_err(|e| ModelError::BadSize(e.into()))?,

@@ -70,3 +70,14 @@ impl Model {
         }
     }
 }
+
+/// What a run of the twin says it executed: "executed the shrunk twin: hidden 4096 → 64,
+/// ...; every op, layout and collective is the real size's" (`None` when nothing shrank).
+pub fn describe(said: &[String]) -> Option<String> {
+    (!said.is_empty()).then(|| {
+        format!(
+            "executed the shrunk twin: {}; every op, layout and collective is the real size's",
+            said.join(", ")
+        )
+    })
+}

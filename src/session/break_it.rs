@@ -172,20 +172,22 @@ impl Session {
                 diverged: Vec::new(),
                 compared: 0,
                 failure: Some(e.to_string()),
+                shrunk: Vec::new(),
             },
         })
     }
 }
 
-/// Why a plan is too large to run in the browser, if it is.
-/// Whether the model is too large to run in the browser.
+/// Whether the model is too large to run in the browser: more than 2M elements of
+/// parameters and inputs (optimizer states follow the parameters: Adam's mixed-precision
+/// states are about three times as many).
 pub(super) fn too_large(p: &Passes) -> bool {
     let params: usize = p
         .full
         .program
         .vars()
         .iter()
-        .filter(|v| v.kind.is_source())
+        .filter(|v| v.kind.is_source() && v.kind != crate::ir::VarKind::OptimizerState)
         .map(|v| v.ty.numel())
         .sum();
     params > 2_000_000
@@ -256,6 +258,7 @@ fn diagnose(serial: &Log, dist: &Log, breaks: Vec<String>) -> BreakReport {
         diverged,
         compared: checks.len(),
         failure: None,
+        shrunk: Vec::new(),
     }
 }
 

@@ -46,6 +46,10 @@ pub enum LinkError {
     Layers(Box<SessionError>),
     #[error("the link's mesh: {0}")]
     Mesh(SpecError),
+    #[error("the link's parallel: {0}")]
+    Parallel(crate::plan::parallel::ParallelError),
+    #[error("the link gives both `parallel` and `mesh`; `parallel` builds the mesh")]
+    ParallelAndMesh,
     #[error("the link's mesh is too large for the playground")]
     MeshTooLarge,
     #[error("no mesh")]
@@ -89,6 +93,8 @@ pub enum SessionError {
     NothingToRun,
     #[error("this model is too large to run in the browser; use `shardlab run`")]
     TooLarge,
+    #[error("the shrunk twin has no variable `{0}`; edit the plan at its real size, or run it with `shardlab run`")]
+    TwinVar(String),
     #[error("run failed: {0}")]
     Run(ExecError),
     #[error("the serial run failed: {0}")]

@@ -32,8 +32,9 @@ impl Session {
         if self.megatron_sums {
             parts.push("ms=1".into());
         }
-        // A scenario link carries the ZeRO stage (a text link has it in its options).
-        if self.scenario != "custom" && self.plan.options.zero != 0 {
+        // A scenario link carries the ZeRO stage where it is not the scenario's own (a text
+        // link has it in its options).
+        if self.scenario != "custom" && self.plan.options.zero != self.scenario_options().zero {
             parts.push(format!("zero={}", self.plan.options.zero));
         }
         if self.topology != TOPOLOGIES[0] {
@@ -86,6 +87,14 @@ impl Session {
         Ok(self)
     }
 
+    /// The options the session's scenario opens with (a published model trains with
+    /// Adam, mixed precision, ZeRO-1 and micro-batches; the toys with the defaults).
+    fn scenario_options(&self) -> crate::plan::PlanOptions {
+        Scenario::by_name(&self.scenario)
+            .and_then(|s| s.published.map(|p| p.options()))
+            .unwrap_or_default()
+    }
+
     /// A scenario link's pipeline fields: schedule, micro-batches, chunks, stage starts.
     fn pipeline_link(&self) -> Vec<String> {
         let o = &self.plan.options;
@@ -93,7 +102,7 @@ impl Session {
         if o.schedule != crate::plan::ScheduleKind::default() {
             parts.push(format!("sched={}", o.schedule.name()));
         }
-        if o.micro_batches != 1 {
+        if o.micro_batches != self.scenario_options().micro_batches {
             parts.push(format!("mb={}", o.micro_batches));
         }
         if o.chunks != 1 {
@@ -155,6 +164,63 @@ impl Session {
         Ok(self)
     }
 
+    /// A scenario link's session: the scenario (with its `layers`), then the link's
+    /// `parallel`, `mesh` and `shard` fields, planned once.
+    fn scenario_from_link(
+        fields: &std::collections::HashMap<String, String>,
+    ) -> Result<Session, LinkError> {
+        let name = fields
+            .get("s")
+            .map(String::as_str)
+            .unwrap_or(DEFAULT_SCENARIO);
+        // Planned once, below, after the link's mesh and annotations.
+        let mut s = match fields.get("layers") {
+            None => Session::scenario_unplanned(name, None)?,
+            Some(n) => {
+                let n = n.parse::<usize>().map_err(|_| LinkError::Field {
+                    key: "layers",
+                    expected: "a count",
+                    value: clip(n),
+                })?;
+                Session::scenario_unplanned(name, Some(n))
+                    .map_err(|e| LinkError::Layers(Box::new(e)))?
+            }
+        };
+        if let Some(spec) = fields.get("parallel") {
+            if fields.contains_key("mesh") {
+                return Err(LinkError::ParallelAndMesh);
+            }
+            s.apply_parallel(spec)?;
+        }
+        if let Some(mesh) = fields.get("mesh") {
+            let m = crate::plan::parse_mesh_spec(mesh).map_err(LinkError::Mesh)?;
+            if m.size() > MAX_LINK_MESH {
+                return Err(LinkError::MeshTooLarge);
+            }
+            // The scenario's annotations were written for its own mesh: carry each one
+            // over by axis name where the new mesh has those axes and they divide the
+            // dims, and drop the rest (a link's own `shard` field replaces them below).
+            let specs = s.plan.shard_specs();
+            let m = Arc::new(m);
+            s.plan.set_mesh(m.clone());
+            s.plan.annotations = specs
+                .iter()
+                .filter_map(|spec| parse_shard_spec(spec, &s.plan.program, &m).ok())
+                .collect();
+        }
+        if let Some(shards) = fields.get("shard") {
+            let mesh = s.mesh().cloned().ok_or(LinkError::NoMeshForShards)?;
+            s.plan.annotations.clear();
+            for spec in shards.split(';').filter(|x| !x.is_empty()) {
+                let ann = parse_shard_spec(spec, &s.plan.program, &mesh)
+                    .map_err(LinkError::Annotation)?;
+                s.plan.annotations.push(ann);
+            }
+        }
+        s.plan_changed();
+        Ok(s)
+    }
+
     /// Restores a state from a URL hash; a hostile or corrupt hash is an error message.
     pub fn from_hash(hash: &str) -> Result<Session, LinkError> {
         let hash = hash.trim_start_matches('#');
@@ -185,49 +251,7 @@ impl Session {
             s.text = text.clone();
             s
         } else {
-            let name = fields
-                .get("s")
-                .map(String::as_str)
-                .unwrap_or("megatron_mlp");
-            let mut s = match fields.get("layers") {
-                None => Session::from_scenario(name)?,
-                Some(n) => {
-                    let n = n.parse::<usize>().map_err(|_| LinkError::Field {
-                        key: "layers",
-                        expected: "a count",
-                        value: clip(n),
-                    })?;
-                    Session::from_scenario_layers(name, n)
-                        .map_err(|e| LinkError::Layers(Box::new(e)))?
-                }
-            };
-            if let Some(mesh) = fields.get("mesh") {
-                let m = crate::plan::parse_mesh_spec(mesh).map_err(LinkError::Mesh)?;
-                if m.size() > 512 {
-                    return Err(LinkError::MeshTooLarge);
-                }
-                // The scenario's annotations were written for its own mesh: carry each one
-                // over by axis name where the new mesh has those axes and they divide the
-                // dims, and drop the rest (a link's own `shard` field replaces them below).
-                let specs = s.plan.shard_specs();
-                let m = Arc::new(m);
-                s.plan.set_mesh(m.clone());
-                s.plan.annotations = specs
-                    .iter()
-                    .filter_map(|spec| parse_shard_spec(spec, &s.plan.program, &m).ok())
-                    .collect();
-            }
-            if let Some(shards) = fields.get("shard") {
-                let mesh = s.mesh().cloned().ok_or(LinkError::NoMeshForShards)?;
-                s.plan.annotations.clear();
-                for spec in shards.split(';').filter(|x| !x.is_empty()) {
-                    let ann = parse_shard_spec(spec, &s.plan.program, &mesh)
-                        .map_err(LinkError::Annotation)?;
-                    s.plan.annotations.push(ann);
-                }
-            }
-            s.plan_changed();
-            s
+            Session::scenario_from_link(&fields)?
         };
         s = s.with_link_options(&fields)?;
         if let Some(stage) = fields.get("stage") {
@@ -259,9 +283,38 @@ impl Session {
     }
 }
 
+impl Session {
+    /// A link's `parallel` field: the mesh and annotations of a strategy by sizes
+    /// (`dp=2,tp=4,pp=2`, as `--parallel` takes it), found by pattern on the program.
+    fn apply_parallel(&mut self, spec: &str) -> Result<(), LinkError> {
+        let p = crate::plan::parallel::Parallel::parse(spec).map_err(LinkError::Parallel)?;
+        let m = crate::plan::parse_mesh_spec(&p.mesh_spec()).map_err(LinkError::Mesh)?;
+        if m.size() > MAX_LINK_MESH {
+            return Err(LinkError::MeshTooLarge);
+        }
+        let m = Arc::new(m);
+        self.plan.set_mesh(m.clone());
+        self.plan.annotations = p
+            .shard_specs(&self.plan.program)
+            .iter()
+            .map(|spec| parse_shard_spec(spec, &self.plan.program, &m))
+            .collect::<Result<_, _>>()
+            .map_err(LinkError::Annotation)?;
+        Ok(())
+    }
+}
+
+/// The most devices a link's mesh may have.
+const MAX_LINK_MESH: usize = 512;
+
 /// The names of the presets the playground offers.
+/// The toy scenarios first, then the published models at their real sizes.
 pub fn preset_names() -> Vec<(&'static str, &'static str)> {
-    scenarios().iter().map(|s| (s.name, s.title)).collect()
+    scenarios()
+        .into_iter()
+        .chain(crate::models::published_plans::published_scenarios())
+        .map(|s| (s.name, s.title))
+        .collect()
 }
 
 fn clip(s: &str) -> String {

@@ -27,6 +27,7 @@ mod pipe;
 mod replay;
 mod run;
 mod suggest;
+mod twin;
 mod values;
 
 pub use crate::protocol::{
@@ -159,9 +160,14 @@ impl PartialEq for Session {
     }
 }
 
+/// The scenario the page opens on: GPT-3 13B at its real size on one 8-GPU node (2-way data
+/// × 4-way tensor parallel, the uneven 50,257-row vocabulary padded),
+/// so the first numbers are milliseconds, gigabytes and an MFU.
+pub const DEFAULT_SCENARIO: &str = "gpt3-13b";
+
 impl Default for Session {
     fn default() -> Self {
-        Session::from_scenario("megatron_mlp").unwrap_or_else(|_| {
+        Session::from_scenario(DEFAULT_SCENARIO).unwrap_or_else(|_| {
             Session::from_plan("custom", Plan::from_program(crate::ir::Program::new()))
         })
     }
@@ -170,8 +176,9 @@ impl Default for Session {
 /// Largest model the browser plans or runs (layers), to keep the page responsive.
 pub const MAX_BROWSER_OPS: usize = 4000;
 
-/// Most blocks a scenario link or the layers box may ask for (about 60 ops each).
-pub const MAX_BROWSER_LAYERS: usize = 48;
+/// Most blocks a scenario link or the layers box may ask for: Llama 3 405B's 126 fit (the
+/// ops are held to [`MAX_BROWSER_OPS`] too).
+pub const MAX_BROWSER_LAYERS: usize = 128;
 
 impl Session {
     /// A session on a named scenario.
@@ -183,8 +190,22 @@ impl Session {
 
     /// A session on a named scenario with `layers` blocks, annotated per block.
     pub fn from_scenario_layers(name: &str, layers: usize) -> Result<Session, SessionError> {
+        let mut s = Session::scenario_unplanned(name, Some(layers))?;
+        s.replan();
+        Ok(s)
+    }
+
+    /// A session on a named scenario (with `layers` blocks, annotated per block), not yet
+    /// planned: a link plans once, after its mesh and annotations are applied.
+    pub(super) fn scenario_unplanned(
+        name: &str,
+        layers: Option<usize>,
+    ) -> Result<Session, SessionError> {
         let s =
             Scenario::by_name(name).ok_or_else(|| SessionError::UnknownPreset(name.to_string()))?;
+        let Some(layers) = layers else {
+            return Ok(Session::unplanned(s.name, s.plan()?));
+        };
         if !(1..=MAX_BROWSER_LAYERS).contains(&layers) {
             return Err(SessionError::Layers {
                 layers,
@@ -194,7 +215,7 @@ impl Session {
         let plan = s
             .plan_layers(layers)
             .ok_or_else(|| SessionError::NoBlocks(name.to_string()))??;
-        let mut session = Session::from_plan(s.name, plan);
+        let mut session = Session::unplanned(s.name, plan);
         session.layers = (layers != s.layers).then_some(layers);
         Ok(session)
     }
@@ -219,7 +240,14 @@ impl Session {
 
     /// A session on a plan.
     pub fn from_plan(scenario: &str, plan: Plan) -> Session {
-        let mut s = Session {
+        let mut s = Session::unplanned(scenario, plan);
+        s.replan();
+        s
+    }
+
+    /// A session on a plan, before planning it.
+    fn unplanned(scenario: &str, plan: Plan) -> Session {
+        Session {
             scenario: scenario.to_string(),
             layers: None,
             text: plan.to_string(),
@@ -250,9 +278,7 @@ impl Session {
             break_report: None,
             values: None,
             job: None,
-        };
-        s.replan();
-        s
+        }
     }
 
     /// The mesh (every plan in a session has one).

@@ -62,11 +62,13 @@ impl Session {
                     .join("+")
             }
         };
-        let op = self.plan.program.op(e.op);
-        let rule = crate::spmd::registry::rule_for(op, &self.plan.program)
+        // The completed program: the session's, with AMP's loss scaling op when AMP is on.
+        let program = &p.plan.program;
+        let op = program.ops().get(e.op.index())?;
+        let rule = crate::spmd::registry::rule_for(op, program)
             .map(|b| b.rule.name())
             .unwrap_or("?");
-        let var = &self.plan.program.var(e.var).name;
+        let var = &program.vars().get(e.var.index())?.name;
         let dir = match e.direction {
             crate::passes::complete::Direction::Forward => "forward",
             crate::passes::complete::Direction::Reverse => "reverse",

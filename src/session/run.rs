@@ -26,6 +26,7 @@ impl Session {
             serial_losses: s.losses.clone(),
             dist_losses: d.losses.clone(),
             checks: verify(&s, &d),
+            shrunk: Vec::new(),
         })
     }
 }

@@ -134,6 +134,7 @@ impl Session {
             blocks,
             ring,
             pair: false,
+            shrunk: Vec::new(),
         })
     }
 }
@@ -185,6 +186,7 @@ fn p2p_view(
         ],
         ring: Vec::new(),
         pair: true,
+        shrunk: Vec::new(),
     })
 }
 

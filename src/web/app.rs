@@ -276,12 +276,12 @@ pub fn App(props: &AppProps) -> Html {
                         <p class="tagline">{ "Draw a mesh, annotate a few tensors, watch the planner split everything." }</p>
                         <label class="preset">{ "Preset " }
                             <select id="preset" onchange={on_preset}>
-                                { for preset_names().into_iter().map(|(id, title)| html! {
-                                    <option value={id} selected={s.scenario == id}>{ title }</option>
-                                }) }
+                                { preset_group("Toy models", false, &s.scenario) }
+                                { preset_group("Published models, real size", true, &s.scenario) }
                                 if s.scenario == "custom" { <option value="custom" selected=true>{ "Custom (edited)" }</option> }
                             </select>
                         </label>
+                        { size_menu(&ctx) }
                         { layers_box(&ctx) }
                         { lesson_menu() }
                         { link_tools(&hash, &presenter) }
@@ -429,5 +429,53 @@ fn layers_box(ctx: &AppCtx) -> Html {
         <label class="preset">{ "layers " }
             <input id="layers" type="number" min="1" max={crate::session::MAX_BROWSER_LAYERS.to_string()} value={n.to_string()} {onchange} aria-label="transformer blocks" />
         </label>
+    }
+}
+
+/// One group of the preset menu: the toy scenarios, or the published models.
+fn preset_group(label: &'static str, published: bool, current: &str) -> Html {
+    let is_published = |id: &str| crate::models::published::Published::find(id).is_some();
+    html! {
+        <optgroup {label}>
+            { for preset_names().into_iter().filter(|(id, _)| is_published(id) == published).map(|(id, title)| html! {
+                <option value={id} selected={current == id}>{ title }</option>
+            }) }
+        </optgroup>
+    }
+}
+
+/// The size menu of a published model: the same family at its other published sizes
+/// (the plan, topology and view stay).
+fn size_menu(ctx: &AppCtx) -> Html {
+    let s = ctx.session();
+    let sizes = crate::models::published_plans::sizes_of(&s.scenario);
+    if sizes.len() < 2 {
+        return html! {};
+    }
+    let onchange = ctx.on(|e: Event| {
+        Action::LoadScenario(
+            e.target_dyn_into::<HtmlSelectElement>()
+                .map(|s| s.value())
+                .unwrap_or_default(),
+        )
+    });
+    html! {
+        <label class="preset">{ "size " }
+            <select id="size" {onchange} aria-label="model size">
+                { for sizes.into_iter().map(|p| html! {
+                    <option value={p.name} selected={s.scenario == p.name}>{ format!("{} ({})", p.name, parameters(p.params)) }</option>
+                }) }
+            </select>
+        </label>
+    }
+}
+
+/// A parameter count as a model card gives it: 124M, 8.0B.
+fn parameters(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.1}B", n / 1e9)
+    } else {
+        format!("{:.0}M", n / 1e6)
     }
 }

@@ -156,6 +156,7 @@ pub fn BreakPanel() -> Html {
         });
         html! {
             <div class="break-report" aria-live="polite">
+                { super::run_panel::twin_note(&r.shrunk) }
                 <p class={classes!("verdict", (r.failure.is_some() || !r.diverged.is_empty()).then_some("fail"))}>{ verdict }</p>
                 <ol class="diverged-list">{ for items }</ol>
                 if r.diverged.len() > 8 { <p class="hint">{ format!("… and {} more", r.diverged.len() - 8) }</p> }

@@ -7,8 +7,11 @@ use crate::passes::ledger::Purpose;
 use crate::session::Action;
 use yew::prelude::*;
 
+/// Bytes in the largest binary unit that keeps a whole number in front (GiB at real sizes).
 pub(super) fn bytes(b: f64) -> String {
-    if b >= 1048576.0 {
+    if b >= 1073741824.0 {
+        format!("{:.1} GiB", b / 1073741824.0)
+    } else if b >= 1048576.0 {
         format!("{:.1} MiB", b / 1048576.0)
     } else if b >= 1024.0 {
         format!("{:.1} KiB", b / 1024.0)

@@ -24,6 +24,7 @@ pub fn RunPanel() -> Html {
                         <tr><td>{ i + 1 }</td><td>{ format!("{a:.7}") }</td><td>{ format!("{b:.7}") }</td></tr>
                     }) }
                 </table>
+                { twin_note(&r.shrunk) }
                 <p class={classes!("verdict", if passed == r.checks.len() { "pass" } else { "fail" })}>
                     { format!("{passed} of {} tensors match the serial run", r.checks.len()) }
                 </p>
@@ -51,5 +52,18 @@ pub fn RunPanel() -> Html {
             }
             { result }
         </section>
+    }
+}
+
+/// The sentence saying a published model's shrunk twin ran in its place (nothing when the
+/// plan ran at its own size).
+pub(super) fn twin_note(shrunk: &[String]) -> Html {
+    match crate::models::twin::describe(shrunk) {
+        Some(note) => {
+            // The note is ASCII at its start ("executed ...").
+            let (first, rest) = note.split_at(1);
+            html! { <p class="hint twin-note">{ format!("{}{rest}.", first.to_ascii_uppercase()) }</p> }
+        }
+        None => html! {},
     }
 }

@@ -104,6 +104,7 @@ pub fn ValuesPanel() -> Html {
                     } else {
                         <p class="hint">{ format!("Op {} of rank {}'s program over group {:?}: every member's block in the first step, from the executor.", v.op, s.selected_rank, v.group) }</p>
                     }
+                    { super::run_panel::twin_note(&v.shrunk) }
                     { blocks(v) }
                     if n > 0 {
                         <h3>{ "The ring all-reduce, step by step" }</h3>
