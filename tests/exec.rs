@@ -377,3 +377,26 @@ fn every_other_op_distributed_equals_serial() {
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A rank that fails aborts the exchanges the others wait in: they give up with "another
+/// rank failed" instead of waiting out the timeout (a random plan once waited 20 s per
+/// case on a rank that had already failed).
+#[test]
+fn a_failed_rank_aborts_the_exchanges_the_others_wait_in() {
+    use shardlab::exec::comm::{CommError, Communicator, ThreadComm};
+    use shardlab::exec::tensor::Tensor;
+    use shardlab::ir::DType;
+    let comm = ThreadComm::new(std::time::Duration::from_secs(600));
+    let key = (vec![0, 1], 7);
+    let waited = std::thread::scope(|s| {
+        let waiter = s.spawn(|| comm.exchange(0, &key, Tensor::zeros(DType::F32, vec![2])));
+        // Rank 1 fails instead of contributing.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        comm.abort();
+        waiter.join().unwrap()
+    });
+    assert_eq!(waited.err(), Some(CommError::Aborted));
+    // Every later exchange gives up too.
+    let later = comm.exchange(1, &(vec![0, 1], 8), Tensor::zeros(DType::F32, vec![2]));
+    assert_eq!(later.err(), Some(CommError::Aborted));
+}

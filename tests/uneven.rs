@@ -231,6 +231,29 @@ fn nested_axes_chunk_the_outer_piece() {
     assert_verifies("batch 10 on 2x2", &p);
 }
 
+/// Ten classes co-sharded over a 2 × 2 mesh are 3, 2, 3, 2 columns: no rank can bound the
+/// label from its own columns (rank 1's 2 columns times 4 ranks is 8, and label 9 is
+/// rank 3's), so the vocab-parallel loss leaves labels past its columns to the others. A
+/// random plan found it (it refused "label 9 is outside the 8 classes").
+#[test]
+fn co_sharded_uneven_classes_leave_each_label_to_its_rank() {
+    let cfg = ModelConfig {
+        batch: 16,
+        classes: 10,
+        ..Model::Mlp.default_config()
+    };
+    let shards = ["x=a,-", "gelu_0.tmp_0=a+b,-", "linear_1.tmp_0=-,a+b"];
+    let p = planned(
+        &plan(Model::Mlp, &cfg, "2x2:a,b", &shards),
+        &PassOptions::default(),
+    );
+    let cols: Vec<usize> = (0..4)
+        .map(|r| local_shape(&p, r, "linear_1.tmp_1")[1])
+        .collect();
+    assert_eq!(cols, [3, 2, 3, 2]);
+    assert_verifies("10 classes on a+b", &p);
+}
+
 #[test]
 fn zero_shards_an_evenly_split_model_fed_an_uneven_batch() {
     let cfg = ModelConfig {

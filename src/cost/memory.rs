@@ -5,7 +5,8 @@
 //! persistable gradient, which lives from the op that makes it to the end. Every other
 //! variable (activations, gradients, temporaries) lives from the op that first writes it to
 //! the last op that reads or writes it, both included: the backward pass's reads of forward
-//! activations keep them alive until then. The bytes live while op `i` runs are the sum over
+//! activations keep them alive until then, except where a grad op takes a forward input
+//! only for its shape (an add's X and Y, a reshape's X: Paddle's no-need-buffer vars). The bytes live while op `i` runs are the sum over
 //! the variables whose interval contains `i`.
 //!
 //! Bytes per element follow the compute dtype, except under mixed precision (AMP on), where
@@ -167,7 +168,14 @@ pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
     let mut live: Vec<Option<Live>> = vec![None; program.vars().len()];
     for (i, op) in program.ops().iter().enumerate() {
         let i = i as u32;
-        for v in op.all_inputs().chain(op.all_outputs()) {
+        let shape_only = shape_only_slots(op);
+        let read = op
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !shape_only.contains(k))
+            .flat_map(|(_, slot)| slot.iter().copied());
+        for v in read.chain(op.all_outputs()) {
             if let Some(slot) = live.get_mut(v.index()) {
                 *slot = Some(match *slot {
                     Some(l) => Live {
@@ -204,6 +212,22 @@ pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
         }
     }
     live
+}
+
+/// The input slots of a grad op that hold forward inputs it takes only for their shapes
+/// (`OpDef::shape_only`): reading them does not keep a forward activation alive. A grad
+/// op's slots begin with its forward op's inputs, in order (`ir::schema`).
+fn shape_only_slots(op: &crate::ir::Op) -> Vec<usize> {
+    let crate::ir::OpType::Grad(f) = op.ty else {
+        return Vec::new();
+    };
+    let def = f.def();
+    def.inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| def.shape_only.contains(&s.name))
+        .map(|(k, _)| k)
+        .collect()
 }
 
 /// The memory of `program` (a rank program) over its step.

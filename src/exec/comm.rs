@@ -82,6 +82,9 @@ pub enum CommError {
     /// A rank panicked while it held the mailbox.
     #[error("the mailbox is poisoned: a rank panicked while holding it")]
     Poisoned,
+    /// Another rank failed, so this exchange can never complete.
+    #[error("another rank failed")]
+    Aborted,
 }
 
 /// A way for ranks to exchange tensors.
@@ -98,6 +101,11 @@ pub trait Communicator: Sync {
     /// A pipeline recv: the tensor posted under `key`, waiting for it (threads) or pending
     /// (cooperative). `key.0` is `[src, dst]`.
     fn collect(&self, key: &ExchangeKey) -> Result<Exchange, CommError>;
+
+    /// A rank failed: the exchanges still waiting, and every later one, give up at once
+    /// instead of waiting for it until their timeout. Stepping in turn needs nothing (a
+    /// failure there stops every rank).
+    fn abort(&self) {}
 }
 
 #[derive(Default)]
@@ -181,6 +189,7 @@ pub struct ThreadComm {
     mailbox: Mutex<Mailbox>,
     arrived: Condvar,
     timeout: Duration,
+    aborted: std::sync::atomic::AtomicBool,
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -191,6 +200,7 @@ impl ThreadComm {
             mailbox: Mutex::new(Mailbox::default()),
             arrived: Condvar::new(),
             timeout,
+            aborted: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -204,6 +214,9 @@ impl ThreadComm {
     ) -> Result<Exchange, CommError> {
         let deadline = std::time::Instant::now() + self.timeout;
         loop {
+            if self.aborted.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(CommError::Aborted);
+            }
             if let Some(all) = ready(&mut mb) {
                 self.arrived.notify_all();
                 return Ok(Exchange::Ready(all));
@@ -243,6 +256,14 @@ impl Communicator for ThreadComm {
     fn collect(&self, key: &ExchangeKey) -> Result<Exchange, CommError> {
         let mb = self.mailbox.lock().map_err(|_| CommError::Poisoned)?;
         self.wait_for(mb, key, |m| m.collect(key).map(|t| Shared::new(vec![t])))
+    }
+
+    fn abort(&self) {
+        self.aborted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Under the lock, so no waiter checks the flag and then sleeps past the wake-up.
+        let _held = self.mailbox.lock();
+        self.arrived.notify_all();
     }
 }
 

@@ -66,16 +66,28 @@ pub fn step_threads<S: Stepper>(
     let results: Vec<Result<Status, ExecError>> = std::thread::scope(|s| {
         let handles: Vec<_> = ranks
             .iter_mut()
-            .map(|r| s.spawn(move || r.step(comm)))
+            .map(|r| {
+                s.spawn(move || {
+                    let status = r.step(comm);
+                    if status.is_err() {
+                        // The others would wait for this rank until their timeout.
+                        comm.abort();
+                    }
+                    status
+                })
+            })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     });
-    // Report the first real failure (a timeout elsewhere is usually its consequence).
+    // Report the first real failure (a timeout or an abort elsewhere is its consequence).
     let mut errors: Vec<ExecError> = results.into_iter().filter_map(Result::err).collect();
-    crate::sort::sort_by_key(&mut errors, |e| e.to_string().contains("timed out"));
+    crate::sort::sort_by_key(&mut errors, |e| {
+        let text = e.to_string();
+        text.contains("timed out") || text.contains("another rank failed")
+    });
     match errors.into_iter().next() {
         Some(e) => Err(e),
         None => Ok(()),

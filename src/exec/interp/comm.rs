@@ -48,14 +48,11 @@ impl Rank<'_> {
         let logits = self.slot(op, "Logits")?.clone();
         let label = self.slot(op, "Label")?.clone();
         let start = op.attr_int("start_index", 0);
-        // Where the classes split unevenly (10 on 4 ranks is 3, 3, 3, 1) a rank does not
-        // know their count: a label is checked against an upper bound, the rank's columns
-        // times the group's size or the end of its columns (exact when they divide, and on
-        // the last rank). A label past the real count is the serial program's error.
-        let nranks = op.attr_ints("group").map_or(1, <[i64]>::len);
-        let cols = logits.shape.last().copied().unwrap_or(1);
-        let classes = (cols.saturating_mul(nranks))
-            .max(usize::try_from(start).unwrap_or(0).saturating_add(cols));
+        // Where the classes split unevenly (10 on 4 ranks is 3, 3, 3, 1; co-sharded, 3, 2,
+        // 3, 2) a rank cannot tell their count from its own columns: a label past its
+        // columns is another rank's, and one past every rank's is the serial program's
+        // error (the serial step runs first). Negative labels are refused here.
+        let classes = usize::MAX;
         let Some((all, _)) = self.exchange(op, vocab_ce::row_max(&logits), comm)? else {
             return Ok(Progress::Blocked);
         };

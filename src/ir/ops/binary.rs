@@ -32,28 +32,35 @@ const fn binary(
         infer: infer::elementwise,
         saves: &[],
         differentiates: &["X", "Y"],
+        shape_only: &[],
         flops,
     }
 }
 
-pub const ADD: OpDef = binary(
-    "elementwise_add",
-    "elementwise_add_grad",
-    "pd_op.add",
-    Flops {
-        forward: &[(1.0, OUT)],
-        grad: &[(1.0, DOUT)],
-    },
-);
-pub const SUB: OpDef = binary(
-    "elementwise_sub",
-    "elementwise_sub_grad",
-    "pd_op.subtract",
-    Flops {
-        forward: &[(1.0, OUT)],
-        grad: &[(1.0, DOUT)],
-    },
-);
+pub const ADD: OpDef = OpDef {
+    shape_only: &["X", "Y"],
+    ..binary(
+        "elementwise_add",
+        "elementwise_add_grad",
+        "pd_op.add",
+        Flops {
+            forward: &[(1.0, OUT)],
+            grad: &[(1.0, DOUT)],
+        },
+    )
+};
+pub const SUB: OpDef = OpDef {
+    shape_only: &["X", "Y"],
+    ..binary(
+        "elementwise_sub",
+        "elementwise_sub_grad",
+        "pd_op.subtract",
+        Flops {
+            forward: &[(1.0, OUT)],
+            grad: &[(1.0, DOUT)],
+        },
+    )
+};
 // dX = dOut·Y and dY = dOut·X.
 pub const MUL: OpDef = binary(
     "elementwise_mul",

@@ -21,6 +21,7 @@ pub const LOOKUP_TABLE_V2: OpDef = OpDef {
     infer: infer::lookup,
     saves: &[],
     differentiates: &["W"],
+    shape_only: &["W"],
     // A copy forward; the grad scatters-adds each row of dOut.
     flops: Flops {
         forward: &[],

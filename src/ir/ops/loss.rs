@@ -22,6 +22,7 @@ pub const SOFTMAX_WITH_CROSS_ENTROPY: OpDef = OpDef {
     infer: infer::softmax_ce,
     saves: &["Softmax"],
     differentiates: &["Logits"],
+    shape_only: &["Logits"],
     // The softmax (five per logit) and the picked log (two per loss); the grad is
     // softmax − one-hot, scaled by dLoss.
     flops: Flops {

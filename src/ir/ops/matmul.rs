@@ -21,6 +21,7 @@ pub const MATMUL_V2: OpDef = OpDef {
     infer: infer::matmul,
     saves: &[],
     differentiates: &["X", "Y"],
+    shape_only: &[],
     // A multiply and an add per term; the grad is two matmuls of the same size.
     flops: Flops {
         forward: &[(2.0, Numel::MatmulTerms)],

@@ -118,6 +118,11 @@ pub struct OpDef {
     /// The input slots the grad differentiates (the others, such as ids and labels, are
     /// integer or constant).
     pub differentiates: &'static [&'static str],
+    /// The forward inputs the grad takes only for their shapes, as Paddle declares them
+    /// (`DECLARE_NO_NEED_BUFFER_VARS_INFERER`: an add's X and Y, a reshape's X, a lookup's
+    /// table). The memory model does not keep them alive for the grad, so a layer's saved
+    /// activations are what Korthikanti et al. count (`tests/activations.rs`).
+    pub shape_only: &'static [&'static str],
     pub flops: Flops,
 }
 

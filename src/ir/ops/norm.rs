@@ -23,6 +23,7 @@ pub const LAYER_NORM: OpDef = OpDef {
     infer: infer::layer_norm,
     saves: &["Mean", "Variance"],
     differentiates: &["X", "Scale", "Bias"],
+    shape_only: &["Bias"],
     // Mean, variance, normalise, scale and shift; the grad's two reductions and the
     // parameter gradients.
     flops: Flops {
@@ -45,6 +46,7 @@ pub const RMS_NORM: OpDef = OpDef {
     infer: infer::rms_norm,
     saves: &["InvVar"],
     differentiates: &["X", "Scale"],
+    shape_only: &[],
     // Square and add per element, then two multiplies (by the row's 1/rms and the scale);
     // the grad: dy·scale, its product with x̂ and the row sum, the correction, the scale's
     // gradient and its sum.

@@ -24,6 +24,7 @@ pub const REDUCE_SUM: OpDef = OpDef {
     infer: infer::reduce,
     saves: &[],
     differentiates: &["X"],
+    shape_only: &["X"],
     flops: Flops {
         forward: &[(1.0, Numel::In("X"))],
         grad: &[],

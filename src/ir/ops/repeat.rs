@@ -22,6 +22,7 @@ pub const REPEAT_INTERLEAVE: OpDef = OpDef {
     infer: infer::repeat_interleave,
     saves: &[],
     differentiates: &["X"],
+    shape_only: &["X"],
     // A copy; the grad adds each slice's copies.
     flops: Flops {
         forward: &[],

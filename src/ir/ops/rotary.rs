@@ -24,6 +24,7 @@ pub const FUSED_ROTARY_POSITION_EMBEDDING: OpDef = OpDef {
     infer: infer::rope,
     saves: &[],
     differentiates: &["X"],
+    shape_only: &["X"],
     // Two multiplies and an add per element, forward and back (the grad is the inverse
     // rotation).
     flops: Flops {

@@ -25,6 +25,7 @@ pub const RESHAPE2: OpDef = OpDef {
     infer: infer::reshape,
     saves: &[],
     differentiates: &["X"],
+    shape_only: &["X"],
     flops: FREE,
 };
 

@@ -25,6 +25,7 @@ pub const SOFTMAX: OpDef = OpDef {
     infer: infer::softmax,
     saves: &["Out"],
     differentiates: &["X"],
+    shape_only: &["X"],
     flops: Flops {
         forward: &[(5.0, O)],
         grad: &[(4.0, D)],
@@ -43,6 +44,7 @@ pub const MASKED: OpDef = OpDef {
     infer: infer::masked_softmax,
     saves: &["Out"],
     differentiates: &["X"],
+    shape_only: &["X"],
     flops: Flops {
         forward: &[(6.0, O)],
         grad: &[(4.0, D)],

@@ -38,6 +38,7 @@ const fn unary(
         infer,
         saves: &[],
         differentiates: &["X"],
+        shape_only: &[],
         flops: Flops { forward, grad },
     }
 }
@@ -80,41 +81,51 @@ pub const SQUARE: OpDef = unary(
     &[(1.0, O)],
     &[(2.0, D)],
 );
-pub const SCALE: OpDef = unary(
-    "scale",
-    "scale_grad",
-    "pd_op.scale",
-    &[
-        attr("scale", Float),
-        attr("bias", Float),
-        attr("bias_after_scale", Bool),
-    ],
-    infer::same_float,
-    &[(2.0, O)],
-    &[(1.0, D)],
-);
-pub const CAST: OpDef = unary(
-    "cast",
-    "cast_grad",
-    "pd_op.cast",
-    &[req("out_dtype", Str)],
-    infer::cast,
-    FREE,
-    FREE,
-);
-pub const ASSIGN: OpDef = unary(
-    "assign",
-    "assign_grad",
-    "pd_op.assign",
-    NONE,
-    infer::same,
-    FREE,
-    FREE,
-);
+pub const SCALE: OpDef = OpDef {
+    shape_only: &["X"],
+    ..unary(
+        "scale",
+        "scale_grad",
+        "pd_op.scale",
+        &[
+            attr("scale", Float),
+            attr("bias", Float),
+            attr("bias_after_scale", Bool),
+        ],
+        infer::same_float,
+        &[(2.0, O)],
+        &[(1.0, D)],
+    )
+};
+pub const CAST: OpDef = OpDef {
+    shape_only: &["X"],
+    ..unary(
+        "cast",
+        "cast_grad",
+        "pd_op.cast",
+        &[req("out_dtype", Str)],
+        infer::cast,
+        FREE,
+        FREE,
+    )
+};
+pub const ASSIGN: OpDef = OpDef {
+    shape_only: &["X"],
+    ..unary(
+        "assign",
+        "assign_grad",
+        "pd_op.assign",
+        NONE,
+        infer::same,
+        FREE,
+        FREE,
+    )
+};
 /// Dropout also writes its keep mask, which the grad reads.
 pub const DROPOUT: OpDef = OpDef {
     outputs: &[one("Out"), one("Mask")],
     saves: &["Mask"],
+    shape_only: &["X"],
     ..unary(
         "dropout",
         "dropout_grad",
