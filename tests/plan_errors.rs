@@ -116,3 +116,30 @@ fn a_schedule_the_options_cannot_run_points_at_the_options() {
         "1f1b needs at least as many micro-batches as stages (1 < 2)",
     );
 }
+
+/// An invalid plan names its first five problems and counts the rest: a real-size model
+/// repeats one problem per layer, and a page or a terminal of 240 copies says nothing more.
+#[test]
+fn an_invalid_plan_lists_five_problems_and_counts_the_rest() {
+    let mut text = String::new();
+    for i in 0..8 {
+        text.push_str(&format!(
+            "var x{i}: f32[1073741824, 1073741824] input\nvar y{i}: f32[1073741824, 1073741824] activation\n"
+        ));
+    }
+    for i in 0..8 {
+        text.push_str(&format!("op relu(X=x{i}) -> (Out=y{i})\n"));
+    }
+    let program = shardlab::ir::text::parse_program(&text).unwrap();
+    let mut plan = shardlab::plan::Plan::from_program(program);
+    plan.set_mesh(std::sync::Arc::new(
+        shardlab::plan::parse_mesh_spec("2:dp").unwrap(),
+    ));
+    let e = shardlab::passes::complete::complete(&plan)
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(e.lines().count(), 7, "{e}");
+    assert!(e.lines().nth(1).unwrap().contains("`x0`"), "{e}");
+    assert!(e.ends_with("  … and 11 more"), "{e}");
+}

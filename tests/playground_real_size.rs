@@ -64,9 +64,18 @@ fn run_executes_the_shrunk_twin_and_says_so() {
         "{:?}",
         r.checks.iter().find(|c| !c.pass)
     );
-    assert!(r.checks.len() > 500, "{} checks", r.checks.len());
+    // Two layers of 16 parameters, the embeddings and the final norm: each gradient and
+    // parameter checked, and the loss.
+    assert!(r.checks.len() > 70, "{} checks", r.checks.len());
+    // The first step's bounds are tight (a 40-layer twin's were 10^12 and more). After an
+    // AdamW step they are not: Adam's update of a gradient at noise level is bounded by the
+    // whole step size (`exec::bound`).
+    for c in r.checks.iter().filter(|c| c.tensor.contains("(step 1)")) {
+        assert!(c.tolerance < 1e-6, "{}: {}", c.tensor, c.tolerance);
+    }
     assert!(
-        r.shrunk.iter().any(|s| s.starts_with("hidden 5120 → ")),
+        r.shrunk.contains(&"layers 40 → 2".to_string())
+            && r.shrunk.iter().any(|s| s.starts_with("hidden 5120 → ")),
         "{:?}",
         r.shrunk
     );
@@ -76,10 +85,13 @@ fn run_executes_the_shrunk_twin_and_says_so() {
 }
 
 /// The twin carries the session's own edits: an annotation cleared on the real size is
-/// cleared on the twin, and the twin's rank program is the real one's op for op.
+/// cleared on the twin, and at two layers (which the twin keeps) the twin's rank program is
+/// the real one's op for op.
 #[test]
 fn the_twin_is_the_session_s_plan_op_for_op() {
-    let s = Session::from_scenario("gpt2-small").unwrap();
+    let s = Session::from_scenario("gpt2-small")
+        .unwrap()
+        .reduce(Action::SetLayers(2));
     let s = s.reduce(Action::ClearAnnotation("h0.attn.q.w".into()));
     let real = s.pipeline.clone().unwrap();
     let mut twin = s.clone();

@@ -70,8 +70,13 @@ fn twins_plan_the_rank_programs_of_the_real_size() {
         let (model, mut real) = Model::preset(preset).unwrap();
         real.layers = 2;
         real.batch = batch;
-        let devices = Parallel::parse(spec).map(|p| p.dp * p.tp * p.pp).unwrap();
-        let (twin, said) = shrink(model, &real, devices);
+        let p = Parallel::parse(spec).unwrap();
+        let (twin, said) = shrink(model, &real, p.dp * p.tp * p.pp, Some(p.pp));
+        assert_eq!(
+            twin.layers, 2,
+            "{preset}: two layers on {} stages stay",
+            p.pp
+        );
         assert!(!said.is_empty(), "{preset}: nothing shrank");
         let (a, b) = (planned(model, &real, spec), planned(model, &twin, spec));
         for (r, t) in a.partitioned.ranks.iter().zip(&b.partitioned.ranks) {
@@ -88,20 +93,37 @@ fn twins_plan_the_rank_programs_of_the_real_size() {
 #[test]
 fn the_twin_says_what_it_shrank() {
     let (model, real) = Model::preset("llama3-8b").unwrap();
-    let (twin, said) = shrink(model, &real, 64);
+    let (twin, said) = shrink(model, &real, 64, Some(1));
     assert_eq!(
         said,
         [
+            "layers 32 → 2",
             "hidden 4096 → 64",
             "ffn 14336 → 64",
             "vocab 128256 → 64",
             "seq 8192 → 64"
         ]
     );
-    assert_eq!((twin.layers, twin.heads, twin.kv_heads), (32, 32, 8));
+    assert_eq!((twin.layers, twin.heads, twin.kv_heads), (2, 32, 8));
     // GPT-2's vocabulary is odd: 50,257 on 8 devices leaves a remainder of 1, and its twin
     // keeps it (9 ≥ 8 and 9 ≡ 50,257 mod 8), so its split stays uneven.
     let (model, real) = Model::preset("gpt2-small").unwrap();
-    let (twin, _) = shrink(model, &real, 8);
+    let (twin, _) = shrink(model, &real, 8, Some(1));
     assert_eq!((twin.vocab % 8, twin.vocab), (50_257 % 8, 9));
+}
+
+/// Layers shrink modulo the stage count, so the pipeline's split keeps its shape (10 layers
+/// on 4 stages are 3, 3, 2, 2; the twin's 6 are 2, 2, 1, 1), and stay where stages are
+/// placed by op number.
+#[test]
+fn layers_shrink_modulo_the_stages() {
+    let (model, real) = Model::preset("gpt2-small").unwrap();
+    let ten = shardlab::models::ModelConfig { layers: 10, ..real };
+    let layers = |stages| shrink(model, &ten, 8, stages).0.layers;
+    assert_eq!(layers(Some(4)), 6);
+    assert_eq!(layers(Some(1)), 2);
+    assert_eq!(layers(Some(16)), 10, "fewer layers than stages stay");
+    assert_eq!(layers(None), 10);
+    let one = shardlab::models::ModelConfig { layers: 1, ..ten };
+    assert_eq!(shrink(model, &one, 8, Some(1)).0.layers, 1);
 }

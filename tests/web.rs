@@ -1248,7 +1248,7 @@ async fn the_page_opens_on_a_published_model_at_real_size() {
     until(|| count(&root, ".run-panel .verdict") > 0).await;
     assert!(
         text(&root, ".run-panel .twin-note")
-            .starts_with("Executed the shrunk twin: hidden 5120 → "),
+            .starts_with("Executed the shrunk twin: layers 40 → 2, hidden 5120 → "),
         "{}",
         text(&root, ".run-panel")
     );

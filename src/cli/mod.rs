@@ -158,6 +158,7 @@ impl PlanSource {
     pub(crate) fn resolve_twin(
         &self,
         micro_batches: usize,
+        keep_layers: bool,
     ) -> Result<Option<(Plan, Vec<String>)>, String> {
         let Some(preset) = self
             .preset
@@ -172,7 +173,14 @@ impl PlanSource {
             parallel: self.parallel.as_deref(),
         };
         let sized = (&self.sizes, &self.batch);
-        build_plan(preset, sized, &layout, micro_batches, true).map(Some)
+        build_plan(
+            preset,
+            sized,
+            &layout,
+            micro_batches,
+            preset::Size::Twin { keep_layers },
+        )
+        .map(Some)
     }
 
     /// Whether the plan is a preset (built at the sizes the flags give).
@@ -287,7 +295,7 @@ fn print(args: &PrintArgs) -> Result<ExitCode, String> {
         (&args.sizes, &batch::BatchArgs::default()),
         &layout,
         1,
-        false,
+        preset::Size::Real,
     )?;
     if let Err(e) = budget::check(
         "printing",
@@ -424,35 +432,44 @@ fn resolve_plan(
                 Err(_) => return Ok(None),
             },
             (None, Some(preset), _) => {
-                build_plan(preset, (sizes, batch), layout, micro_batches, false)?.0
+                build_plan(
+                    preset,
+                    (sizes, batch),
+                    layout,
+                    micro_batches,
+                    preset::Size::Real,
+                )?
+                .0
             }
-            (None, None, Some(name)) => {
-                let scenario =
-                    crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
-                        let names: Vec<&str> = crate::models::scenarios::scenarios()
-                            .iter()
-                            .map(|s| s.name)
-                            .collect();
-                        format!("unknown scenario `{name}`; scenarios: {}", names.join(", "))
-                    })?;
-                let mut config = scenario.config();
-                if let Some(dtype) = sizes.dtype()? {
-                    config.dtype = dtype;
-                }
-                let plan = scenario.plan_with(&config).map_err(|e| e.to_string())?;
-                let shards_only = MeshArgs {
-                    mesh: None,
-                    shards: layout.shards,
-                    parallel: None,
-                };
-                add_mesh_and_shards(plan, &shards_only)?
-            }
+            (None, None, Some(name)) => scenario_plan(name, sizes, layout)?,
             (None, None, None) => {
                 return Err("give a plan FILE, --preset NAME or --scenario NAME".into())
             }
         },
         None,
     )))
+}
+
+/// A `--scenario`'s plan, at `--dtype` if given, with `--shard` on top.
+fn scenario_plan(name: &str, sizes: &SizeArgs, layout: &MeshArgs) -> Result<Plan, String> {
+    let scenario = crate::models::scenarios::Scenario::by_name(name).ok_or_else(|| {
+        let names: Vec<&str> = crate::models::scenarios::scenarios()
+            .iter()
+            .map(|s| s.name)
+            .collect();
+        format!("unknown scenario `{name}`; scenarios: {}", names.join(", "))
+    })?;
+    let mut config = scenario.config();
+    if let Some(dtype) = sizes.dtype()? {
+        config.dtype = dtype;
+    }
+    let plan = scenario.plan_with(&config).map_err(|e| e.to_string())?;
+    let shards_only = MeshArgs {
+        mesh: None,
+        shards: layout.shards,
+        parallel: None,
+    };
+    add_mesh_and_shards(plan, &shards_only)
 }
 
 /// Writes to stdout; a closed pipe (`shardlab print | head`) is not an error.

@@ -32,13 +32,23 @@ fn default_layout<'a>(preset: &str, given: &MeshArgs<'a>, defaults: &'a [String]
     }
 }
 
-/// A preset's plan, or with `shrink` its shrunk twin and what the twin shrank.
+/// Which plan of a preset to build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Size {
+    /// At its sizes.
+    Real,
+    /// Its shrunk twin; `keep_layers` where stages will be placed by layer counts
+    /// (`--pp-split`), which the twin must still have.
+    Twin { keep_layers: bool },
+}
+
+/// A preset's plan, or its shrunk twin and what the twin shrank.
 pub(super) fn build_plan(
     preset: &str,
     (sizes, batch): (&SizeArgs, &BatchArgs),
     layout: &MeshArgs,
     micro_batches: usize,
-    shrink: bool,
+    size: Size,
 ) -> Result<(Plan, Vec<String>), String> {
     let (model, base) = Model::preset(preset).map_err(|e| e.to_string())?;
     let mut cfg = sizes.config(model, base)?;
@@ -94,14 +104,14 @@ pub(super) fn build_plan(
         ));
     }
     let plan = plan?;
-    if !shrink {
+    let Size::Twin { keep_layers } = size else {
         return Ok((plan, Vec::new()));
-    }
+    };
     let micro = ModelConfig {
         batch: per_micro,
         ..cfg.clone()
     };
-    twin_plan(model, &micro, layout, plan)
+    twin_plan(model, &micro, layout, plan, keep_layers)
 }
 
 /// The shrunk twin of `real` (a preset built from `cfg` with `layout`): the model at the
@@ -112,9 +122,15 @@ fn twin_plan(
     cfg: &ModelConfig,
     layout: &MeshArgs,
     real: Plan,
+    keep_layers: bool,
 ) -> Result<(Plan, Vec<String>), String> {
     let devices = real.mesh().map_or(1, |m| m.size());
-    let (small, said) = crate::models::twin::shrink(model, cfg, devices);
+    // Stage boundaries by op number (`--pp-split` writes them) keep every layer.
+    let stages = real
+        .mesh()
+        .filter(|_| !keep_layers && real.stages.is_empty())
+        .map(|m| crate::dist::Stages::of(m, real.options.chunks).virtual_count());
+    let (small, said) = crate::models::twin::shrink(model, cfg, devices, stages);
     let program = model
         .build(&small)
         .map_err(|e| format!("the shrunk twin: {e}"))?;

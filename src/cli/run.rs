@@ -252,7 +252,11 @@ fn table(checks: &[Check]) -> String {
 fn resolve_or_twin(
     args: &RunArgs,
 ) -> Result<Option<(crate::plan::Plan, Option<super::Origin>)>, String> {
-    let Some((plan, said)) = args.source.resolve_twin(args.training.micro_batches())? else {
+    let keep_layers = args.training.places_stages_by_layer();
+    let Some((plan, said)) = args
+        .source
+        .resolve_twin(args.training.micro_batches(), keep_layers)?
+    else {
         return args.source.resolve(args.training.micro_batches());
     };
     if let Some(note) = crate::models::twin::describe(&said) {

@@ -69,6 +69,11 @@ fn first_stage(flag: &str) -> Stage {
 }
 
 impl TrainingArgs {
+    /// Whether `--pp-split` places stages by layer counts (a twin must keep its layers).
+    pub(crate) fn places_stages_by_layer(&self) -> bool {
+        self.pp_split.is_some()
+    }
+
     /// The --micro-batches given (1 without), for building a preset at the micro-batch's
     /// size.
     pub(crate) fn micro_batches(&self) -> usize {

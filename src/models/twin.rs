@@ -4,17 +4,42 @@
 //! dim being smaller than its shards. Every shard count of a mesh divides the mesh's size
 //! `M`, so a size `v ≡ V (mod M)` with `v ≥ M` (or `v = V` where `V < M`) keeps every one of
 //! them. The head dim is chosen so that `heads · head_dim` keeps the hidden size's residue.
-//! Layers are kept, so the twin has the same ops; `tests/twin.rs` holds its rank programs
-//! equal to the real size's up to shapes.
+//!
+//! Layers are repeats of one block, and the plan reads their count only through the
+//! pipeline's split into `S` (virtual) stages: they shrink the same way modulo `S`, to at
+//! least two (so a layer still feeds a layer). That keeps verification meaningful: its error
+//! bounds are worst-case and grow about fivefold per layer (a 40-layer twin's loss bound
+//! was 10^12, one that nothing could fail). Where the plan places stages by op number,
+//! layers are kept. `tests/twin.rs` holds the twin's rank programs equal to the real size's
+//! at the same layer count, up to shapes.
 
 use super::{Model, ModelConfig};
 
-/// The twin of `cfg` for a mesh of `mesh_size` devices, and what changed, in words
-/// ("hidden 4096 → 64"; empty when nothing did).
-pub fn shrink(model: Model, cfg: &ModelConfig, mesh_size: usize) -> (ModelConfig, Vec<String>) {
+/// The twin of `cfg` for a mesh of `mesh_size` devices whose layers split into `stages`
+/// (virtual) pipeline stages (`None`: the plan places stages by op, and layers are kept),
+/// and what changed, in words ("hidden 4096 → 64"; empty when nothing did).
+pub fn shrink(
+    model: Model,
+    cfg: &ModelConfig,
+    mesh_size: usize,
+    stages: Option<usize>,
+) -> (ModelConfig, Vec<String>) {
     let m = mesh_size.max(1);
     let small = |v: usize| if v <= m { v } else { m + (v - m) % m };
+    let layers = match stages {
+        Some(s) => {
+            let s = s.max(1);
+            let kept = if cfg.layers <= s {
+                cfg.layers
+            } else {
+                s + (cfg.layers - s) % s
+            };
+            kept.max(cfg.layers.min(2))
+        }
+        None => cfg.layers,
+    };
     let mut twin = ModelConfig {
+        layers,
         batch: small(cfg.batch),
         seq: small(cfg.seq),
         vocab: small(cfg.vocab),
@@ -40,6 +65,7 @@ pub fn shrink(model: Model, cfg: &ModelConfig, mesh_size: usize) -> (ModelConfig
     };
     let mut said = Vec::new();
     let fields = [
+        ("layers", cfg.layers, twin.layers),
         ("hidden", cfg.hidden, twin.hidden),
         ("ffn", cfg.ffn, twin.ffn),
         ("vocab", cfg.vocab, twin.vocab),
@@ -59,7 +85,7 @@ pub fn shrink(model: Model, cfg: &ModelConfig, mesh_size: usize) -> (ModelConfig
 impl Model {
     /// Whether the model's program depends on the size `field` of [`ModelConfig`].
     fn reads(self, field: &str) -> bool {
-        let transformer = ["hidden", "seq", "batch", "heads"];
+        let transformer = ["layers", "hidden", "seq", "batch", "heads"];
         match self {
             Model::Mlp | Model::MlpMse => {
                 ["features", "hidden", "classes", "batch"].contains(&field)

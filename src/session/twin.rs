@@ -20,11 +20,20 @@ impl Session {
         if let Some(n) = self.layers {
             real.layers = n;
         }
-        let (small, said) = twin::shrink(scenario.model, &real, mesh.size());
+        // Stage boundaries placed by op number keep every layer (see `twin`).
+        let stages = self
+            .plan
+            .stages
+            .is_empty()
+            .then(|| crate::dist::Stages::of(&mesh, self.plan.options.chunks).virtual_count());
+        let (small, said) = twin::shrink(scenario.model, &real, mesh.size(), stages);
         let mut plan = Plan::from_program(scenario.program(&small)?);
         plan.set_mesh(mesh);
         for a in &self.plan.annotations {
             let name = &self.plan.program.var(a.var).name;
+            if dropped_layer(name, small.layers) {
+                continue;
+            }
             let var = plan
                 .program
                 .var_id(name)
@@ -35,8 +44,8 @@ impl Session {
             });
         }
         plan.options = self.plan.options.clone();
-        // The twin is built by the same code in the same order: its ops are the real
-        // program's, one for one, so stage boundaries by op carry over.
+        // With its layers kept, the twin is built by the same code in the same order: its
+        // ops are the real program's, one for one, so stage boundaries by op carry over.
         plan.stages = self.plan.stages.clone();
         self.plan = plan;
         self.replan();
@@ -45,4 +54,12 @@ impl Session {
             None => Ok(said),
         }
     }
+}
+
+/// Whether `name` belongs to a layer the twin does not have (`h7.…` when it keeps 2).
+fn dropped_layer(name: &str, kept: usize) -> bool {
+    name.strip_prefix('h')
+        .and_then(|rest| rest.split_once('.'))
+        .and_then(|(layer, _)| layer.parse::<usize>().ok())
+        .is_some_and(|layer| layer >= kept)
 }

@@ -32,12 +32,29 @@ use std::sync::Arc;
 /// Sweeps allowed before completion gives up (each useful sweep splits at least one dim).
 const MAX_SWEEPS: usize = 1000;
 
+/// Most issues an invalid plan's error lists: a real-size model repeats one problem per
+/// layer (every layer's attention scores too large), and the first few say it.
+const LISTED_ISSUES: usize = 5;
+
+/// The issues, one per line, the first [`LISTED_ISSUES`] and a count of the rest.
+fn list_issues(issues: &[PlanIssue]) -> String {
+    let mut lines: Vec<String> = issues
+        .iter()
+        .take(LISTED_ISSUES)
+        .map(|i| format!("  {}", i.message))
+        .collect();
+    if issues.len() > LISTED_ISSUES {
+        lines.push(format!("  … and {} more", issues.len() - LISTED_ISSUES));
+    }
+    lines.join("\n")
+}
+
 /// Why completion failed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum CompleteError {
     #[error("the plan has no mesh; declare one with `mesh [..] (..)` or --mesh")]
     NoMesh,
-    #[error("the plan is invalid:\n{}", .0.iter().map(|i| format!("  {}", i.message)).collect::<Vec<_>>().join("\n"))]
+    #[error("the plan is invalid:\n{}", list_issues(.0))]
     Invalid(Vec<PlanIssue>),
     #[error("{op} ({ty}): {error}")]
     Rule {
