@@ -153,7 +153,7 @@ fn recomputed_steps_equal_the_serial_step() {
             o.partition.zero = zero;
             let p = run_passes(&plan, &o).unwrap();
             // In f64, as `run` verifies: in f32 the bounds after an AMP step with clipping
-            // are infinite, and a check with an infinite bound fails.
+            // are infinite, and such a check cannot fail (docs/verification.md).
             let p = in_precision(&p, Precision::F64);
             common::verifies_against_serial(&p, 2)
                 .unwrap_or_else(|e| panic!("{} {r:?} zero={zero}: {e}", scenario.name));
