@@ -168,12 +168,11 @@ pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
     let mut live: Vec<Option<Live>> = vec![None; program.vars().len()];
     for (i, op) in program.ops().iter().enumerate() {
         let i = i as u32;
-        let shape_only = shape_only_slots(op);
         let read = op
             .inputs
             .iter()
             .enumerate()
-            .filter(|(k, _)| !shape_only.contains(k))
+            .filter(|(k, _)| !is_shape_only(op, *k))
             .flat_map(|(_, slot)| slot.iter().copied());
         for v in read.chain(op.all_outputs()) {
             if let Some(slot) = live.get_mut(v.index()) {
@@ -214,20 +213,18 @@ pub fn live_ranges(program: &Program) -> Vec<Option<Live>> {
     live
 }
 
-/// The input slots of a grad op that hold forward inputs it takes only for their shapes
-/// (`OpDef::shape_only`): reading them does not keep a forward activation alive. A grad
-/// op's slots begin with its forward op's inputs, in order (`ir::schema`).
-fn shape_only_slots(op: &crate::ir::Op) -> Vec<usize> {
+/// Whether input slot `k` of `op` is a forward input its grad takes only for its shape
+/// (`OpDef::shape_only`): reading it does not keep a forward activation alive. A grad op's
+/// slots begin with its forward op's inputs, in order (`ir::schema`). Checked per slot with
+/// no allocation: liveness runs for every plan the auto-planner prices.
+fn is_shape_only(op: &crate::ir::Op, k: usize) -> bool {
     let crate::ir::OpType::Grad(f) = op.ty else {
-        return Vec::new();
+        return false;
     };
     let def = f.def();
     def.inputs
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| def.shape_only.contains(&s.name))
-        .map(|(k, _)| k)
-        .collect()
+        .get(k)
+        .is_some_and(|s| def.shape_only.contains(&s.name))
 }
 
 /// The memory of `program` (a rank program) over its step.

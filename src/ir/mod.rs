@@ -24,7 +24,7 @@ pub use op_type::{
     AmpOp, CollectiveOp, ForwardOp, MathOp, OpClass, OpRole, OpType, OptimizerOp, RankLocalOp,
 };
 pub use ops::{Family, Flops, Formula, InferFn, Numel, OpDef};
-pub use program::{Op, Program, ProgramError, Slot, Slots, ROOT_SCOPE};
+pub use program::{layer_of_name, Op, Program, ProgramError, Slot, Slots, ROOT_SCOPE};
 pub use purpose::Purpose;
 pub use schema::{Arity, AttrSpec, SlotSpec};
 pub use text::{parse_program, ParseError};

@@ -381,3 +381,23 @@ impl Program {
         self.by_name = OnceLock::new();
     }
 }
+
+/// The transformer layer a variable belongs to, from the presets' naming (`h3.attn.q.w` is
+/// layer 3): the one convention that pipeline splitting, recomputation, the auto-planner's
+/// bound, the playground's blocks and the shrunk twin read layers by.
+pub fn layer_of_name(name: &str) -> Option<usize> {
+    let (head, _) = name.split_once('.')?;
+    let digits = head.strip_prefix('h')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+impl Program {
+    /// The layer an op belongs to: its first output's ([`layer_of_name`]).
+    pub fn layer_of(&self, op: &Op) -> Option<usize> {
+        let out = op.all_outputs().next()?;
+        layer_of_name(&self.var(out).name)
+    }
+}

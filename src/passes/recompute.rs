@@ -43,11 +43,7 @@ const ATTENTION_CORE: [&str; 4] = [
 
 /// The layer (`h<i>`) an op belongs to, from its first output's name.
 fn layer_of(program: &Program, op: &Op) -> Option<String> {
-    let v = op.all_outputs().next()?;
-    let name = &program.var(v).name;
-    let (head, _) = name.split_once('.')?;
-    let digits = head.strip_prefix('h')?;
-    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| head.to_string())
+    program.layer_of(op).map(|l| format!("h{l}"))
 }
 
 /// A segment's key: its layer, and the stage mesh and chunk its ops run on.

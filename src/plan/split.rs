@@ -5,16 +5,9 @@
 use super::{StagePlacement, StageTarget};
 use crate::ir::{OpId, OpRole, Program};
 
-/// The layer (`h<i>`) an op belongs to, from its first output's name.
+/// The layer (`h<i>`) op `op` belongs to.
 fn layer_of(program: &Program, op: usize) -> Option<usize> {
-    let out = program.ops()[op].all_outputs().next()?;
-    let name = &program.var(out).name;
-    let rest = name.strip_prefix('h')?;
-    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    if digits.is_empty() || !rest[digits.len()..].starts_with('.') {
-        return None;
-    }
-    digits.parse().ok()
+    program.layer_of(&program.ops()[op])
 }
 
 /// The forward ops (up to and including the loss).

@@ -58,8 +58,5 @@ impl Session {
 
 /// Whether `name` belongs to a layer the twin does not have (`h7.…` when it keeps 2).
 fn dropped_layer(name: &str, kept: usize) -> bool {
-    name.strip_prefix('h')
-        .and_then(|rest| rest.split_once('.'))
-        .and_then(|(layer, _)| layer.parse::<usize>().ok())
-        .is_some_and(|layer| layer >= kept)
+    crate::ir::layer_of_name(name).is_some_and(|layer| layer >= kept)
 }

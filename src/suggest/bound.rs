@@ -78,13 +78,5 @@ impl BoundWeights {
 
 /// Whether an op belongs to a transformer block (its first output is named `h<i>.…`).
 fn in_block(rank: &crate::passes::partition::RankProgram, op: &crate::ir::Op) -> bool {
-    let Some(out) = op.all_outputs().next() else {
-        return false;
-    };
-    let name = &rank.program.var(out).name;
-    let Some(rest) = name.strip_prefix('h') else {
-        return false;
-    };
-    let digits = rest.chars().take_while(char::is_ascii_digit).count();
-    digits > 0 && rest[digits..].starts_with('.')
+    rank.program.layer_of(op).is_some()
 }

@@ -34,10 +34,7 @@ pub fn scope_class(op: &Op) -> String {
 
 /// The block (`h3`) an op belongs to, from its first output's name.
 fn block_of(program: &Program, op: &Op) -> Option<usize> {
-    let v = op.all_outputs().next()?;
-    let name = &program.var(v).name;
-    let rest = name.strip_prefix('h')?;
-    rest.split('.').next()?.parse().ok()
+    program.layer_of(op)
 }
 
 struct ChipCtx<'a> {
