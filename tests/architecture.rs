@@ -253,7 +253,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("exec/gather.rs", "gather", 107),
     ("spmd/registry.rs", "forward_rule", 96),
     ("passes/optimizer.rs", "append_optimizer", 107),
-    ("exec/kernels/matmul.rs", "bmm", 100),
     ("passes/optimizer.rs", "clip_by_global_norm", 97),
     ("exec/bound/optim.rs", "adam", 99),
     ("web/inspector.rs", "Inspector", 91),

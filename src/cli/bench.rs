@@ -211,45 +211,6 @@ pub fn bench_gemm(repeat: usize) -> Result<String, String> {
     Ok(out)
 }
 
-/// One training step of gpt (4 layers, hidden 256) on [2, 4] with dp x mp: the 8 ranks
-/// stepped on one thread (their total CPU work) against the serial step.
-pub fn bench_step(repeat: usize) -> Result<String, String> {
-    use crate::exec::run::{run_distributed, run_serial, RunOptions};
-    use crate::passes::driver::{run_passes, PassOptions};
-    let mut shards = vec!["x=dp,-,-".to_string()];
-    shards.extend(megatron_shards(4, "mp"));
-    let plan = gpt_plan(4, "2x4:dp,mp", &shards)?;
-    let p = run_passes(&plan, &PassOptions::default()).map_err(|e| e.to_string())?;
-    // Time the steps, not the read-back of every gradient and parameter for verification.
-    let opts = RunOptions {
-        record: false,
-        ..RunOptions::default()
-    };
-    let serial = median(repeat, || {
-        run_serial(&p, &opts).map(|_| ()).map_err(|e| e.to_string())
-    })?;
-    let coop = median(repeat, || {
-        run_distributed(&p, &opts, false)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })?;
-    let threads = median(repeat, || {
-        run_distributed(&p, &opts, true)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })?;
-    Ok(format!(
-        "one training step of gpt (4 layers, hidden 256, batch 4, seq 16) on [2, 4], median of runs\n\
-         \x20 serial step:                      {:>9.2} ms\n\
-         \x20 8 ranks on one thread (total CPU): {:>9.2} ms  ({:.2}x serial)\n\
-         \x20 8 ranks on threads (wall):         {:>9.2} ms\n",
-        serial.as_secs_f64() * 1e3,
-        coop.as_secs_f64() * 1e3,
-        coop.as_secs_f64() / serial.as_secs_f64(),
-        threads.as_secs_f64() * 1e3
-    ))
-}
-
 /// Forward completion of gpt at each layer count: median time, time per op, and the ratio
 /// to Paddle's Python Completer.
 pub fn bench_complete(layers: &[usize], repeat: usize) -> Result<String, String> {
@@ -282,7 +243,7 @@ pub fn bench_complete(layers: &[usize], repeat: usize) -> Result<String, String>
 
 /// A gpt of width 256 with 8 heads (the step and cost benchmarks): `layers` blocks on
 /// `mesh` with `shards`.
-fn gpt_plan(layers: usize, mesh: &str, shards: &[String]) -> Result<Plan, String> {
+pub(super) fn gpt_plan(layers: usize, mesh: &str, shards: &[String]) -> Result<Plan, String> {
     let cfg = ModelConfig {
         layers,
         hidden: 256,

@@ -3,6 +3,7 @@
 
 mod batch;
 mod bench;
+mod bench_step;
 mod budget;
 mod calibrate;
 mod check;
@@ -262,7 +263,7 @@ pub fn main() -> ExitCode {
             repeat,
         } => match what {
             BenchWhat::Gemm => bench::bench_gemm(repeat),
-            BenchWhat::Step => bench::bench_step(repeat),
+            BenchWhat::Step => bench_step::bench_step(repeat),
             BenchWhat::Cost => bench::bench_cost(repeat),
             BenchWhat::Suggest => bench::bench_suggest(repeat),
             BenchWhat::Pipeline => bench::bench_pipeline(&layers, repeat),
@@ -497,4 +498,10 @@ fn spmd_cases(file: &str) -> Result<ExitCode, String> {
 /// profiling harnesses.
 pub fn bench_plan(layers: usize) -> Result<Plan, String> {
     bench::gpt_dp_mp_plan(layers)
+}
+
+/// The plan `bench --what step` runs (gpt, 4 layers, hidden 256, on [2, 4]), for
+/// profiling the executor (`examples/step_profile.rs`).
+pub fn step_bench_plan() -> Result<Plan, String> {
+    bench_step::step_plan()
 }

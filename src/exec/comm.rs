@@ -28,7 +28,8 @@ pub type Contributions = std::sync::Arc<Shared>;
 /// What an exchange's members share: the contributions and their reductions so far.
 pub struct Shared {
     tensors: Vec<Tensor>,
-    reduced: std::sync::Mutex<Vec<(crate::dist::ReduceType, Tensor)>>,
+    /// Each reduction so far, with how many times it was handed out.
+    reduced: std::sync::Mutex<Vec<(crate::dist::ReduceType, Tensor, usize)>>,
 }
 
 impl Shared {
@@ -41,17 +42,25 @@ impl Shared {
     }
 
     /// The contributions combined elementwise with `reduce`, computed by the first member
-    /// that asks and shared with the others.
+    /// that asks and shared with the others; the last member takes the shared copy itself.
+    /// (A member that asks again, replaying an op, recomputes it: the same values.)
     pub fn reduced(&self, reduce: crate::dist::ReduceType) -> Tensor {
+        let members = self.tensors.len();
         let Ok(mut done) = self.reduced.lock() else {
             return super::interp::reduce_all(&self.tensors, reduce);
         };
-        if let Some((_, t)) = done.iter().find(|(r, _)| *r == reduce) {
-            return t.clone();
+        let Some(i) = done.iter().position(|(r, _, _)| *r == reduce) else {
+            let t = super::interp::reduce_all(&self.tensors, reduce);
+            if members > 1 {
+                done.push((reduce, t.clone(), 1));
+            }
+            return t;
+        };
+        done[i].2 += 1;
+        if done[i].2 >= members {
+            return done.swap_remove(i).1;
         }
-        let t = super::interp::reduce_all(&self.tensors, reduce);
-        done.push((reduce, t.clone()));
-        t
+        done[i].1.clone()
     }
 }
 

@@ -187,13 +187,18 @@ pub fn shard(
     let coords = mesh
         .coords_of(rank)
         .ok_or(crate::dist::MeshError::NoSuchRank(rank))?;
-    let mut t = global.clone();
+    // Slice the global tensor itself first, so a sharded one is never copied whole.
+    let mut t: Option<Tensor> = None;
     for (d, axes) in attr.dims.iter().enumerate() {
         if axes.is_empty() {
             continue;
         }
-        let (start, end) = crate::dist::chunk::extent(t.shape[d], axes, mesh, &coords);
-        t = super::kernels::layout::slice_axis(&t, d, start, end);
+        let from = t.as_ref().unwrap_or(global);
+        let Some(&len) = from.shape.get(d) else {
+            continue;
+        };
+        let (start, end) = crate::dist::chunk::extent(len, axes, mesh, &coords);
+        t = Some(super::kernels::layout::slice_axis(from, d, start, end));
     }
-    Ok(t)
+    Ok(t.unwrap_or_else(|| global.clone()))
 }

@@ -109,18 +109,16 @@ pub fn init_recipe(program: &Program, var: &Var, opts: &InitOptions) -> Option<I
 pub fn initial_value(program: &Program, var: &Var, opts: &InitOptions) -> Option<Tensor> {
     let n = var.ty.numel();
     let shape = var.ty.shape.to_vec();
-    let values: Vec<f64> = match init_recipe(program, var, opts)? {
-        InitRecipe::Ints { seed, hi } => (0..n)
-            .map(|i| {
-                (uniform(seed, i as u64) * hi as f64)
-                    .floor()
-                    .min(hi as f64 - 1.0)
-            })
-            .collect(),
-        InitRecipe::Uniform { seed, bound } => (0..n)
-            .map(|i| bound * (2.0 * uniform(seed, i as u64) - 1.0))
-            .collect(),
-        InitRecipe::Const(c) => vec![c; n],
-    };
-    Some(Tensor::float(var.ty.dtype, shape, values))
+    let dtype = var.ty.dtype;
+    Some(match init_recipe(program, var, opts)? {
+        InitRecipe::Ints { seed, hi } => Tensor::from_fn(dtype, shape, |i| {
+            (uniform(seed, i as u64) * hi as f64)
+                .floor()
+                .min(hi as f64 - 1.0)
+        }),
+        InitRecipe::Uniform { seed, bound } => Tensor::from_fn(dtype, shape, |i| {
+            bound * (2.0 * uniform(seed, i as u64) - 1.0)
+        }),
+        InitRecipe::Const(c) => Tensor::float(dtype, shape, vec![c; n]),
+    })
 }

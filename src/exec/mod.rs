@@ -13,6 +13,7 @@ pub mod npy;
 pub mod op_error;
 pub mod pipe;
 pub mod precision;
+pub mod profile;
 pub mod run;
 pub mod run_memory;
 pub mod run_pipe;

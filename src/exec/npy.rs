@@ -41,11 +41,11 @@ pub fn read_npy(bytes: &[u8]) -> Result<Tensor, NpyError> {
     #[allow(clippy::wildcard_enum_match_arm)]
     let data = match &dtype {
         NpyDType::Plain(ts) => match (ts.type_char(), ts.size_field()) {
-            (TypeChar::Float, 4) => Data::F32(npy.into_vec::<f32>()?),
-            (TypeChar::Float, 8) => Data::F64(npy.into_vec::<f64>()?),
-            (TypeChar::Int, 8) => Data::I64(npy.into_vec::<i64>()?),
+            (TypeChar::Float, 4) => Data::f32(npy.into_vec::<f32>()?),
+            (TypeChar::Float, 8) => Data::f64(npy.into_vec::<f64>()?),
+            (TypeChar::Int, 8) => Data::i64(npy.into_vec::<i64>()?),
             (TypeChar::Int, 4) => {
-                Data::I64(npy.into_vec::<i32>()?.into_iter().map(i64::from).collect())
+                Data::i64(npy.into_vec::<i32>()?.into_iter().map(i64::from).collect())
             }
             (c, s) => return Err(NpyError::ElementType(format!("{c:?}{s}"))),
         },
@@ -99,7 +99,7 @@ mod tests {
             Tensor::float(DType::F64, vec![3], vec![1e-9, -2.0, 3.5]),
             Tensor {
                 shape: vec![2, 1],
-                data: Data::I64(vec![7, -3]),
+                data: Data::i64(vec![7, -3]),
             },
         ];
         for t in tensors {

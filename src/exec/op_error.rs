@@ -69,6 +69,12 @@ pub enum OpError {
     MatmulDtype,
     #[error("shapes do not broadcast")]
     Broadcast,
+    #[error("{what}: {x:?} and its gradient {grad:?} differ in size")]
+    GradShape {
+        what: &'static str,
+        x: Vec<usize>,
+        grad: Vec<usize>,
+    },
     #[error("label {label} is outside the {classes} classes")]
     Label { label: i64, classes: usize },
     #[error("Label and the row max need {rows} rows, got {label} and {max}")]

@@ -44,6 +44,9 @@ pub struct Log {
     pub first_loss: Option<Tensor>,
     /// The structural checks of the rank programs (`sync_check`), failing ones only.
     pub structural: Vec<super::verify::Check>,
+    /// Kernel seconds per op family over every rank and step, longest first (with
+    /// `RunOptions::profile`; the pipelined executor does not profile).
+    pub op_times: Vec<(String, f64)>,
 }
 
 impl Log {
@@ -83,6 +86,8 @@ pub struct RunOptions {
     /// Record gradients and parameters after each step, for verification (off for
     /// benchmarks: only the losses are read back).
     pub record: bool,
+    /// Time each op's kernel, per op family (`Log::op_times`).
+    pub profile: bool,
 }
 
 impl Default for RunOptions {
@@ -93,6 +98,7 @@ impl Default for RunOptions {
             feeds: HashMap::new(),
             timeout: std::time::Duration::from_secs(20),
             record: true,
+            profile: false,
         }
     }
 }
@@ -212,6 +218,7 @@ pub fn run_serial(p: &Passes, opts: &RunOptions) -> Result<Log, ExecError> {
     if opts.record {
         rank.bounds = Some(super::interp::Bounds::new(program.vars().len()));
     }
+    rank.op_times = opts.profile.then(Default::default);
     let comm = CoopComm::default();
     let mut log = Log::default();
     for step in 0..opts.steps {
@@ -236,6 +243,7 @@ pub fn run_serial(p: &Passes, opts: &RunOptions) -> Result<Log, ExecError> {
             Ok((vec![t], b, e))
         })?;
     }
+    log.op_times = rank.op_times.map(|t| t.sorted()).unwrap_or_default();
     Ok(log)
 }
 
@@ -483,7 +491,11 @@ fn run_spmd(p: &Passes, opts: &RunOptions, threads: bool) -> Result<Log, ExecErr
         .iter()
         .zip(envs)
         .zip(&places)
-        .map(|((r, env), pl)| Rank::new(r.rank, &r.program, env, Some(pl)))
+        .map(|((r, env), pl)| {
+            let mut rank = Rank::new(r.rank, &r.program, env, Some(pl));
+            rank.op_times = opts.profile.then(Default::default);
+            rank
+        })
         .collect();
     let mut log = Log::default();
     #[cfg(not(target_arch = "wasm32"))]
@@ -506,6 +518,14 @@ fn run_spmd(p: &Passes, opts: &RunOptions, threads: bool) -> Result<Log, ExecErr
         snapshot(&mut log, step, p, opts.record, &|v| {
             Ok((gather_var(p, &envs, v, &|_| true)?, 0.0, None))
         })?;
+    }
+    if opts.profile {
+        let mut all = super::profile::OpTimes::default();
+        ranks
+            .iter()
+            .filter_map(|r| r.op_times.as_ref())
+            .for_each(|t| all.merge(t));
+        log.op_times = all.sorted();
     }
     Ok(log)
 }

@@ -4,13 +4,48 @@
 
 use crate::ir::DType;
 use serde::Serialize;
+use std::sync::Arc;
 
-/// The elements of a tensor.
+/// The elements of a tensor, shared copy-on-write: a clone (a reshape, an assign, a
+/// collective's contribution, a replicated value handed to every rank) costs nothing until
+/// someone writes, and a write to an unshared one happens in place (`Arc::make_mut`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Data {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I64(Vec<i64>),
+    F32(Arc<Vec<f32>>),
+    F64(Arc<Vec<f64>>),
+    I64(Arc<Vec<i64>>),
+}
+
+impl Data {
+    pub fn f32(v: Vec<f32>) -> Data {
+        Data::F32(Arc::new(v))
+    }
+
+    pub fn f64(v: Vec<f64>) -> Data {
+        Data::F64(Arc::new(v))
+    }
+
+    pub fn i64(v: Vec<i64>) -> Data {
+        Data::I64(Arc::new(v))
+    }
+
+    /// Empty values of `dtype` with room for `n`.
+    pub fn with_capacity(dtype: DType, n: usize) -> Data {
+        match dtype {
+            DType::F32 => Data::f32(Vec::with_capacity(n)),
+            DType::F64 => Data::f64(Vec::with_capacity(n)),
+            DType::I64 => Data::i64(Vec::with_capacity(n)),
+        }
+    }
+
+    /// Appends f64 values, rounded to this precision.
+    pub fn extend_f64(&mut self, values: &[f64]) {
+        match self {
+            Data::F32(v) => Arc::make_mut(v).extend(values.iter().map(|&x| x as f32)),
+            Data::F64(v) => Arc::make_mut(v).extend_from_slice(values),
+            Data::I64(v) => Arc::make_mut(v).extend(values.iter().map(|&x| x as i64)),
+        }
+    }
 }
 
 /// A dense row-major tensor.
@@ -24,9 +59,9 @@ impl Tensor {
     /// A float tensor of `dtype` from f64 values (rounded to f32 for an f32 tensor).
     pub fn float(dtype: DType, shape: Vec<usize>, values: Vec<f64>) -> Tensor {
         let data = match dtype {
-            DType::F32 => Data::F32(values.into_iter().map(|v| v as f32).collect()),
-            DType::F64 => Data::F64(values),
-            DType::I64 => Data::I64(values.into_iter().map(|v| v as i64).collect()),
+            DType::F32 => Data::f32(values.into_iter().map(|v| v as f32).collect()),
+            DType::F64 => Data::f64(values),
+            DType::I64 => Data::i64(values.into_iter().map(|v| v as i64).collect()),
         };
         Tensor { shape, data }
     }
@@ -37,15 +72,15 @@ impl Tensor {
         match dtype {
             DType::F32 => Tensor {
                 shape,
-                data: Data::F32(vec![0.0; n]),
+                data: Data::f32(vec![0.0; n]),
             },
             DType::F64 => Tensor {
                 shape,
-                data: Data::F64(vec![0.0; n]),
+                data: Data::f64(vec![0.0; n]),
             },
             DType::I64 => Tensor {
                 shape,
-                data: Data::I64(vec![0; n]),
+                data: Data::i64(vec![0; n]),
             },
         }
     }
@@ -72,8 +107,156 @@ impl Tensor {
     pub fn to_f64(&self) -> Vec<f64> {
         match &self.data {
             Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
-            Data::F64(v) => v.clone(),
+            Data::F64(v) => v.to_vec(),
             Data::I64(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    /// `f` of every value, computed in f64 and stored in the tensor's own precision: the
+    /// values of `Tensor::float(dtype, shape, to_f64().map(f))` without its two f64 copies
+    /// (the executor's elementwise ops were a third of a rank's step in conversions).
+    pub fn map(&self, f: impl Fn(f64) -> f64) -> Tensor {
+        let data = match &self.data {
+            Data::F32(v) => Data::f32(v.iter().map(|&x| f(x as f64) as f32).collect()),
+            Data::F64(v) => Data::f64(v.iter().map(|&x| f(x)).collect()),
+            Data::I64(v) => Data::i64(v.iter().map(|&x| f(x as f64) as i64).collect()),
+        };
+        Tensor {
+            shape: self.shape.clone(),
+            data,
+        }
+    }
+
+    /// [`Tensor::map`] in place: the same values, with no allocation when the values are
+    /// not shared (a shared copy is mapped into a new one in one pass, not copied first).
+    pub fn map_in_place(&mut self, f: impl Fn(f64) -> f64) {
+        match &mut self.data {
+            Data::F32(v) => match Arc::get_mut(v) {
+                Some(v) => v.iter_mut().for_each(|x| *x = f(*x as f64) as f32),
+                None => *v = Arc::new(v.iter().map(|&x| f(x as f64) as f32).collect()),
+            },
+            Data::F64(v) => match Arc::get_mut(v) {
+                Some(v) => v.iter_mut().for_each(|x| *x = f(*x)),
+                None => *v = Arc::new(v.iter().map(|&x| f(x)).collect()),
+            },
+            Data::I64(v) => match Arc::get_mut(v) {
+                Some(v) => v.iter_mut().for_each(|x| *x = f(*x as f64) as i64),
+                None => *v = Arc::new(v.iter().map(|&x| f(x as f64) as i64).collect()),
+            },
+        }
+    }
+
+    /// Each element `i` replaced by `f(i, value)`, computed in f64 and stored in the
+    /// tensor's precision (an optimizer's update, which also writes its moments from `f`).
+    pub fn update_indexed(&mut self, mut f: impl FnMut(usize, f64) -> f64) {
+        match &mut self.data {
+            Data::F32(v) => Arc::make_mut(v)
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = f(i, *x as f64) as f32),
+            Data::F64(v) => Arc::make_mut(v)
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = f(i, *x)),
+            Data::I64(v) => Arc::make_mut(v)
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = f(i, *x as f64) as i64),
+        }
+    }
+
+    /// Stores `value` at element `i`, in the tensor's precision.
+    #[inline]
+    pub fn put(&mut self, i: usize, value: f64) {
+        match &mut self.data {
+            Data::F32(v) => Arc::make_mut(v)[i] = value as f32,
+            Data::F64(v) => Arc::make_mut(v)[i] = value,
+            Data::I64(v) => Arc::make_mut(v)[i] = value as i64,
+        }
+    }
+
+    /// `f(self[i], other[i])` for every element, computed in f64 and stored in `self`'s
+    /// precision, when both are floats of one dtype and one size (the common case, in one
+    /// typed loop); `None` otherwise, for the caller's general path.
+    pub fn zip_map(&self, other: &Tensor, f: impl Fn(f64, f64) -> f64) -> Option<Tensor> {
+        if self.numel() != other.numel() {
+            return None;
+        }
+        let data = match (&self.data, &other.data) {
+            (Data::F32(a), Data::F32(b)) => Data::f32(
+                a.iter()
+                    .zip(b.iter())
+                    .map(|(&x, &y)| f(x as f64, y as f64) as f32)
+                    .collect(),
+            ),
+            (Data::F64(a), Data::F64(b)) => {
+                Data::f64(a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect())
+            }
+            _ => return None,
+        };
+        Some(Tensor {
+            shape: self.shape.clone(),
+            data,
+        })
+    }
+
+    /// A tensor of `shape` whose element `i` is `f(i)`, computed in f64 and stored in
+    /// `dtype`'s precision: the values of `Tensor::float(dtype, shape, values)` without the
+    /// f64 copy.
+    pub fn from_fn(dtype: DType, shape: Vec<usize>, f: impl Fn(usize) -> f64) -> Tensor {
+        let n: usize = shape.iter().product();
+        let data = match dtype {
+            DType::F32 => Data::f32((0..n).map(|i| f(i) as f32).collect()),
+            DType::F64 => Data::f64((0..n).map(f).collect()),
+            DType::I64 => Data::i64((0..n).map(|i| f(i) as i64).collect()),
+        };
+        Tensor { shape, data }
+    }
+
+    /// `self[i] = f(self[i], other[i])` in one typed loop, when both are floats of one
+    /// dtype and one size; false (nothing changed) otherwise, for the caller's general path.
+    /// Shared values are updated into a new copy in the same pass.
+    pub fn zip_update(&mut self, other: &Tensor, f: impl Fn(f64, f64) -> f64) -> bool {
+        fn update<T: Copy>(a: &mut Arc<Vec<T>>, b: &[T], f: impl Fn(T, T) -> T) {
+            match Arc::get_mut(a) {
+                Some(a) => a.iter_mut().zip(b).for_each(|(x, &y)| *x = f(*x, y)),
+                None => *a = Arc::new(a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()),
+            }
+        }
+        if self.numel() != other.numel() {
+            return false;
+        }
+        match (&mut self.data, &other.data) {
+            (Data::F32(a), Data::F32(b)) => update(a, b, |x, y| f(x as f64, y as f64) as f32),
+            (Data::F64(a), Data::F64(b)) => update(a, b, &f),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Combines the values from element `start` on into `acc` (`acc[i] = f(acc[i],
+    /// self[start + i])`, as far as both go), reading this tensor's own precision in one
+    /// typed loop.
+    pub fn fold_into(&self, start: usize, acc: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+        fn fold<T: Copy>(v: &[T], start: usize, acc: &mut [f64], f: impl Fn(f64, T) -> f64) {
+            let v = v.get(start..).unwrap_or_default();
+            acc.iter_mut().zip(v).for_each(|(a, &x)| *a = f(*a, x));
+        }
+        match &self.data {
+            Data::F32(v) => fold(v, start, acc, |a, x| f(a, x as f64)),
+            Data::F64(v) => fold(v, start, acc, &f),
+            Data::I64(v) => fold(v, start, acc, |a, x| f(a, x as f64)),
+        }
+    }
+
+    /// Element `i` as f64 (for loops that read several tensors of any dtype at scattered
+    /// places; a typed loop is faster where one applies).
+    #[inline]
+    pub fn at(&self, i: usize) -> f64 {
+        match &self.data {
+            Data::F32(v) => v[i] as f64,
+            Data::F64(v) => v[i],
+            Data::I64(v) => v[i] as f64,
         }
     }
 
@@ -82,7 +265,7 @@ impl Tensor {
         match &self.data {
             Data::F32(v) => v.iter().map(|&x| x as i64).collect(),
             Data::F64(v) => v.iter().map(|&x| x as i64).collect(),
-            Data::I64(v) => v.clone(),
+            Data::I64(v) => v.to_vec(),
         }
     }
 
@@ -106,9 +289,9 @@ impl Tensor {
                 .collect()
         }
         let data = match &self.data {
-            Data::F32(v) => Data::F32(take(v, start, end)),
-            Data::F64(v) => Data::F64(take(v, start, end)),
-            Data::I64(v) => Data::I64(take(v, start, end)),
+            Data::F32(v) => Data::f32(take(v, start, end)),
+            Data::F64(v) => Data::f64(take(v, start, end)),
+            Data::I64(v) => Data::i64(take(v, start, end)),
         };
         Tensor {
             shape: vec![end.saturating_sub(start)],

@@ -4,7 +4,7 @@ use super::{perm, Rank};
 use crate::exec::kernels::layout::{concat, lookup, slice_axis, split, transpose};
 use crate::exec::kernels::matmul::matmul;
 use crate::exec::kernels::normalize::{layer_norm, reduce, softmax, softmax_ce};
-use crate::exec::kernels::pointwise::{binary, dropout, unary, Binary, Unary};
+use crate::exec::kernels::pointwise::{binary, dropout, unary, unary_in_place, Binary, Unary};
 use crate::exec::tensor::Tensor;
 use crate::ir::infer::{axis, reduce_axes, reshape_target, split_sections};
 use crate::ir::{DType, Op, OpType, TensorType};
@@ -37,6 +37,10 @@ impl Rank<'_> {
     }
 
     pub(super) fn unary(&mut self, op: &Op, kind: Unary) -> Res {
+        if let Some(t) = self.in_place(op, "X", "Out") {
+            unary_in_place(kind, t);
+            return Ok(());
+        }
         let out = unary(kind, self.slot(op, "X")?);
         self.set(op, "Out", out);
         Ok(())

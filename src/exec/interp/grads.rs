@@ -44,7 +44,7 @@ impl Rank<'_> {
     }
 
     pub(super) fn unary_grad(&mut self, op: &Op, kind: Unary) -> Res {
-        let g = unary_grad(kind, self.slot(op, "X")?, self.slot(op, "Out@GRAD")?);
+        let g = unary_grad(kind, self.slot(op, "X")?, self.slot(op, "Out@GRAD")?)?;
         self.set(op, "X@GRAD", g);
         Ok(())
     }

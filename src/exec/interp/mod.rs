@@ -5,6 +5,7 @@
 
 mod comm;
 mod decoder;
+mod env;
 mod forward;
 mod grads;
 mod optim;
@@ -117,6 +118,8 @@ pub struct Rank<'a> {
     pub micro_batch: u64,
     /// Sends and recvs so far per (ring, micro-batch, direction).
     p2p_seq: HashMap<(Vec<u32>, u64, bool), u64>,
+    /// Kernel time per op family, when profiling (`RunOptions::profile`).
+    pub op_times: Option<crate::exec::profile::OpTimes>,
 }
 
 /// Error bounds of every variable: the max-norm bound, and per-element bounds where known.
@@ -170,6 +173,7 @@ impl<'a> Rank<'a> {
             order: None,
             micro_batch: 0,
             p2p_seq: HashMap::new(),
+            op_times: None,
         }
     }
 
@@ -211,7 +215,16 @@ impl<'a> Rank<'a> {
                 None => Vec::new(),
             };
             self.replayed = 0;
-            let progress = self.exec(op, comm).map_err(|error| ExecError::Op {
+            let started = self
+                .op_times
+                .is_some()
+                .then(crate::exec::profile::now)
+                .flatten();
+            let progress = self.exec(op, comm);
+            if let (Some(start), Some(times)) = (started, self.op_times.as_mut()) {
+                times.add(op, start);
+            }
+            let progress = progress.map_err(|error| ExecError::Op {
                 rank: self.rank,
                 op: index,
                 ty: op.ty,
@@ -303,37 +316,6 @@ impl<'a> Rank<'a> {
     /// The key of the exchange an op is waiting on (for deadlock reports).
     pub fn pending_key(&self) -> Option<&ExchangeKey> {
         self.pending.as_ref()
-    }
-
-    fn get(&self, v: VarId) -> Result<&Tensor, OpError> {
-        self.env
-            .get(v.index())
-            .and_then(|t| t.as_ref())
-            .ok_or_else(|| OpError::NoValue(self.program.var(v).name.to_string()))
-    }
-
-    fn slot(&self, op: &Op, name: &str) -> Result<&Tensor, OpError> {
-        let v = *op
-            .input(name)
-            .first()
-            .ok_or_else(|| OpError::MissingInput(name.to_string()))?;
-        self.get(v)
-    }
-
-    fn opt_slot(&self, op: &Op, name: &str) -> Option<&Tensor> {
-        op.input(name).first().and_then(|&v| self.get(v).ok())
-    }
-
-    fn set(&mut self, op: &Op, slot: &str, t: Tensor) {
-        if let Some(&v) = op.output(slot).first() {
-            self.set_var(v, t);
-        }
-    }
-
-    fn set_var(&mut self, v: VarId, t: Tensor) {
-        if let Some(s) = self.env.get_mut(v.index()) {
-            *s = Some(t);
-        }
     }
 
     /// Exchanges `t` over the op's group.

@@ -1,7 +1,8 @@
 //! Parameter updates and AMP's loss scaling.
 
 use super::Rank;
-use crate::exec::kernels::optim::{adam, momentum, sgd, AdamParams};
+use crate::exec::kernels::optim::{momentum, sgd, AdamParams, AdamStep};
+use crate::exec::op_error::OpError;
 use crate::exec::tensor::Tensor;
 use crate::ir::{DType, Op, VarId};
 
@@ -20,28 +21,31 @@ pub(super) enum Update {
 impl Rank<'_> {
     pub(super) fn update(&mut self, op: &Op, rule: Update) -> Res {
         let lr = self.slot(op, "LearningRate")?.scalar();
-        let g = self.slot(op, "Grad")?.to_f64();
-        let p_t = self.slot(op, "Param")?;
-        let (dtype, shape) = (p_t.dtype(), p_t.shape.clone());
-        let mut p = p_t.to_f64();
-        let float = |v: Vec<f64>, s: &[usize]| Tensor::float(dtype, s.to_vec(), v);
+        let mut p = self.owned(op, "Param", "ParamOut")?;
+        let n = p.numel();
         match rule {
-            Update::Sgd => sgd(&mut p, &g, lr),
+            Update::Sgd => {
+                let g = self.grad(op, &p)?;
+                if !p.zip_update(g, |v, g| sgd(v, g, lr)) {
+                    let g = g.to_f64();
+                    p.update_indexed(|i, v| sgd(v, g[i], lr));
+                }
+            }
             Update::Momentum => {
-                let mut v = self.slot(op, "Velocity")?.to_f64();
-                momentum(
-                    &mut p,
-                    &g,
-                    &mut v,
-                    lr,
+                let (mu, nesterov) = (
                     op.attr_float("mu", 0.9),
                     op.attr_bool("use_nesterov", false),
                 );
-                self.set(op, "VelocityOut", float(v, &shape));
+                let mut vel = self.state(op, "Velocity", n)?;
+                let g = self.grad(op, &p)?.to_f64();
+                p.update_indexed(|i, v| {
+                    let (v, u) = momentum(v, g[i], vel.at(i), lr, mu, nesterov);
+                    vel.put(i, u);
+                    v
+                });
+                self.set(op, "VelocityOut", vel);
             }
             Update::Adam | Update::AdamW => {
-                let mut m1 = self.slot(op, "Moment1")?.to_f64();
-                let mut m2 = self.slot(op, "Moment2")?.to_f64();
                 let (b1p, b2p) = (
                     self.slot(op, "Beta1Pow")?.scalar(),
                     self.slot(op, "Beta2Pow")?.scalar(),
@@ -57,15 +61,52 @@ impl Rank<'_> {
                         0.0
                     },
                 };
-                adam(&mut p, &g, &mut m1, &mut m2, b1p, b2p, h);
-                self.set(op, "Moment1Out", float(m1, &shape));
-                self.set(op, "Moment2Out", float(m2, &shape));
-                self.set(op, "Beta1PowOut", float(vec![b1p * h.beta1], &[]));
-                self.set(op, "Beta2PowOut", float(vec![b2p * h.beta2], &[]));
+                let step = AdamStep::new(h, b1p, b2p);
+                let mut m1 = self.state(op, "Moment1", n)?;
+                let mut m2 = self.state(op, "Moment2", n)?;
+                let g = self.grad(op, &p)?.to_f64();
+                p.update_indexed(|i, v| {
+                    let (v, a, b) = step.apply(v, g[i], m1.at(i), m2.at(i));
+                    m1.put(i, a);
+                    m2.put(i, b);
+                    v
+                });
+                let dtype = p.dtype();
+                self.set(op, "Moment1Out", m1);
+                self.set(op, "Moment2Out", m2);
+                let power = |v: f64| Tensor::float(dtype, vec![], vec![v]);
+                self.set(op, "Beta1PowOut", power(b1p * h.beta1));
+                self.set(op, "Beta2PowOut", power(b2p * h.beta2));
             }
         }
-        self.set(op, "ParamOut", float(p, &shape));
+        self.set(op, "ParamOut", p);
         Ok(())
+    }
+
+    /// An optimizer's gradient, of its parameter's size.
+    fn grad(&self, op: &Op, p: &Tensor) -> Result<&Tensor, OpError> {
+        let g = self.slot(op, "Grad")?;
+        if g.numel() != p.numel() {
+            return Err(OpError::GradShape {
+                what: "optimizer",
+                x: p.shape.clone(),
+                grad: g.shape.clone(),
+            });
+        }
+        Ok(g)
+    }
+
+    /// An optimizer state of `n` elements (a moment, a velocity), to update in place.
+    fn state(&mut self, op: &Op, slot: &'static str, n: usize) -> Result<Tensor, OpError> {
+        let t = self.owned(op, slot, &format!("{slot}Out"))?;
+        if t.numel() != n {
+            return Err(OpError::GradShape {
+                what: slot,
+                x: vec![n],
+                grad: t.shape.clone(),
+            });
+        }
+        Ok(t)
     }
 
     /// Unscales every X by 1/Scale and says whether any value is not finite.

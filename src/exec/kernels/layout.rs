@@ -9,9 +9,9 @@ type Res<T> = Result<T, OpError>;
 /// Gathers elements: `out[i] = src[index[i]]`, keeping the dtype.
 fn gather(t: &Tensor, shape: Vec<usize>, index: &[usize]) -> Tensor {
     let data = match &t.data {
-        Data::F32(v) => Data::F32(index.iter().map(|&i| v[i]).collect()),
-        Data::F64(v) => Data::F64(index.iter().map(|&i| v[i]).collect()),
-        Data::I64(v) => Data::I64(index.iter().map(|&i| v[i]).collect()),
+        Data::F32(v) => Data::f32(index.iter().map(|&i| v[i]).collect()),
+        Data::F64(v) => Data::f64(index.iter().map(|&i| v[i]).collect()),
+        Data::I64(v) => Data::i64(index.iter().map(|&i| v[i]).collect()),
     };
     Tensor { shape, data }
 }
@@ -53,20 +53,33 @@ pub fn slice_axis(x: &Tensor, axis: usize, start: usize, end: usize) -> Tensor {
     };
     let end = end.min(len);
     let start = start.min(end);
-    let (outer, len, inner): (usize, usize, usize) = (
+    let (outer, inner): (usize, usize) = (
         x.shape[..axis].iter().product(),
-        x.shape[axis],
         x.shape[axis + 1..].iter().product(),
     );
-    let mut index = Vec::with_capacity(outer * (end - start) * inner);
-    for o in 0..outer {
-        for j in start..end {
-            index.extend((0..inner).map(|i| o * len * inner + j * inner + i));
+    // Each outer index contributes one contiguous run of (end - start) * inner elements.
+    fn runs<T: Copy>(
+        v: &[T],
+        outer: usize,
+        len: usize,
+        inner: usize,
+        s: usize,
+        e: usize,
+    ) -> Vec<T> {
+        let mut out = Vec::with_capacity(outer * (e - s) * inner);
+        for o in 0..outer {
+            out.extend_from_slice(&v[(o * len + s) * inner..(o * len + e) * inner]);
         }
+        out
     }
+    let data = match &x.data {
+        Data::F32(v) => Data::f32(runs(v, outer, len, inner, start, end)),
+        Data::F64(v) => Data::f64(runs(v, outer, len, inner, start, end)),
+        Data::I64(v) => Data::i64(runs(v, outer, len, inner, start, end)),
+    };
     let mut shape = x.shape.clone();
     shape[axis] = end - start;
-    gather(x, shape, &index)
+    Tensor { shape, data }
 }
 
 /// `x` with `pad` zeros appended along `axis` (an uneven shard padded for a collective).

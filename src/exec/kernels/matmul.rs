@@ -21,7 +21,20 @@ fn as_matrix(shape: &[usize], is_x: bool) -> Vec<usize> {
 /// `op(a) @ op(b)` over broadcast batch dims, where `op` transposes the last two dims when
 /// asked. Returns the result with full (broadcast) batch dims and matrix dims `[m, n]`.
 pub fn bmm(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Res<Tensor> {
-    let (sa, sb) = (as_matrix(&a.shape, true), as_matrix(&b.shape, false));
+    bmm_as(a, &a.shape, ta, b, &b.shape, tb)
+}
+
+/// [`bmm`] reading `a` as shape `a_shape` and `b` as `b_shape` (a reshape without copying
+/// the operand: the gradients read their operands as matrices).
+fn bmm_as(
+    a: &Tensor,
+    a_shape: &[usize],
+    ta: bool,
+    b: &Tensor,
+    b_shape: &[usize],
+    tb: bool,
+) -> Res<Tensor> {
+    let (sa, sb) = (as_matrix(a_shape, true), as_matrix(b_shape, false));
     let (ra, rb) = (sa.len(), sb.len());
     let (m, ka) = if ta {
         (sa[ra - 1], sa[ra - 2])
@@ -38,7 +51,6 @@ pub fn bmm(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Res<Tensor> {
     }
     let (ba, bb) = (&sa[..ra - 2], &sb[..rb - 2]);
     let batch = broadcast(ba, bb).ok_or(OpError::MatmulBatch)?;
-    let nb: usize = batch.iter().product();
     let ia = crate::exec::tensor::broadcast_index(ba, &batch);
     let ib = crate::exec::tensor::broadcast_index(bb, &batch);
     let (ma, mb) = (sa[ra - 2] * sa[ra - 1], sb[rb - 2] * sb[rb - 1]);
@@ -60,65 +72,140 @@ pub fn bmm(a: &Tensor, ta: bool, b: &Tensor, tb: bool) -> Res<Tensor> {
     }
     let mut shape = batch.clone();
     shape.extend([m, n]);
-    let k = ka;
+    let g = Batches {
+        m,
+        k: ka,
+        n,
+        blocks: (&ia, &ib),
+        sizes: (ma, mb),
+        a: (rsa, csa),
+        b: (rsb, csb),
+    };
     let data = match (&a.data, &b.data) {
-        (Data::F32(x), Data::F32(y)) => {
-            let mut c = vec![0f32; nb * m * n];
-            for i in 0..nb {
-                let (xo, yo, co) = (ia[i] * ma, ib[i] * mb, i * m * n);
-                // SAFETY: the offsets and strides address only elements inside `x`, `y`
-                // and `c`: each batch block has ma / mb / m*n elements and the strides are
-                // those of a row-major matrix of that block (checked shapes above).
-                unsafe {
-                    matrixmultiply::sgemm(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        x[xo..].as_ptr(),
-                        rsa,
-                        csa,
-                        y[yo..].as_ptr(),
-                        rsb,
-                        csb,
-                        0.0,
-                        c[co..].as_mut_ptr(),
-                        n as isize,
-                        1,
-                    );
-                }
-            }
-            Data::F32(c)
-        }
-        (Data::F64(x), Data::F64(y)) => {
-            let mut c = vec![0f64; nb * m * n];
-            for i in 0..nb {
-                let (xo, yo, co) = (ia[i] * ma, ib[i] * mb, i * m * n);
-                // SAFETY: as above.
-                unsafe {
-                    matrixmultiply::dgemm(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        x[xo..].as_ptr(),
-                        rsa,
-                        csa,
-                        y[yo..].as_ptr(),
-                        rsb,
-                        csb,
-                        0.0,
-                        c[co..].as_mut_ptr(),
-                        n as isize,
-                        1,
-                    );
-                }
-            }
-            Data::F64(c)
-        }
+        (Data::F32(x), Data::F32(y)) => Data::f32(g.run(x, y)),
+        (Data::F64(x), Data::F64(y)) => Data::f64(g.run(x, y)),
         _ => return Err(OpError::MatmulDtype),
     };
     Ok(Tensor { shape, data })
+}
+
+/// The GEMMs of one batched product: each batch's block of A (B) starts at its index in
+/// `blocks` times its block size, with the given row and column strides.
+struct Batches<'a> {
+    m: usize,
+    k: usize,
+    n: usize,
+    blocks: (&'a [usize], &'a [usize]),
+    sizes: (usize, usize),
+    a: (isize, isize),
+    b: (isize, isize),
+}
+
+/// matrixmultiply's GEMM for one element type.
+trait Gemm: Copy {
+    /// `c = a @ b` (β = 0).
+    ///
+    /// # Safety
+    /// As `matrixmultiply::sgemm`: the pointers and strides address only elements inside
+    /// their buffers.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        c: *mut Self,
+    );
+}
+
+impl Gemm for f32 {
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const f32,
+        rsa: isize,
+        csa: isize,
+        b: *const f32,
+        rsb: isize,
+        csb: isize,
+        c: *mut f32,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            matrixmultiply::sgemm(
+                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, n as isize, 1,
+            )
+        }
+    }
+}
+
+impl Gemm for f64 {
+    unsafe fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const f64,
+        rsa: isize,
+        csa: isize,
+        b: *const f64,
+        rsb: isize,
+        csb: isize,
+        c: *mut f64,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            matrixmultiply::dgemm(
+                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, n as isize, 1,
+            )
+        }
+    }
+}
+
+impl Batches<'_> {
+    /// Every batch's product, in batch order. The caller has checked that each block of
+    /// `x` and `y` lies inside its buffer.
+    fn run<T: Gemm>(&self, x: &[T], y: &[T]) -> Vec<T> {
+        let (m, n) = (self.m, self.n);
+        let nb = self.blocks.0.len();
+        // Left uninitialised: with β = 0 the GEMM writes every element of C without reading
+        // it (matrixmultiply's contract, empty products included), and the length is set
+        // once every block is written.
+        let mut c: Vec<T> = Vec::with_capacity(nb * m * n);
+        for i in 0..nb {
+            let (xo, yo, co) = (
+                self.blocks.0[i] * self.sizes.0,
+                self.blocks.1[i] * self.sizes.1,
+                i * m * n,
+            );
+            // SAFETY: the offsets and strides address only elements inside `x`, `y` and
+            // `c`: each batch block has ma / mb / m*n elements and the strides are those
+            // of a row-major matrix of that block (checked by the caller); `c` has room
+            // for nb * m * n.
+            unsafe {
+                T::gemm(
+                    m,
+                    self.k,
+                    n,
+                    x[xo..].as_ptr(),
+                    self.a.0,
+                    self.a.1,
+                    y[yo..].as_ptr(),
+                    self.b.0,
+                    self.b.1,
+                    c.as_mut_ptr().add(co),
+                );
+            }
+        }
+        // SAFETY: the nb blocks of m * n elements were all written above.
+        unsafe { c.set_len(nb * m * n) };
+        c
+    }
 }
 
 /// matmul_v2 forward, with Paddle's vector rules.
@@ -169,14 +256,13 @@ fn batched_by_weight(
     let k = x.shape[x.shape.len() - 1];
     let rows = x.shape[..x.shape.len() - 1].iter().product::<usize>();
     let n = dout.shape[dout.shape.len() - 1];
-    let x2 = x.clone().reshaped(vec![rows, k]);
-    let d2 = dout.clone().reshaped(vec![rows, n]);
+    let (x2, d2) = ([rows, k], [rows, n]);
     let dy = if ty {
-        bmm(&d2, true, &x2, false)?
+        bmm_as(dout, &d2, true, x, &x2, false)?
     } else {
-        bmm(&x2, true, &d2, false)?
+        bmm_as(x, &x2, true, dout, &d2, false)?
     };
-    let dx = bmm(&d2, false, y, !ty)?.reshaped(x.shape.clone());
+    let dx = bmm_as(dout, &d2, false, y, &y.shape, !ty)?.reshaped(x.shape.clone());
     Ok(Some((dx, dy)))
 }
 
@@ -194,8 +280,7 @@ pub fn matmul_grad(
         return Ok(grads);
     }
     // Work with matrix-shaped operands; dout gets back its unit dims.
-    let xm = x.clone().reshaped(as_matrix(&x.shape, true));
-    let ym = y.clone().reshaped(as_matrix(&y.shape, false));
+    let (xm, ym) = (as_matrix(&x.shape, true), as_matrix(&y.shape, false));
     let mut dshape = dout.shape.clone();
     if y.shape.len() == 1 {
         dshape.push(1);
@@ -204,12 +289,24 @@ pub fn matmul_grad(
         let r = dshape.len();
         dshape.insert(r - 1, 1);
     }
-    let d = dout.clone().reshaped(dshape);
+    let (d, ds) = (dout, &dshape[..]);
     let (dx, dy) = match (tx, ty) {
-        (false, false) => (bmm(&d, false, &ym, true)?, bmm(&xm, true, &d, false)?),
-        (true, false) => (bmm(&ym, false, &d, true)?, bmm(&xm, false, &d, false)?),
-        (false, true) => (bmm(&d, false, &ym, false)?, bmm(&d, true, &xm, false)?),
-        (true, true) => (bmm(&ym, true, &d, true)?, bmm(&d, true, &xm, true)?),
+        (false, false) => (
+            bmm_as(d, ds, false, y, &ym, true)?,
+            bmm_as(x, &xm, true, d, ds, false)?,
+        ),
+        (true, false) => (
+            bmm_as(y, &ym, false, d, ds, true)?,
+            bmm_as(x, &xm, false, d, ds, false)?,
+        ),
+        (false, true) => (
+            bmm_as(d, ds, false, y, &ym, false)?,
+            bmm_as(d, ds, true, x, &xm, false)?,
+        ),
+        (true, true) => (
+            bmm_as(y, &ym, true, d, ds, true)?,
+            bmm_as(d, ds, true, x, &xm, true)?,
+        ),
     };
     Ok((
         to_operand(dx, &x.shape, x.dtype(), true),

@@ -180,12 +180,14 @@ pub fn layer_norm_grad(
     let cols: usize = x.shape[begin..].iter().product();
     let sc = scale.map(Tensor::to_f64).unwrap_or_else(|| vec![1.0; cols]);
     let (mut dx, mut ds, mut db) = (vec![0.0; v.len()], vec![0.0; cols], vec![0.0; cols]);
+    // One row's normalised input and scaled gradient, reused from row to row.
+    let (mut xhat, mut g) = (vec![0.0; cols], vec![0.0; cols]);
     for r in 0..rows {
         let rstd = 1.0 / (vv[r] + eps).sqrt();
-        let xhat: Vec<f64> = (0..cols)
-            .map(|c| (v[r * cols + c] - mv[r]) * rstd)
-            .collect();
-        let g: Vec<f64> = (0..cols).map(|c| d[r * cols + c] * sc[c]).collect();
+        for c in 0..cols {
+            xhat[c] = (v[r * cols + c] - mv[r]) * rstd;
+            g[c] = d[r * cols + c] * sc[c];
+        }
         let mean_g = g.iter().sum::<f64>() / cols as f64;
         let mean_gx = g.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / cols as f64;
         for c in 0..cols {

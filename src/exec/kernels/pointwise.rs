@@ -31,11 +31,6 @@ pub fn aligned_y(x: &[usize], y: &[usize], axis: i64) -> Vec<usize> {
 pub fn binary(op: Binary, x: &Tensor, y: &Tensor, axis: i64) -> Res<Tensor> {
     let ys = aligned_y(&x.shape, &y.shape, axis);
     let out_shape = broadcast(&x.shape, &ys).ok_or(crate::exec::op_error::OpError::Broadcast)?;
-    let (xv, yv) = (x.to_f64(), y.to_f64());
-    let (ix, iy) = (
-        broadcast_index(&x.shape, &out_shape),
-        broadcast_index(&ys, &out_shape),
-    );
     let f = |a: f64, b: f64| match op {
         Binary::Add => a + b,
         Binary::Sub => a - b,
@@ -43,6 +38,16 @@ pub fn binary(op: Binary, x: &Tensor, y: &Tensor, axis: i64) -> Res<Tensor> {
         Binary::Div => a / b,
         Binary::Max => a.max(b),
     };
+    if x.shape == out_shape && ys == out_shape {
+        if let Some(t) = x.zip_map(y, f) {
+            return Ok(t);
+        }
+    }
+    let (xv, yv) = (x.to_f64(), y.to_f64());
+    let (ix, iy) = (
+        broadcast_index(&x.shape, &out_shape),
+        broadcast_index(&ys, &out_shape),
+    );
     let out = ix.iter().zip(&iy).map(|(&i, &j)| f(xv[i], yv[j])).collect();
     Ok(Tensor::float(x.dtype(), out_shape, out))
 }
@@ -57,6 +62,28 @@ pub fn binary_grad(
 ) -> Res<(Tensor, Tensor)> {
     let ys = aligned_y(&x.shape, &y.shape, axis);
     let out_shape = dout.shape.clone();
+    // Add and sub pass the gradient on scaled by ±1: one typed loop for an operand of the
+    // output's shape (the residual stream's adds), a sum over the broadcast dims otherwise.
+    let constant = match op {
+        Binary::Add => Some((1.0, 1.0)),
+        Binary::Sub => Some((1.0, -1.0)),
+        Binary::Mul | Binary::Div | Binary::Max => None,
+    };
+    if let Some((gx, gy)) = constant {
+        let side = |t: &Tensor, shape: &[usize], g: f64| {
+            if shape == out_shape && t.dtype() == dout.dtype() {
+                dout.map(|d| d * g).reshaped(t.shape.clone())
+            } else {
+                let full: Vec<f64> = dout.to_f64().iter().map(|d| d * g).collect();
+                Tensor::float(
+                    t.dtype(),
+                    t.shape.clone(),
+                    reduce_to(&full, &out_shape, shape),
+                )
+            }
+        };
+        return Ok((side(x, &x.shape, gx), side(y, &ys, gy)));
+    }
     let (xv, yv, d) = (x.to_f64(), y.to_f64(), dout.to_f64());
     let (ix, iy) = (
         broadcast_index(&x.shape, &out_shape),
@@ -152,22 +179,59 @@ fn derivative(u: Unary, x: f64) -> f64 {
 
 /// Forward of an activation.
 pub fn unary(u: Unary, x: &Tensor) -> Tensor {
-    Tensor::float(
-        x.dtype(),
-        x.shape.clone(),
-        x.to_f64().into_iter().map(|v| apply(u, v)).collect(),
-    )
+    match u {
+        // The scale's own loop (the generic one re-dispatches on the kind per element).
+        Unary::Scale {
+            scale,
+            bias,
+            bias_after: true,
+        } => x.map(|v| scale * v + bias),
+        Unary::Relu
+        | Unary::Gelu { .. }
+        | Unary::Silu
+        | Unary::Square
+        | Unary::Scale { .. }
+        | Unary::Sqrt => x.map(|v| apply(u, v)),
+    }
+}
+
+/// An activation in place (an op whose output is its input, as the data-parallel 1/N
+/// scale of every gradient is).
+pub fn unary_in_place(u: Unary, x: &mut Tensor) {
+    match u {
+        Unary::Scale {
+            scale,
+            bias,
+            bias_after: true,
+        } => x.map_in_place(|v| scale * v + bias),
+        Unary::Relu
+        | Unary::Gelu { .. }
+        | Unary::Silu
+        | Unary::Square
+        | Unary::Scale { .. }
+        | Unary::Sqrt => x.map_in_place(|v| apply(u, v)),
+    }
 }
 
 /// dX of an activation.
-pub fn unary_grad(u: Unary, x: &Tensor, dout: &Tensor) -> Tensor {
+pub fn unary_grad(u: Unary, x: &Tensor, dout: &Tensor) -> Res<Tensor> {
+    if x.numel() != dout.numel() {
+        return Err(crate::exec::op_error::OpError::GradShape {
+            what: "activation",
+            x: x.shape.clone(),
+            grad: dout.shape.clone(),
+        });
+    }
+    if let Some(t) = x.zip_map(dout, |a, d| d * derivative(u, a)) {
+        return Ok(t);
+    }
     let v: Vec<f64> = x
         .to_f64()
         .iter()
         .zip(dout.to_f64())
         .map(|(&a, d)| d * derivative(u, a))
         .collect();
-    Tensor::float(x.dtype(), x.shape.clone(), v)
+    Ok(Tensor::float(x.dtype(), x.shape.clone(), v))
 }
 
 /// A uniform number in [0, 1) from a seed and an element's global index (splitmix64), so a
