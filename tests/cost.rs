@@ -195,7 +195,7 @@ fn collective_bytes_are_the_ledgers() {
             let vars = if out { op.output(slot) } else { op.input(slot) };
             vars.first().map_or(0.0, |&v| {
                 let t = &r.program.var(v).ty;
-                (t.numel() * t.dtype.size_bytes()) as f64
+                t.bytes() as f64
             })
         };
         let n = e.group.len();

@@ -51,7 +51,7 @@ fn the_document_s_values_match_an_independent_count() {
         .vars()
         .iter()
         .filter(|v| v.kind == shardlab::ir::VarKind::Parameter)
-        .map(|v| (v.name.to_string(), v.ty.numel() * v.ty.dtype.size_bytes()))
+        .map(|v| (v.name.to_string(), v.ty.bytes() as usize))
         .collect();
     assert_eq!(doc["ranks"].as_array().unwrap().len(), n);
     let batch = plan.program.var(plan.program.var_id("x").unwrap()).ty.shape[0];

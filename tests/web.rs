@@ -1254,3 +1254,23 @@ async fn the_page_opens_on_a_published_model_at_real_size() {
     );
     assert!(text(&root, ".run-panel .verdict").ends_with("tensors match the serial run"));
 }
+
+/// Element counts are 64-bit in the browser too: Llama 3 70B's attention scores at 8,192
+/// tokens are 2^32 elements for one sequence, one more than a 32-bit `usize` counts.
+#[wasm_bindgen_test]
+fn element_counts_do_not_wrap_in_the_browser() {
+    let scores = shardlab::ir::TensorType::new(shardlab::ir::DType::F32, vec![1, 64, 8192, 8192]);
+    assert_eq!(scores.numel(), 1u64 << 32);
+    assert_eq!(scores.bytes(), 1u64 << 34);
+}
+
+/// Llama 3 70B plans and prices in the page at its real size (eight sequences of 8,192
+/// tokens: attention scores of 2^35 elements), which 32-bit sizes refused.
+#[wasm_bindgen_test]
+async fn llama3_70b_plans_in_the_page_at_real_size() {
+    let root = app("s=llama3-70b").await;
+    assert_eq!(count(&root, ".banner.error"), 0, "{}", text(&root, "main"));
+    until(|| text(&root, ".cost-panel").contains("MFU")).await;
+    let cost = text(&root, ".cost-panel");
+    assert!(cost.contains(" GiB"), "{cost}");
+}

@@ -29,9 +29,10 @@ fn load_inputs(
         if !path.exists() {
             continue;
         }
-        let data = (v.ty.numel() as u64)
-            .saturating_mul(8)
-            .saturating_mul(micro_batches as u64);
+        let data =
+            v.ty.numel()
+                .saturating_mul(8)
+                .saturating_mul(micro_batches as u64);
         let limit = data.saturating_add(super::files::NPY_HEADER_LIMIT);
         let bytes = match super::files::read_limited(&path, limit) {
             Ok(bytes) => bytes,

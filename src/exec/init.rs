@@ -107,7 +107,9 @@ pub fn init_recipe(program: &Program, var: &Var, opts: &InitOptions) -> Option<I
 
 /// The initial global value of a source variable (None for other kinds).
 pub fn initial_value(program: &Program, var: &Var, opts: &InitOptions) -> Option<Tensor> {
-    let n = var.ty.numel();
+    // A tensor this target cannot index is never given a value (the browser executes the
+    // shrunk twin; natively every plannable tensor fits).
+    let n = usize::try_from(var.ty.numel()).ok()?;
     let shape = var.ty.shape.to_vec();
     let dtype = var.ty.dtype;
     Some(match init_recipe(program, var, opts)? {

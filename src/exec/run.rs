@@ -391,8 +391,8 @@ fn unshard_pieces(
                 flat.extend(t.to_f64());
             }
             let ty = &r.program.var(v).ty;
-            flat.truncate(ty.numel());
-            if flat.len() != ty.numel() {
+            flat.truncate(usize::try_from(ty.numel()).unwrap_or(usize::MAX));
+            if flat.len() as u64 != ty.numel() {
                 return Err(ExecError::Setup(format!(
                     "the ZeRO shards of `{name}` hold {} elements, not {}",
                     flat.len(),

@@ -57,7 +57,7 @@ fn micro_inputs(p: &Passes, opts: &RunOptions) -> Result<Vec<Vec<(VarId, Tensor)
             None => initial_value(program, &whole, &opts.init)
                 .ok_or_else(|| ExecError::Setup(format!("no value for `{}`", v.name)))?,
         };
-        let per = v.ty.numel();
+        let per = usize::try_from(v.ty.numel()).unwrap_or(usize::MAX);
         for (mb, slot) in out.iter_mut().enumerate() {
             let piece = value
                 .flat_range(mb * per, (mb + 1) * per)

@@ -104,15 +104,15 @@ pub enum InferErrorKind {
     #[error("cannot infer -1 in {target:?}: {elements} elements of X {x}")]
     CannotInferDim {
         target: Vec<i64>,
-        elements: usize,
+        elements: u64,
         x: TensorType,
     },
     #[error("shape {target:?} has {total} elements but X {x} has {elements}")]
     ElementCount {
         target: Vec<i64>,
-        total: usize,
+        total: u64,
         x: TensorType,
-        elements: usize,
+        elements: u64,
     },
     #[error("axis {perm:?} repeats {axis}")]
     RepeatedPermAxis { perm: Vec<i64>, axis: usize },
@@ -248,5 +248,5 @@ pub enum InferErrorKind {
     #[error("the bucket's size overflows")]
     BucketOverflow,
     #[error("FusedOutput {fused} must be a flat buffer of the inputs' {total} elements")]
-    FusedOutput { fused: TensorType, total: usize },
+    FusedOutput { fused: TensorType, total: u64 },
 }

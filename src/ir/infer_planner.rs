@@ -302,7 +302,7 @@ fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
     let x = one(inputs, 0, "X")?;
     if o == RankLocalOp::FlattenPad {
         let numel = op.attr_int("numel", 0);
-        if numel < 0 || (numel as u64) < x.numel() as u64 {
+        if numel < 0 || (numel as u64) < x.numel() {
             return fail(E::NumelTooSmall {
                 numel,
                 x: x.clone(),
@@ -312,7 +312,7 @@ fn flat_buffer(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
     }
     let shape = op.attr_ints("shape").unwrap_or(&[]);
     let dims = super::infer::positive_dims(shape)?;
-    let numel = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let numel = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
     if x.rank() != 1 || numel.is_none_or(|n| n > x.numel()) {
         return fail(E::NotFlatBuffer {
             x: x.clone(),
@@ -334,9 +334,11 @@ fn coalesce(o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorTy
     }
     let total = parts
         .iter()
-        .try_fold(0usize, |a, t| a.checked_add(t.numel()))
+        .try_fold(0u64, |a, t| a.checked_add(t.numel()))
+        .filter(|&n| n <= crate::ir::MAX_ELEMENTS)
         .ok_or(E::BucketOverflow)?;
     if o == RankLocalOp::CoalesceTensor {
+        let total = usize::try_from(total).map_err(|_| E::BucketOverflow)?;
         return single(TensorType::new(first.dtype, vec![total]));
     }
     let fused = one(inputs, 0, "FusedOutput")?;

@@ -104,22 +104,15 @@ impl VarKind {
     }
 }
 
-/// The most elements a tensor may have: 2^53, the largest count an f64 holds exactly (on
-/// 32-bit wasm, where sizes are 32 bits, `usize::MAX`). Far beyond what can be allocated, so
-/// planning (which only holds shapes) works at any real model size, while a product of
-/// dims can never overflow.
-pub const MAX_ELEMENTS: usize = if usize::BITS >= 64 {
-    (1u64 << 53) as usize
-} else {
-    usize::MAX
-};
+/// The most elements a tensor may have: 2^53, the largest count an f64 holds exactly. Far
+/// beyond what can be allocated, so planning (which only holds shapes) works at any real
+/// model size, on every target: element counts are u64 even in the browser, whose `usize`
+/// is 32 bits (a Llama 3 70B's attention scores at sequence 8,192 are 2^32 elements), and a
+/// product of dims can never overflow them.
+pub const MAX_ELEMENTS: u64 = 1 << 53;
 
 /// [`MAX_ELEMENTS`] in words, for the errors that name it.
-pub const MAX_ELEMENTS_TEXT: &str = if usize::BITS >= 64 {
-    "2^53"
-} else {
-    "2^32 - 1 in the browser, whose sizes are 32 bits; the command line plans it"
-};
+pub const MAX_ELEMENTS_TEXT: &str = "2^53";
 
 /// Dense id of a variable in its [`crate::ir::Program`]. Prints as `%3`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -188,20 +181,23 @@ impl TensorType {
 
     /// Number of elements (1 for a scalar), or `None` when the product of the dims exceeds
     /// [`MAX_ELEMENTS`]. The verifier rejects such a variable, so every shape of a verified
-    /// program, and every sub-product of its dims, multiplies without overflow.
-    // On 32-bit wasm MAX_ELEMENTS is usize::MAX, where the comparison cannot fail.
-    #[allow(clippy::absurd_extreme_comparisons)]
-    pub fn checked_numel(&self) -> Option<usize> {
+    /// program, and every sub-product of its dims, multiplies without overflow in u64.
+    pub fn checked_numel(&self) -> Option<u64> {
         self.shape
             .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
             .filter(|&n| n <= MAX_ELEMENTS)
     }
 
-    /// Number of elements (1 for a scalar); saturates at `usize::MAX` for a shape the
+    /// Number of elements (1 for a scalar); saturates at `u64::MAX` for a shape the
     /// verifier would reject (see [`TensorType::checked_numel`]).
-    pub fn numel(&self) -> usize {
-        self.checked_numel().unwrap_or(usize::MAX)
+    pub fn numel(&self) -> u64 {
+        self.checked_numel().unwrap_or(u64::MAX)
+    }
+
+    /// Bytes of the tensor (numel × the dtype's size), saturating.
+    pub fn bytes(&self) -> u64 {
+        self.numel().saturating_mul(self.dtype.size_bytes() as u64)
     }
 
     /// Rank (number of dims).

@@ -183,12 +183,10 @@ impl Model {
 /// Largest total element count a preset may declare, so a typo cannot exhaust memory.
 /// A preset's tensors may be as large as any shape (planning holds only shapes; `run`
 /// checks its memory budget before it allocates).
-const MAX_ELEMENTS: usize = crate::ir::MAX_ELEMENTS;
+const MAX_ELEMENTS: u64 = crate::ir::MAX_ELEMENTS;
 /// The most transformer blocks a preset builds (each is about 60 ops).
 const MAX_LAYERS: usize = 1024;
 
-// On 32-bit wasm MAX_ELEMENTS is usize::MAX, where the comparison cannot fail.
-#[allow(clippy::absurd_extreme_comparisons)]
 fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     let fields = [
         ("batch", cfg.batch),
@@ -233,22 +231,26 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
     if model == Model::Llama {
         check_llama(cfg)?;
     }
+    // In u64: the browser's usize is 32 bits, and these products exceed it at real sizes.
+    let [batch, seq, hidden, heads, vocab, ffn, features] = [
+        cfg.batch,
+        cfg.seq,
+        cfg.hidden,
+        cfg.heads,
+        cfg.vocab,
+        cfg.ffn,
+        cfg.features,
+    ]
+    .map(|d| d as u64);
+    let product = |dims: &[u64]| dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
     let biggest = [
-        cfg.batch
-            .saturating_mul(cfg.seq)
-            .saturating_mul(cfg.hidden)
-            .saturating_mul(4),
-        cfg.batch
-            .saturating_mul(cfg.heads)
-            .saturating_mul(cfg.seq)
-            .saturating_mul(cfg.seq),
-        cfg.batch.saturating_mul(cfg.seq).saturating_mul(cfg.vocab),
-        cfg.hidden.saturating_mul(cfg.hidden).saturating_mul(4),
-        cfg.hidden.saturating_mul(cfg.ffn),
-        cfg.batch.saturating_mul(cfg.seq).saturating_mul(cfg.ffn),
-        cfg.features
-            .saturating_mul(cfg.hidden)
-            .max(cfg.batch.saturating_mul(cfg.hidden)),
+        product(&[batch, seq, hidden, 4]),
+        product(&[batch, heads, seq, seq]),
+        product(&[batch, seq, vocab]),
+        product(&[hidden, hidden, 4]),
+        product(&[hidden, ffn]),
+        product(&[batch, seq, ffn]),
+        product(&[features, hidden]).max(product(&[batch, hidden])),
     ];
     if biggest.iter().any(|&n| n > MAX_ELEMENTS) {
         return Err(ModelError::BadSize(format!(

@@ -9,15 +9,14 @@
 //! sequence length), the batch in one micro-batch (the values view shows collectives only
 //! in plans without micro-batches; the pipeline panel adds them).
 //!
-//! - GPT: `dp=2,tp=4` with 8 sequences and the distributed optimizer (ZeRO-1).
-//! - Llama: `tp=8` with one sequence. Llama 3 trains at 8,192 tokens, and its attention
-//!   scores of one sequence, `[1, 32, 8192, 8192]`, are 2^31 elements: two sequences reach
-//!   2^32, more than the browser's 32-bit sizes count. (70B's 64 heads and 405B's 128 pass
-//!   that with one; the browser refuses them, saying so, and the command line plans them.)
+//! Every family gets `dp=2,tp=4` with 8 sequences and the distributed optimizer (ZeRO-1).
+//! Element counts are 64-bit in the browser too (`ir::MAX_ELEMENTS`), so Llama 3's attention
+//! scores at 8,192 tokens, `[8, 32, 8192, 8192]` (2^34 elements; 70B's and 405B's more),
+//! plan there as on the command line.
 
 use super::published::{Published, DEFAULT_BATCH, PUBLISHED};
 use super::scenarios::{PerLayer, Scenario};
-use super::{Model, ModelConfig};
+use super::ModelConfig;
 use crate::plan::parallel::Parallel;
 use crate::plan::{OptimizerKind, PlanOptions, Recompute};
 
@@ -36,21 +35,11 @@ pub struct PublishedPlan {
 impl PublishedPlan {
     /// The plan the playground gives `preset`.
     pub fn of(preset: &'static Published) -> PublishedPlan {
-        match preset.model {
-            Model::Llama => PublishedPlan {
-                preset,
-                parallel: "tp=8",
-                batch: 1,
-                zero: 0,
-            },
-            Model::Mlp | Model::MlpMse | Model::Gpt | Model::EmbeddingLm | Model::GptLm => {
-                PublishedPlan {
-                    preset,
-                    parallel: "dp=2,tp=4",
-                    batch: DEFAULT_BATCH,
-                    zero: 1,
-                }
-            }
+        PublishedPlan {
+            preset,
+            parallel: "dp=2,tp=4",
+            batch: DEFAULT_BATCH,
+            zero: 1,
         }
     }
 

@@ -33,7 +33,7 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
     let size = |v: Option<&crate::ir::VarId>| {
         v.map_or(0.0, |&v| {
             let t = &program.var(v).ty;
-            (t.numel() * t.dtype.size_bytes()) as f64
+            t.bytes() as f64
         })
     };
     let x = size(op.input("X").first());

@@ -182,7 +182,7 @@ impl Session {
 /// parameters and inputs (optimizer states follow the parameters: Adam's mixed-precision
 /// states are about three times as many).
 pub(super) fn too_large(p: &Passes) -> bool {
-    let params: usize = p
+    let params: u64 = p
         .full
         .program
         .vars()

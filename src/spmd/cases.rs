@@ -87,6 +87,8 @@ pub enum CaseError {
     ReduceType(i64),
     #[error("flatten: start_axis {start} is after stop_axis {stop}")]
     Flatten { start: usize, stop: usize },
+    #[error("flatten: dims {start} to {stop} hold more elements than one dim can")]
+    FlattenTooLarge { start: usize, stop: usize },
     #[error("unsqueeze: axis {0} is out of range or repeated")]
     Unsqueeze(i64),
     #[error("{attr} {value} must not be negative")]
@@ -344,7 +346,11 @@ fn flatten_rule(a: &Attrs, x_shape: &[usize]) -> Result<Rule, CaseError> {
         return Err(CaseError::Flatten { start, stop });
     }
     let mut target = x_shape[..start].to_vec();
-    target.push(x_shape[start..=stop].iter().product());
+    let merged = x_shape[start..=stop]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or(CaseError::FlattenTooLarge { start, stop })?;
+    target.push(merged);
     target.extend(&x_shape[stop + 1..]);
     Ok(Rule::Reshape { target })
 }

@@ -31,10 +31,7 @@ fn local_numel(mesh: &[usize], t: &DistTensor) -> f64 {
 
 /// Aligns the inputs' shardings over the dims in `align`; returns each input's dims.
 fn align(mesh: &[usize], inputs: &[DistTensor], align: &[usize]) -> Result<Vec<Dims>> {
-    let Some(reference) = inputs
-        .iter()
-        .find(|t| t.shape.iter().product::<usize>() > 0)
-    else {
+    let Some(reference) = inputs.iter().find(|t| t.shape.iter().all(|&d| d > 0)) else {
         return Ok(inputs
             .iter()
             .map(|t| smallvec::smallvec![DimAxes::WHOLE; t.shape.len()])

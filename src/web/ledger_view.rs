@@ -66,7 +66,7 @@ pub fn LedgerView() -> Html {
                 .vars()
                 .iter()
                 .filter(|v| kinds.contains(&v.kind))
-                .map(|v| (v.ty.numel() * v.ty.dtype.size_bytes()) as f64)
+                .map(|v| v.ty.bytes() as f64)
                 .sum()
         })
     };

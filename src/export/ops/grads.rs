@@ -183,7 +183,10 @@ fn layer_norm_grad(e: &Emit) -> Result<Vec<String>, ExportError> {
     let op = e.op;
     let x = e.input("X")?;
     let begin = op.attr_int("begin_norm_axis", 1);
-    let width: usize = e.ty(x).shape[begin.max(0) as usize..].iter().product();
+    let width: u64 = e.ty(x).shape[begin.max(0) as usize..]
+        .iter()
+        .map(|&d| d as u64)
+        .product();
     let bias = match op.input("Bias").first() {
         Some(&b) => e.var(b),
         None if e.has_out("Bias@GRAD") => {

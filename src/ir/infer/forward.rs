@@ -64,7 +64,11 @@ pub fn layer_norm(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
 pub fn rms_norm(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     let x = super::float(one(op, ins, 0)?, "X")?;
     let begin = super::begin_norm_axis(op, x)?;
-    let normalized: usize = x.shape[begin..].iter().product();
+    let normalized: usize = x.shape[begin..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .unwrap_or(usize::MAX); // a width past usize matches no parameter
+
     let scale = one(op, ins, 1)?;
     if scale.shape[..] != [normalized] || scale.dtype != x.dtype {
         return fail(E::NormParam {
@@ -104,8 +108,6 @@ pub fn rope(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     single(x.clone())
 }
 
-// On 32-bit wasm MAX_ELEMENTS is usize::MAX, where the comparison cannot fail.
-#[allow(clippy::absurd_extreme_comparisons)]
 pub fn repeat_interleave(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     let x = one(op, ins, 0)?;
     let a = super::axis(op.attr_int("axis", 0), x.rank(), "axis")?;
@@ -117,7 +119,7 @@ pub fn repeat_interleave(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     let mut shape = x.shape.clone();
     shape[a] = shape[a]
         .checked_mul(r)
-        .filter(|&n| n <= crate::ir::MAX_ELEMENTS)
+        .filter(|&n| n as u64 <= crate::ir::MAX_ELEMENTS)
         .ok_or_else(|| E::RepeatsTooLarge {
             repeats: r,
             axis: a,

@@ -213,7 +213,11 @@ fn layer_norm(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>>
         _ => return fail(E::NotOne { slot: "X" }),
     };
     let begin = begin_norm_axis(op, x)?;
-    let normalized: usize = x.shape[begin..].iter().product();
+    let normalized: usize = x.shape[begin..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .unwrap_or(usize::MAX); // a width past usize matches no parameter
+
     for (slot, name) in [(1, "Scale"), (2, "Bias")] {
         match inputs.get(slot).map(|v| v.as_slice()) {
             None | Some([]) => {}
@@ -302,7 +306,7 @@ pub fn reshape_target(x: &TensorType, target: &[i64]) -> Res<Vec<usize>> {
                 x: x.clone(),
             });
         }
-        out[i] = elements / known;
+        out[i] = usize::try_from(elements / known).map_err(|_| too_many())?;
     }
     let total = TensorType::new(x.dtype, out.clone())
         .checked_numel()

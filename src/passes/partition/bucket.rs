@@ -63,7 +63,7 @@ impl Buckets {
     ) {
         self.scale = scale;
         let ty = &b.program.var(g).ty;
-        let bytes = (ty.numel() * ty.dtype.size_bytes()) as f64;
+        let bytes = ty.bytes() as f64;
         let k = match self.open.iter().position(|o| o.axes == axes) {
             Some(k) => k,
             None => {
@@ -100,7 +100,9 @@ impl Buckets {
         let target = if grads.len() == 1 {
             first
         } else {
-            let total: usize = grads.iter().map(|&g| b.program.var(g).ty.numel()).sum();
+            // A bucket holds what one rank's gradients hold, so its size is an index here.
+            let total: u64 = grads.iter().map(|&g| b.program.var(g).ty.numel()).sum();
+            let total = usize::try_from(total).unwrap_or(usize::MAX);
             let flat = b.flat_temp(first, total, "BUCKET");
             let mut pack = Op::new(OpType::CoalesceTensor);
             pack.inputs = crate::slots![grads.clone()];

@@ -90,7 +90,8 @@ fn uneven_mean(b: &mut RankBuilder, op: &Arc<Op>) -> Result<bool, PartitionError
         .flat_map(|&d| layout.dims[d].iter())
         .map(|&a| b.mesh.axis_size(a))
         .product();
-    let n: usize = reduced.iter().map(|&d| global[d]).product();
+    // In u64: the browser's usize is 32 bits, and a mean over a real size's dims exceeds it.
+    let n: u64 = reduced.iter().map(|&d| global[d] as u64).product();
     let slot = if sum_ty == OpType::ReduceSum {
         "Out"
     } else {

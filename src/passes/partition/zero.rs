@@ -138,7 +138,8 @@ impl ZeroLayout {
                 .into_iter()
                 .flat_map(|s| op.input(s).iter().copied())
                 .collect();
-            let numel = locals[w.index()].ty.numel();
+            // A rank's own parameter: its size indexes this target's memory.
+            let numel = usize::try_from(locals[w.index()].ty.numel()).unwrap_or(usize::MAX);
             let shard = numel.div_ceil(group);
             let mut declare = |of: VarId, kind: VarKind| {
                 let v = &locals[of.index()];
