@@ -9,9 +9,9 @@
 //! paper leaves out as small.
 //!
 //! Checked twice: the activations of one layer live at the start of backward, and the
-//! growth of the activations at the peak when a layer is added. The sequence-parallel form,
-//! `s·b·h·(34 + 5·a·s/h)/t`, needs the layer norm's output kept split and gathered again in
-//! backward, which the sequence-parallelism issue builds.
+//! growth of the activations at the peak when a layer is added. Under sequence parallelism
+//! the paper's `s·b·h·(34 + 5·a·s/h)/t` holds once the two gathered layer-norm outputs,
+//! which the plan keeps whole and Megatron gathers again in backward, are added.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
@@ -147,4 +147,42 @@ fn the_dropout_free_form_is_the_paper_s_less_its_dropout_terms() {
         sbh * (34.0 + 5.0 * d.a * d.s / d.h),
         "the paper's no-parallelism form"
     );
+}
+
+fn planned_sp(layers: usize, spec: &str) -> Passes {
+    let par = Parallel::parse(spec).unwrap();
+    let program = par.prepare(&Model::Gpt.build(&config(layers)).unwrap());
+    let shards = par.shard_specs(&program);
+    let plan = common::plan_with(program, &par.mesh_spec(), &shards);
+    run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap()
+}
+
+/// Sequence parallelism (`--parallel tp=t,sp`): the paper's `s·b·h·(34 + 5·a·s/h)/t`, less
+/// its dropout terms (split t ways too), plus the norms' statistics split t ways, plus what
+/// Megatron does not keep: the two gathered layer-norm outputs each column-parallel layer
+/// reads, `2·s·b·h` bytes each whole, where Megatron keeps its `1/t` share and gathers it
+/// again in backward (§4.2.2). The plan keeps the gather's output as Paddle's reshard does.
+#[test]
+fn sequence_parallelism_saves_korthikantis_split_form_plus_the_gathered_inputs() {
+    let d = dims(&config(1));
+    for (spec, t) in [("tp=2,sp", 2.0), ("tp=4,sp", 4.0), ("dp=2,tp=4,sp", 4.0)] {
+        let paper = d.s * d.b * d.h * (34.0 + 5.0 * d.a * d.s / d.h) / t;
+        let gathered = 2.0 * 2.0 * d.s * d.b * d.h * (1.0 - 1.0 / t);
+        let want = paper - dropout_terms(&d, 1.0) / t + norm_statistics(&d) / t + gathered;
+        let dp = Parallel::parse(spec).unwrap().dp as f64;
+        let p = planned_sp(3, spec);
+        for layer in 0..3 {
+            assert_eq!(
+                saved_by_layer(&p, layer),
+                want / dp,
+                "{spec}, layer {layer}"
+            );
+        }
+        let grown = activations_at_peak(&planned_sp(4, spec)) - activations_at_peak(&p);
+        assert_eq!(grown, want / dp, "{spec}: growth of the peak");
+        // Below tensor parallelism's own form: the stream, the norms and their statistics
+        // are split t ways.
+        let tp_only = korthikanti(&d, t) - dropout_terms(&d, t) + norm_statistics(&d);
+        assert!(want < tp_only, "{spec}: {want} against {tp_only}");
+    }
 }

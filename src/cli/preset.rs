@@ -167,6 +167,9 @@ pub(super) fn add_mesh_and_shards(mut plan: Plan, layout: &MeshArgs) -> Result<P
             // --shard names a variable to annotate differently: it replaces the strategy's.
             let named = |s: &String| s.split('=').next().unwrap_or_default().trim().to_string();
             let own: Vec<String> = shards.iter().map(named).collect();
+            // With `sp`, the program gains its gather points (ordinary assign ops, printed
+            // in the plan text like any other).
+            plan.program = p.prepare(&plan.program);
             strategy = p
                 .shard_specs(&plan.program)
                 .into_iter()

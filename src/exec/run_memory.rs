@@ -9,8 +9,9 @@ use crate::passes::driver::Passes;
 const BYTES_PER_THREAD: f64 = 4.0 * 1024.0 * 1024.0;
 
 /// What the process needs before any tensor: the binary, the planner's programs and the
-/// allocator's arenas (about 20 MB measured at 8 ranks).
-const BASE_BYTES: f64 = 48.0 * 1024.0 * 1024.0;
+/// allocator's arenas (about 20 MB measured at 8 ranks; 48 MB counted twice the peak once
+/// replicated values became shared between ranks instead of copied).
+const BASE_BYTES: f64 = 32.0 * 1024.0 * 1024.0;
 
 /// What a rank's program costs beyond its tensors: its ops, variable table and exchange
 /// counters (a generous 4 KB per op), and a rank's own state (its environment's slots,

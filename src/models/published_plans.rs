@@ -69,6 +69,7 @@ impl PublishedPlan {
             dp: 1,
             tp: 1,
             pp: 1,
+            sp: false,
         });
         (p.mesh_spec(), p.shard_specs(program))
     }

@@ -22,6 +22,7 @@ mod options;
 pub mod parallel;
 mod parse;
 mod print;
+pub mod sequence_parallel;
 mod spec;
 mod split;
 mod stage;

@@ -16,12 +16,15 @@
 
 use crate::ir::{OpRole, OpType, Program, VarKind};
 
-/// Degrees of a strategy: data, tensor and pipeline parallel.
+/// Degrees of a strategy: data, tensor and pipeline parallel, and whether tensor
+/// parallelism is Megatron's sequence-parallel kind (`sp`, no degree: it splits the
+/// sequence over the `tp` group; [`super::sequence_parallel`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Parallel {
     pub dp: usize,
     pub tp: usize,
     pub pp: usize,
+    pub sp: bool,
 }
 
 /// Why a `--parallel` spec is refused.
@@ -37,10 +40,12 @@ pub enum ParallelError {
     },
     #[error("`{0}` is given twice")]
     Twice(String),
-    #[error("unknown parallelism `{0}`; --parallel takes dp, tp and pp")]
+    #[error("unknown parallelism `{0}`; --parallel takes dp, tp, pp and sp")]
     Unknown(String),
-    #[error("`sp` (Megatron sequence parallelism) is not built by --parallel yet; the gpt_sequence_parallel scenario shows it")]
-    SequenceParallel,
+    #[error("`sp` splits the sequence over the tensor-parallel group, so it needs tp > 1")]
+    SequenceParallelWithoutTp,
+    #[error("`sp` takes no degree: it is sequence parallelism over the tp group")]
+    SequenceParallelDegree,
     #[error("dp × tp × pp = {0} devices, more than a mesh holds ({max})", max = crate::dist::MAX_MESH_SIZE)]
     TooLarge(usize),
 }
@@ -52,11 +57,16 @@ impl Parallel {
             dp: 1,
             tp: 1,
             pp: 1,
+            sp: false,
         };
         let mut seen: Vec<&str> = Vec::new();
         for item in spec.split(',').map(str::trim) {
             if item == "sp" {
-                return Err(ParallelError::SequenceParallel);
+                if p.sp {
+                    return Err(ParallelError::Twice("sp".into()));
+                }
+                p.sp = true;
+                continue;
             }
             let (key, value) = item
                 .split_once('=')
@@ -80,9 +90,12 @@ impl Parallel {
                 "dp" => p.dp = degree,
                 "tp" => p.tp = degree,
                 "pp" => p.pp = degree,
-                "sp" => return Err(ParallelError::SequenceParallel),
+                "sp" => return Err(ParallelError::SequenceParallelDegree),
                 other => return Err(ParallelError::Unknown(other.to_string())),
             }
+        }
+        if p.sp && p.tp == 1 {
+            return Err(ParallelError::SequenceParallelWithoutTp);
         }
         let devices = p.dp.saturating_mul(p.tp).saturating_mul(p.pp);
         if devices > crate::dist::MAX_MESH_SIZE {
@@ -106,7 +119,18 @@ impl Parallel {
         format!("{}:{}", sizes.join("x"), names.join(","))
     }
 
-    /// The annotations of `program` under this strategy, as shard specs (`wte=tp,-`).
+    /// The program the strategy annotates: `program` itself, or with `sp` the same with
+    /// a gather point before each column-parallel layer
+    /// ([`super::sequence_parallel::with_gather_points`]). Idempotent.
+    pub fn prepare(&self, program: &Program) -> Program {
+        if !self.sp || program.vars().iter().any(|v| v.name.ends_with(".gathered")) {
+            return program.clone();
+        }
+        super::sequence_parallel::with_gather_points(program, &tensor_split(program))
+    }
+
+    /// The annotations of `program` (as [`Parallel::prepare`] gives it) under this
+    /// strategy, as shard specs (`wte=tp,-`).
     pub fn shard_specs(&self, program: &Program) -> Vec<String> {
         let mut specs: Vec<(usize, String)> = Vec::new();
         let mut put = |var: usize, dims: Vec<&str>| {
@@ -115,6 +139,14 @@ impl Parallel {
                 specs.push((var, format!("{name}={}", dims.join(","))));
             }
         };
+        // Sequence parallelism first: its split of an input (`x`) includes the batch's.
+        if self.sp && self.tp > 1 {
+            let dp = if self.dp > 1 { "dp" } else { "-" };
+            let split = tensor_split(program);
+            for (v, dims) in super::sequence_parallel::annotations(program, &split, dp) {
+                put(v, dims);
+            }
+        }
         if self.dp > 1 {
             let batch = program.vars().iter().position(|v| {
                 v.kind == VarKind::Input && v.ty.shape.first().is_some_and(|&n| n >= self.dp)
@@ -133,8 +165,14 @@ impl Parallel {
     }
 }
 
-/// Megatron's tensor-parallel annotations, by pattern (see the module's doc).
-fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) {
+/// Which variables tensor parallelism splits (see the module's doc).
+fn tensor_split(program: &Program) -> Vec<bool> {
+    tensor_parallel(program, &mut |_, _| {})
+}
+
+/// Megatron's tensor-parallel annotations, by pattern (see the module's doc); returns which
+/// variables it splits.
+fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) -> Vec<bool> {
     let mut split = vec![false; program.vars().len()];
     let param = |v: crate::ir::VarId, rank: usize| {
         let var = program.var(v);
@@ -177,6 +215,7 @@ fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) {
             split[out.index()] = out_split;
         }
     }
+    split
 }
 
 #[cfg(test)]
@@ -191,7 +230,8 @@ mod tests {
             Parallel {
                 dp: 32,
                 tp: 8,
-                pp: 16
+                pp: 16,
+                sp: false,
             }
         );
         assert_eq!(p.mesh_spec(), "16x32x8:pp,dp,tp");
@@ -201,7 +241,7 @@ mod tests {
         assert_eq!(err("dp=8,dp=2"), "`dp` is given twice");
         assert_eq!(
             err("cp=2"),
-            "unknown parallelism `cp`; --parallel takes dp, tp and pp"
+            "unknown parallelism `cp`; --parallel takes dp, tp, pp and sp"
         );
         assert_eq!(err("tp"), "`tp` is not NAME=DEGREE (e.g. dp=8,tp=8,pp=2)");
         assert_eq!(

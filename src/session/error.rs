@@ -48,6 +48,11 @@ pub enum LinkError {
     Mesh(SpecError),
     #[error("the link's parallel: {0}")]
     Parallel(crate::plan::parallel::ParallelError),
+    #[error(
+        "the link's parallel: `sp` adds gather points to the program, which a link does not \
+         carry yet; `shardlab plan --parallel ...,sp` builds it"
+    )]
+    SequenceParallel,
     #[error("the link gives both `parallel` and `mesh`; `parallel` builds the mesh")]
     ParallelAndMesh,
     #[error("the link's mesh is too large for the playground")]

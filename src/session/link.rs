@@ -288,6 +288,9 @@ impl Session {
     /// (`dp=2,tp=4,pp=2`, as `--parallel` takes it), found by pattern on the program.
     fn apply_parallel(&mut self, spec: &str) -> Result<(), LinkError> {
         let p = crate::plan::parallel::Parallel::parse(spec).map_err(LinkError::Parallel)?;
+        if p.sp {
+            return Err(LinkError::SequenceParallel);
+        }
         let m = crate::plan::parse_mesh_spec(&p.mesh_spec()).map_err(LinkError::Mesh)?;
         if m.size() > MAX_LINK_MESH {
             return Err(LinkError::MeshTooLarge);
