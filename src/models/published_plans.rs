@@ -71,7 +71,7 @@ impl PublishedPlan {
             pp: 1,
             sp: false,
         });
-        (p.mesh_spec(), p.shard_specs(program))
+        (p.mesh_spec(), p.tensor_specs(program))
     }
 }
 

@@ -132,6 +132,25 @@ impl Parallel {
     /// The annotations of `program` (as [`Parallel::prepare`] gives it) under this
     /// strategy, as shard specs (`wte=tp,-`).
     pub fn shard_specs(&self, program: &Program) -> Vec<String> {
+        // Sequence parallelism first: its split of an input (`x`) includes the batch's.
+        let first = if self.sp && self.tp > 1 {
+            let dp = if self.dp > 1 { "dp" } else { "-" };
+            super::sequence_parallel::annotations(program, &tensor_split(program), dp)
+        } else {
+            Vec::new()
+        };
+        self.annotate(program, first)
+    }
+
+    /// [`Parallel::shard_specs`] without sequence parallelism's annotations, for callers
+    /// that refuse `sp` (the playground's link), so the page's module does not carry them.
+    pub fn tensor_specs(&self, program: &Program) -> Vec<String> {
+        self.annotate(program, Vec::new())
+    }
+
+    /// `first`'s annotations, then the batch's and tensor parallelism's (a variable's first
+    /// annotation wins).
+    fn annotate(&self, program: &Program, first: Vec<(usize, Vec<&str>)>) -> Vec<String> {
         let mut specs: Vec<(usize, String)> = Vec::new();
         let mut put = |var: usize, dims: Vec<&str>| {
             if !specs.iter().any(|(v, _)| *v == var) {
@@ -139,13 +158,8 @@ impl Parallel {
                 specs.push((var, format!("{name}={}", dims.join(","))));
             }
         };
-        // Sequence parallelism first: its split of an input (`x`) includes the batch's.
-        if self.sp && self.tp > 1 {
-            let dp = if self.dp > 1 { "dp" } else { "-" };
-            let split = tensor_split(program);
-            for (v, dims) in super::sequence_parallel::annotations(program, &split, dp) {
-                put(v, dims);
-            }
+        for (v, dims) in first {
+            put(v, dims);
         }
         if self.dp > 1 {
             let batch = program.vars().iter().position(|v| {

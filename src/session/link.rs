@@ -298,7 +298,7 @@ impl Session {
         let m = Arc::new(m);
         self.plan.set_mesh(m.clone());
         self.plan.annotations = p
-            .shard_specs(&self.plan.program)
+            .tensor_specs(&self.plan.program)
             .iter()
             .map(|spec| parse_shard_spec(spec, &self.plan.program, &m))
             .collect::<Result<_, _>>()
