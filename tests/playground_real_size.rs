@@ -197,7 +197,10 @@ fn a_link_s_parallel_field_builds_the_strategy() {
         ("s=gpt2-small&parallel=xp=2", "unknown parallelism `xp`"),
         ("s=gpt2-small&parallel=dp=0", "a degree is a whole number"),
         ("s=gpt2-small&parallel=dp=1024", "too large"),
-        ("s=gpt2-small&parallel=tp=2,sp", "`sp` adds gather points"),
+        (
+            "s=gpt2-small&parallel=tp=2,sp",
+            "links do not carry `sp` yet",
+        ),
     ] {
         let e = Session::from_hash(hash).err().unwrap().to_string();
         assert!(e.contains(says), "{hash}: {e}");

@@ -48,10 +48,7 @@ pub enum LinkError {
     Mesh(SpecError),
     #[error("the link's parallel: {0}")]
     Parallel(crate::plan::parallel::ParallelError),
-    #[error(
-        "the link's parallel: `sp` adds gather points to the program, which a link does not \
-         carry yet; `shardlab plan --parallel ...,sp` builds it"
-    )]
+    #[error("the link's parallel: links do not carry `sp` yet (`shardlab plan` does)")]
     SequenceParallel,
     #[error("the link gives both `parallel` and `mesh`; `parallel` builds the mesh")]
     ParallelAndMesh,
