@@ -16,9 +16,10 @@
 //! Megatron's embedding ends with one. (Annotating the lookup's own output instead makes
 //! the planner gather the whole table.)
 //!
-//! The annotations: a norm's input and output, a residual add's output, a row-parallel
-//! matmul's output and a scatter point are split `[dp, tp, -]`; a gather point is
-//! `[dp, -, -]`. Completion carries the rest.
+//! The annotations: a norm's input and output, a residual add's output and a row-parallel
+//! matmul's output are split `[dp, tp, -]`; a gather point is `[dp, -, -]`. Completion
+//! carries the rest, the scatter point included (its reader, a norm or the add of the
+//! position embedding, is split).
 
 use crate::ir::{Op, OpRole, OpType, Program, Var, VarId, VarKind};
 
@@ -131,11 +132,8 @@ pub fn annotations<'a>(
             }
         } else if ty == OpType::Assign {
             for &o in op.output("Out").iter().filter(|&&o| rank3(o)) {
-                let name = &program.var(o).name;
-                if name.ends_with(".gathered") {
+                if program.var(o).name.ends_with(".gathered") {
                     out.push((o.index(), vec![dp, "-", "-"]));
-                } else if name.ends_with(".scattered") {
-                    out.push(seq_split(o));
                 }
             }
         } else if (ty == OpType::MatmulV2 && linear(program, op) && x.is_some_and(is_split))

@@ -123,49 +123,35 @@ trait Gemm: Copy {
     );
 }
 
-impl Gemm for f32 {
-    unsafe fn gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f32,
-        rsa: isize,
-        csa: isize,
-        b: *const f32,
-        rsb: isize,
-        csb: isize,
-        c: *mut f32,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            matrixmultiply::sgemm(
-                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, n as isize, 1,
-            )
+/// `Gemm` for an element type through matrixmultiply's routine for it.
+macro_rules! gemm_via {
+    ($t:ty, $routine:path) => {
+        impl Gemm for $t {
+            unsafe fn gemm(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: *const $t,
+                rsa: isize,
+                csa: isize,
+                b: *const $t,
+                rsb: isize,
+                csb: isize,
+                c: *mut $t,
+            ) {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    $routine(
+                        m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, n as isize, 1,
+                    )
+                }
+            }
         }
-    }
+    };
 }
 
-impl Gemm for f64 {
-    unsafe fn gemm(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f64,
-        rsa: isize,
-        csa: isize,
-        b: *const f64,
-        rsb: isize,
-        csb: isize,
-        c: *mut f64,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            matrixmultiply::dgemm(
-                m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, n as isize, 1,
-            )
-        }
-    }
-}
+gemm_via!(f32, matrixmultiply::sgemm);
+gemm_via!(f64, matrixmultiply::dgemm);
 
 impl Batches<'_> {
     /// Every batch's product, in batch order. The caller has checked that each block of
