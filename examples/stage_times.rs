@@ -38,7 +38,7 @@ fn main() -> Result<(), String> {
         marks.push(Instant::now());
         let mut full = complete_backward(&b, &c);
         marks.push(Instant::now());
-        append_optimizer(&mut full, &b.param_grads, &Default::default())
+        append_optimizer(&mut full, &b.param_grads, &[], &Default::default())
             .map_err(|e| e.to_string())?;
         marks.push(Instant::now());
         let axes: Vec<_> = full.tensors[b.loss.index()].partial.axes().collect();

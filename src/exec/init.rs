@@ -71,7 +71,9 @@ pub enum InitRecipe {
 
 /// The recipe of a source variable's initial value (None for other kinds).
 pub fn init_recipe(program: &Program, var: &Var, opts: &InitOptions) -> Option<InitRecipe> {
-    let seed = name_seed(opts.seed, &var.name);
+    // A tied parameter's copy on a later pipeline stage starts as its parameter does.
+    let name = crate::passes::pipeline::tied::tied_base(&var.name).unwrap_or(&var.name);
+    let seed = name_seed(opts.seed, name);
     let fan_in = if var.ty.rank() >= 2 {
         var.ty.shape[var.ty.rank() - 2]
     } else {

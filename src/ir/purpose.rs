@@ -24,11 +24,15 @@ pub enum Purpose {
     /// ZeRO / sharding: gradients reduce-scattered to their owners, parameters all-gathered
     /// from their shards (Paddle's sharding pass writes this namescope).
     Sharding,
+    /// Summing a tied parameter's gradient over the pipeline stages that hold a copy
+    /// (Megatron's embedding group; the namescope is ours: Paddle's static planner has no
+    /// copies, see `passes::pipeline::tied`).
+    TiedParameter,
 }
 
 impl Purpose {
     /// Every purpose.
-    pub const ALL: [Purpose; 7] = [
+    pub const ALL: [Purpose; 8] = [
         Purpose::DataParallel,
         Purpose::TensorParallel,
         Purpose::Reshard,
@@ -36,6 +40,7 @@ impl Purpose {
         Purpose::AmpFlag,
         Purpose::GlobalNorm,
         Purpose::Sharding,
+        Purpose::TiedParameter,
     ];
 
     /// Paddle's namescope for ops of this purpose.
@@ -47,6 +52,7 @@ impl Purpose {
             Purpose::AmpFlag => "/auto_parallel/amp_flag_synchronization",
             Purpose::GlobalNorm => "/auto_parallel/global_norm_synchronization",
             Purpose::Sharding => "/auto_parallel/sharding",
+            Purpose::TiedParameter => "/auto_parallel/tied_parameter",
         }
     }
 
@@ -60,6 +66,7 @@ impl Purpose {
             Purpose::AmpFlag => "AMP flag",
             Purpose::GlobalNorm => "global norm",
             Purpose::Sharding => "ZeRO sharding",
+            Purpose::TiedParameter => "tied parameter",
         }
     }
 }

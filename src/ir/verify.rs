@@ -126,8 +126,11 @@ impl Dataflow {
         for v in op.all_outputs() {
             let var = program.var(v);
             // Writing a variable the op also reads is an in-place update (an optimizer on its
-            // parameter, a collective on its buffer); anything else is a second definition.
-            let in_place = op.all_inputs().any(|i| i == v);
+            // parameter, a collective on its buffer); so is handing a tied parameter's summed
+            // gradient to its copies (`passes::pipeline::tied`, one all-reduce on the ranks);
+            // anything else is a second definition.
+            let in_place = op.all_inputs().any(|i| i == v)
+                || op.purpose() == Some(super::Purpose::TiedParameter);
             match var.kind {
                 VarKind::Input | VarKind::Label => err(format!(
                     "writes `{}`, but {} variables are set from outside the program, not by ops",

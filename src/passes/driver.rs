@@ -101,6 +101,8 @@ pub struct Passes {
     /// The pipeline stages (one stage, one chunk without a `pp` axis); each op's stage is in
     /// its dist attr (`passes::pipeline::stages`).
     pub stages: crate::dist::Stages,
+    /// Parameters read on several stages and their copies (`passes::pipeline::tied`).
+    pub ties: Vec<super::pipeline::tied::Tie>,
 }
 
 fn verify(
@@ -155,6 +157,7 @@ pub fn run_passes(plan: &Plan, opts: &PassOptions) -> Result<Passes, PassError> 
         let stages = crate::dist::Stages::of(mesh, plan.options.chunks);
         super::pipeline::stages::check_schedule(&stages, &plan.options)?;
     }
+    let ties = super::pipeline::tied::tie_parameters(&mut plan)?;
     if opts.optimizer.amp {
         scale_loss(&mut plan)?;
     }
@@ -171,7 +174,7 @@ pub fn run_passes(plan: &Plan, opts: &PassOptions) -> Result<Passes, PassError> 
     let backward = super::recompute::apply_recompute(&mut full, backward, opts.recompute)?;
     verify("recompute", &full.program, opts)?;
     let before_optimizer = full.program.ops().len();
-    append_optimizer(&mut full, &backward.param_grads, &opts.optimizer)?;
+    append_optimizer(&mut full, &backward.param_grads, &ties, &opts.optimizer)?;
     super::pipeline::stages::assign_optimizer_stages(&mut full, &stages, before_optimizer);
     verify("optimizer", &full.program, opts)?;
     if opts.partition.verify {
@@ -200,6 +203,7 @@ pub fn run_passes(plan: &Plan, opts: &PassOptions) -> Result<Passes, PassError> 
         ledger,
         loss_avg_axes,
         stages,
+        ties,
     })
 }
 

@@ -124,6 +124,10 @@ impl fmt::Display for Reason {
                 None => write!(f, "move {t} between pipeline stages"),
             },
             Purpose::Sharding => write!(f, "ZeRO: {t} between its shards and the whole"),
+            Purpose::TiedParameter => write!(
+                f,
+                "sum the shares of tied gradient {t} over the stages holding a copy"
+            ),
         }
     }
 }
@@ -161,7 +165,8 @@ fn reason(program: &Program, ops: &[Arc<Op>], i: usize, purpose: Purpose) -> Rea
         | Purpose::AmpFlag
         | Purpose::GlobalNorm
         | Purpose::Pipeline
-        | Purpose::Sharding => None,
+        | Purpose::Sharding
+        | Purpose::TiedParameter => None,
     };
     let peer = matches!(op.ty, OpType::Send | OpType::Recv)
         .then(|| (op.ty == OpType::Send, op.attr_int("peer", -1)));

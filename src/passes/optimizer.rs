@@ -4,6 +4,7 @@
 //! the learning rate, the loss scale, `found_inf` and the global norm are replicated.
 
 use super::dist_program::DistProgram;
+use super::pipeline::tied::Tie;
 use crate::dist::MeshAxis;
 use crate::dist::MeshId;
 use crate::dist::{OperatorDistAttr, ReduceType, TensorDistAttr};
@@ -118,6 +119,30 @@ impl Builder<'_> {
         Ok(id)
     }
 
+    /// Appends update `o` of parameter `p`: the update follows its parameter, so gradient
+    /// `g` must arrive laid out like it.
+    fn push_update(&mut self, o: Op, p: VarId, g: VarId) {
+        let pa = DistProgram::settled(&self.dp.tensors[p.index()]);
+        let at = |v: &VarId| self.dp.tensors[v.index()].clone();
+        let mut attr = OperatorDistAttr::new(MeshId::JOB);
+        attr.inputs = o
+            .inputs
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|v| if *v == g { pa.clone() } else { at(v) })
+                    .collect()
+            })
+            .collect();
+        attr.outputs = o
+            .outputs
+            .iter()
+            .map(|s| s.iter().map(at).collect())
+            .collect();
+        self.dp.program.push_op(o);
+        self.dp.ops.push(attr);
+    }
+
     /// Appends `op`; its slot attrs are the variables' current attrs (outputs of in-place
     /// updates keep their layout), or `overrides` for outputs computed here.
     fn push(&mut self, op: Op) {
@@ -166,6 +191,7 @@ fn op(
 pub fn append_optimizer(
     dp: &mut DistProgram,
     param_grads: &[(VarId, VarId)],
+    ties: &[Tie],
     opts: &OptimizerOptions,
 ) -> Result<(), ProgramError> {
     let dtype = param_grads
@@ -173,11 +199,12 @@ pub fn append_optimizer(
         .map_or(DType::F32, |(p, _)| dp.program.var(*p).ty.dtype);
     let mut b = Builder { dp };
     let grads: Vec<VarId> = param_grads.iter().map(|&(_, g)| g).collect();
+    let copies = tie_gradients(&mut b, param_grads, ties);
     if opts.amp {
         amp(&mut b, &grads, dtype)?;
     }
     if let Some(clip) = opts.clip_norm {
-        clip_by_global_norm(&mut b, &grads, clip, dtype)?;
+        clip_by_global_norm(&mut b, &grads, &copies, clip, dtype)?;
     }
     let lr = b.scalar("learning_rate_0", dtype)?;
     for &(p, g) in param_grads {
@@ -241,34 +268,35 @@ pub fn append_optimizer(
                 )
             }
         };
-        // The update follows its parameter: the gradient must arrive laid out like it.
-        let pa = DistProgram::settled(&b.dp.tensors[p.index()]);
-        let o = op(ty, inputs, outputs, &attrs, "");
-        let mut attr = OperatorDistAttr::new(MeshId::JOB);
-        attr.inputs = o
-            .inputs
-            .iter()
-            .map(|s| {
-                s.iter()
-                    .map(|v| {
-                        if *v == g {
-                            pa.clone()
-                        } else {
-                            b.dp.tensors[v.index()].clone()
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        attr.outputs = o
-            .outputs
-            .iter()
-            .map(|s| s.iter().map(|v| b.dp.tensors[v.index()].clone()).collect())
-            .collect();
-        b.dp.program.push_op(o);
-        b.dp.ops.push(attr);
+        b.push_update(op(ty, inputs, outputs, &attrs, ""), p, g);
     }
     Ok(())
+}
+
+/// The gradients of tied parameters (`pipeline::tied`) summed over their copies, and the
+/// sum given to every copy: `sum` into the parameter's gradient, then an `assign` to each
+/// copy's, in the tied-parameter namescope (the partitioner makes the pair one all-reduce
+/// over the stages). Returns the copies' gradients.
+fn tie_gradients(b: &mut Builder, param_grads: &[(VarId, VarId)], ties: &[Tie]) -> Vec<VarId> {
+    let grad_of = |p: VarId| param_grads.iter().find(|&&(q, _)| q == p).map(|&(_, g)| g);
+    let scope = crate::ir::Purpose::TiedParameter.namescope();
+    let mut copies = Vec::new();
+    for tie in ties {
+        let Some(g) = grad_of(tie.param) else {
+            continue;
+        };
+        let shares: Vec<VarId> = tie.copies.iter().filter_map(|&c| grad_of(c)).collect();
+        if shares.is_empty() {
+            continue;
+        }
+        let all: Vec<VarId> = std::iter::once(g).chain(shares.iter().copied()).collect();
+        b.push(op(OpType::Sum, vec![all], vec![vec![g]], &[], scope));
+        for &c in &shares {
+            b.push(op(OpType::Assign, vec![vec![g]], vec![vec![c]], &[], scope));
+        }
+        copies.extend(shares);
+    }
+    copies
 }
 
 /// AMP: unscale the gradients, flag non-finite values, update the loss scale.
@@ -313,39 +341,48 @@ fn amp(b: &mut Builder, grads: &[VarId], dtype: DType) -> Result<(), ProgramErro
 
 /// Global-norm clipping: `g *= clip / max(sqrt(sum of squared norms), clip)`. A sharded
 /// gradient's squared norm is a partial sum over the mesh axes that shard it.
+/// `g`'s squared L2 norm, partial over the mesh axes `g` is split on (the partitioner sums
+/// the shards: global-norm synchronisation).
+fn squared_norm(b: &mut Builder, g: VarId, dtype: DType) -> Result<VarId, ProgramError> {
+    let name = format!("{}@SQNORM", b.dp.program.var(g).name);
+    let sq =
+        b.dp.program
+            .declare(&name, TensorType::new(dtype, vec![]), VarKind::Activation)?;
+    let mut attr = TensorDistAttr::replicated(MeshId::JOB, 0);
+    let mut axes: Vec<MeshAxis> = b.dp.tensors[g.index()]
+        .dims
+        .iter()
+        .flatten()
+        .copied()
+        .collect();
+    axes.sort_unstable();
+    for a in axes {
+        attr.set_partial(a, ReduceType::Sum);
+    }
+    b.dp.tensors.push(attr);
+    b.push(op(
+        OpType::SquaredL2Norm,
+        vec![vec![g]],
+        vec![vec![sq]],
+        &[],
+        "",
+    ));
+    Ok(sq)
+}
+
 fn clip_by_global_norm(
     b: &mut Builder,
     grads: &[VarId],
+    copies: &[VarId],
     clip: f64,
     dtype: DType,
 ) -> Result<(), ProgramError> {
-    let mut norms = Vec::new();
-    for &g in grads {
-        let name = format!("{}@SQNORM", b.dp.program.var(g).name);
-        let sq =
-            b.dp.program
-                .declare(&name, TensorType::new(dtype, vec![]), VarKind::Activation)?;
-        let mut attr = TensorDistAttr::replicated(MeshId::JOB, 0);
-        let mut axes: Vec<MeshAxis> = b.dp.tensors[g.index()]
-            .dims
-            .iter()
-            .flatten()
-            .copied()
-            .collect();
-        axes.sort_unstable();
-        for a in axes {
-            attr.set_partial(a, ReduceType::Sum);
-        }
-        b.dp.tensors.push(attr);
-        b.push(op(
-            OpType::SquaredL2Norm,
-            vec![vec![g]],
-            vec![vec![sq]],
-            &[],
-            "",
-        ));
-        norms.push(sq);
-    }
+    // A tied parameter's gradient counts once: its copies hold the same sum.
+    let norms = grads
+        .iter()
+        .filter(|g| !copies.contains(g))
+        .map(|&g| squared_norm(b, g, dtype))
+        .collect::<Result<Vec<VarId>, ProgramError>>()?;
     let total = b.dp.program.declare(
         "global_norm_sq_0",
         TensorType::new(dtype, vec![]),

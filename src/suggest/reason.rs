@@ -13,7 +13,7 @@ fn axis_of(purpose: Purpose) -> Option<Axis> {
     match purpose {
         Purpose::TensorParallel => Some(Axis::Mp),
         Purpose::DataParallel | Purpose::Sharding => Some(Axis::Dp),
-        Purpose::Pipeline => Some(Axis::Pp),
+        Purpose::Pipeline | Purpose::TiedParameter => Some(Axis::Pp),
         Purpose::Reshard | Purpose::AmpFlag | Purpose::GlobalNorm => None,
     }
 }
@@ -42,6 +42,7 @@ fn collectives(purpose: Purpose) -> &'static str {
         Purpose::Reshard => "reshards",
         Purpose::AmpFlag => "AMP flag all-reduces",
         Purpose::GlobalNorm => "global-norm all-reduces",
+        Purpose::TiedParameter => "tied-parameter all-reduces",
     }
 }
 

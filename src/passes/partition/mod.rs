@@ -391,6 +391,12 @@ fn partition_rank(
             // The optimizer reads the gradients: every bucket is synchronised before it.
             sync.buckets.close_all(&mut b);
         }
+        if op.purpose() == Some(crate::ir::Purpose::TiedParameter) {
+            if let Some(plan) = &marks.stages {
+                sync::tied_sum(&mut b, &local, op, plan, &marks.zero)?;
+            }
+            continue;
+        }
         if op.ty == OpType::FillConstant && op.role == OpRole::Backward && !seeded {
             seeded = true;
             seed_micro_batch(&mut local, opts.micro_batches);

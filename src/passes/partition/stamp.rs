@@ -61,6 +61,14 @@ pub enum RankAttrs {
         stage: usize,
         send: bool,
     },
+    /// A collective over the ranks at `stages` along the `pp` axis, at this rank's
+    /// coordinates on the other axes (a tied parameter's stages): `extra`, plus `group`
+    /// and `ring_id`.
+    Stages {
+        pp: MeshAxis,
+        stages: SmallVec<[usize; 4]>,
+        extra: ExtraAttrs,
+    },
 }
 
 /// What computing rank-dependent attributes needs: the rank, its mesh, the job's group
@@ -181,6 +189,23 @@ impl RankAttrs {
                 let ring = ctx.groups.p2p_ring(src, dst);
                 attrs.insert("peer".into(), Attr::Int(i64::from(peer)));
                 attrs.insert("group".into(), ints(&[src, dst]));
+                attrs.insert("ring_id".into(), Attr::Int(ring as i64));
+            }
+            RankAttrs::Stages { pp, stages, extra } => {
+                let mut group: Vec<u32> = stages
+                    .iter()
+                    .filter_map(|&stage| {
+                        let mut coords = ctx.coords.clone();
+                        *coords.get_mut(pp.index())? = stage;
+                        ctx.mesh.process_at(&coords)
+                    })
+                    .collect();
+                group.sort_unstable();
+                let ring = ctx.groups.ring_of(&group);
+                for (k, v) in extra {
+                    attrs.insert(k.to_string(), v.clone());
+                }
+                attrs.insert("group".into(), ints(&group));
                 attrs.insert("ring_id".into(), Attr::Int(ring as i64));
             }
             RankAttrs::VocabCrossEntropy { axes, cols } => {

@@ -235,6 +235,44 @@ pub fn global_norm_sum(
     Ok(true)
 }
 
+/// A tied parameter's gradient sum (`pipeline::tied`): the serial `sum` of the copies'
+/// gradients becomes, on each rank of a tied stage, an all-reduce (SUM) of its own copy's
+/// gradient (its ZeRO shard under ZeRO) over the tied stages; the `assign` that hands the
+/// sum to the copies is that same all-reduce, so it emits nothing. `local` is the op with
+/// this rank's stage's slots only (`p2p::RankPipe`), `serial` the whole op.
+pub fn tied_sum(
+    b: &mut RankBuilder,
+    local: &Op,
+    serial: &Op,
+    plan: &super::p2p::StagePlan,
+    zero: &super::zero::ZeroLayout,
+) -> Result<(), PartitionError> {
+    if local.ty != OpType::Sum {
+        return Ok(());
+    }
+    let Some(&g) = local.input("X").first() else {
+        return Ok(());
+    };
+    let pp = plan.stages.axis.ok_or(PartitionError::NoPipelineAxis)?;
+    let stages: smallvec::SmallVec<[usize; 4]> =
+        serial.input("X").iter().map(|&v| plan.owner(v)).collect();
+    let target = zero.by_grad(g).map_or(g, |p| p.grad_shard);
+    let mut op = Op::new(OpType::AllReduce);
+    op.inputs = crate::slots![[target]];
+    op.outputs = crate::slots![[target]];
+    op.namescope = Purpose::TiedParameter.namescope().into();
+    let extra = vec![("reduce_type", Attr::Str("SUM".into()))];
+    b.rank_dependent(
+        op,
+        super::stamp::RankAttrs::Stages {
+            pp,
+            stages,
+            extra: extra.into(),
+        },
+    );
+    Ok(())
+}
+
 /// A data-parallel gradient scaling op (the seed's `is_data_parallel_scale_op`).
 pub fn is_data_parallel_scale_op(op: &Op) -> bool {
     op.ty == OpType::Scale && op.purpose() == Some(Purpose::DataParallel)

@@ -15,12 +15,13 @@
 //! - an optimizer op on the stage of the gradient it reads.
 //!
 //! Activations only move to later stages: a placed op reading a tensor computed on a later
-//! stage is an error, as is a parameter read on two stages (tied weights would need their
-//! gradients summed across stages, which we do not do).
+//! stage is an error. A parameter read on several physical stages was given a copy per
+//! stage before completion (`tied.rs`); one read by two chunks of one physical stage is an
+//! error.
 
 use super::super::dist_program::DistProgram;
 use crate::dist::{MeshId, Stages};
-use crate::ir::{OpId, OpType, VarKind};
+use crate::ir::{OpId, OpType, Program, VarKind};
 use crate::plan::{Plan, StageTarget};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -43,8 +44,9 @@ pub enum StageError {
         from: usize,
     },
     #[error(
-        "parameter `{param}` is read on stages {first} and {second}: a parameter must live on \
-         one stage (tied weights across stages are not supported)"
+        "parameter `{param}` is read on virtual stages {first} and {second} of one physical \
+         stage: a parameter is tied across physical stages only (place both readers in one \
+         chunk)"
     )]
     SharedParameter {
         param: String,
@@ -53,6 +55,8 @@ pub enum StageError {
     },
     #[error("{0}")]
     Split(#[from] crate::plan::SplitError),
+    #[error("tying a parameter read on several stages: {0}")]
+    Tie(String),
 
     #[error("schedule: {0}")]
     Schedule(String),
@@ -74,6 +78,7 @@ impl crate::plan::Located for StageError {
             // `pp` axis's, whose size the options' chunks multiply).
             StageError::NoSuchStage { .. }
             | StageError::Split(_)
+            | StageError::Tie(_)
             | StageError::Schedule(_)
             | StageError::Empty { .. } => Some(PlanSubject::Options),
         }
@@ -118,12 +123,37 @@ pub fn assign_stages(
     }
     let count = stages.virtual_count();
     let (placed, raised) = placements(plan, count)?;
-    let ops = full.program.ops().len();
+    let stage = op_stages(&full.program, &placed, &raised, forward_of, first_backward)?;
+    check_parameters(full, &stage, first_backward)?;
+    for (i, s) in stage.iter().enumerate() {
+        set_stage(full, &stages, i, s.unwrap_or(0));
+    }
+    if stages.is_pipelined() {
+        for k in 0..count {
+            if !stage[..first_backward].contains(&Some(k)) {
+                return Err(StageError::Empty { stage: k, count });
+            }
+        }
+    }
+    Ok(stages)
+}
+
+/// The virtual stage of every op of `program` by the rules above (`placed` and `raised`
+/// from the plan's statements; `forward_of` maps a grad op to its forward op, and ops from
+/// `first_backward` on are backward).
+fn op_stages(
+    program: &Program,
+    placed: &HashMap<usize, usize>,
+    raised: &HashMap<usize, usize>,
+    forward_of: &HashMap<OpId, OpId>,
+    first_backward: usize,
+) -> Result<Vec<Option<usize>>, StageError> {
+    let ops = program.ops().len();
     let mut stage: Vec<Option<usize>> = vec![None; ops];
     // The stage each variable was last written on.
-    let mut written: Vec<Option<usize>> = vec![None; full.program.vars().len()];
+    let mut written: Vec<Option<usize>> = vec![None; program.vars().len()];
     for i in 0..ops {
-        let op = full.program.op(OpId(i as u32));
+        let op = program.op(OpId(i as u32));
         let fwd = forward_of.get(&OpId(i as u32)).map(|f| f.index());
         let read = op
             .all_inputs()
@@ -145,7 +175,7 @@ pub fn assign_stages(
                             op: i,
                             ty: op.ty.to_string(),
                             stage: p,
-                            var: full.program.var(v).name.to_string(),
+                            var: program.var(v).name.to_string(),
                             from,
                         });
                     }
@@ -167,19 +197,18 @@ pub fn assign_stages(
             }
         }
     }
-    fill_from_consumers(full, &mut stage);
-    check_parameters(full, &stage, first_backward)?;
-    for (i, s) in stage.iter().enumerate() {
-        set_stage(full, &stages, i, s.unwrap_or(0));
-    }
-    if stages.is_pipelined() {
-        for k in 0..count {
-            if !stage[..first_backward].contains(&Some(k)) {
-                return Err(StageError::Empty { stage: k, count });
-            }
-        }
-    }
-    Ok(stages)
+    fill_from_consumers(program, &mut stage);
+    Ok(stage)
+}
+
+/// The virtual stage of every op of a forward `plan` (its `stage` statements, or the even
+/// split), before completion: what [`super::tied`] needs to find the parameters read on
+/// several stages.
+pub fn forward_stages(plan: &Plan, count: usize) -> Result<Vec<usize>, StageError> {
+    let (placed, raised) = placements(plan, count)?;
+    let ops = plan.program.ops().len();
+    let stage = op_stages(&plan.program, &placed, &raised, &HashMap::default(), ops)?;
+    Ok(stage.into_iter().map(|s| s.unwrap_or(0)).collect())
 }
 
 /// Checks a plan's schedule options against its stages: `chunks` only with `vpp` (which
@@ -273,8 +302,8 @@ fn placements(plan: &Plan, count: usize) -> Result<Placements, StageError> {
 
 /// Ops that read no computed tensor take the stage of their first consumer (stage 0 when
 /// nothing consumes them).
-fn fill_from_consumers(full: &DistProgram, stage: &mut [Option<usize>]) {
-    let ops = full.program.ops();
+fn fill_from_consumers(program: &Program, stage: &mut [Option<usize>]) {
+    let ops = program.ops();
     for i in (0..ops.len()).rev() {
         if stage[i].is_some() {
             continue;
@@ -333,8 +362,13 @@ pub fn assign_optimizer_stages(full: &mut DistProgram, stages: &Stages, first: u
     let mut written: Vec<Option<usize>> = vec![None; full.program.vars().len()];
     for i in 0..full.program.ops().len() {
         let op = full.program.op(OpId(i as u32));
+        // A tied parameter's sum runs on every stage holding a copy, and each copy's
+        // gradient stays on its stage.
+        let tied = op.purpose() == Some(crate::ir::Purpose::TiedParameter);
         let s = if i < first {
             virtual_stage(stages, &full.ops[i])
+        } else if tied {
+            ALL_STAGES
         } else {
             let mut read: Vec<usize> = op
                 .all_inputs()
@@ -356,7 +390,7 @@ pub fn assign_optimizer_stages(full: &mut DistProgram, stages: &Stages, first: u
             }
         };
         let inputs: Vec<_> = op.all_inputs().collect();
-        for v in op.all_outputs() {
+        for v in op.all_outputs().filter(|_| !tied) {
             if s != ALL_STAGES || !inputs.contains(&v) {
                 written[v.index()] = Some(s);
             }
