@@ -46,7 +46,8 @@ fn build(model: Model, layers: usize, mesh: &str, shards: &[String], dtype: DTyp
 
 /// The cases: the MLP and gpt presets under dp, Megatron mp and dp×mp; a reshard
 /// conflict; a vocab-split embedding; ZeRO-3; a 2-stage pipeline; and one case with every
-/// optimizer-phase feature (AMP, clipping, AdamW, Megatron sums, recompute).
+/// optimizer-phase feature (AMP, clipping, AdamW, Megatron sums, recompute); GPT's tied
+/// embedding across four stages.
 fn cases(dtype: DType) -> Vec<Case> {
     let mut out = Vec::new();
     for model in [Model::Mlp, Model::Gpt] {
@@ -129,6 +130,27 @@ fn cases(dtype: DType) -> Vec<Case> {
     out.push(Case {
         name: "gpt_pp2_1f1b".into(),
         plan: pure,
+    });
+    // GPT's tied embedding over 4 stages: the first and last stages' gradient shares are
+    // one host-run all-reduce over the two stages, the global norm's another over all four.
+    let gpt_lm = ModelConfig {
+        layers: 4,
+        dtype,
+        ..Model::GptLm.default_config()
+    };
+    let strategy = shardlab::plan::parallel::Parallel::parse("dp=2,pp=4").unwrap();
+    let program = Model::GptLm.build(&gpt_lm).unwrap();
+    let mut tied = plan_with(
+        program.clone(),
+        &strategy.mesh_spec(),
+        &strategy.shard_specs(&program),
+    );
+    tied.options.micro_batches = 2;
+    tied.options.clip_norm = Some(0.5);
+    tied.options.optimizer = shardlab::plan::OptimizerKind::Adam;
+    out.push(Case {
+        name: "gpt_lm_tied_pp4_dp2_clip_adam".into(),
+        plan: tied,
     });
     out.extend(uneven_cases(dtype));
     out

@@ -1274,3 +1274,20 @@ async fn llama3_70b_plans_in_the_page_at_real_size() {
     let cost = text(&root, ".cost-panel");
     assert!(cost.contains(" GiB"), "{cost}");
 }
+
+/// GPT-3 on a pipeline in the page: the tied embedding gets its copy on the last stage and
+/// the cost panel prices the plan (refused before the copy existed).
+#[wasm_bindgen_test]
+async fn gpt3_on_a_pipeline_ties_its_embedding_in_the_page() {
+    let root = app("s=gpt3-1.3b&parallel=dp=2,tp=2,pp=2&stage=partition&rank=4").await;
+    assert_eq!(count(&root, ".banner.error"), 0, "{}", text(&root, "main"));
+    until(|| text(&root, ".cost-panel").contains("MFU")).await;
+    // Rank 4 is on the last stage: its head reads the copy, whose gradient it all-reduces
+    // with rank 0's share.
+    let program = text(&root, ".program-panel");
+    assert!(
+        program.contains("wte@TIED@1@GRAD"),
+        "{}",
+        &program[..program.len().min(3000)]
+    );
+}

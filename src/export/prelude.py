@@ -343,7 +343,10 @@ def initial_value(name, spec):
     if kind == "const":
         vals = np.full(n, a, np.float64)
     else:
-        u = uniform(name_seed(SEED, name), np.arange(n, dtype=np.uint64))
+        # A tied parameter's copy on a later pipeline stage (`wte@TIED@7`) starts as its
+        # parameter does (exec/init.rs, passes/pipeline/tied.rs).
+        base = name.split("@TIED@")[0]
+        u = uniform(name_seed(SEED, base), np.arange(n, dtype=np.uint64))
         if kind == "ints":
             vals = np.minimum(np.floor(u * a), a - 1.0)
         else:
@@ -889,15 +892,16 @@ def run_pipeline_shard_map(args):
                 env[s][k] = x
 
     def run_host(pieces_by_stage):
-        """One collective spanning stages: every rank's value reduced over its group."""
-        local = [np.asarray(env[s][p["x"]]) for s, p in pieces_by_stage]
-        for (s, p), _ in zip(pieces_by_stage, local):
+        """One collective spanning stages: every rank's value reduced over its group. Each
+        stage names its own operand (a tied parameter's copies have their own names)."""
+        xs = {s: p["x"] for s, p in pieces_by_stage}
+        for s, p in pieces_by_stage:
             red = REDUCE[p["host"]]
             out = []
             for pos, group in enumerate(p["groups"]):
                 acc = None
                 for t, q in group:
-                    x = np.asarray(env[t][p["x"]])[q]
+                    x = np.asarray(env[t][xs[t]])[q]
                     acc = x if acc is None else red(acc, x)
                 if p["host"] == "AVG":
                     acc = acc / len(group)
@@ -905,6 +909,29 @@ def run_pipeline_shard_map(args):
             env[s]["__host_" + p["out"]] = np.stack(out)
         for s, p in pieces_by_stage:
             env[s][p["out"]] = jax.device_put(env[s].pop("__host_" + p["out"]), specs[s])
+
+    def run_optimizer(mb, mailbox):
+        """Each stage's optimizer job: its jitted pieces in order, and each host-run
+        collective once every stage its groups span has reached its own (a tied
+        parameter's all-reduce spans only the tied stages, the global norm's all of them)."""
+        at = [0] * n_stages
+        while True:
+            for s in range(n_stages):
+                job = JOBS[s]["optimizer"]
+                while at[s] < len(job) and "host" not in job[at[s]]:
+                    run_piece(s, job[at[s]], None, mb, mailbox)
+                    at[s] += 1
+            waiting = {s: JOBS[s]["optimizer"][at[s]] for s in range(n_stages) if at[s] < len(JOBS[s]["optimizer"])}
+            if not waiting:
+                return
+            spans = {s: sorted({t for g in p["groups"] for t, _ in g}) for s, p in waiting.items()}
+            ready = [s for s in waiting if all(t in waiting and spans[t] == spans[s] for t in spans[s])]
+            if not ready:
+                raise RuntimeError("host-run collectives wait on each other: %r" % spans)
+            span = spans[ready[0]]
+            run_host([(t, waiting[t]) for t in span])
+            for t in span:
+                at[t] += 1
 
     losses, first = [], None
     whole = {k: values[k] for k in values}
@@ -937,19 +964,7 @@ def run_pipeline_shard_map(args):
             env[s].update(acc[s])
         ls = LOSS_STAGE
         env[ls][LOSS] = sum(mb[m][ls][LOSS] for m in range(MICRO_BATCHES)) / MICRO_BATCHES
-        steps = max(len(JOBS[s]["optimizer"]) for s in range(n_stages))
-        for k in range(steps):
-            host = []
-            for s in range(n_stages):
-                piece = JOBS[s]["optimizer"][k] if k < len(JOBS[s]["optimizer"]) else None
-                if piece is None:
-                    continue
-                if "host" in piece:
-                    host.append((s, piece))
-                else:
-                    run_piece(s, piece, None, mb, mailbox)
-            if host:
-                run_host(host)
+        run_optimizer(mb, mailbox)
         snap = [{k: np.asarray(x) for k, x in e.items()} for e in env]
         rec = RECORDS["loss"]
         losses.append(float(gather([snap[rec["stage"]][rec["var"]][i] for i in range(len(STAGES[rec["stage"]]["ranks"]))], rec, rec["global_shape"], STAGES[rec["stage"]]["shape"])[0]))

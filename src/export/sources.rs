@@ -14,7 +14,8 @@ pub fn table(p: &Passes, init: &InitOptions) -> Result<String, ExportError> {
     let mut out = String::from(
         "# Every variable the step reads before writing: global shape, dtype, and how its\n\
          # initial value is drawn (\"uniform\": bound * (2u - 1); \"ints\": floor(u * hi);\n\
-         # \"const\"), u being ShardLab's seeded uniform numbers for the variable's name.\n\
+         # \"const\"), u being ShardLab's seeded uniform numbers for the variable's name\n\
+         # (a tied copy `w@TIED@k` takes w's).\n\
          SOURCES = {\n",
     );
     for v in program.vars().iter().filter(|v| v.kind.is_source()) {

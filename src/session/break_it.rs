@@ -164,7 +164,7 @@ impl Session {
             .iter()
             .map(|(_, b)| self.describe_break(b))
             .collect();
-        let serial = run_serial(&p, &opts).map_err(SessionError::Serial)?;
+        let serial = run_serial(&p, &opts).map_err(|e| SessionError::Serial(e.to_string()))?;
         Ok(match run_distributed(&broken, &opts, false) {
             Ok(d) => diagnose(&serial, &d, breaks),
             Err(e) => BreakReport {

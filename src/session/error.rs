@@ -5,7 +5,6 @@
 use crate::cost::device::TopologyError;
 use crate::cost::estimate::EstimateError;
 use crate::cost::pipeline::PipelineTimeError;
-use crate::exec::interp::ExecError;
 use crate::export::ExportError;
 use crate::models::ModelError;
 use crate::passes::driver::PassError;
@@ -97,10 +96,12 @@ pub enum SessionError {
     TooLarge,
     #[error("the shrunk twin has no variable `{0}`; edit the plan at its real size, or run it with `shardlab run`")]
     TwinVar(String),
+    // The executor's errors are kept as their messages: the engine formats them, so the
+    // page's module does not carry the executor's error types (it shows only the text).
     #[error("run failed: {0}")]
-    Run(ExecError),
+    Run(String),
     #[error("the serial run failed: {0}")]
-    Serial(ExecError),
+    Serial(String),
     #[error(transparent)]
     Passes(#[from] PassError),
     #[error(transparent)]
@@ -136,7 +137,7 @@ pub enum SessionError {
     #[error("no such op")]
     NoOpKey,
     #[error("{0}")]
-    Values(ExecError),
+    Values(String),
     #[error("every rank must be partitioned")]
     NotPartitioned,
     #[error("the executor left no value for this send and recv")]

@@ -20,8 +20,8 @@ impl Session {
         // Verified in f64: in f32 the derived tolerance cannot catch every error on a deep
         // model (`exec::precision`).
         let p = crate::exec::precision::in_precision(&p, crate::exec::precision::Precision::F64);
-        let s = run_serial(&p, &opts).map_err(SessionError::Run)?;
-        let d = run_distributed(&p, &opts, false).map_err(SessionError::Run)?;
+        let s = run_serial(&p, &opts).map_err(|e| SessionError::Run(e.to_string()))?;
+        let d = run_distributed(&p, &opts, false).map_err(|e| SessionError::Run(e.to_string()))?;
         Ok(RunSummary {
             serial_losses: s.losses.clone(),
             dist_losses: d.losses.clone(),

@@ -108,8 +108,8 @@ impl Session {
             })
             .collect();
         let opts = RunOptions::default();
-        let values =
-            crate::exec::values::values_around(p, &ops, &opts).map_err(SessionError::Values)?;
+        let values = crate::exec::values::values_around(p, &ops, &opts)
+            .map_err(|e| SessionError::Values(e.to_string()))?;
         let blocks: Vec<Block> = values
             .into_iter()
             .map(|(rank, a, b)| Block {
@@ -157,7 +157,7 @@ fn p2p_view(
         &[sender, receiver],
         &RunOptions::default(),
     )
-    .map_err(SessionError::Values)?;
+    .map_err(|e| SessionError::Values(e.to_string()))?;
     let [Some(a), Some(b)] = [
         values.first().cloned().flatten(),
         values.get(1).cloned().flatten(),

@@ -16,7 +16,8 @@ pub fn purpose_class(p: Purpose) -> &'static str {
         Purpose::DataParallel => "dp",
         Purpose::TensorParallel => "tp",
         Purpose::Reshard => "reshard",
-        Purpose::Pipeline => "pp",
+        // A tied parameter's all-reduce runs across the pipeline stages.
+        Purpose::Pipeline | Purpose::TiedParameter => "pp",
         Purpose::AmpFlag => "amp",
         Purpose::GlobalNorm => "norm",
         Purpose::Sharding => "zero",

@@ -262,14 +262,7 @@ pub fn tied_sum(
     op.outputs = crate::slots![[target]];
     op.namescope = Purpose::TiedParameter.namescope().into();
     let extra = vec![("reduce_type", Attr::Str("SUM".into()))];
-    b.rank_dependent(
-        op,
-        super::stamp::RankAttrs::Stages {
-            pp,
-            stages,
-            extra: extra.into(),
-        },
-    );
+    b.rank_dependent(op, super::stamp::RankAttrs::Stages { pp, stages, extra });
     Ok(())
 }
 
