@@ -9,7 +9,7 @@ unset PROPTEST_RNG_SEED
 CASES="${1:-250000}"
 START=$(date +%s)
 PROPTEST_CASES="$CASES" cargo test --test fuzz -- --test-threads=2
-echo "fuzz: 4 targets x $CASES inputs in $(( $(date +%s) - START ))s"
+echo "fuzz: 5 targets x $CASES inputs in $(( $(date +%s) - START ))s"
 # Command lines, a process each: fewer, but every flag of every subcommand.
 START=$(date +%s)
 FLAG_FUZZ_CASES="${FLAG_FUZZ_CASES:-20000}" cargo test --test cli flag_fuzz

@@ -26,6 +26,7 @@ pub mod dist;
 pub mod engine;
 pub mod exec;
 pub mod export;
+pub mod import;
 pub mod ir;
 pub mod models;
 pub mod passes;

@@ -75,6 +75,7 @@ fn modules_depend_only_downward() {
         ("plan", &["ir", "dist"]),
         ("spmd", &["ir", "dist"]),
         ("models", &["ir", "plan"]),
+        ("import", &["ir"]),
         ("passes", &["ir", "dist", "spmd", "plan"]),
         ("exec", &["ir", "dist", "passes"]),
         ("cost", &["ir", "dist", "plan", "passes"]),
@@ -105,7 +106,7 @@ fn modules_depend_only_downward() {
             "cli",
             &[
                 "ir", "dist", "plan", "spmd", "models", "passes", "exec", "cost", "export",
-                "suggest", "report",
+                "suggest", "report", "import",
             ],
         ),
         (

@@ -1027,6 +1027,8 @@ mod flag_fuzz {
             "-",
             "dp=2,tp=2",
             "pp=2,dp=2,tp=2",
+            "DynamicDimension.0=2",
+            "DynamicDimension.0=0",
             "tp=3",
             "dp=9999",
             "sp",
@@ -1081,8 +1083,11 @@ mod flag_fuzz {
             "--global-batch",
             "--global-batch-tokens",
             "--micro-batch-size",
+            "--dim",
         ]);
         let bare = prop::sample::select(vec![
+            "tests/models/mlp_block.onnx",
+            "/dev/zero",
             "--amp",
             "--ledger",
             "--megatron-sums",
@@ -1106,19 +1111,21 @@ mod flag_fuzz {
         })]
         #[test]
         fn the_tool_never_panics(
-            cmd in prop::sample::select(vec!["print", "check", "plan", "run", "cost", "spmd", "schedule", "export", "suggest", "nonsense"]),
+            cmd in prop::sample::select(vec!["print", "check", "import", "plan", "run", "cost", "spmd", "schedule", "export", "suggest", "nonsense"]),
             flags in prop::collection::vec(flag(), 0..6),
             topology in prop::sample::select(vec!["h100x8", "h100x8x4", "tpu-v5e-16", "v100"]),
         ) {
             let mut args = vec![cmd.to_string()];
-            args.extend(flags.into_iter().flatten());
+            // An import that succeeds would write its `-o` file into the source tree.
+            let flags = flags.into_iter().filter(|f| cmd != "import" || f[0] != "-o");
+            args.extend(flags.flatten());
             // `cost` on the default `cpu` topology measures the machine first (half a second):
             // the fuzz picks a preset instead.
             if cmd == "cost" {
                 args.extend(["--topology".to_string(), topology.to_string()]);
             }
             // Runs stay small: a memory budget of 64 MiB bounds what a run may allocate.
-            if cmd == "run" || cmd == "export" {
+            if cmd == "run" || cmd == "export" || cmd == "import" {
                 args.extend(["--max-memory".to_string(), "64M".to_string()]);
             }
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -1,5 +1,5 @@
 //! Fuzzing every input surface with grammar-aware generators (proptest, stable Rust): plan
-//! texts, mesh and shard specs, and playground links. Each input must give a value or an
+//! texts, mesh and shard specs, playground links and imported ONNX files. Each input must give a value or an
 //! error, never a panic; plans that parse and verify are also planned (under a memory
 //! estimate), and links that load are written back and loaded again.
 //!
@@ -331,6 +331,39 @@ proptest! {
                 .build(&shardlab::models::Model::Mlp.default_config())
                 .unwrap();
             let _ = parse_shard_spec(&shard, &program, &std::sync::Arc::new(mesh));
+        }
+    }
+
+    /// ONNX files: the fixture with bytes changed, cut short or spliced, and random bytes.
+    /// An import that succeeds must give a program that verifies and prints as text that
+    /// parses again.
+    #[test]
+    fn onnx_files(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+        cut in any::<prop::sample::Index>(),
+        random in prop::collection::vec(any::<u8>(), 0..64),
+        which in 0..3u8,
+    ) {
+        let fixture: &[u8] = include_bytes!("models/mlp_block.onnx");
+        let bytes = match which {
+            0 => {
+                let mut b = fixture.to_vec();
+                for (i, x) in &edits {
+                    let k = i.index(b.len());
+                    b[k] = *x;
+                }
+                b
+            }
+            1 => fixture[..cut.index(fixture.len())].to_vec(),
+            _ => random,
+        };
+        let opts = shardlab::import::ImportOptions {
+            dims: vec![("DynamicDimension.0".into(), 2)],
+        };
+        if let Ok(imported) = shardlab::import::import_onnx(&bytes, &opts) {
+            let text = imported.program.to_string();
+            prop_assert!(shardlab::ir::verify_program(&imported.program).is_empty());
+            prop_assert!(shardlab::ir::parse_program(&text).is_ok(), "{text}");
         }
     }
 

@@ -11,6 +11,7 @@ mod cost;
 mod diff;
 mod export;
 mod files;
+mod import;
 mod options;
 mod plan;
 mod preset;
@@ -54,6 +55,8 @@ struct Cli {
 enum Command {
     /// Print a preset model as a plan file (program text; with --mesh and --shard, a plan).
     Print(PrintArgs),
+    /// Import an ONNX model as a plan file (the program, ready to annotate and plan).
+    Import(import::ImportArgs),
     /// Parse and verify a plan file; print every error as FILE:LINE:COL: message.
     Check {
         /// The plan file to check.
@@ -249,6 +252,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Print(args) => print(&args),
         Command::Check { file } => check::check(&file),
+        Command::Import(args) => import::import(&args),
         Command::Spmd { cases } => spmd_cases(&cases),
         Command::Plan(args) => plan::plan(&args),
         Command::Run(args) => run::run(&args),

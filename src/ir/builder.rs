@@ -142,7 +142,12 @@ impl Builder {
             })
     }
 
-    /// The program built so far.
+    /// The program so far.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The program built.
     pub fn finish(self) -> Program {
         self.program
     }

@@ -1,0 +1,92 @@
+//! `shardlab import FILE [-o PLAN]`: an ONNX model as a plan file (the program; annotate
+//! it with `--mesh`/`--shard` or `--parallel` in the other commands). Prints the census of
+//! the graph's operators and what the import decided (fusions, folded constants, the loss).
+
+use super::emit;
+use super::files::{read_limited, ReadError};
+use crate::import::{import_onnx, ImportOptions, MAX_IMPORT_BYTES};
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    /// The ONNX file (`.onnx`, as torch.onnx.export, Optimum or paddle2onnx write it).
+    pub file: String,
+    /// Write the plan here instead of standard output (`-` is standard output).
+    #[arg(short, long)]
+    pub output: Option<String>,
+    /// A size for a symbolic dim of the graph's inputs, NAME=N (repeatable), e.g.
+    /// --dim batch_size=8.
+    #[arg(long = "dim", value_name = "NAME=N")]
+    pub dims: Vec<String>,
+    /// The memory an import may use (e.g. 2G; default half the memory available). The file
+    /// may be at most half of it (its bytes and the decoded model), and at most 2 GiB.
+    #[arg(long, value_name = "BYTES")]
+    pub max_memory: Option<String>,
+}
+
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (name, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("--dim {s}: expected NAME=N, e.g. --dim batch_size=8"))?;
+    let n: usize = n
+        .parse()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("--dim {s}: the size must be a whole number ≥ 1"))?;
+    Ok((name.to_string(), n))
+}
+
+pub(crate) fn import(args: &ImportArgs) -> Result<ExitCode, String> {
+    let dims = args
+        .dims
+        .iter()
+        .map(|d| parse_dim(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let budget = super::budget::budget(&args.max_memory)?;
+    let limit = (MAX_IMPORT_BYTES as u64).min((budget / 2.0) as u64);
+    let bytes = match read_limited(std::path::Path::new(&args.file), limit) {
+        Ok(b) => b,
+        Err(ReadError::Io(e)) => return Err(format!("{}: {e}", args.file)),
+        Err(ReadError::TooLarge { limit }) => {
+            eprintln!(
+                "error: {}: larger than {} (2 GiB is protobuf's limit, and the file and the \
+                 decoded model must fit in the memory budget, --max-memory)",
+                args.file,
+                super::files::human(limit)
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let imported = match import_onnx(&bytes, &ImportOptions { dims }) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let text = imported.program.to_string();
+    let mut report = String::new();
+    let census: Vec<String> = imported
+        .census
+        .iter()
+        .map(|(op, n)| format!("{op} × {n}"))
+        .collect();
+    report.push_str(&format!(
+        "# imported {}: {} ops from {} nodes ({})\n",
+        args.file,
+        imported.program.ops().len(),
+        imported.census.iter().map(|(_, n)| n).sum::<usize>(),
+        census.join(", ")
+    ));
+    for note in &imported.notes {
+        report.push_str(&format!("# {note}\n"));
+    }
+    match args.output.as_deref().filter(|p| *p != "-") {
+        Some(path) => {
+            std::fs::write(path, format!("{report}{text}")).map_err(|e| format!("{path}: {e}"))?;
+            emit(&format!("{report}wrote {path}\n"));
+        }
+        None => emit(&format!("{report}{text}")),
+    }
+    Ok(ExitCode::SUCCESS)
+}

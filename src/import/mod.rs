@@ -1,0 +1,109 @@
+//! Bringing a model ShardLab did not write: an ONNX file (`onnx.rs`, the protobuf decoded
+//! by `onnx_proto.rs`) becomes a program of ShardLab's IR, which is then annotated,
+//! planned, run, priced and exported like any other. Pure: bytes in, a program or an
+//! error out (the CLI reads the file; the playground would hand the engine the bytes).
+//!
+//! An imported graph is an inference graph: its first output becomes the loss through a
+//! `mean` (role `loss`), so the program trains. Weights (initializers) become parameters;
+//! their values are not read. Integer constants (a reshape's target shape) and scalar
+//! float constants (attention's `1/√d`) are folded into attributes. What the import did
+//! beyond a one-for-one translation is said in [`Imported::notes`].
+
+pub mod onnx;
+mod onnx_fuse;
+mod onnx_ops;
+pub mod onnx_proto;
+
+use crate::ir::Program;
+
+/// The largest file an import reads: protobuf's own limit (ONNX files past it keep their
+/// weights in external data files).
+pub const MAX_IMPORT_BYTES: usize = (1 << 31) - 1;
+
+/// How to import.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImportOptions {
+    /// Sizes of the graph's symbolic dims (`batch_size=8`), by name.
+    pub dims: Vec<(String, usize)>,
+}
+
+/// An imported program and what the import decided.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub program: Program,
+    /// Renamed values, folded constants, the loss added: one line each.
+    pub notes: Vec<String>,
+    /// The graph's operators by type, with how many nodes each (the census).
+    pub census: Vec<(String, usize)>,
+}
+
+/// Why a file does not import.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ImportError {
+    #[error("the file is {bytes} bytes; an ONNX file is at most 2 GiB (larger models keep their weights in external data)")]
+    TooLarge { bytes: usize },
+    #[error("not an ONNX model: the protobuf does not decode ({0})")]
+    Decode(String),
+    #[error("the ONNX model has no graph")]
+    NoGraph,
+    #[error("{0}")]
+    Unsupported(UnsupportedOps),
+    #[error(
+        "input `{input}` dim {dim} is symbolic (`{name}`): give it a size with --dim {name}=N"
+    )]
+    Symbolic {
+        input: String,
+        dim: usize,
+        name: String,
+    },
+    #[error("`{value}` has dim {dim} = {size}: a dim is a size from 1 to 2^53")]
+    BadDim {
+        value: String,
+        dim: usize,
+        size: i64,
+    },
+    #[error("`{value}` has element type {ty}, which ShardLab does not model")]
+    ElementType { value: String, ty: i32 },
+    #[error("node `{node}` reads `{value}`, which no input, initializer or earlier node defines (ONNX lists nodes in topological order)")]
+    Undefined { node: String, value: String },
+    #[error("`{value}` is defined twice (the second time by node `{node}`)")]
+    Duplicate { node: String, value: String },
+    #[error("node `{node}` ({op_type}): {message}")]
+    Node {
+        node: String,
+        op_type: String,
+        message: String,
+    },
+    #[error("the graph has no output to train")]
+    NoOutput,
+}
+
+/// The operators an import does not support, each with its node count and first nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnsupportedOps(pub Vec<(String, usize, Vec<String>)>);
+
+impl std::fmt::Display for UnsupportedOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: usize = self.0.iter().map(|(_, n, _)| n).sum();
+        write!(
+            f,
+            "{nodes} nodes of {} operator types ShardLab does not import:",
+            self.0.len()
+        )?;
+        for (op, n, names) in &self.0 {
+            write!(f, "\n  {op} × {n}: {}", names.join(", "))?;
+            if *n > names.len() {
+                write!(f, ", …")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Imports an ONNX model from its bytes.
+pub fn import_onnx(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportError> {
+    if bytes.len() > MAX_IMPORT_BYTES {
+        return Err(ImportError::TooLarge { bytes: bytes.len() });
+    }
+    onnx::import(bytes, opts)
+}

@@ -1,0 +1,283 @@
+//! One ONNX operator as ShardLab ops (the table of `onnx::SUPPORTED` but for `Constant`,
+//! `Identity` and `Dropout`, which make no op). A scalar constant operand of an
+//! elementwise op folds into a `scale` (attention's `1/√d`), a Gemm's transposes into
+//! `matmul_v2`'s, a Gather of a weight by integer ids is an embedding lookup.
+
+use super::onnx::{attr, float, float_attr, int_attr, Translate};
+use super::onnx_proto::NodeProto;
+use super::ImportError;
+use crate::ir::{Attr, OpType, VarId};
+
+type Res = Result<VarId, ImportError>;
+
+fn error(node: &str, ty: &str, message: impl std::fmt::Display) -> ImportError {
+    ImportError::Node {
+        node: node.to_string(),
+        op_type: ty.to_string(),
+        message: message.to_string(),
+    }
+}
+
+/// The node's `k`-th input name (empty when absent: an optional input left out).
+fn input(node: &NodeProto, k: usize) -> &str {
+    node.input.get(k).map(String::as_str).unwrap_or("")
+}
+
+/// Appends `ty` with one output named after the node's first output.
+fn op1(
+    t: &mut dyn Translate,
+    name: &str,
+    node: &NodeProto,
+    ty: OpType,
+    inputs: Vec<Vec<VarId>>,
+    attrs: &[(&str, Attr)],
+) -> Res {
+    let out = t.fresh(input_or(node.output.first(), name));
+    let onnx_type = node.op_type.as_deref().unwrap_or("?");
+    t.builder()
+        .op1(ty, inputs, attrs, &out)
+        .map_err(|e| error(name, onnx_type, e))
+}
+
+fn input_or<'a>(s: Option<&'a String>, default: &'a str) -> &'a str {
+    s.map(String::as_str).unwrap_or(default)
+}
+
+/// Translates `node` (of type `ty`, named `name`); returns its (first) output.
+pub(super) fn translate(t: &mut dyn Translate, name: &str, ty: &str, node: &NodeProto) -> Res {
+    match ty {
+        "MatMul" => {
+            let (x, y) = (t.var(name, input(node, 0))?, t.var(name, input(node, 1))?);
+            op1(t, name, node, OpType::MatmulV2, vec![vec![x], vec![y]], &[])
+        }
+        "Gemm" => gemm(t, name, node),
+        "Add" | "Sub" | "Mul" | "Div" => binary(t, name, ty, node),
+        "Relu" => {
+            let x = t.var(name, input(node, 0))?;
+            op1(t, name, node, OpType::Relu, vec![vec![x]], &[])
+        }
+        "Gelu" => {
+            let x = t.var(name, input(node, 0))?;
+            let tanh = attr(node, "approximate")
+                .and_then(|a| a.s.as_deref())
+                .is_some_and(|s| s == b"tanh");
+            op1(
+                t,
+                name,
+                node,
+                OpType::Gelu,
+                vec![vec![x]],
+                &[("approximate", Attr::Bool(tanh))],
+            )
+        }
+        "Softmax" => {
+            let x = t.var(name, input(node, 0))?;
+            let axis = int_attr(node, "axis", -1);
+            op1(
+                t,
+                name,
+                node,
+                OpType::Softmax,
+                vec![vec![x]],
+                &[("axis", Attr::Int(axis))],
+            )
+        }
+        "LayerNormalization" => layer_norm(t, name, node),
+        "Reshape" => reshape(t, name, node),
+        "Transpose" => {
+            let x = t.var(name, input(node, 0))?;
+            let perm = match attr(node, "perm") {
+                Some(a) => a.ints.clone(),
+                None => (0..t.rank(x) as i64).rev().collect(),
+            };
+            op1(
+                t,
+                name,
+                node,
+                OpType::Transpose2,
+                vec![vec![x]],
+                &[("axis", Attr::Ints(perm))],
+            )
+        }
+        "Gather" => gather(t, name, node),
+        other => Err(error(name, other, "not an operator ShardLab imports")),
+    }
+}
+
+/// `Y = alpha · A' · B' + beta · C` as `matmul_v2` (with its transposes), a `scale` for
+/// `alpha ≠ 1`, and an `elementwise_add` of `C` (scaled for `beta ≠ 1`).
+fn gemm(t: &mut dyn Translate, name: &str, node: &NodeProto) -> Res {
+    let (a, b) = (t.var(name, input(node, 0))?, t.var(name, input(node, 1))?);
+    let attrs = [
+        ("trans_x", Attr::Bool(int_attr(node, "transA", 0) != 0)),
+        ("trans_y", Attr::Bool(int_attr(node, "transB", 0) != 0)),
+    ];
+    let alpha = float_attr(node, "alpha", 1.0);
+    let beta = float_attr(node, "beta", 1.0);
+    let mm_name = t.fresh(&format!("{}.mm", input_or(node.output.first(), name)));
+    let mut y = t
+        .builder()
+        .op1(OpType::MatmulV2, vec![vec![a], vec![b]], &attrs, &mm_name)
+        .map_err(|e| error(name, "Gemm", e))?;
+    if alpha != 1.0 {
+        let s = t.fresh(&format!("{mm_name}.alpha"));
+        y = scale(t, name, y, f64::from(alpha), 0.0, &s)?;
+    }
+    if input(node, 2).is_empty() {
+        return Ok(y);
+    }
+    let mut c = t.var(name, input(node, 2))?;
+    if beta != 1.0 {
+        let s = t.fresh(&format!("{mm_name}.beta"));
+        c = scale(t, name, c, f64::from(beta), 0.0, &s)?;
+    }
+    op1(
+        t,
+        name,
+        node,
+        OpType::ElementwiseAdd,
+        vec![vec![y], vec![c]],
+        &[("axis", Attr::Int(-1))],
+    )
+}
+
+fn scale(t: &mut dyn Translate, node: &str, x: VarId, s: f64, bias: f64, out: &str) -> Res {
+    t.builder()
+        .op1(
+            OpType::Scale,
+            vec![vec![x]],
+            &[
+                ("scale", Attr::Float(s)),
+                ("bias", Attr::Float(bias)),
+                ("bias_after_scale", Attr::Bool(true)),
+            ],
+            out,
+        )
+        .map_err(|e| error(node, "scale", e))
+}
+
+/// An elementwise op; with a scalar constant operand, a `scale` (`x + c`, `x − c`,
+/// `c − x`, `x · c`, `c · x`, `x / c`).
+fn binary(t: &mut dyn Translate, name: &str, ty: &str, node: &NodeProto) -> Res {
+    let (l, r) = (input(node, 0), input(node, 1));
+    let (ls, rs) = (t.scalar(l), t.scalar(r));
+    let folded = match (ty, ls, rs) {
+        ("Add", _, Some(c)) => Some((l, 1.0, c)),
+        ("Add", Some(c), None) => Some((r, 1.0, c)),
+        ("Sub", _, Some(c)) => Some((l, 1.0, -c)),
+        ("Sub", Some(c), None) => Some((r, -1.0, c)),
+        ("Mul", _, Some(c)) => Some((l, c, 0.0)),
+        ("Mul", Some(c), None) => Some((r, c, 0.0)),
+        ("Div", _, Some(c)) if c != 0.0 => Some((l, 1.0 / c, 0.0)),
+        _ => None,
+    };
+    if let Some((x, s, b)) = folded {
+        let x = t.var(name, x)?;
+        let out = t.fresh(input_or(node.output.first(), name));
+        t.note(format!(
+            "{name}: {ty} by a constant is a scale (scale {s}, bias {b})"
+        ));
+        return scale(t, name, x, s, b, &out);
+    }
+    let op = match ty {
+        "Add" => OpType::ElementwiseAdd,
+        "Sub" => OpType::ElementwiseSub,
+        "Mul" => OpType::ElementwiseMul,
+        _ => OpType::ElementwiseDiv,
+    };
+    let (x, y) = (t.var(name, l)?, t.var(name, r)?);
+    op1(
+        t,
+        name,
+        node,
+        op,
+        vec![vec![x], vec![y]],
+        &[("axis", Attr::Int(-1))],
+    )
+}
+
+/// `LayerNormalization(X, Scale, B)` over the dims from `axis` on as `layer_norm`, whose
+/// statistics outputs are named after its output.
+fn layer_norm(t: &mut dyn Translate, name: &str, node: &NodeProto) -> Res {
+    let x = t.var(name, input(node, 0))?;
+    let rank = t.rank(x) as i64;
+    let axis = int_attr(node, "axis", -1);
+    let axis = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&axis) {
+        return Err(error(
+            name,
+            "LayerNormalization",
+            format!("axis {axis} of a rank-{rank} input"),
+        ));
+    }
+    let mut inputs = vec![vec![x]];
+    for k in 1..3 {
+        let v = input(node, k);
+        inputs.push(if v.is_empty() {
+            Vec::new()
+        } else {
+            vec![t.var(name, v)?]
+        });
+    }
+    let y = t.fresh(input_or(node.output.first(), name));
+    let (mean, var) = (t.fresh(&format!("{y}.mean")), t.fresh(&format!("{y}.var")));
+    let eps = float(float_attr(node, "epsilon", 1e-5));
+    let outs = t
+        .builder()
+        .op(
+            OpType::LayerNorm,
+            inputs,
+            &[("begin_norm_axis", Attr::Int(axis)), ("epsilon", eps)],
+            &[&y, &mean, &var],
+        )
+        .map_err(|e| error(name, "LayerNormalization", e))?;
+    Ok(outs[0])
+}
+
+/// `Reshape(data, shape)` with a constant `shape` as `reshape2` (0 copies a dim, −1 is
+/// inferred, as in Paddle; `allowzero` is refused).
+fn reshape(t: &mut dyn Translate, name: &str, node: &NodeProto) -> Res {
+    let x = t.var(name, input(node, 0))?;
+    let shape = t.ints(input(node, 1)).ok_or_else(|| {
+        error(
+            name,
+            "Reshape",
+            "the target shape is not a constant (a shape computed at run time)",
+        )
+    })?;
+    if int_attr(node, "allowzero", 0) != 0 && shape.contains(&0) {
+        return Err(error(name, "Reshape", "allowzero with a 0 in the shape"));
+    }
+    op1(
+        t,
+        name,
+        node,
+        OpType::Reshape2,
+        vec![vec![x]],
+        &[("shape", Attr::Ints(shape))],
+    )
+}
+
+/// `Gather(weight, ids)` on axis 0 of a 2-D weight: an embedding lookup.
+fn gather(t: &mut dyn Translate, name: &str, node: &NodeProto) -> Res {
+    let (w, ids) = (input(node, 0), input(node, 1));
+    if int_attr(node, "axis", 0) != 0 || !t.is_float_weight(w) {
+        return Err(error(
+            name,
+            "Gather",
+            "only an embedding lookup (a float weight gathered on axis 0 by ids) imports",
+        ));
+    }
+    let (w, ids) = (t.var(name, w)?, t.var(name, ids)?);
+    if t.rank(w) != 2 {
+        return Err(error(name, "Gather", "an embedding table is 2-D"));
+    }
+    op1(
+        t,
+        name,
+        node,
+        OpType::LookupTableV2,
+        vec![vec![w], vec![ids]],
+        &[("padding_idx", Attr::Int(-1))],
+    )
+}
