@@ -324,3 +324,37 @@ fn mutated_fixture_bytes_never_panic() {
     let e: ImportError = import_onnx(&MLP[..10], &batch(2)).err().unwrap();
     assert!(matches!(e, ImportError::Decode(_)), "{e}");
 }
+
+/// PaddleFormers' Llama decoder (2 blocks, exported by paddle2onnx): the census the import
+/// prints is the framework's, and what it cannot import yet is listed exactly: RMSNorm as
+/// Pow, ReduceMean, Sqrt and Reciprocal; rotary embeddings' Slice and Concat; grouped-query
+/// attention's Unsqueeze and Expand; SiLU's Sigmoid; Cast. (`docs/import.md`, "Not yet".)
+#[test]
+fn the_paddleformers_llama_is_refused_with_its_missing_operators() {
+    let bytes = include_bytes!("models/llama_model_2l.onnx");
+    let framework: serde_json::Value =
+        serde_json::from_str(include_str!("models/llama_model_2l.json")).unwrap();
+    let e = import_onnx(bytes, &ImportOptions::default()).err().unwrap();
+    let ImportError::Unsupported(missing) = &e else {
+        panic!("{e}");
+    };
+    let listed: Vec<(&str, usize)> = missing.0.iter().map(|(t, n, _)| (t.as_str(), *n)).collect();
+    assert_eq!(
+        listed,
+        [
+            ("Concat", 8),
+            ("Slice", 8),
+            ("Pow", 5),
+            ("Reciprocal", 5),
+            ("ReduceMean", 5),
+            ("Sqrt", 5),
+            ("Expand", 4),
+            ("Unsqueeze", 4),
+            ("Cast", 2),
+            ("Sigmoid", 2)
+        ]
+    );
+    for (op, n) in &listed {
+        assert_eq!(framework["onnx_ops"][op].as_u64(), Some(*n as u64), "{op}");
+    }
+}
