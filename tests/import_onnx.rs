@@ -325,36 +325,61 @@ fn mutated_fixture_bytes_never_panic() {
     assert!(matches!(e, ImportError::Decode(_)), "{e}");
 }
 
-/// PaddleFormers' Llama decoder (2 blocks, exported by paddle2onnx): the census the import
-/// prints is the framework's, and what it cannot import yet is listed exactly: RMSNorm as
-/// Pow, ReduceMean, Sqrt and Reciprocal; rotary embeddings' Slice and Concat; grouped-query
-/// attention's Unsqueeze and Expand; SiLU's Sigmoid; Cast. (`docs/import.md`, "Not yet".)
+/// PaddleFormers' Llama decoder (2 blocks, exported by paddle2onnx) imports with the
+/// parameter count Paddle reports: RMSNorm, SiLU, rotary embeddings' rotate-half and
+/// grouped-query attention's repeated heads fused from their primitives, the rotary tables
+/// and the causal mask fed as inputs (not trained), the empty KV cache dropped; it then
+/// plans dp × Megatron by pattern (two forward all-reduces per block) and runs distributed
+/// equal to serial.
 #[test]
-fn the_paddleformers_llama_is_refused_with_its_missing_operators() {
+fn the_paddleformers_llama_imports_plans_and_runs() {
     let bytes = include_bytes!("models/llama_model_2l.onnx");
     let framework: serde_json::Value =
         serde_json::from_str(include_str!("models/llama_model_2l.json")).unwrap();
-    let e = import_onnx(bytes, &ImportOptions::default()).err().unwrap();
-    let ImportError::Unsupported(missing) = &e else {
-        panic!("{e}");
-    };
-    let listed: Vec<(&str, usize)> = missing.0.iter().map(|(t, n, _)| (t.as_str(), *n)).collect();
-    assert_eq!(
-        listed,
-        [
-            ("Concat", 8),
-            ("Slice", 8),
-            ("Pow", 5),
-            ("Reciprocal", 5),
-            ("ReduceMean", 5),
-            ("Sqrt", 5),
-            ("Expand", 4),
-            ("Unsqueeze", 4),
-            ("Cast", 2),
-            ("Sigmoid", 2)
-        ]
-    );
-    for (op, n) in &listed {
+    let imported = import_onnx(bytes, &ImportOptions::default()).unwrap();
+    let p = &imported.program;
+    let params: u64 = p
+        .vars()
+        .iter()
+        .filter(|v| v.kind == VarKind::Parameter)
+        .map(|v| v.ty.numel())
+        .sum();
+    assert_eq!(params, framework["framework_parameters"].as_u64().unwrap());
+    for (op, n) in &imported.census {
         assert_eq!(framework["onnx_ops"][op].as_u64(), Some(*n as u64), "{op}");
+    }
+    let count = |ty: OpType| p.ops().iter().filter(|o| o.ty == ty).count();
+    // Per block two RMSNorms, one SiLU, q's and k's rotate-half, k's and v's repeated
+    // heads; the final norm.
+    assert_eq!(count(OpType::RmsNorm), 5);
+    assert_eq!(count(OpType::Silu), 2);
+    assert_eq!(count(OpType::Split), 4);
+    assert_eq!(count(OpType::RepeatInterleave), 4);
+    assert_eq!(count(OpType::MatmulV2), 18);
+    let tables = p
+        .vars()
+        .iter()
+        .filter(|v| v.kind == VarKind::Input && v.ty.rank() == 4)
+        .count();
+    assert_eq!(tables, 5, "cos and sin per block, and the mask");
+    for spec in ["dp=2", "tp=2", "dp=2,tp=2"] {
+        let strategy = Parallel::parse(spec).unwrap();
+        let shards = strategy.shard_specs(p);
+        let plan = common::plan_with(p.clone(), &strategy.mesh_spec(), &shards);
+        let passes = run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap();
+        if spec.contains("tp") {
+            let forward_all_reduces = passes.partitioned.ranks[0]
+                .program
+                .ops()
+                .iter()
+                .filter(|o| o.ty == OpType::AllReduce && o.role == shardlab::ir::OpRole::Forward)
+                .count();
+            assert_eq!(
+                forward_all_reduces,
+                2 * 2 + 1,
+                "{spec}: o and down per block, the embedding"
+            );
+        }
+        common::verifies_against_serial(&passes, 2).unwrap_or_else(|e| panic!("{spec}: {e}"));
     }
 }

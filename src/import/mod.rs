@@ -13,6 +13,7 @@ pub mod onnx;
 mod onnx_fuse;
 mod onnx_ops;
 pub mod onnx_proto;
+mod onnx_values;
 
 use crate::ir::Program;
 

@@ -5,9 +5,9 @@
 //! refused at the node. Operators outside the table are counted first and refused together
 //! (each with its count and first nodes), before any translation.
 
-use super::onnx_proto::{
-    data_type, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
-};
+use super::onnx_proto::{data_type, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+pub(super) use super::onnx_values::{constant, scalar_constant, small_ints, Constant};
+use super::onnx_values::{dtype, size};
 use super::{ImportError, ImportOptions, Imported, UnsupportedOps};
 use crate::ir::{Attr, Builder, DType, OpRole, OpType, VarId};
 use prost::Message;
@@ -31,10 +31,9 @@ pub const SUPPORTED: &[&str] = &[
     "Identity",
     "Dropout",
     "Constant",
+    "Cast",
+    "Concat",
 ];
-
-/// Constants whose values an import reads (shapes, scalars): at most this many elements.
-const MAX_CONSTANT_VALUES: usize = 1 << 16;
 
 /// A value of the graph: a variable of the program, or a constant (an initializer or a
 /// `Constant` node) not yet made one.
@@ -42,15 +41,6 @@ const MAX_CONSTANT_VALUES: usize = 1 << 16;
 enum Value {
     Var(VarId),
     Const(Constant),
-}
-
-#[derive(Clone, Debug)]
-struct Constant {
-    name: String,
-    dtype: DType,
-    dims: Vec<usize>,
-    /// The values, for small constants (see [`MAX_CONSTANT_VALUES`]).
-    values: Option<Vec<f64>>,
 }
 
 struct Importer<'a> {
@@ -67,7 +57,9 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportErro
     let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
     let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
     let census = census(graph);
-    let fused = super::onnx_fuse::gelus(graph);
+    let (resolved, identities) = super::onnx_fuse::without_identities(graph);
+    let graph = &resolved;
+    let fused = super::onnx_fuse::patterns(graph);
     let in_pattern: HashSet<usize> = fused.iter().flat_map(|f| f.nodes.iter().copied()).collect();
     refuse_unsupported(graph, &in_pattern)?;
     let mut im = Importer {
@@ -77,6 +69,11 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportErro
         used: HashSet::new(),
         notes: Vec::new(),
     };
+    if identities > 0 {
+        im.notes.push(format!(
+            "{identities} Identity nodes are aliases of their inputs"
+        ));
+    }
     for t in &graph.initializer {
         let c = constant(t)?;
         im.define("initializer", &c.name.clone(), Value::Const(c))?;
@@ -89,7 +86,7 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportErro
     }
     for (i, node) in graph.node.iter().enumerate() {
         match fused.iter().find(|f| f.nodes.first() == Some(&i)) {
-            Some(f) => im.gelu(&node_name(i, node), f)?,
+            Some(f) => im.fused(&node_name(i, node), f)?,
             None if in_pattern.contains(&i) => {}
             None => im.node(i, node)?,
         }
@@ -176,100 +173,6 @@ fn node_error(node: &str, op_type: &str, e: impl std::fmt::Display) -> ImportErr
         op_type: op_type.to_string(),
         message: e.to_string(),
     }
-}
-
-/// ONNX's element type as ShardLab's: floats of 16 bits are priced as f32 (the planner's
-/// layouts do not depend on it), integers as i64.
-fn dtype(value: &str, ty: i32) -> Result<DType, ImportError> {
-    match ty {
-        data_type::FLOAT | data_type::FLOAT16 | data_type::BFLOAT16 => Ok(DType::F32),
-        data_type::DOUBLE => Ok(DType::F64),
-        data_type::INT64 | data_type::INT32 => Ok(DType::I64),
-        other => Err(ImportError::ElementType {
-            value: value.to_string(),
-            ty: other,
-        }),
-    }
-}
-
-/// A dim as a size (1 to 2^53).
-fn size(value: &str, dim: usize, d: i64) -> Result<usize, ImportError> {
-    let ok = d >= 1 && (d as u64) <= crate::ir::MAX_ELEMENTS;
-    ok.then_some(d as usize).ok_or(ImportError::BadDim {
-        value: value.to_string(),
-        dim,
-        size: d,
-    })
-}
-
-/// An initializer or a `Constant` node's tensor, its values read when it is small.
-fn constant(t: &TensorProto) -> Result<Constant, ImportError> {
-    let name = t.name.clone().unwrap_or_default();
-    let ty = t.data_type.unwrap_or(0);
-    let dtype = dtype(&name, ty)?;
-    let dims = t
-        .dims
-        .iter()
-        .enumerate()
-        .map(|(i, &d)| size(&name, i, d))
-        .collect::<Result<Vec<_>, _>>()?;
-    let numel = crate::ir::TensorType::new(dtype, dims.clone())
-        .checked_numel()
-        .ok_or(ImportError::BadDim {
-            value: name.clone(),
-            dim: 0,
-            size: i64::MAX,
-        })?;
-    let values = (numel <= MAX_CONSTANT_VALUES as u64)
-        .then(|| constant_values(t, ty, numel as usize))
-        .flatten();
-    Ok(Constant {
-        name,
-        dtype,
-        dims,
-        values,
-    })
-}
-
-/// The value of a one-element constant tensor.
-pub(super) fn scalar_constant(t: &TensorProto) -> Option<f64> {
-    match constant(t).ok()?.values.as_deref() {
-        Some(&[x]) => Some(x),
-        Some(_) | None => None,
-    }
-}
-
-/// A small tensor's values, from its typed field or its little-endian `raw_data`.
-fn constant_values(t: &TensorProto, ty: i32, numel: usize) -> Option<Vec<f64>> {
-    let typed: Vec<f64> = match ty {
-        data_type::FLOAT => t.float_data.iter().map(|&x| f64::from(x)).collect(),
-        data_type::DOUBLE => t.double_data.clone(),
-        data_type::INT64 => t.int64_data.iter().map(|&x| x as f64).collect(),
-        data_type::INT32 => t.int32_data.iter().map(|&x| f64::from(x)).collect(),
-        _ => Vec::new(),
-    };
-    if typed.len() == numel {
-        return Some(typed);
-    }
-    let raw = t.raw_data.as_deref()?;
-    let width = match ty {
-        data_type::FLOAT | data_type::INT32 => 4,
-        data_type::DOUBLE | data_type::INT64 => 8,
-        _ => return None,
-    };
-    if raw.len() != numel * width {
-        return None;
-    }
-    let values = raw
-        .chunks_exact(width)
-        .map(|c| match (ty, c) {
-            (data_type::FLOAT, &[a, b, c, d]) => f64::from(f32::from_le_bytes([a, b, c, d])),
-            (data_type::INT32, &[a, b, c, d]) => f64::from(i32::from_le_bytes([a, b, c, d])),
-            (data_type::DOUBLE, c) => f64::from_le_bytes(c.try_into().unwrap_or([0; 8])),
-            (_, c) => i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64,
-        })
-        .collect();
-    Some(values)
 }
 
 /// `name` as a program name: characters the plan text does not allow become `_`.
@@ -377,6 +280,13 @@ impl Importer<'_> {
         match value {
             Value::Var(v) => Ok(v),
             Value::Const(c) => {
+                if let Some(dim) = c.dims.iter().position(|&d| d == 0) {
+                    return Err(ImportError::BadDim {
+                        value: c.name,
+                        dim,
+                        size: 0,
+                    });
+                }
                 let var_name = self.fresh(&c.name);
                 let v = self
                     .b
@@ -386,6 +296,25 @@ impl Importer<'_> {
                 Ok(v)
             }
         }
+    }
+
+    /// Whether `name` is a constant with no elements.
+    fn empty(&self, name: &str) -> bool {
+        matches!(self.values.get(name), Some(Value::Const(c)) if c.dims.contains(&0))
+    }
+
+    /// `out` is the value `input` already is.
+    fn alias(&mut self, node: &str, input: Option<&String>, out: &str) -> Result<(), ImportError> {
+        let x = input.cloned().unwrap_or_default();
+        let v = self
+            .values
+            .get(&x)
+            .cloned()
+            .ok_or_else(|| ImportError::Undefined {
+                node: node.to_string(),
+                value: x.clone(),
+            })?;
+        self.define(node, out, v)
     }
 
     /// The value `name` if it is a constant with known values.
@@ -405,23 +334,22 @@ impl Importer<'_> {
         }
     }
 
-    /// A fused exact GELU (`onnx_fuse`), at the place of its first node.
-    fn gelu(&mut self, name: &str, f: &super::onnx_fuse::Fused) -> Result<(), ImportError> {
+    /// A fused pattern (`onnx_fuse`), at the place of its first node.
+    fn fused(&mut self, name: &str, f: &super::onnx_fuse::Fused) -> Result<(), ImportError> {
         let x = self.var(name, &f.x)?;
-        let out = self.fresh(&f.out);
-        let y = self
-            .b
-            .op1(
-                OpType::Gelu,
-                vec![vec![x]],
-                &[("approximate", Attr::Bool(false))],
-                &out,
-            )
-            .map_err(|e| node_error(name, "Gelu", e))?;
+        let outs: Vec<String> = f.outs.iter().map(|o| self.fresh(o)).collect();
+        let names: Vec<&str> = outs.iter().map(String::as_str).collect();
+        let made = super::onnx_ops::fused(self, name, f, x, &names)?;
+        let op = self.b.program().ops().last().map_or("", |o| o.ty.name());
         self.notes.push(format!(
-            "{name}: Div, Erf, Add, Mul, Mul are x · (1 + erf(x / √2)) / 2, fused into one gelu"
+            "{name}: {} nodes fused into one {op} ({})",
+            f.nodes.len(),
+            super::onnx_fuse::describe(&f.op)
         ));
-        self.define(name, &f.out, Value::Var(y))
+        for (o, v) in f.outs.iter().zip(made) {
+            self.define(name, o, Value::Var(v))?;
+        }
+        Ok(())
     }
 
     fn node(&mut self, i: usize, node: &NodeProto) -> Result<(), ImportError> {
@@ -437,6 +365,18 @@ impl Importer<'_> {
                 let mut c = constant(t)?;
                 c.name = first_out.clone();
                 self.define(&name, &first_out, Value::Const(c))
+            }
+            "Cast" if float_to_float(self, node) => {
+                self.notes.push(format!(
+                    "{name}: a Cast between float types is the identity"
+                ));
+                self.alias(&name, node.input.first(), &first_out)
+            }
+            "Concat" if node.input.len() == 2 && self.empty(&node.input[0]) => {
+                self.notes.push(format!(
+                    "{name}: concatenating an empty constant (an empty KV cache) is the identity"
+                ));
+                self.alias(&name, node.input.get(1), &first_out)
             }
             "Identity" | "Dropout" => {
                 let x = node.input.first().cloned().unwrap_or_default();
@@ -463,6 +403,18 @@ impl Importer<'_> {
     }
 }
 
+/// Whether a `Cast` node casts a float value to a float type (which ShardLab prices alike).
+fn float_to_float(im: &Importer, node: &NodeProto) -> bool {
+    use data_type::{BFLOAT16, DOUBLE, FLOAT, FLOAT16};
+    let to = int_attr(node, "to", 0) as i32;
+    let input_float = node.input.first().is_some_and(|x| match im.values.get(x) {
+        Some(Value::Var(v)) => im.b.program().var(*v).ty.dtype != DType::I64,
+        Some(Value::Const(c)) => c.dtype != DType::I64,
+        None => false,
+    });
+    input_float && [FLOAT, FLOAT16, BFLOAT16, DOUBLE].contains(&to)
+}
+
 /// Node `node`'s attribute `name`.
 pub(super) fn attr<'n>(
     node: &'n NodeProto,
@@ -483,6 +435,9 @@ pub(super) trait Translate {
     fn rank(&self, v: VarId) -> usize;
     fn note(&mut self, line: String);
     fn is_float_weight(&self, name: &str) -> bool;
+    /// An elementwise operand: a constant of rank 2 or more there is a table the exporter
+    /// computed (rotary cos and sin, a causal mask), fed as an input, not trained.
+    fn operand(&mut self, node: &str, name: &str) -> Result<VarId, ImportError>;
 }
 
 impl Translate for Importer<'_> {
@@ -510,6 +465,27 @@ impl Translate for Importer<'_> {
     fn note(&mut self, line: String) {
         self.notes.push(line);
     }
+    fn operand(&mut self, node: &str, name: &str) -> Result<VarId, ImportError> {
+        let table = match self.values.get(name) {
+            Some(Value::Const(c)) if c.dims.len() >= 2 && !c.dims.contains(&0) => Some(c.clone()),
+            Some(Value::Const(_)) | Some(Value::Var(_)) | None => None,
+        };
+        let Some(c) = table else {
+            return Importer::var(self, node, name);
+        };
+        let var_name = self.fresh(&c.name);
+        let v = self
+            .b
+            .input(&var_name, c.dtype, &c.dims)
+            .map_err(|e| node_error(node, "constant", e))?;
+        self.notes.push(format!(
+            "{node}: `{var_name}` {:?} is a table the exporter computed (rotary cos or sin, a mask): an input, not a weight",
+            c.dims
+        ));
+        self.values.insert(name.to_string(), Value::Var(v));
+        Ok(v)
+    }
+
     fn is_float_weight(&self, name: &str) -> bool {
         match self.values.get(name) {
             Some(Value::Const(c)) => c.dtype != DType::I64,

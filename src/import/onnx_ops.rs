@@ -100,6 +100,27 @@ pub(super) fn translate(t: &mut dyn Translate, name: &str, ty: &str, node: &Node
             )
         }
         "Gather" => gather(t, name, node),
+        "Concat" => {
+            let xs = node
+                .input
+                .iter()
+                .map(|x| t.var(name, x))
+                .collect::<Result<Vec<_>, _>>()?;
+            let axis = int_attr(node, "axis", 0);
+            op1(
+                t,
+                name,
+                node,
+                OpType::Concat,
+                vec![xs],
+                &[("axis", Attr::Int(axis))],
+            )
+        }
+        "Cast" => Err(error(
+            name,
+            "Cast",
+            "only casts between float types import (ShardLab prices every float alike)",
+        )),
         other => Err(error(name, other, "not an operator ShardLab imports")),
     }
 }
@@ -185,7 +206,7 @@ fn binary(t: &mut dyn Translate, name: &str, ty: &str, node: &NodeProto) -> Res 
         "Mul" => OpType::ElementwiseMul,
         _ => OpType::ElementwiseDiv,
     };
-    let (x, y) = (t.var(name, l)?, t.var(name, r)?);
+    let (x, y) = (t.operand(name, l)?, t.operand(name, r)?);
     op1(
         t,
         name,
@@ -280,4 +301,108 @@ fn gather(t: &mut dyn Translate, name: &str, node: &NodeProto) -> Res {
         vec![vec![w], vec![ids]],
         &[("padding_idx", Attr::Int(-1))],
     )
+}
+
+/// An op's type, input slots, attributes and output names.
+type OpParts<'a> = (OpType, Vec<Vec<VarId>>, Vec<(&'a str, Attr)>, Vec<String>);
+
+/// A fused pattern's op (`onnx_fuse`) on `x`, its outputs named `outs`.
+pub(super) fn fused(
+    t: &mut dyn Translate,
+    name: &str,
+    f: &super::onnx_fuse::Fused,
+    x: VarId,
+    outs: &[&str],
+) -> Result<Vec<VarId>, ImportError> {
+    use super::onnx_fuse::FusedOp;
+    let rank = t.rank(x);
+    let (ty, inputs, attrs, names): OpParts = match &f.op {
+        FusedOp::Gelu => (
+            OpType::Gelu,
+            vec![vec![x]],
+            vec![("approximate", Attr::Bool(false))],
+            vec![outs[0].to_string()],
+        ),
+        FusedOp::Silu => (
+            OpType::Silu,
+            vec![vec![x]],
+            vec![],
+            vec![outs[0].to_string()],
+        ),
+        FusedOp::RmsNorm { weight, epsilon } => {
+            let w = t.var(name, weight)?;
+            let inv = t.fresh(&format!("{}.inv_var", outs[0]));
+            (
+                OpType::RmsNorm,
+                vec![vec![x], vec![w]],
+                vec![
+                    ("begin_norm_axis", Attr::Int(rank as i64 - 1)),
+                    ("epsilon", Attr::Float(*epsilon)),
+                ],
+                vec![outs[0].to_string(), inv],
+            )
+        }
+        FusedOp::Halves { axis, .. } => (
+            OpType::Split,
+            vec![vec![x]],
+            vec![("num", Attr::Int(2)), ("axis", Attr::Int(*axis))],
+            outs.iter().map(|s| s.to_string()).collect(),
+        ),
+        FusedOp::RepeatHeads { repeats, .. } => (
+            OpType::RepeatInterleave,
+            vec![vec![x]],
+            vec![("repeats", Attr::Int(*repeats)), ("axis", Attr::Int(1))],
+            vec![outs[0].to_string()],
+        ),
+    };
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let made = t
+        .builder()
+        .op(ty, inputs, &attrs, &names)
+        .map_err(|e| error(name, ty.name(), e))?;
+    check_fused(t, name, f, &made)?;
+    Ok(made.into_iter().take(outs.len()).collect())
+}
+
+/// What a fusion's shapes must be: two halves of equal size (a Slice pair that is not
+/// halves is refused), repeated heads of the shape the Reshape wanted.
+fn check_fused(
+    t: &mut dyn Translate,
+    name: &str,
+    f: &super::onnx_fuse::Fused,
+    made: &[VarId],
+) -> Result<(), ImportError> {
+    use super::onnx_fuse::FusedOp;
+    let shape = |t: &mut dyn Translate, v: VarId| t.builder().program().var(v).ty.shape.to_vec();
+    match &f.op {
+        FusedOp::RepeatHeads { shape: want, .. } => {
+            let got = shape(t, made[0]);
+            let fits = got.len() == want.len()
+                && got.iter().zip(want).all(|(&g, &w)| w <= 0 || g as i64 == w);
+            if !fits {
+                return Err(error(
+                    name,
+                    "Expand",
+                    format!("repeated heads of shape {got:?}, where the Reshape wants {want:?}"),
+                ));
+            }
+        }
+        FusedOp::Halves { axis, half } => {
+            let a = shape(t, made[0]);
+            let k = if *axis < 0 {
+                *axis + a.len() as i64
+            } else {
+                *axis
+            };
+            if a.get(k as usize).map(|&d| d as i64) != Some(*half) {
+                return Err(error(
+                    name,
+                    "Slice",
+                    "two Slices that are not the halves of their axis",
+                ));
+            }
+        }
+        FusedOp::Gelu | FusedOp::Silu | FusedOp::RmsNorm { .. } => {}
+    }
+    Ok(())
 }
