@@ -379,21 +379,12 @@ impl Importer<'_> {
                 self.alias(&name, node.input.get(1), &first_out)
             }
             "Identity" | "Dropout" => {
-                let x = node.input.first().cloned().unwrap_or_default();
-                let v = self
-                    .values
-                    .get(&x)
-                    .cloned()
-                    .ok_or_else(|| ImportError::Undefined {
-                        node: name.clone(),
-                        value: x.clone(),
-                    })?;
                 if ty == "Dropout" {
                     self.notes.push(format!(
                         "{name}: Dropout is the identity (an inference graph)"
                     ));
                 }
-                self.define(&name, &first_out, v)
+                self.alias(&name, node.input.first(), &first_out)
             }
             _ => {
                 let v = super::onnx_ops::translate(self, &name, &ty, node)?;
