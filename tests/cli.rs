@@ -2126,3 +2126,18 @@ fn run_executes_a_published_presets_shrunk_twin_and_says_so() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
 }
+
+/// `bench --what import` times both fixtures of `tests/models/` and says the time per node.
+#[test]
+fn bench_import_times_the_fixtures_per_node() {
+    let out = shardlab(&["bench", "--what", "import", "--repeat", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    for want in [
+        "tests/models/mlp_block.onnx: 13 nodes, 7 ops",
+        "tests/models/llama_model_2l.onnx: 234 nodes, 91 ops",
+        "µs per node",
+    ] {
+        assert!(t.contains(want), "{t}");
+    }
+}

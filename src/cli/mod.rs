@@ -3,6 +3,7 @@
 
 mod batch;
 mod bench;
+mod bench_import;
 mod bench_step;
 mod budget;
 mod calibrate;
@@ -270,6 +271,7 @@ pub fn main() -> ExitCode {
             BenchWhat::Step => bench_step::bench_step(repeat),
             BenchWhat::Cost => bench::bench_cost(repeat),
             BenchWhat::Suggest => bench::bench_suggest(repeat),
+            BenchWhat::Import => bench_import::bench_import(repeat),
             BenchWhat::Pipeline => bench::bench_pipeline(&layers, repeat),
             BenchWhat::Stages => bench::bench_stages(&layers, repeat),
             BenchWhat::Complete => bench::bench_complete(&layers, repeat),

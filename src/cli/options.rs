@@ -100,4 +100,6 @@ pub enum BenchWhat {
     Cost,
     /// The auto-planner (`suggest`) on a 24-layer gpt (8 and 64 devices) and GPT-3 1.3B.
     Suggest,
+    /// The ONNX import of the fixtures in tests/models/ (run from the repository).
+    Import,
 }
