@@ -120,46 +120,39 @@ impl Builder<'_> {
     }
 
     /// Appends update `o` of parameter `p`: the update follows its parameter, so gradient
-    /// `g` must arrive laid out like it.
+    /// `g` must arrive laid out like it; its other inputs as they are laid out.
     fn push_update(&mut self, o: Op, p: VarId, g: VarId) {
         let pa = DistProgram::settled(&self.dp.tensors[p.index()]);
-        let at = |v: &VarId| self.dp.tensors[v.index()].clone();
-        let mut attr = OperatorDistAttr::new(MeshId::JOB);
-        attr.inputs = o
-            .inputs
-            .iter()
-            .map(|s| {
-                s.iter()
-                    .map(|v| if *v == g { pa.clone() } else { at(v) })
-                    .collect()
-            })
-            .collect();
-        attr.outputs = o
-            .outputs
-            .iter()
-            .map(|s| s.iter().map(at).collect())
-            .collect();
-        self.dp.program.push_op(o);
-        self.dp.ops.push(attr);
+        self.push_with(o, |tensors, v| {
+            if v == g {
+                pa.clone()
+            } else {
+                tensors[v.index()].clone()
+            }
+        });
     }
 
     /// Appends `op`; its slot attrs are the variables' current attrs (outputs of in-place
-    /// updates keep their layout), or `overrides` for outputs computed here.
+    /// updates keep their layout); inputs complete (non-partial: gradients are
+    /// synchronised by now).
     fn push(&mut self, op: Op) {
+        self.push_with(op, |tensors, v| DistProgram::settled(&tensors[v.index()]));
+    }
+
+    /// Appends `op` with its inputs' attrs from `input` and its outputs' as the variables
+    /// are laid out.
+    fn push_with(&mut self, op: Op, input: impl Fn(&[TensorDistAttr], VarId) -> TensorDistAttr) {
+        let tensors = &self.dp.tensors;
         let mut attr = OperatorDistAttr::new(MeshId::JOB);
-        // Inputs complete (non-partial: gradients are synchronised by now); outputs as the
-        // variables are laid out.
-        let settled = |v: &VarId| DistProgram::settled(&self.dp.tensors[v.index()]);
-        let at = |v: &VarId| self.dp.tensors[v.index()].clone();
         attr.inputs = op
             .inputs
             .iter()
-            .map(|s| s.iter().map(settled).collect())
+            .map(|s| s.iter().map(|&v| input(tensors, v)).collect())
             .collect();
         attr.outputs = op
             .outputs
             .iter()
-            .map(|s| s.iter().map(at).collect())
+            .map(|s| s.iter().map(|v| tensors[v.index()].clone()).collect())
             .collect();
         self.dp.program.push_op(op);
         self.dp.ops.push(attr);
