@@ -47,6 +47,19 @@ pub enum Task {
         devices: Option<usize>,
         memory_gb: Option<f64>,
     },
+    /// A model file imported (`crate::import`; the link is not read).
+    Import(ImportFile),
+}
+
+/// A model file to import: `name` is the file's name, `dims` the sizes of its symbolic
+/// dims (`batch=8, seq=16`), `parallel` the strategy by sizes the plan gets (`dp=2,tp=2`;
+/// blank: one device).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImportFile {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub dims: String,
+    pub parallel: String,
 }
 
 /// Why a job failed, as it crosses to the page (which prints it): the session's and the
@@ -72,6 +85,8 @@ pub enum Outcome {
     Cost(Box<CostView>),
     PipelineCost(Result<PipelineCost, Failure>),
     Suggest(Result<SuggestView, Failure>),
+    /// An imported model (a file that does not import is `Failed`, with the reason).
+    Import(ImportView),
     /// The job could not be done at all (the link did not open, the worker failed).
     Failed(String),
 }
@@ -89,6 +104,14 @@ impl Outcome {
 pub struct CostView {
     pub cost: Result<Estimate, Failure>,
     pub diff: Option<Result<PlanDiff, Failure>>,
+}
+
+/// An imported model: its plan's text (what the import did as comments at its head), and
+/// one line saying what was imported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImportView {
+    pub text: String,
+    pub summary: String,
 }
 
 /// One message from the engine.

@@ -75,7 +75,7 @@ fn modules_depend_only_downward() {
         ("plan", &["ir", "dist"]),
         ("spmd", &["ir", "dist"]),
         ("models", &["ir", "plan"]),
-        ("import", &["ir"]),
+        ("import", &["ir", "dist", "plan"]),
         ("passes", &["ir", "dist", "spmd", "plan"]),
         ("exec", &["ir", "dist", "passes"]),
         ("cost", &["ir", "dist", "plan", "passes"]),
@@ -99,7 +99,7 @@ fn modules_depend_only_downward() {
             "engine",
             &[
                 "ir", "dist", "plan", "models", "passes", "exec", "cost", "export", "suggest",
-                "protocol", "session",
+                "protocol", "session", "import",
             ],
         ),
         (
@@ -246,7 +246,7 @@ const MAX_FN_LINES: usize = 80;
 /// passes that are still to be split.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("web/program_view.rs", "ProgramView", 152),
-    ("web/app.rs", "App", 138),
+    ("web/app.rs", "App", 137),
     ("cli/run.rs", "run", 107),
     ("spmd/cases.rs", "case_rule", 125),
     ("web/mesh_editor.rs", "MeshEditor", 116),

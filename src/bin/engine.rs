@@ -1,7 +1,7 @@
 //! `shardlab-engine`: the playground's engine as its own wasm module (`crate::engine`).
 //! The page runs it in a Web Worker for Run, break-it, a collective's values, export and
 //! the auto-planner, so the page's module carries none of them. It is also the JavaScript
-//! API's module (`www/api.html`): `plan`, `export_jax`, `suggest` and `SuggestSearch`
+//! API's module (`www/api.html`): `plan`, `export_jax`, `import_model`, `suggest` and `SuggestSearch`
 //! and the benchmark hooks are exported here. Natively there is nothing to run: the command-line tool is `shardlab`.
 
 #[cfg(target_arch = "wasm32")]
@@ -18,6 +18,12 @@ mod api {
     #[wasm_bindgen]
     pub fn export_jax(request: JsValue) -> Result<String, JsValue> {
         shardlab::web::export_jax(request)
+    }
+
+    /// An ONNX model's bytes as a plan's text: `{text, summary}` (see `www/api.html`).
+    #[wasm_bindgen]
+    pub fn import_model(bytes: &[u8], request: JsValue) -> Result<JsValue, JsValue> {
+        shardlab::web::import_model(bytes, request)
     }
 
     /// Runs the auto-planner to the end (blocking: prefer `SuggestSearch` for large ones).

@@ -1,10 +1,11 @@
-//! `shardlab import FILE [-o PLAN]`: an ONNX model as a plan file (the program; annotate
-//! it with `--mesh`/`--shard` or `--parallel` in the other commands). Prints the census of
+//! `shardlab import FILE [-o PLAN] [--parallel SPEC]`: an ONNX model as a plan file (the
+//! program, annotated under `--parallel`'s strategy or later with `--mesh`/`--shard` or
+//! `--parallel` in the other commands). Prints the census of
 //! the graph's operators and what the import decided (fusions, folded constants, the loss).
 
 use super::emit;
 use super::files::{read_limited, ReadError};
-use crate::import::{import_onnx, ImportOptions, MAX_IMPORT_BYTES};
+use crate::import::{import_onnx, plan_under, ImportOptions, MAX_IMPORT_BYTES};
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
@@ -18,6 +19,11 @@ pub struct ImportArgs {
     /// --dim batch_size=8.
     #[arg(long = "dim", value_name = "NAME=N")]
     pub dims: Vec<String>,
+    /// Plan the program under a strategy by sizes, as `--parallel` takes it (dp=2,tp=2):
+    /// the plan gets its mesh and Megatron's annotations found by pattern. Without it the
+    /// plan is the program alone, for the other commands' --mesh/--shard or --parallel.
+    #[arg(long, value_name = "SPEC")]
+    pub parallel: Option<String>,
     /// The memory an import may use (e.g. 2G; default half the memory available). The file
     /// may be at most half of it (its bytes and the decoded model), and at most 2 GiB.
     #[arg(long, value_name = "BYTES")]
@@ -25,15 +31,13 @@ pub struct ImportArgs {
 }
 
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
-    let (name, n) = s
-        .split_once('=')
-        .ok_or_else(|| format!("--dim {s}: expected NAME=N, e.g. --dim batch_size=8"))?;
-    let n: usize = n
-        .parse()
-        .ok()
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| format!("--dim {s}: the size must be a whole number ≥ 1"))?;
-    Ok((name.to_string(), n))
+    match crate::import::parse_dims(s) {
+        Ok(mut v) if v.len() == 1 => Ok(v.remove(0)),
+        Ok(_) => Err(format!(
+            "--dim {s}: expected one NAME=N, e.g. --dim batch_size=8"
+        )),
+        Err(e) => Err(format!("--dim {e}")),
+    }
 }
 
 pub(crate) fn import(args: &ImportArgs) -> Result<ExitCode, String> {
@@ -64,23 +68,10 @@ pub(crate) fn import(args: &ImportArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(1));
         }
     };
-    let text = imported.program.to_string();
-    let mut report = String::new();
-    let census: Vec<String> = imported
-        .census
-        .iter()
-        .map(|(op, n)| format!("{op} × {n}"))
-        .collect();
-    report.push_str(&format!(
-        "# imported {}: {} ops from {} nodes ({})\n",
-        args.file,
-        imported.program.ops().len(),
-        imported.census.iter().map(|(_, n)| n).sum::<usize>(),
-        census.join(", ")
-    ));
-    for note in &imported.notes {
-        report.push_str(&format!("# {note}\n"));
-    }
+    // A strategy that does not parse or apply is a usage error (2), as in `plan`.
+    let plan = plan_under(&imported, args.parallel.as_deref().unwrap_or_default())
+        .map_err(|e| format!("--parallel: {e}"))?;
+    let (report, text) = (imported.header(&args.file), plan.to_string());
     match args.output.as_deref().filter(|p| *p != "-") {
         Some(path) => {
             std::fs::write(path, format!("{report}{text}")).map_err(|e| format!("{path}: {e}"))?;

@@ -14,9 +14,11 @@
 //! does not come back unchanged rather than answer for a different plan.
 
 pub mod codec;
+mod import;
 mod queue;
 mod suggest_view;
 
+pub use import::import_model;
 pub use queue::Queue;
 
 pub use suggest_view::Searching;
@@ -57,6 +59,14 @@ pub enum Started {
 
 /// Begins `job`: every task but the search is done at once.
 pub fn start(job: &Job) -> Started {
+    if let Task::Import(f) = &job.task {
+        return Started::Done(
+            match import_model(&f.name, &f.bytes, &f.dims, &f.parallel) {
+                Ok(view) => Outcome::Import(view),
+                Err(e) => Outcome::Failed(e.message),
+            },
+        );
+    }
     let mut s = match Session::from_hash(&job.link) {
         Ok(s) => s,
         Err(e) => {
@@ -111,6 +121,8 @@ pub fn start(job: &Job) -> Started {
             Ok(search) => return Started::Underway(Underway::Search(Box::new(search))),
             Err(e) => Outcome::Suggest(Err(e)),
         },
+        // Done before the session is opened.
+        Task::Import(_) => Outcome::Failed("an import is not a task on a plan".into()),
     })
 }
 
@@ -124,7 +136,8 @@ fn failed_execution(task: &Task, e: crate::session::SessionError) -> Outcome {
         | Task::Export(_)
         | Task::Cost { .. }
         | Task::PipelineCost
-        | Task::Suggest { .. } => Outcome::Run(Err(e)),
+        | Task::Suggest { .. }
+        | Task::Import(_) => Outcome::Run(Err(e)),
     }
 }
 

@@ -1,7 +1,8 @@
 //! Bringing a model ShardLab did not write: an ONNX file (`onnx.rs`, the protobuf decoded
 //! by `onnx_proto.rs`) becomes a program of ShardLab's IR, which is then annotated,
 //! planned, run, priced and exported like any other. Pure: bytes in, a program or an
-//! error out (the CLI reads the file; the playground would hand the engine the bytes).
+//! error out (the CLI reads the file; the playground hands the engine's worker the bytes).
+//! `strategy.rs` makes the program a plan under a strategy by sizes, for all three.
 //!
 //! An imported graph is an inference graph: its first output becomes the loss through a
 //! `mean` (role `loss`), so the program trains. Weights (initializers) become parameters;
@@ -14,6 +15,9 @@ mod onnx_fuse;
 mod onnx_ops;
 pub mod onnx_proto;
 mod onnx_values;
+mod strategy;
+
+pub use strategy::{parse_dims, plan_under, DimSpecError, StrategyError};
 
 use crate::ir::Program;
 

@@ -24,8 +24,6 @@ pub struct Published {
     /// checkpoints); else the built program's, which rounds to the published one (GPT-3's
     /// paper gives 1.3B, 13.0B, 175.0B; `tests/published.rs` holds both).
     pub params: u64,
-    /// Where the sizes and the count come from.
-    pub source: &'static str,
 }
 
 /// The default global batch of a published preset, in sequences: one per device of an
@@ -41,7 +39,8 @@ pub const DEFAULT_MESH: &str = "8:dp";
 /// The annotations of the default plan (see [`DEFAULT_MESH`]).
 pub const DEFAULT_SHARDS: [&str; 1] = ["ids=dp,-"];
 
-/// Every published preset.
+/// Every published preset, each with its source in a comment (and in `docs/cli.md`): the
+/// page's module carries no citation it does not show.
 pub const PUBLISHED: [Published; 8] = [
     Published {
         name: "gpt2-small",
@@ -54,9 +53,9 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 50257,
         seq: 1024,
         params: 124_439_808,
-        source: "OpenAI GPT-2 small (Radford et al. 2019): config.json of openai-community/gpt2 \
-                 (n_layer 12, n_embd 768, n_head 12, n_positions 1024, vocab 50,257); the \
-                 count is Hugging Face's for the checkpoint",
+        // Source: OpenAI GPT-2 small (Radford et al. 2019): config.json of
+        // openai-community/gpt2 (n_layer 12, n_embd 768, n_head 12, n_positions 1024, vocab
+        // 50,257); the count is Hugging Face's for the checkpoint
     },
     Published {
         name: "gpt2-xl",
@@ -69,9 +68,9 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 50257,
         seq: 1024,
         params: 1_557_611_200,
-        source: "OpenAI GPT-2 XL (Radford et al. 2019): config.json of \
-                 openai-community/gpt2-xl (n_layer 48, n_embd 1600, n_head 25, n_positions \
-                 1024); the count is Hugging Face's for the checkpoint",
+        // Source: OpenAI GPT-2 XL (Radford et al. 2019): config.json of
+        // openai-community/gpt2-xl (n_layer 48, n_embd 1600, n_head 25, n_positions 1024); the
+        // count is Hugging Face's for the checkpoint
     },
     Published {
         name: "gpt3-1.3b",
@@ -84,8 +83,8 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 50257,
         seq: 2048,
         params: 1_315_723_264,
-        source: "GPT-3 XL (Brown et al. 2020), Table 2.1: 24 layers, d_model 2048, 16 heads of \
-                 128, context 2048; the paper rounds the count to 1.3B",
+        // Source: GPT-3 XL (Brown et al. 2020), Table 2.1: 24 layers, d_model 2048, 16 heads of
+        // 128, context 2048; the paper rounds the count to 1.3B
     },
     Published {
         name: "gpt3-13b",
@@ -98,10 +97,10 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 50257,
         seq: 2048,
         params: 12_853_386_240,
-        source: "GPT-3 13B (Brown et al. 2020), Table 2.1: 40 layers, 40 heads of 128, context \
-                 2048. The table's d_model 5140 does not split into 40 heads; 40 × 128 = 5120 \
-                 does (as Megatron's and OPT's 13B configs use), so this counts 12.85B where \
-                 the paper rounds 13.0B",
+        // Source: GPT-3 13B (Brown et al. 2020), Table 2.1: 40 layers, 40 heads of 128, context
+        // 2048. The table's d_model 5140 does not split into 40 heads; 40 × 128 = 5120 does (as
+        // Megatron's and OPT's 13B configs use), so this counts 12.85B where the paper rounds
+        // 13.0B
     },
     Published {
         name: "gpt3-175b",
@@ -114,8 +113,8 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 50257,
         seq: 2048,
         params: 174_604_259_328,
-        source: "GPT-3 175B (Brown et al. 2020), Table 2.1: 96 layers, d_model 12288, 96 heads \
-                 of 128, context 2048; the paper rounds the count to 175.0B",
+        // Source: GPT-3 175B (Brown et al. 2020), Table 2.1: 96 layers, d_model 12288, 96 heads
+        // of 128, context 2048; the paper rounds the count to 175.0B
     },
     Published {
         name: "llama3-8b",
@@ -128,8 +127,8 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 128256,
         seq: 8192,
         params: 8_030_261_248,
-        source: "Meta Llama 3 8B: config.json of meta-llama/Meta-Llama-3-8B; Llama 3 paper \
-                 (Grattafiori et al. 2024), Table 3",
+        // Source: Meta Llama 3 8B: config.json of meta-llama/Meta-Llama-3-8B; Llama 3 paper
+        // (Grattafiori et al. 2024), Table 3
     },
     Published {
         name: "llama3-70b",
@@ -142,8 +141,8 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 128256,
         seq: 8192,
         params: 70_553_706_496,
-        source: "Meta Llama 3 70B: config.json of meta-llama/Meta-Llama-3-70B; Llama 3 paper, \
-                 Table 3",
+        // Source: Meta Llama 3 70B: config.json of meta-llama/Meta-Llama-3-70B; Llama 3 paper,
+        // Table 3
     },
     Published {
         name: "llama3-405b",
@@ -156,8 +155,8 @@ pub const PUBLISHED: [Published; 8] = [
         vocab: 128256,
         seq: 8192,
         params: 405_853_388_800,
-        source: "Meta Llama 3.1 405B: config.json of meta-llama/Llama-3.1-405B; Llama 3 paper, \
-                 Table 3 (pre-trained at sequence length 8,192)",
+        // Source: Meta Llama 3.1 405B: config.json of meta-llama/Llama-3.1-405B; Llama 3 paper,
+        // Table 3 (pre-trained at sequence length 8,192)
     },
 ];
 

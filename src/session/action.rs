@@ -75,6 +75,9 @@ pub enum Action {
     RunBroken,
     /// Open a link's state (an embed's reset, a lesson), keeping the embed flag.
     OpenLink(String),
+    /// Import a model file (`crate::engine::import_model` does it in the worker) and open
+    /// its plan.
+    Import(crate::protocol::ImportFile),
     /// Show a collective of the selected rank's program with real values (`None`: hide).
     ShowValues(Option<usize>),
     /// The engine's answer to a job (`crate::engine`); ignored unless it answers the job

@@ -29,6 +29,11 @@ impl Session {
             Outcome::Values(v) => self.values = Some(v.clone()),
             Outcome::Run(Err(e)) | Outcome::Broken(Err(e)) => self.message = Some(e.to_string()),
             Outcome::Failed(e) => self.message = Some(e.clone()),
+            // The text is the printer's, so it parses; the editor would show it if not.
+            Outcome::Import(v) => {
+                self.edit_text(v.text.clone());
+                self.message = Some(v.summary.clone());
+            }
             // The export, cost, pipeline and suggest panels send their own jobs; the
             // session never waits for these.
             Outcome::Export(_)

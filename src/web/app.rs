@@ -7,6 +7,7 @@ use super::editor::Editor;
 use super::engine_link::EngineLink;
 use super::exercise_panel::ExercisePanel;
 use super::export_panel::ExportPanel;
+use super::import_box::{import_box, on_drop};
 use super::inspector::{Inspector, WhyPanel};
 use super::ledger_view::LedgerView;
 use super::lesson_card::{lesson_menu, LessonCard};
@@ -181,6 +182,12 @@ pub struct AppProps {
     pub engine: Option<EngineLink>,
 }
 
+/// The session's message, as a banner the reader can dismiss.
+fn banner(ctx: &AppCtx, message: String) -> Html {
+    let dismiss = ctx.on(|_: MouseEvent| Action::Dismiss);
+    html! { <div class="banner" role="alert">{ message }<button class="dismiss" onclick={dismiss}>{ "×" }</button></div> }
+}
+
 #[component]
 pub fn App(props: &AppProps) -> Html {
     let state = use_reducer_eq(|| State(initial()));
@@ -258,17 +265,15 @@ pub fn App(props: &AppProps) -> Html {
         let onclick = ctx.on(move |_: MouseEvent| Action::SetStage(stage));
         html! { <button class={classes!("tab", (s.stage == stage).then_some("active"))} {onclick}>{ label.to_string() }</button> }
     };
-    let message = s.message.clone().map(|m| {
-        let dismiss = ctx.on(|_: MouseEvent| Action::Dismiss);
-        html! { <div class="banner" role="alert">{ m }<button class="dismiss" onclick={dismiss}>{ "×" }</button></div> }
-    });
+    let message = s.message.clone().map(|m| banner(&ctx, m));
     let lesson = lesson_number().and_then(crate::session::Lesson::by_number);
     let presenter = use_state(|| query_flag("present").is_some_and(|v| v != "0"));
+    let (ondragover, ondrop) = on_drop(&ctx);
     let plan_error = s.plan_error.clone().map(|m| html! { <div class="banner error" role="alert">{ format!("The plan cannot be completed: {m}") }</div> });
     html! {
         <ContextProvider<AppCtx> context={ctx.clone()}>
             <a class="skip-link" href="#program">{ "Skip to the program" }</a>
-            <main class={classes!("app", s.embed.then_some("embed"), presenter.then_some("presenter"))} data-focus={lesson.map(|l| l.focus)}>
+            <main class={classes!("app", s.embed.then_some("embed"), presenter.then_some("presenter"))} data-focus={lesson.map(|l| l.focus)} {ondragover} {ondrop}>
                 if s.embed { { embed_bar(&ctx, &hash) } }
                 if !s.embed {
                     <header class="topbar">
@@ -283,6 +288,7 @@ pub fn App(props: &AppProps) -> Html {
                         </label>
                         { size_menu(&ctx) }
                         { layers_box(&ctx) }
+                        { import_box(&ctx) }
                         { lesson_menu() }
                         { link_tools(&hash, &presenter) }
                         <label class="preset">{ "Notation " }

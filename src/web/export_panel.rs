@@ -35,7 +35,8 @@ fn ask_for_script(
                 | Outcome::Values(_)
                 | Outcome::Cost(_)
                 | Outcome::PipelineCost(_)
-                | Outcome::Suggest(_) => return,
+                | Outcome::Suggest(_)
+                | Outcome::Import(_) => return,
             };
             if *latest.borrow() == id {
                 script.set(Some((mode, Some(r))));

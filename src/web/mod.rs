@@ -2,6 +2,7 @@
 //! [`crate::session::Session`] reducer. Only this module touches Yew or web-sys.
 
 mod api;
+mod api_import;
 mod api_suggest;
 mod app;
 mod break_panel;
@@ -10,6 +11,7 @@ mod editor;
 pub mod engine_link;
 mod exercise_panel;
 mod export_panel;
+mod import_box;
 mod inspector;
 mod ledger_view;
 mod lesson_card;
@@ -26,6 +28,7 @@ mod values_panel;
 pub mod worker;
 
 pub use api::{bench_replan, export_jax, plan};
+pub use api_import::import_model;
 pub use api_suggest::{bench_cost, suggest, SuggestSearch};
 pub use app::{App, AppCtx, AppProps, State};
 pub use engine_link::{use_engine_answer, EngineLink};

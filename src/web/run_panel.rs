@@ -47,7 +47,7 @@ pub fn RunPanel() -> Html {
         <section class="panel run-panel">
             <h2>{ "Run" }<button id="run" class="small primary" {onclick}>{ "Run 2 steps" }</button></h2>
             <p class="hint">{ "Executes the serial program and every rank's program (ranks stepped in turn, real collectives, computed in f64) and compares them: every copy within its tolerance of the serial value, and replicas identical." }</p>
-            if s.waiting_for() == Some(&Task::Run) {
+            if matches!(s.waiting_for(), Some(Task::Run)) {
                 <p class="hint waiting" role="status">{ "Running every rank…" }</p>
             }
             { result }

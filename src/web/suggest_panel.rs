@@ -115,7 +115,8 @@ fn start_search(
                 | Outcome::Values(_)
                 | Outcome::Export(_)
                 | Outcome::Cost(_)
-                | Outcome::PipelineCost(_) => {}
+                | Outcome::PipelineCost(_)
+                | Outcome::Import(_) => {}
             }
         });
         ctx.engine.send(job, on);

@@ -4,10 +4,13 @@
 // JavaScript API page. Screenshots go to target/e2e/.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { serveDist, launchBrowser, screenshotDir } from './harness.mjs';
 
 let server, browser;
+// The ONNX fixtures (tests/models/), whatever directory the tests run from.
+const model = (name) => fileURLToPath(new URL(`../models/${name}`, import.meta.url));
 const shards = ['x=dp,-', 'linear_0.w_0=-,mp', 'linear_0.b_0=mp', 'linear_1.w_0=mp,-'].join(';');
 const link = `#s=megatron_mlp&mesh=2x4:dp,mp&shard=${encodeURIComponent(shards)}&stage=forward&t=0&rank=0&n=paddle`;
 
@@ -179,5 +182,45 @@ test('the export panel writes a JAX script to copy or download', async () => {
   // reads the element only when it is there.
   await page.waitForFunction(() => document.querySelector('#export-script')?.textContent.includes('def forward(v):'));
   await page.locator('.export-panel').screenshot({ path: `${screenshotDir}/export-panel.png` });
+  assert.deepEqual(errors, []);
+});
+
+test('a model file opened in the playground is imported, planned and verified; the JS API imports it too', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = await open(page, server.url + '#s=dp_mlp');
+  // PaddleFormers' Llama decoder, exported by paddle2onnx (tests/models/), planned dp × tp.
+  await page.fill('#import-parallel', 'dp=2,tp=2');
+  await page.setInputFiles('#import-file', model('llama_model_2l.onnx'));
+  await page.waitForFunction(() => document.querySelector('.banner')?.textContent.startsWith('Imported'), null, { timeout: 60000 });
+  assert.match(await page.locator('.banner').innerText(),
+    /^Imported llama_model_2l\.onnx: 91 ops from 234 ONNX nodes \(15 patterns fused, planned as dp=2,tp=2\)/);
+  assert.equal(await page.locator('.mesh-panel .device').count(), 4);
+  assert.match(await page.locator('#program').textContent(), /rms_norm/);
+  await page.screenshot({ path: `${screenshotDir}/playground-import.png` });
+  await page.click('#run');
+  await page.waitForSelector('.run-panel .verdict', { timeout: 120000 });
+  assert.match(await page.locator('.run-panel .verdict').innerText(), /^(\d+) of \1 tensors match/);
+  assert.equal(await page.locator('.run-panel tr.fail').count(), 0);
+  // A file that is not a model leaves the plan and names the file.
+  const before = await page.locator('#plan-text').inputValue();
+  await page.setInputFiles('#import-file', { name: 'notes.onnx', mimeType: 'application/octet-stream', buffer: Buffer.from('\x0a\xff\xff\xff', 'latin1') });
+  await page.waitForFunction(() => document.querySelector('.banner')?.textContent.startsWith('notes.onnx'), null, { timeout: 30000 });
+  assert.match(await page.locator('.banner').innerText(), /^notes\.onnx: not an ONNX model/);
+  assert.equal(await page.locator('#plan-text').inputValue(), before);
+  // The same import from JavaScript, in the engine's module.
+  const api = await browser.newPage();
+  await api.goto(server.url + 'api.html');
+  const bytes = [...readFileSync(model('mlp_block.onnx'))];
+  const out = await api.evaluate(async (bytes) => {
+    const { default: init, import_model } = await import('./shardlab-engine.js');
+    await init({ module_or_path: './shardlab-engine_bg.wasm' });
+    const good = import_model(new Uint8Array(bytes), { name: 'mlp.onnx', dims: 'DynamicDimension.0=4', parallel: 'tp=2' });
+    let bad;
+    try { import_model(new Uint8Array(bytes), { parallel: 'dp=2', size: 3 }); } catch (e) { bad = String(e); }
+    return { text: good.text, summary: good.summary, bad };
+  }, bytes);
+  assert.match(out.summary, /^Imported mlp\.onnx: 7 ops from 13 ONNX nodes/);
+  assert.ok(out.text.split('\n').includes('mesh [2] (tp)'), out.text);
+  assert.match(out.bad, /unknown field `size`/);
   assert.deepEqual(errors, []);
 });
