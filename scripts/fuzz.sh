@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long fuzz run: every target of tests/fuzz.rs (plan texts from the grammar, mutated
-# preset plans, mesh and shard specs, playground links) and random command lines with random seeds, in the test
+# preset plans, mesh and shard specs, ONNX files, Paddle programs, playground links) and random command lines with random seeds, in the test
 # profile, which keeps overflow checks on. A panic anywhere fails the run.
 #   scripts/fuzz.sh [CASES_PER_TARGET]   (default 250000: a million inputs in all)
 set -euo pipefail
@@ -9,7 +9,7 @@ unset PROPTEST_RNG_SEED
 CASES="${1:-250000}"
 START=$(date +%s)
 PROPTEST_CASES="$CASES" cargo test --test fuzz -- --test-threads=2
-echo "fuzz: 5 targets x $CASES inputs in $(( $(date +%s) - START ))s"
+echo "fuzz: 6 targets x $CASES inputs in $(( $(date +%s) - START ))s"
 # Command lines, a process each: fewer, but every flag of every subcommand.
 START=$(date +%s)
 FLAG_FUZZ_CASES="${FLAG_FUZZ_CASES:-20000}" cargo test --test cli flag_fuzz

@@ -2127,7 +2127,8 @@ fn run_executes_a_published_presets_shrunk_twin_and_says_so() {
     assert_eq!(text(&out.stderr), "");
 }
 
-/// `bench --what import` times both fixtures of `tests/models/` and says the time per node.
+/// `bench --what import` times the fixtures of `tests/models/` and says the time per node,
+/// and plans Llama 3 8B from its program end to end.
 #[test]
 fn bench_import_times_the_fixtures_per_node() {
     let out = shardlab(&["bench", "--what", "import", "--repeat", "1"]);
@@ -2136,6 +2137,9 @@ fn bench_import_times_the_fixtures_per_node() {
     for want in [
         "tests/models/mlp_block.onnx: 13 nodes, 7 ops",
         "tests/models/llama_model_2l.onnx: 234 nodes, 91 ops",
+        "tests/models/llama_causal_2l.pir: 314 nodes, 91 ops",
+        "tests/models/llama3_8b.pir: 3615 nodes, 1321 ops",
+        "tests/models/llama3_8b.pir read, imported and planned under dp=2,tp=4 (8 ranks, every pass): ",
         "µs per node",
     ] {
         assert!(t.contains(want), "{t}");

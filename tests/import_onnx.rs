@@ -216,7 +216,7 @@ fn hostile_files_are_clear_errors() {
     );
     assert_eq!(
         err(&dangling),
-        "node `mm` reads `nowhere`, which no input, initializer or earlier node defines (ONNX lists nodes in topological order)"
+        "node `mm` reads `nowhere`, which no input, initializer or earlier node defines (a model lists its nodes in topological order)"
     );
     let cycle = model(
         vec![

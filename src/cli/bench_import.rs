@@ -1,20 +1,27 @@
-//! `shardlab bench --what import`: the ONNX import of the fixtures in `tests/models/` (run
-//! from the repository), median time and time per node, beside parsing the imported plan's
-//! text in the same process (the baseline: both are linear in the program, so their ratio
-//! is what to compare across machines and commits).
+//! `shardlab bench --what import`: the import of the fixtures in `tests/models/` (ONNX and
+//! Paddle programs; run from the repository), median time and time per node, beside parsing
+//! the imported plan's text in the same process (the baseline: both are linear in the
+//! program, so their ratio is what to compare across machines and commits); and Llama 3
+//! 8B at its published size imported and planned end to end (the 1 s target).
 
 use super::bench::median;
-use crate::import::{import_onnx, ImportOptions};
+use crate::import::{import_model, plan_under, ImportOptions};
 
 /// The fixtures: file, and the sizes of their symbolic dims.
 const FIXTURES: &[(&str, &[(&str, usize)])] = &[
     ("tests/models/mlp_block.onnx", &[("DynamicDimension.0", 8)]),
     ("tests/models/llama_model_2l.onnx", &[]),
+    ("tests/models/mlp_block.pir", &[]),
+    ("tests/models/llama_causal_2l.pir", &[]),
+    ("tests/models/llama3_8b.pir", &[]),
 ];
+
+/// The real-size graph planned end to end, and the strategy.
+const REAL_SIZE: (&str, &str) = ("tests/models/llama3_8b.pir", "dp=2,tp=4");
 
 pub fn bench_import(repeat: usize) -> Result<String, String> {
     let mut out = String::from(
-        "ONNX import of tests/models/ (median of runs), beside parsing the imported plan text\n",
+        "import of tests/models/ (median of runs), beside parsing the imported plan text\n",
     );
     for (file, dims) in FIXTURES {
         let bytes = std::fs::read(file)
@@ -22,11 +29,11 @@ pub fn bench_import(repeat: usize) -> Result<String, String> {
         let opts = ImportOptions {
             dims: dims.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
         };
-        let imported = import_onnx(&bytes, &opts).map_err(|e| format!("{file}: {e}"))?;
+        let imported = import_model(&bytes, &opts).map_err(|e| format!("{file}: {e}"))?;
         let nodes: usize = imported.census.iter().map(|(_, n)| n).sum();
         let text = imported.program.to_string();
         let t = median(repeat, || {
-            import_onnx(&bytes, &opts)
+            import_model(&bytes, &opts)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })?;
@@ -44,5 +51,27 @@ pub fn bench_import(repeat: usize) -> Result<String, String> {
             t.as_secs_f64() / parse.as_secs_f64().max(1e-12)
         ));
     }
+    out.push_str(&real_size(repeat)?);
     Ok(out)
+}
+
+/// Llama 3 8B's program read, imported, planned under [`REAL_SIZE`]'s strategy and taken
+/// through every pass (completion, backward, optimizer, partition).
+fn real_size(repeat: usize) -> Result<String, String> {
+    let (file, spec) = REAL_SIZE;
+    let plan_it = || -> Result<usize, String> {
+        let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
+        let imported =
+            import_model(&bytes, &ImportOptions::default()).map_err(|e| e.to_string())?;
+        let plan = plan_under(&imported, spec).map_err(|e| e.to_string())?;
+        let opts = crate::passes::driver::PassOptions::from_plan(&plan.options);
+        let passes = crate::passes::driver::run_passes(&plan, &opts).map_err(|e| e.to_string())?;
+        Ok(passes.partitioned.ranks.len())
+    };
+    let ranks = plan_it()?;
+    let t = median(repeat, || plan_it().map(|_| ()))?;
+    Ok(format!(
+        "  {file} read, imported and planned under {spec} ({ranks} ranks, every pass): {:.1} ms\n",
+        t.as_secs_f64() * 1e3
+    ))
 }

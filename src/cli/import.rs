@@ -1,16 +1,18 @@
-//! `shardlab import FILE [-o PLAN] [--parallel SPEC]`: an ONNX model as a plan file (the
+//! `shardlab import FILE [-o PLAN] [--parallel SPEC]`: an ONNX model or a Paddle program
+//! (PIR text, told apart by content) as a plan file (the
 //! program, annotated under `--parallel`'s strategy or later with `--mesh`/`--shard` or
 //! `--parallel` in the other commands). Prints the census of
 //! the graph's operators and what the import decided (fusions, folded constants, the loss).
 
 use super::emit;
 use super::files::{read_limited, ReadError};
-use crate::import::{import_onnx, plan_under, ImportOptions, MAX_IMPORT_BYTES};
+use crate::import::{import_model, plan_under, ImportOptions, MAX_IMPORT_BYTES};
 use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct ImportArgs {
-    /// The ONNX file (`.onnx`, as torch.onnx.export, Optimum or paddle2onnx write it).
+    /// The model: an ONNX file (`.onnx`, as torch.onnx.export, Optimum or paddle2onnx write
+    /// it) or a Paddle program's text (PIR, as `print(program)` writes it in Paddle 3).
     pub file: String,
     /// Write the plan here instead of standard output (`-` is standard output).
     #[arg(short, long)]
@@ -61,7 +63,7 @@ pub(crate) fn import(args: &ImportArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(1));
         }
     };
-    let imported = match import_onnx(&bytes, &ImportOptions { dims }) {
+    let imported = match import_model(&bytes, &ImportOptions { dims }) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("error: {}: {e}", args.file);

@@ -56,7 +56,7 @@ struct Cli {
 enum Command {
     /// Print a preset model as a plan file (program text; with --mesh and --shard, a plan).
     Print(PrintArgs),
-    /// Import an ONNX model as a plan file (the program, ready to annotate and plan).
+    /// Import an ONNX model or a Paddle program as a plan file (the program, ready to annotate and plan).
     Import(import::ImportArgs),
     /// Parse and verify a plan file; print every error as FILE:LINE:COL: message.
     Check {

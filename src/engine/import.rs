@@ -2,7 +2,7 @@
 //! picked in its import box, become a plan's text in the worker, so the page's module
 //! carries neither the ONNX decoder nor the strategy's patterns.
 
-use crate::import::{import_onnx, parse_dims, plan_under, ImportOptions};
+use crate::import::{self, parse_dims, plan_under, ImportOptions};
 use crate::protocol::{Failure, ImportView};
 
 /// `bytes` (the file `name`) imported with the sizes `dims` and planned under `parallel`.
@@ -16,7 +16,8 @@ pub fn import_model(
         message: format!("{name}: {message}"),
     };
     let dims = parse_dims(dims).map_err(|e| fail(e.to_string()))?;
-    let imported = import_onnx(bytes, &ImportOptions { dims }).map_err(|e| fail(e.to_string()))?;
+    let imported =
+        import::import_model(bytes, &ImportOptions { dims }).map_err(|e| fail(e.to_string()))?;
     let plan = plan_under(&imported, parallel).map_err(|e| fail(e.to_string()))?;
     let fused = imported
         .notes
@@ -24,7 +25,7 @@ pub fn import_model(
         .filter(|n| n.contains("fused"))
         .count();
     let summary = format!(
-        "Imported {name}: {} ops from {} ONNX nodes ({} patterns fused{}); the plan's \
+        "Imported {name}: {} ops from {} nodes ({} patterns fused{}); the plan's \
          comments list what the import did.",
         imported.program.ops().len(),
         imported.nodes(),

@@ -15,6 +15,10 @@ mod onnx_fuse;
 mod onnx_ops;
 pub mod onnx_proto;
 mod onnx_values;
+mod pir;
+mod pir_lower;
+mod pir_ops;
+pub mod pir_text;
 mod strategy;
 
 pub use strategy::{parse_dims, plan_under, DimSpecError, StrategyError};
@@ -69,7 +73,7 @@ pub enum ImportError {
     },
     #[error("`{value}` has element type {ty}, which ShardLab does not model")]
     ElementType { value: String, ty: i32 },
-    #[error("node `{node}` reads `{value}`, which no input, initializer or earlier node defines (ONNX lists nodes in topological order)")]
+    #[error("node `{node}` reads `{value}`, which no input, initializer or earlier node defines (a model lists its nodes in topological order)")]
     Undefined { node: String, value: String },
     #[error("`{value}` is defined twice (the second time by node `{node}`)")]
     Duplicate { node: String, value: String },
@@ -81,6 +85,8 @@ pub enum ImportError {
     },
     #[error("the graph has no output to train")]
     NoOutput,
+    #[error("not a Paddle program: {0}")]
+    PirSyntax(pir_text::PirSyntaxError),
 }
 
 /// The operators an import does not support, each with its node count and first nodes.
@@ -103,6 +109,35 @@ impl std::fmt::Display for UnsupportedOps {
         }
         Ok(())
     }
+}
+
+/// Imports a model file of either format, told apart by its content: a Paddle program's
+/// text opens with `{` (which no ONNX protobuf does: it would be a group of field 15);
+/// anything else is read as ONNX.
+pub fn import_model(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return import_onnx(bytes, opts);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        ImportError::PirSyntax(pir_text::PirSyntaxError {
+            line: 1 + bytes[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count(),
+            col: 1,
+            message: format!("not UTF-8 text (byte {})", e.valid_up_to()),
+        })
+    })?;
+    import_pir(text, opts)
+}
+
+/// Imports a Paddle program from its text (PIR, as Paddle 3 prints a program).
+pub fn import_pir(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError> {
+    if text.len() > MAX_IMPORT_BYTES {
+        return Err(ImportError::TooLarge { bytes: text.len() });
+    }
+    pir::import(text, opts)
 }
 
 /// Imports an ONNX model from its bytes.

@@ -33,6 +33,8 @@ pub const SUPPORTED: &[&str] = &[
     "Constant",
     "Cast",
     "Concat",
+    "ReduceMean",
+    "ReduceSum",
 ];
 
 /// A value of the graph: a variable of the program, or a constant (an initializer or a
@@ -56,7 +58,34 @@ struct Importer<'a> {
 pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportError> {
     let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
     let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
-    let census = census(graph);
+    let front = Front {
+        census: census(graph),
+        notes: Vec::new(),
+        loss_note: |out| {
+            format!(
+                "the loss is the mean of the graph's output `{out}` (an inference graph has none)"
+            )
+        },
+    };
+    import_graph(graph, opts, front)
+}
+
+/// What the front end that made a graph says about it: the census of its own operators,
+/// its notes, and how it names the loss (`super::pir` lowers Paddle's programs to a graph).
+pub(super) struct Front {
+    pub census: Vec<(String, usize)>,
+    pub notes: Vec<String>,
+    pub loss_note: fn(&str) -> String,
+}
+
+/// Imports `graph`: identities resolved, patterns fused, node by node, the loss the mean
+/// of its first output.
+pub(super) fn import_graph(
+    graph: &GraphProto,
+    opts: &ImportOptions,
+    front: Front,
+) -> Result<Imported, ImportError> {
+    let census = front.census;
     let (resolved, identities) = super::onnx_fuse::without_identities(graph);
     let graph = &resolved;
     let fused = super::onnx_fuse::patterns(graph);
@@ -67,7 +96,7 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportErro
         opts,
         values: HashMap::new(),
         used: HashSet::new(),
-        notes: Vec::new(),
+        notes: front.notes,
     };
     if identities > 0 {
         im.notes.push(format!(
@@ -98,9 +127,7 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportErro
     let loss = im.fresh("loss");
     im.b.op1(OpType::Mean, vec![vec![y]], &[], &loss)
         .map_err(|e| node_error("loss", "Mean", e))?;
-    im.notes.push(format!(
-        "the loss is the mean of the graph's output `{out_name}` (an inference graph has none)"
-    ));
+    im.notes.push((front.loss_note)(&out_name));
     Ok(Imported {
         program: im.b.finish(),
         notes: im.notes,
@@ -132,7 +159,8 @@ fn refuse_unsupported(graph: &GraphProto, fused: &HashSet<usize>) -> Result<(), 
         }
         let ty = node.op_type.as_deref().unwrap_or("");
         let domain = node.domain.as_deref().unwrap_or("");
-        let known = SUPPORTED.contains(&ty) && (domain.is_empty() || domain == "ai.onnx");
+        let known = (SUPPORTED.contains(&ty) && (domain.is_empty() || domain == "ai.onnx"))
+            || (domain == "pd_op" && super::onnx_ops::PADDLE_ONLY.contains(&ty));
         if known {
             continue;
         }
@@ -385,6 +413,13 @@ impl Importer<'_> {
                     ));
                 }
                 self.alias(&name, node.input.first(), &first_out)
+            }
+            _ if node.domain.as_deref() == Some("pd_op") => {
+                let made = super::onnx_ops::translate_paddle(self, &name, &ty, node)?;
+                for (o, v) in outs.iter().zip(made) {
+                    self.define(&name, o, Value::Var(v))?;
+                }
+                Ok(())
             }
             _ => {
                 let v = super::onnx_ops::translate(self, &name, &ty, node)?;

@@ -52,10 +52,7 @@ pub(super) fn translate(t: &mut dyn Translate, name: &str, ty: &str, node: &Node
         }
         "Gemm" => gemm(t, name, node),
         "Add" | "Sub" | "Mul" | "Div" => binary(t, name, ty, node),
-        "Relu" => {
-            let x = t.var(name, input(node, 0))?;
-            op1(t, name, node, OpType::Relu, vec![vec![x]], &[])
-        }
+        "Relu" => unary(t, name, node, OpType::Relu),
         "Gelu" => {
             let x = t.var(name, input(node, 0))?;
             let tanh = attr(node, "approximate")
@@ -121,8 +118,104 @@ pub(super) fn translate(t: &mut dyn Translate, name: &str, ty: &str, node: &Node
             "Cast",
             "only casts between float types import (ShardLab prices every float alike)",
         )),
+        "ReduceMean" | "ReduceSum" => reduce(t, name, ty, node),
         other => Err(error(name, other, "not an operator ShardLab imports")),
     }
+}
+
+/// A one-input op without attributes.
+fn unary(t: &mut dyn Translate, name: &str, node: &NodeProto, ty: OpType) -> Res {
+    let x = t.var(name, input(node, 0))?;
+    op1(t, name, node, ty, vec![vec![x]], &[])
+}
+
+/// Paddle's operators with no ONNX equivalent ShardLab translates one for one: only the
+/// PIR import writes them, as nodes of the `pd_op` domain (`super::pir`).
+pub const PADDLE_ONLY: &[&str] = &["matmul", "silu", "cross_entropy_with_softmax"];
+
+/// A `pd_op` node (see [`PADDLE_ONLY`]); returns its outputs.
+pub(super) fn translate_paddle(
+    t: &mut dyn Translate,
+    name: &str,
+    ty: &str,
+    node: &NodeProto,
+) -> Result<Vec<VarId>, ImportError> {
+    let x = t.var(name, input(node, 0))?;
+    match ty {
+        "matmul" => {
+            let y = t.var(name, input(node, 1))?;
+            let trans = |k: &str| Attr::Bool(int_attr(node, k, 0) != 0);
+            let attrs = [
+                ("trans_x", trans("transpose_x")),
+                ("trans_y", trans("transpose_y")),
+            ];
+            Ok(vec![op1(
+                t,
+                name,
+                node,
+                OpType::MatmulV2,
+                vec![vec![x], vec![y]],
+                &attrs,
+            )?])
+        }
+        "silu" => Ok(vec![unary(t, name, node, OpType::Silu)?]),
+        "cross_entropy_with_softmax" => {
+            let label = t.var(name, input(node, 1))?;
+            let outs: Vec<String> = (0..2)
+                .map(|k| t.fresh(input_or(node.output.get(k), name)))
+                .collect();
+            let attrs = [
+                (
+                    "soft_label",
+                    Attr::Bool(int_attr(node, "soft_label", 0) != 0),
+                ),
+                ("axis", Attr::Int(int_attr(node, "axis", -1))),
+            ];
+            t.builder()
+                .op(
+                    OpType::SoftmaxWithCrossEntropy,
+                    vec![vec![x], vec![label]],
+                    &attrs,
+                    &[&outs[0], &outs[1]],
+                )
+                .map_err(|e| error(name, ty, e))
+        }
+        other => Err(error(name, other, "not an operator ShardLab imports")),
+    }
+}
+
+/// `ReduceMean`/`ReduceSum` over `axes` (an attribute before opset 18, a constant input
+/// since; none or empty: every axis) as `reduce_mean`/`reduce_sum`.
+fn reduce(t: &mut dyn Translate, name: &str, ty: &str, node: &NodeProto) -> Res {
+    let x = t.var(name, input(node, 0))?;
+    let axes = match (attr(node, "axes"), input(node, 1)) {
+        (Some(a), _) => a.ints.clone(),
+        (None, "") => Vec::new(),
+        (None, axes) => t
+            .ints(axes)
+            .ok_or_else(|| error(name, ty, "the axes are not a constant"))?,
+    };
+    if axes.is_empty() && int_attr(node, "noop_with_empty_axes", 0) != 0 {
+        return Err(error(
+            name,
+            ty,
+            "noop_with_empty_axes (a reduction over nothing)",
+        ));
+    }
+    let op = if ty == "ReduceSum" {
+        OpType::ReduceSum
+    } else {
+        OpType::ReduceMean
+    };
+    let keep = Attr::Bool(int_attr(node, "keepdims", 1) != 0);
+    op1(
+        t,
+        name,
+        node,
+        op,
+        vec![vec![x]],
+        &[("dim", Attr::Ints(axes)), ("keep_dim", keep)],
+    )
 }
 
 /// `Y = alpha · A' · B' + beta · C` as `matmul_v2` (with its transposes), a `scale` for

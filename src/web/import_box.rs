@@ -54,9 +54,9 @@ pub fn import_box(ctx: &AppCtx) -> Html {
         })
     };
     html! {
-        <span class="import" title="an ONNX model (or drop one on the page), planned under the strategy">
+        <span class="import" title="an ONNX model or a Paddle program (or drop one on the page), planned under the strategy">
             <label class="preset">{ "Import " }
-                <input id="import-file" type="file" accept=".onnx" {onchange} />
+                <input id="import-file" type="file" accept=".onnx,.pir,.txt" {onchange} />
             </label>
             <input id="import-dims" size="10" placeholder="sizes: batch=8" aria-label="sizes of symbolic dims" />
             <input id="import-parallel" size="10" value={DEFAULT_STRATEGY} aria-label="strategy" />
