@@ -149,6 +149,45 @@ fn llama3_8b_at_its_published_size_imports_and_plans() {
     assert_eq!(passes.partitioned.ranks.len(), 8);
 }
 
+/// The shrunk fixture is the real one's twin: the same code at 2 layers instead of 32, so
+/// the 8B's ops are the 2-layer program's with its block repeated, and under one strategy
+/// every parameter of a kind is split the same way. (`run` executes the twin: the 8B's
+/// step would need terabytes.)
+#[test]
+fn the_shrunk_llama_is_the_real_sizes_twin() {
+    let (small, big) = (import(LLAMA), import(LLAMA_8B));
+    let names = |i: &Imported| -> Vec<&'static str> {
+        i.program.ops().iter().map(|o| o.ty.name()).collect()
+    };
+    let (s, b) = (names(&small), names(&big));
+    let block = (b.len() - s.len()) / 30;
+    assert_eq!(b.len(), s.len() + 30 * block);
+    let twin = (0..s.len()).any(|start| {
+        let mut grown = s[..start].to_vec();
+        for _ in 0..32 {
+            grown.extend_from_slice(s.get(start..start + block).unwrap_or(&[]));
+        }
+        grown.extend_from_slice(s.get(start + 2 * block..).unwrap_or(&[]));
+        grown == b
+    });
+    assert!(twin, "the 8B's ops are the 2-layer program's with its block repeated");
+    let layout = |i: &Imported| -> Vec<String> {
+        let strategy = Parallel::parse("dp=2,tp=2").unwrap();
+        let mut kinds: Vec<String> = strategy
+            .shard_specs(&i.program)
+            .iter()
+            .map(|spec| {
+                // `linear_12.w_0=-,tp` → the layout alone, one per kind of weight.
+                spec.split_once('=').map_or(spec.clone(), |(_, l)| l.to_string())
+            })
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    };
+    assert_eq!(layout(&small), layout(&big));
+}
+
 #[test]
 fn either_format_is_told_by_its_content() {
     let text = import_model(LLAMA.as_bytes(), &ImportOptions::default()).unwrap();

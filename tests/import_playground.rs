@@ -37,7 +37,7 @@ fn a_dropped_llama_opens_as_its_plan_under_the_strategy_and_runs_equal_to_serial
     let message = s.message.clone().unwrap_or_default();
     assert_eq!(
         message,
-        "Imported llama.onnx: 91 ops from 234 ONNX nodes (15 patterns fused, planned as \
+        "Imported llama.onnx: 91 ops from 234 nodes (15 patterns fused, planned as \
          dp=2,tp=2); the plan's comments list what the import did."
     );
     assert_eq!(s.scenario, "custom");

@@ -193,7 +193,7 @@ test('a model file opened in the playground is imported, planned and verified; t
   await page.setInputFiles('#import-file', model('llama_model_2l.onnx'));
   await page.waitForFunction(() => document.querySelector('.banner')?.textContent.startsWith('Imported'), null, { timeout: 60000 });
   assert.match(await page.locator('.banner').innerText(),
-    /^Imported llama_model_2l\.onnx: 91 ops from 234 ONNX nodes \(15 patterns fused, planned as dp=2,tp=2\)/);
+    /^Imported llama_model_2l\.onnx: 91 ops from 234 nodes \(15 patterns fused, planned as dp=2,tp=2\)/);
   assert.equal(await page.locator('.mesh-panel .device').count(), 4);
   assert.match(await page.locator('#program').textContent(), /rms_norm/);
   await page.screenshot({ path: `${screenshotDir}/playground-import.png` });
@@ -211,16 +211,20 @@ test('a model file opened in the playground is imported, planned and verified; t
   const api = await browser.newPage();
   await api.goto(server.url + 'api.html');
   const bytes = [...readFileSync(model('mlp_block.onnx'))];
-  const out = await api.evaluate(async (bytes) => {
+  const pir = readFileSync(model('llama_causal_2l.pir'), 'utf8');
+  const out = await api.evaluate(async ([bytes, pir]) => {
     const { default: init, import_model } = await import('./shardlab-engine.js');
     await init({ module_or_path: './shardlab-engine_bg.wasm' });
     const good = import_model(new Uint8Array(bytes), { name: 'mlp.onnx', dims: 'DynamicDimension.0=4', parallel: 'tp=2' });
     let bad;
     try { import_model(new Uint8Array(bytes), { parallel: 'dp=2', size: 3 }); } catch (e) { bad = String(e); }
-    return { text: good.text, summary: good.summary, bad };
-  }, bytes);
-  assert.match(out.summary, /^Imported mlp\.onnx: 7 ops from 13 ONNX nodes/);
+    // A Paddle program's text, told apart by its content.
+    const paddle = import_model(new TextEncoder().encode(pir), { name: 'llama.pir', parallel: 'dp=2,tp=2' });
+    return { text: good.text, summary: good.summary, bad, paddle: paddle.summary };
+  }, [bytes, pir]);
+  assert.match(out.summary, /^Imported mlp\.onnx: 7 ops from 13 nodes/);
   assert.ok(out.text.split('\n').includes('mesh [2] (tp)'), out.text);
   assert.match(out.bad, /unknown field `size`/);
+  assert.match(out.paddle, /^Imported llama\.pir: 91 ops from 314 nodes \(13 patterns fused, planned as dp=2,tp=2\)/);
   assert.deepEqual(errors, []);
 });
