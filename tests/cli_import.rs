@@ -54,7 +54,11 @@ fn import_under_a_strategy_writes_a_plan_that_runs_equal_to_serial() {
 #[test]
 fn bad_strategies_and_sizes_are_refused_by_name() {
     let mlp = fixture("mlp_block.onnx");
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--parallel", "dp=5"],
+            "no input has a batch of at least dp=5 to split (x [4, 16, 64])",
+        ),
         (&["--parallel", "dp=0"], "dp=0"),
         (&["--parallel", "xx=2"], "xx"),
         (

@@ -170,7 +170,10 @@ fn the_shrunk_llama_is_the_real_sizes_twin() {
         grown.extend_from_slice(s.get(start + 2 * block..).unwrap_or(&[]));
         grown == b
     });
-    assert!(twin, "the 8B's ops are the 2-layer program's with its block repeated");
+    assert!(
+        twin,
+        "the 8B's ops are the 2-layer program's with its block repeated"
+    );
     let layout = |i: &Imported| -> Vec<String> {
         let strategy = Parallel::parse("dp=2,tp=2").unwrap();
         let mut kinds: Vec<String> = strategy
@@ -178,7 +181,8 @@ fn the_shrunk_llama_is_the_real_sizes_twin() {
             .iter()
             .map(|spec| {
                 // `linear_12.w_0=-,tp` → the layout alone, one per kind of weight.
-                spec.split_once('=').map_or(spec.clone(), |(_, l)| l.to_string())
+                spec.split_once('=')
+                    .map_or(spec.clone(), |(_, l)| l.to_string())
             })
             .collect();
         kinds.sort();

@@ -16,6 +16,15 @@ pub enum StrategyError {
     Parallel { spec: String, source: ParallelError },
     #[error("strategy `{spec}`: {source}")]
     Spec { spec: String, source: SpecError },
+    #[error(
+        "strategy `{spec}`: no input has a batch of at least dp={dp} to split ({inputs}); \
+         give a larger batch (the sizes, --dim) or a smaller dp"
+    )]
+    NoBatch {
+        spec: String,
+        dp: usize,
+        inputs: String,
+    },
 }
 
 /// Why a list of sizes (`batch=8, seq=16`) does not parse.
@@ -67,8 +76,25 @@ pub fn plan_under(imported: &Imported, spec: &str) -> Result<Plan, StrategyError
     plan.program = p.prepare(&plan.program);
     let mesh = Arc::new(parse_mesh_spec(&p.mesh_spec()).map_err(with_spec)?);
     plan.set_mesh(mesh.clone());
-    plan.annotations = p
-        .shard_specs(&plan.program)
+    let specs = p.shard_specs(&plan.program);
+    // Data parallelism splits an input's first dim: without one that large, every rank
+    // would do the same work (and the plan would look data-parallel).
+    if p.dp > 1 && !specs.iter().any(|s| s.split(['=', ',']).any(|d| d == "dp")) {
+        let inputs: Vec<String> = plan
+            .program
+            .vars()
+            .iter()
+            .filter(|v| v.kind == crate::ir::VarKind::Input)
+            .map(|v| format!("{} {:?}", v.name, v.ty.shape.as_slice()))
+            .take(3)
+            .collect();
+        return Err(StrategyError::NoBatch {
+            spec: spec.into(),
+            dp: p.dp,
+            inputs: inputs.join(", "),
+        });
+    }
+    plan.annotations = specs
         .iter()
         .map(|s| parse_shard_spec(s, &plan.program, &mesh))
         .collect::<Result<_, _>>()
