@@ -1087,6 +1087,7 @@ mod flag_fuzz {
         ]);
         let bare = prop::sample::select(vec![
             "tests/models/mlp_block.onnx",
+            "tests/models/mlp_block.pir",
             "/dev/zero",
             "--amp",
             "--ledger",

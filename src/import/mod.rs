@@ -44,6 +44,9 @@ pub struct Imported {
     pub notes: Vec<String>,
     /// The graph's operators by type, with how many nodes each (the census).
     pub census: Vec<(String, usize)>,
+    /// Each parameter and table the import made from a constant of the file: the
+    /// program's name and the graph's (for [`onnx_values`]).
+    pub sources: Vec<(String, String)>,
 }
 
 /// Why a file does not import.
@@ -85,6 +88,8 @@ pub enum ImportError {
     },
     #[error("the graph has no output to train")]
     NoOutput,
+    #[error("`{value}` has no values ShardLab reads ({why})")]
+    NoValues { value: String, why: String },
     #[error("not a Paddle program: {0}")]
     PirSyntax(pir_text::PirSyntaxError),
 }
@@ -130,6 +135,21 @@ pub fn import_model(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, Impo
         })
     })?;
     import_pir(text, opts)
+}
+
+/// The values in an ONNX file of `imported`'s parameters and tables (its weights, the
+/// rotary tables and masks the exporter computed), by the program's names: what `import
+/// --with-values` writes for `run --inputs`.
+pub fn onnx_values(bytes: &[u8], imported: &Imported) -> Result<Vec<NamedValues>, ImportError> {
+    onnx_values::of_model(bytes, imported)
+}
+
+/// A variable's values from the file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedValues {
+    pub var: String,
+    pub dims: Vec<usize>,
+    pub values: Vec<f64>,
 }
 
 /// Imports a Paddle program from its text (PIR, as Paddle 3 prints a program).

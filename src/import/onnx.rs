@@ -51,6 +51,8 @@ struct Importer<'a> {
     values: HashMap<String, Value>,
     /// Program names taken so far.
     used: HashSet<String>,
+    /// Parameters and tables made from constants: (program name, graph name).
+    sources: Vec<(String, String)>,
     notes: Vec<String>,
 }
 
@@ -96,6 +98,7 @@ pub(super) fn import_graph(
         opts,
         values: HashMap::new(),
         used: HashSet::new(),
+        sources: Vec::new(),
         notes: front.notes,
     };
     if identities > 0 {
@@ -132,6 +135,7 @@ pub(super) fn import_graph(
         program: im.b.finish(),
         notes: im.notes,
         census,
+        sources: im.sources,
     })
 }
 
@@ -320,6 +324,7 @@ impl Importer<'_> {
                     .b
                     .param(&var_name, c.dtype, &c.dims)
                     .map_err(|e| node_error(node, "initializer", e))?;
+                self.sources.push((var_name, name.to_string()));
                 self.values.insert(name.to_string(), Value::Var(v));
                 Ok(v)
             }
@@ -504,6 +509,7 @@ impl Translate for Importer<'_> {
             .b
             .input(&var_name, c.dtype, &c.dims)
             .map_err(|e| node_error(node, "constant", e))?;
+        self.sources.push((var_name.clone(), name.to_string()));
         self.notes.push(format!(
             "{node}: `{var_name}` {:?} is a table the exporter computed (rotary cos or sin, a mask): an input, not a weight",
             c.dims

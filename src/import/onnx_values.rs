@@ -91,7 +91,89 @@ pub(super) fn small_ints(t: &TensorProto) -> Option<Vec<i64>> {
         .then(|| values.iter().map(|&x| x as i64).collect())
 }
 
-/// A small tensor's values, from its typed field or its little-endian `raw_data`.
+/// The values of the initializers or `Constant` nodes `imported`'s parameters and tables
+/// came from, whatever their size; 16-bit floats widened.
+pub(super) fn of_model(
+    bytes: &[u8],
+    imported: &super::Imported,
+) -> Result<Vec<super::NamedValues>, ImportError> {
+    use prost::Message;
+    let model = super::onnx_proto::ModelProto::decode(bytes)
+        .map_err(|e| ImportError::Decode(e.to_string()))?;
+    let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
+    let constants = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type.as_deref() == Some("Constant"));
+    let constants = constants.filter_map(|n| {
+        let t = super::onnx::attr(n, "value")?.t.as_ref()?;
+        Some((n.output.first()?.clone(), t))
+    });
+    let tensors: Vec<(String, &TensorProto)> = graph
+        .initializer
+        .iter()
+        .map(|t| (t.name.clone().unwrap_or_default(), t))
+        .chain(constants)
+        .collect();
+    let mut out = Vec::new();
+    for (var, source) in &imported.sources {
+        let Some((_, t)) = tensors.iter().find(|(n, _)| n == source) else {
+            continue;
+        };
+        let c = constant(t)?;
+        let no = |why: &str| ImportError::NoValues {
+            value: source.clone(),
+            why: why.into(),
+        };
+        if t.data_location == Some(1) {
+            return Err(no("its weights are in an external data file"));
+        }
+        let numel = c.dims.iter().product();
+        let values = constant_values(t, t.data_type.unwrap_or(0), numel)
+            .or_else(|| half_values(t, numel))
+            .ok_or_else(|| no("its data is missing or not the size of its dims"))?;
+        out.push(super::NamedValues {
+            var: var.clone(),
+            dims: c.dims,
+            values,
+        });
+    }
+    Ok(out)
+}
+
+/// A 16-bit float tensor's values (`raw_data`, little-endian; IEEE half or bfloat16).
+fn half_values(t: &TensorProto, numel: usize) -> Option<Vec<f64>> {
+    let ty = t.data_type?;
+    let raw = t.raw_data.as_deref()?;
+    if raw.len() != 2 * numel || !matches!(ty, data_type::FLOAT16 | data_type::BFLOAT16) {
+        return None;
+    }
+    let halves = raw
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]));
+    Some(if ty == data_type::BFLOAT16 {
+        halves
+            .map(|h| f64::from(f32::from_bits(u32::from(h) << 16)))
+            .collect()
+    } else {
+        halves.map(f16_to_f64).collect()
+    })
+}
+
+/// An IEEE 754 half's value.
+fn f16_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let frac = f64::from(h & 0x3ff);
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        31 if frac == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+    }
+}
+
+/// A tensor's values, from its typed field or its little-endian `raw_data`.
 fn constant_values(t: &TensorProto, ty: i32, numel: usize) -> Option<Vec<f64>> {
     let typed: Vec<f64> = match ty {
         data_type::FLOAT => t.float_data.iter().map(|&x| f64::from(x)).collect(),
