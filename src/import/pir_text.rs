@@ -539,7 +539,7 @@ mod tests {
     fn errors_name_the_line_and_column() {
         let cases = [
             ("", "line 1, column 1: expected the program's `{`"),
-            ("{\n  (%1) = \"x\" (%0 {}\n}", "line 2, column 19: expected `,` or `)`"),
+            ("{\n  (%1) = \"x\" (%0 {}\n}", "line 2, column 18: expected `,` or `)`"),
             ("{\n  (%1) = \"pd_op.if\" () {} : () -> tensor<f32> {\n}\n}", "`pd_op.if` has a region"),
             ("{\n  (%1) = \"a\" () {k:[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1", "nested too deep"),
             ("{\n  (%1) = \"a\" () {} : () -> tensor<8xq>", "line 2"),
