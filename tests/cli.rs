@@ -2140,7 +2140,7 @@ fn bench_import_times_the_fixtures_per_node() {
         "tests/models/llama_model_2l.onnx: 234 nodes, 91 ops",
         "tests/models/llama_causal_2l.pir: 314 nodes, 91 ops",
         "tests/models/llama3_8b.pir: 3615 nodes, 1321 ops",
-        "tests/models/llama3_8b.pir read, imported and planned under dp=2,tp=4 (8 ranks, every pass): ",
+        "tests/models/llama3_8b.pir read, imported and planned under dp=8,tp=8 (64 ranks, every pass): ",
         "µs per node",
     ] {
         assert!(t.contains(want), "{t}");

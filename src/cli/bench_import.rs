@@ -17,7 +17,7 @@ const FIXTURES: &[(&str, &[(&str, usize)])] = &[
 ];
 
 /// The real-size graph planned end to end, and the strategy.
-const REAL_SIZE: (&str, &str) = ("tests/models/llama3_8b.pir", "dp=2,tp=4");
+const REAL_SIZE: (&str, &str) = ("tests/models/llama3_8b.pir", "dp=8,tp=8");
 
 pub fn bench_import(repeat: usize) -> Result<String, String> {
     let mut out = String::from(
