@@ -242,6 +242,10 @@ fn bad_programs_are_errors_that_name_the_line() {
         ),
         (MLP[..MLP.len() / 2].to_string(), "not a Paddle program: line 8".into()),
         (
+            MLP.replace("-> tensor<8x16x64xf32>\n    (%7", "-> tensor<4611686018427387904x16x64xf32>\n    (%7"),
+            "`x` has dim 0 = 4611686018427387904: a dim is a size from 1 to 2^53".into(),
+        ),
+        (
             LLAMA.replace("\"pd_op.embedding\" (%21, %20)", "\"pd_op.embedding\" (%20)"),
             "node `line 25` (pd_op.embedding): expected at least 2 operands and a result".into(),
         ),
