@@ -74,6 +74,23 @@ fn the_paddle_mlp_program_imports_as_paddle_reports_it() {
     );
 }
 
+/// A program without a loss (inference) trains the mean of its last output, and says so.
+#[test]
+fn an_inference_program_trains_the_mean_of_its_output() {
+    let inference: String = MLP
+        .lines()
+        .filter(|l| !l.contains("(%15)") && !l.contains("(%16)"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let imported = import(&inference);
+    assert_eq!(
+        imported.notes.last().unwrap(),
+        "the loss is the mean of `add_14`, the program's last output (it has no scalar loss)"
+    );
+    let last = imported.program.ops().last().unwrap();
+    assert_eq!(last.ty, OpType::Mean);
+}
+
 #[test]
 fn the_paddleformers_causal_llama_imports_plans_and_runs() {
     let imported = import(LLAMA);

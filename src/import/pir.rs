@@ -30,6 +30,9 @@ pub(super) struct Program<'a> {
     /// The ops the loss depends on.
     pub needed: HashSet<usize>,
     pub loss: &'a str,
+    /// Whether the loss is the program's own (a scalar with a gradient), not the mean of
+    /// an output (an inference program).
+    pub own_loss: bool,
 }
 
 /// Imports the Paddle program in `text`.
@@ -40,8 +43,16 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
     let front = Front {
         census: census(&ops),
         notes,
-        loss_note: |out| {
-            format!("the loss is `{out}`, the program's scalar with a gradient that no op reads")
+        loss_note: if program.own_loss {
+            |out: &str| {
+                format!(
+                    "the loss is `{out}`, the program's scalar with a gradient that no op reads"
+                )
+            }
+        } else {
+            |out: &str| {
+                format!("the loss is the mean of `{out}`, the program's last output (it has no scalar loss)")
+            }
         },
     };
     super::onnx::import_graph(&graph, opts, front)
@@ -125,7 +136,7 @@ fn analyse(ops: &[PirOp]) -> Result<Program<'_>, ImportError> {
             }
         }
     }
-    let loss = pick_loss(ops, &trained, &read).ok_or(ImportError::NoOutput)?;
+    let (loss, own_loss) = pick_loss(ops, &trained, &read).ok_or(ImportError::NoOutput)?;
     let mut needed = HashSet::new();
     let mut todo = vec![loss];
     while let Some(v) = todo.pop() {
@@ -146,16 +157,18 @@ fn analyse(ops: &[PirOp]) -> Result<Program<'_>, ImportError> {
         trained,
         needed,
         loss,
+        own_loss,
     })
 }
 
 /// The loss: the last float value with a gradient, of at most one element, that no op
-/// reads; else (an inference program) the last float value no op reads.
+/// reads (`true`: the program's own); else (an inference program) the last float value no
+/// op reads (`false`: its mean is the loss).
 fn pick_loss<'a>(
     ops: &'a [PirOp],
     trained: &HashSet<&str>,
     read: &HashSet<&str>,
-) -> Option<&'a str> {
+) -> Option<(&'a str, bool)> {
     let mut fallback = None;
     for op in ops.iter().rev() {
         for (k, r) in op.results.iter().enumerate().rev() {
@@ -164,12 +177,12 @@ fn pick_loss<'a>(
             }
             let (float, scalar) = float_scalar(op.result_types.get(k));
             if scalar && !stops_gradient(op, k) {
-                return Some(r);
+                return Some((r, true));
             }
             if float && fallback.is_none() {
                 fallback = Some(r.as_str());
             }
         }
     }
-    fallback
+    fallback.map(|r| (r, false))
 }
