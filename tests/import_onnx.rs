@@ -363,17 +363,8 @@ fn the_paddleformers_llama_imports_plans_and_runs() {
         .count();
     assert_eq!(tables, 5, "cos and sin per block, and the mask");
     for spec in ["dp=2", "tp=2", "dp=2,tp=2"] {
-        let strategy = Parallel::parse(spec).unwrap();
-        let shards = strategy.shard_specs(p);
-        let plan = common::plan_with(p.clone(), &strategy.mesh_spec(), &shards);
-        let passes = run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap();
+        let (passes, forward_all_reduces) = common::passes_under(p, spec);
         if spec.contains("tp") {
-            let forward_all_reduces = passes.partitioned.ranks[0]
-                .program
-                .ops()
-                .iter()
-                .filter(|o| o.ty == OpType::AllReduce && o.role == shardlab::ir::OpRole::Forward)
-                .count();
             assert_eq!(
                 forward_all_reduces,
                 2 * 2 + 1,

@@ -10,8 +10,7 @@
 mod common;
 
 use shardlab::import::{import_model, import_pir, ImportError, ImportOptions, Imported};
-use shardlab::ir::{OpRole, OpType, VarKind};
-use shardlab::passes::driver::{run_passes, PassOptions};
+use shardlab::ir::{OpType, VarKind};
 use shardlab::plan::parallel::Parallel;
 
 const MLP: &str = include_str!("models/mlp_block.pir");
@@ -120,17 +119,8 @@ fn the_paddleformers_causal_llama_imports_plans_and_runs() {
     assert!(imported.notes.iter().any(|n| n
         == "2 ops with a gradient do not reach the loss and are left out (pd_op.sum, pd_op.share_data_)"));
     for spec in ["dp=2", "tp=2", "dp=2,tp=2"] {
-        let strategy = Parallel::parse(spec).unwrap();
-        let shards = strategy.shard_specs(p);
-        let plan = common::plan_with(p.clone(), &strategy.mesh_spec(), &shards);
-        let passes = run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap();
+        let (passes, forward_all_reduces) = common::passes_under(p, spec);
         if spec.contains("tp") {
-            let forward_all_reduces = passes.partitioned.ranks[0]
-                .program
-                .ops()
-                .iter()
-                .filter(|o| o.ty == OpType::AllReduce && o.role == OpRole::Forward)
-                .count();
             // o and down per block and the vocabulary-parallel embedding; the tied head
             // leaves the logits split over the vocabulary, and the loss is
             // `c_softmax_with_cross_entropy`, which sums inside its kernel. Under dp the
@@ -159,10 +149,7 @@ fn llama3_8b_at_its_published_size_imports_and_plans() {
     );
     assert_eq!(count(&imported, OpType::RmsNorm), 65);
     assert_eq!(count(&imported, OpType::MatmulV2), 32 * 7 + 32 * 2 + 1);
-    let strategy = Parallel::parse("dp=2,tp=4").unwrap();
-    let shards = strategy.shard_specs(&imported.program);
-    let plan = common::plan_with(imported.program.clone(), &strategy.mesh_spec(), &shards);
-    let passes = run_passes(&plan, &PassOptions::from_plan(&plan.options)).unwrap();
+    let (passes, _) = common::passes_under(&imported.program, "dp=2,tp=4");
     assert_eq!(passes.partitioned.ranks.len(), 8);
 }
 

@@ -56,6 +56,28 @@ pub fn preset_plan(model: Model, layers: usize, mesh: &str, shards: &[String]) -
 }
 
 /// `program` on the mesh `mesh` (e.g. `2x4:dp,mp`) with `shards` (e.g. `x=dp,-`).
+/// `program` planned under a strategy by sizes (`dp=2,tp=2`) and taken through every pass;
+/// with the count of forward all-reduces on rank 0 (tensor parallelism's, a reshard's).
+#[allow(dead_code)]
+pub fn passes_under(
+    program: &shardlab::ir::Program,
+    spec: &str,
+) -> (shardlab::passes::driver::Passes, usize) {
+    use shardlab::ir::{OpRole, OpType};
+    let strategy = shardlab::plan::parallel::Parallel::parse(spec).unwrap();
+    let shards = strategy.shard_specs(program);
+    let plan = plan_with(program.clone(), &strategy.mesh_spec(), &shards);
+    let opts = shardlab::passes::driver::PassOptions::from_plan(&plan.options);
+    let passes = shardlab::passes::driver::run_passes(&plan, &opts).unwrap();
+    let forward_all_reduces = passes.partitioned.ranks[0]
+        .program
+        .ops()
+        .iter()
+        .filter(|o| o.ty == OpType::AllReduce && o.role == OpRole::Forward)
+        .count();
+    (passes, forward_all_reduces)
+}
+
 pub fn plan_with<S: AsRef<str>>(program: shardlab::ir::Program, mesh: &str, shards: &[S]) -> Plan {
     let mesh = Arc::new(parse_mesh_spec(mesh).unwrap());
     let annotations = shards
