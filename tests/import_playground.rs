@@ -175,3 +175,34 @@ fn a_plan_change_while_importing_drops_the_import() {
         "a late import does not replace the plan"
     );
 }
+
+/// A real-size import is a link like any other: Llama 3 8B's plan (about a third of a
+/// megabyte encoded) reopens from its hash, and the engine prices it on one 8-GPU node.
+#[test]
+fn a_real_size_import_reopens_from_its_link_and_is_priced() {
+    let s = import(
+        start(),
+        "llama3_8b.pir",
+        include_bytes!("models/llama3_8b.pir"),
+        "",
+        "dp=2,tp=4",
+    );
+    assert!(s
+        .message
+        .clone()
+        .unwrap_or_default()
+        .starts_with("Imported llama3_8b.pir: 1321 ops"));
+    let hash = s.to_hash();
+    assert!(hash.len() > 200_000, "{} bytes", hash.len());
+    let back = Session::from_hash(&hash).unwrap();
+    assert_eq!(back.text, s.text);
+    // Past Chromium's 2 MB a hash is refused before it is read.
+    let huge = format!("text={}", "a".repeat(2 << 20));
+    let e = Session::from_hash(&huge).err().map(|e| e.to_string());
+    assert_eq!(e.as_deref(), Some("the link is too long"));
+    let job = Job::new(hash, Task::Cost { pinned: None });
+    let Outcome::Cost(view) = handle(&job, &mut |_, _| {}) else {
+        panic!("the engine prices the imported plan")
+    };
+    assert!(view.cost.is_ok(), "{:?}", view.cost.err());
+}

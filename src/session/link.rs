@@ -224,7 +224,7 @@ impl Session {
     /// Restores a state from a URL hash; a hostile or corrupt hash is an error message.
     pub fn from_hash(hash: &str) -> Result<Session, LinkError> {
         let hash = hash.trim_start_matches('#');
-        if hash.len() > 200_000 {
+        if hash.len() > MAX_HASH {
             return Err(LinkError::TooLong);
         }
         let mut fields = std::collections::HashMap::new();
@@ -309,6 +309,11 @@ impl Session {
 
 /// The most devices a link's mesh may have.
 const MAX_LINK_MESH: usize = 512;
+
+/// The longest hash a link may have: Chromium's limit on a URL (2 MB). An imported
+/// real-size model's plan is one (Llama 3 8B's text is about 0.35 MB encoded); the plan
+/// parser is linear, so this bounds the work a hostile link can ask for.
+const MAX_HASH: usize = 2 * 1024 * 1024;
 
 /// The names of the presets the playground offers.
 /// The toy scenarios first, then the published models at their real sizes.

@@ -13,7 +13,9 @@ use yew::prelude::*;
 /// The strategy an import is planned under until the user says otherwise.
 const DEFAULT_STRATEGY: &str = "dp=2";
 
-/// The value of the page's input `id` (blank when it is not there).
+/// The value of the page's input `id` (blank when it is not there). The strategy box is
+/// not a controlled input (a `value` attribute would put the default back at every render):
+/// its default is its placeholder, read here when the box is blank.
 fn input_value(id: &str) -> String {
     web_sys::window()
         .and_then(|w| w.document())
@@ -27,7 +29,11 @@ fn input_value(id: &str) -> String {
 fn import_file(ctx: &AppCtx, file: web_sys::File) {
     let state = ctx.state.clone();
     let name = file.name();
-    let (dims, parallel) = (input_value("import-dims"), input_value("import-parallel"));
+    let dims = input_value("import-dims");
+    let parallel = match input_value("import-parallel") {
+        p if p.trim().is_empty() => DEFAULT_STRATEGY.to_string(),
+        p => p,
+    };
     let read = Closure::once(move |buffer: JsValue| {
         state.dispatch(Action::Import(ImportFile {
             name,
@@ -59,7 +65,7 @@ pub fn import_box(ctx: &AppCtx) -> Html {
                 <input id="import-file" type="file" accept=".onnx,.pir,.txt" {onchange} />
             </label>
             <input id="import-dims" size="10" placeholder="sizes: batch=8" aria-label="sizes of symbolic dims" />
-            <input id="import-parallel" size="10" value={DEFAULT_STRATEGY} aria-label="strategy" />
+            <input id="import-parallel" size="10" placeholder={DEFAULT_STRATEGY} aria-label="strategy (dp=1: one device)" />
         </span>
     }
 }
