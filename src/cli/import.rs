@@ -106,7 +106,7 @@ fn write_values(
     bytes: &[u8],
     imported: &crate::import::Imported,
 ) -> Result<Result<usize, String>, String> {
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+    if crate::import::is_paddle_text(bytes) {
         return Ok(Err(
             "--with-values: a Paddle program's text has no weights (only an ONNX file does)".into(),
         ));

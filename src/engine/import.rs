@@ -19,17 +19,12 @@ pub fn import_model(
     let imported =
         import::import_model(bytes, &ImportOptions { dims }).map_err(|e| fail(e.to_string()))?;
     let plan = plan_under(&imported, parallel).map_err(|e| fail(e.to_string()))?;
-    let fused = imported
-        .notes
-        .iter()
-        .filter(|n| n.contains("fused"))
-        .count();
     let summary = format!(
         "Imported {name}: {} ops from {} nodes ({} patterns fused{}); the plan's \
          comments list what the import did.",
         imported.program.ops().len(),
         imported.nodes(),
-        fused,
+        imported.fused,
         match parallel.trim() {
             "" => String::new(),
             p => format!(", planned as {p}"),

@@ -44,6 +44,8 @@ pub struct Imported {
     pub notes: Vec<String>,
     /// The graph's operators by type, with how many nodes each (the census).
     pub census: Vec<(String, usize)>,
+    /// How many patterns of primitives were fused into one op each.
+    pub fused: usize,
     /// Each parameter and table the import made from a constant of the file: the
     /// program's name and the graph's (for [`onnx_values`]).
     pub sources: Vec<(String, String)>,
@@ -98,6 +100,52 @@ pub enum ImportError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct UnsupportedOps(pub Vec<(String, usize, Vec<String>)>);
 
+impl UnsupportedOps {
+    /// Refuses when `missing` (each unsupported node's operator and name, in order) is not
+    /// empty: the operators with their counts and first three nodes, most frequent first.
+    pub(super) fn check(
+        missing: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(), ImportError> {
+        let mut out: Vec<(String, usize, Vec<String>)> = Vec::new();
+        for (ty, name) in missing {
+            match out.iter_mut().find(|(t, _, _)| *t == ty) {
+                Some((_, n, names)) => {
+                    *n += 1;
+                    if names.len() < 3 {
+                        names.push(name);
+                    }
+                }
+                None => out.push((ty, 1, vec![name])),
+            }
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        crate::sort::sort_by_key(&mut out, |(t, n, _)| (std::cmp::Reverse(*n), t.clone()));
+        Err(ImportError::Unsupported(UnsupportedOps(out)))
+    }
+}
+
+/// Every operator of a model with its count, most frequent first (the census).
+pub(super) fn census<'a>(ops: impl IntoIterator<Item = &'a str>) -> Vec<(String, usize)> {
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for op in ops {
+        *counts.entry(op).or_default() += 1;
+    }
+    let mut out: Vec<(String, usize)> = counts
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+    crate::sort::sort_by_key(&mut out, |(t, n)| (std::cmp::Reverse(*n), t.clone()));
+    out
+}
+
+/// Whether `bytes` are a Paddle program's text: its first non-blank byte is `{`, which no
+/// ONNX protobuf's is (it would open a group of field 15).
+pub fn is_paddle_text(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
 impl std::fmt::Display for UnsupportedOps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let nodes: usize = self.0.iter().map(|(_, n, _)| n).sum();
@@ -116,12 +164,10 @@ impl std::fmt::Display for UnsupportedOps {
     }
 }
 
-/// Imports a model file of either format, told apart by its content: a Paddle program's
-/// text opens with `{` (which no ONNX protobuf does: it would be a group of field 15);
-/// anything else is read as ONNX.
+/// Imports a model file of either format, told apart by its content ([`is_paddle_text`];
+/// anything else is read as ONNX).
 pub fn import_model(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportError> {
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
+    if !is_paddle_text(bytes) {
         return import_onnx(bytes, opts);
     }
     let text = std::str::from_utf8(bytes).map_err(|e| {

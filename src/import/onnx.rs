@@ -61,7 +61,12 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, ImportErro
     let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
     let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
     let front = Front {
-        census: census(graph),
+        census: super::census(
+            graph
+                .node
+                .iter()
+                .map(|n| n.op_type.as_deref().unwrap_or("")),
+        ),
         notes: Vec::new(),
         loss_note: |out| {
             format!(
@@ -135,60 +140,30 @@ pub(super) fn import_graph(
         program: im.b.finish(),
         notes: im.notes,
         census,
+        fused: fused.len(),
         sources: im.sources,
     })
-}
-
-/// Every operator type of `graph` with its node count, most frequent first.
-fn census(graph: &GraphProto) -> Vec<(String, usize)> {
-    let mut counts: Vec<(String, usize)> = Vec::new();
-    for node in &graph.node {
-        let ty = node.op_type.clone().unwrap_or_default();
-        match counts.iter_mut().find(|(t, _)| *t == ty) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((ty, 1)),
-        }
-    }
-    crate::sort::sort_by_key(&mut counts, |(t, n)| (std::cmp::Reverse(*n), t.clone()));
-    counts
 }
 
 /// Refuses a graph with operators outside [`SUPPORTED`] (or outside ONNX's default
 /// domain), listing each with its count and its first three nodes.
 fn refuse_unsupported(graph: &GraphProto, fused: &HashSet<usize>) -> Result<(), ImportError> {
-    let mut missing: Vec<(String, usize, Vec<String>)> = Vec::new();
-    for (i, node) in graph.node.iter().enumerate() {
-        if fused.contains(&i) {
-            continue;
-        }
+    let missing = graph.node.iter().enumerate().filter_map(|(i, node)| {
         let ty = node.op_type.as_deref().unwrap_or("");
         let domain = node.domain.as_deref().unwrap_or("");
         let known = (SUPPORTED.contains(&ty) && (domain.is_empty() || domain == "ai.onnx"))
             || (domain == "pd_op" && super::onnx_ops::PADDLE_ONLY.contains(&ty));
-        if known {
-            continue;
+        if known || fused.contains(&i) {
+            return None;
         }
         let ty = if domain.is_empty() {
             ty.to_string()
         } else {
             format!("{domain}.{ty}")
         };
-        let name = node_name(i, node);
-        match missing.iter_mut().find(|(t, _, _)| *t == ty) {
-            Some((_, n, names)) => {
-                *n += 1;
-                if names.len() < 3 {
-                    names.push(name);
-                }
-            }
-            None => missing.push((ty, 1, vec![name])),
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    crate::sort::sort_by_key(&mut missing, |(t, n, _)| (std::cmp::Reverse(*n), t.clone()));
-    Err(ImportError::Unsupported(UnsupportedOps(missing)))
+        Some((ty, node_name(i, node)))
+    });
+    UnsupportedOps::check(missing)
 }
 
 /// A node's name, or `#i (OpType)` for an unnamed one.

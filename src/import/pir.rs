@@ -41,7 +41,7 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
     let program = analyse(&ops)?;
     let (graph, notes) = super::pir_lower::lower(&program)?;
     let front = Front {
-        census: census(&ops),
+        census: super::census(ops.iter().map(|op| op.name.as_str())),
         notes,
         loss_note: if program.own_loss {
             |out: &str| {
@@ -61,20 +61,6 @@ pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError>
 /// Where an op is, for messages: its line.
 pub(super) fn at(op: &PirOp) -> String {
     format!("line {}", op.line)
-}
-
-/// Every op name of the program with its count, most frequent first.
-fn census(ops: &[PirOp]) -> Vec<(String, usize)> {
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for op in ops {
-        *counts.entry(op.name.as_str()).or_default() += 1;
-    }
-    let mut out: Vec<(String, usize)> = counts
-        .into_iter()
-        .map(|(k, n)| (k.to_string(), n))
-        .collect();
-    crate::sort::sort_by_key(&mut out, |(t, n)| (std::cmp::Reverse(*n), t.clone()));
-    out
 }
 
 /// Whether `op` is a trainable parameter (`trainable:[true]`, or without that attribute a
@@ -101,7 +87,11 @@ fn stops_gradient(op: &PirOp, k: usize) -> bool {
 fn float_scalar(ty: Option<&PirType>) -> (bool, bool) {
     match ty {
         Some(PirType::Tensor { dims, dtype }) => {
-            let float = matches!(dtype.as_str(), "f32" | "f64" | "f16" | "bf16");
+            use super::onnx_proto::data_type::{BFLOAT16, DOUBLE, FLOAT, FLOAT16};
+            let float = matches!(
+                super::pir_lower::element_type(dtype),
+                Some(FLOAT | DOUBLE | FLOAT16 | BFLOAT16)
+            );
             (float, float && dims.iter().all(|&d| d == 1))
         }
         _ => (false, false),

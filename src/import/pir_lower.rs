@@ -102,33 +102,14 @@ pub(super) fn lower(p: &Program) -> Result<(GraphProto, Vec<String>), ImportErro
 
 /// Lists the trained ops the import does not lower, each with its count and first lines.
 fn refuse_unsupported(p: &Program) -> Result<(), ImportError> {
-    let mut missing: Vec<(String, usize, Vec<String>)> = Vec::new();
-    for &i in &sorted(&p.needed) {
-        let op = &p.ops[i];
-        if LOWERED.contains(&op.name.as_str()) {
-            continue;
-        }
-        match missing.iter_mut().find(|(t, _, _)| *t == op.name) {
-            Some((_, n, lines)) => {
-                *n += 1;
-                if lines.len() < 3 {
-                    lines.push(at(op));
-                }
-            }
-            None => missing.push((op.name.clone(), 1, vec![at(op)])),
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    crate::sort::sort_by_key(&mut missing, |(t, n, _)| (std::cmp::Reverse(*n), t.clone()));
-    Err(ImportError::Unsupported(UnsupportedOps(missing)))
-}
-
-fn sorted(set: &HashSet<usize>) -> Vec<usize> {
-    let mut v: Vec<usize> = set.iter().copied().collect();
-    v.sort_unstable();
-    v
+    let mut needed: Vec<usize> = p.needed.iter().copied().collect();
+    needed.sort_unstable();
+    let missing = needed
+        .into_iter()
+        .map(|i| &p.ops[i])
+        .filter(|op| !LOWERED.contains(&op.name.as_str()))
+        .map(|op| (op.name.clone(), at(op)));
+    UnsupportedOps::check(missing)
 }
 
 /// Each value's name in the graph: a parameter's `parameter_name`, an input's `name`,

@@ -147,6 +147,14 @@ impl<'a> Lower<'_, 'a> {
         Ok(())
     }
 
+    /// The constant scalar `op` reads second (a scale's factor, a concat's axis), or an
+    /// error saying `what` it is instead.
+    fn second_scalar(&self, op: &PirOp, what: &str) -> Result<f64, ImportError> {
+        let v = op.operands.get(1).and_then(|v| self.known(v));
+        v.and_then(|v| v.first().copied())
+            .ok_or_else(|| self.error(op, what))
+    }
+
     fn int_attr(&self, op: &PirOp, name: &str, default: i64) -> i64 {
         op.attr(name)
             .and_then(|a| a.number())
@@ -195,12 +203,7 @@ impl<'a> Lower<'_, 'a> {
         ins: Vec<String>,
         outs: Vec<String>,
     ) -> Result<(), ImportError> {
-        let s = op
-            .operands
-            .get(1)
-            .and_then(|v| self.known(v))
-            .and_then(|v| v.first().copied())
-            .ok_or_else(|| self.error(op, "a scale by a computed tensor"))?;
+        let s = self.second_scalar(op, "a scale by a computed tensor")?;
         let bias = op.attr("bias").and_then(|a| a.number()).unwrap_or(0.0);
         let after = op
             .attr("bias_after_scale")
@@ -287,12 +290,7 @@ impl<'a> Lower<'_, 'a> {
         let xs = self.lists.get(list).cloned().ok_or_else(|| {
             self.error(op, "the tensors to concatenate are not a builtin.combine")
         })?;
-        let axis = op
-            .operands
-            .get(1)
-            .and_then(|v| self.known(v))
-            .and_then(|v| v.first().copied())
-            .ok_or_else(|| self.error(op, "the axis is computed, not constant"))?;
+        let axis = self.second_scalar(op, "the axis is computed, not constant")?;
         self.push(
             op,
             "Concat",
