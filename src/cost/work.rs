@@ -188,6 +188,22 @@ impl Counts<'_> {
         };
         out * k as f64
     }
+
+    /// S·k·H of a `moe_combine`: the output's elements times the choices per token.
+    fn combine_terms(&self) -> f64 {
+        let k = self
+            .op
+            .input("Weights")
+            .first()
+            .and_then(|&v| self.program.var(v).ty.shape.get(1).copied())
+            .unwrap_or(0);
+        let out = if self.op.ty == OpType::MoeCombine {
+            self.out_numel("Out")
+        } else {
+            self.in_numel("Out@GRAD")
+        };
+        out * k as f64
+    }
 }
 
 /// A declared work formula (`ir::ops`) evaluated on the op's sizes.
@@ -198,6 +214,7 @@ fn declared(c: &Counts, work: Formula) -> f64 {
                 Numel::In(slot) => c.in_numel(slot),
                 Numel::Out(slot) => c.out_numel(slot),
                 Numel::MatmulTerms => c.matmul_terms(),
+                Numel::CombineTerms => c.combine_terms(),
             }
         })
         .sum()

@@ -177,6 +177,56 @@ def c_embedding(w, ids, start):
     return jnp.where(inside[..., None], rows, 0.0).astype(w.dtype)
 
 
+def moe_route(gates, k, cap, group):
+    """ShardLab's drop rule (docs/moe.md): per group of `group` tokens, the entries ranked
+    choice-major; an entry's position is the count of earlier entries with its expert, kept
+    below `cap`. Returns (Index [k, S]: e*cap + position or -1, Weights [S, k])."""
+    s, e = gates.shape
+    g = s // group
+    top_w, top_i = lax.top_k(gates, k)
+    expert = jnp.transpose(top_i.T.reshape(k, g, group), (1, 0, 2)).reshape(g, k * group)
+    choice = jax.nn.one_hot(expert, e, dtype=jnp.int32)
+    pos = jnp.sum((jnp.cumsum(choice, axis=1) - 1) * choice, axis=-1)
+    index = jnp.where(pos < cap, expert * cap + pos, -1)
+    index = jnp.transpose(index.reshape(g, k, group), (1, 0, 2)).reshape(k, s)
+    return index, jnp.where(index.T >= 0, top_w, 0.0).astype(gates.dtype)
+
+
+def moe_slots(index, cap, group):
+    """(expert, slot) of each entry of Index, for a dispatched tensor of groups x cap slots."""
+    k, s = index.shape
+    slot = (jnp.arange(s) // group)[None, :] * cap + index % cap
+    return index // cap, slot
+
+
+def moe_dispatch(x, gates, k, cap, group):
+    index, weights = moe_route(gates, k, cap, group)
+    e = gates.shape[1]
+    expert, slot = moe_slots(index, cap, group)
+    expert = jnp.where(index >= 0, expert, e)  # dropped entries fall outside and are dropped
+    out = jnp.zeros((e, x.shape[0] // group * cap, x.shape[1]), x.dtype)
+    rows = jnp.broadcast_to(x[None, :, :], (k,) + x.shape)
+    return out.at[expert, slot].set(rows, mode="drop"), weights, index
+
+
+def moe_combine(x, weights, index, cap, group):
+    expert, slot = moe_slots(index, cap, group)
+    rows = x[jnp.clip(expert, 0), slot] * (index >= 0)[..., None]
+    return jnp.einsum("sk,ksh->sh", weights, rows)
+
+
+def moe_dispatch_grad(x, gates, dout, dweights, k, cap, group):
+    f = lambda a, b: moe_dispatch(a, b, k, cap, group)[:2]
+    out, weights = f(x, gates)
+    dout = jnp.zeros_like(out) if dout is None else dout
+    dweights = jnp.zeros_like(weights) if dweights is None else dweights
+    return jax.vjp(f, x, gates)[1]((dout, dweights))
+
+
+def moe_combine_grad(x, weights, index, dout, cap, group):
+    return jax.vjp(lambda a, b: moe_combine(a, b, index, cap, group), x, weights)[1](dout)
+
+
 def softmax_ce(logits, label, axis, soft):
     sm = jax.nn.softmax(logits, axis=axis)
     tiny = jnp.finfo(logits.dtype).tiny

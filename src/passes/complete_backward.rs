@@ -105,6 +105,8 @@ fn grad_partials(
         | Family::Mean
         | Family::Rotary
         | Family::Repeat
+        | Family::MoeDispatch
+        | Family::MoeCombine
         | Family::CrossEntropy => {}
     }
     out

@@ -16,6 +16,7 @@ mod embedding;
 mod error;
 pub mod layer_norm;
 pub mod matmul;
+mod moe;
 mod reduction;
 pub mod registry;
 mod reshape;
@@ -113,6 +114,11 @@ pub enum Rule {
     /// `repeat_interleave` along `axis`: the same layout in and out (a rank's block of the
     /// repeated dim becomes its block of the output).
     Repeat { axis: usize },
+    /// A Mixture-of-Experts dispatch of `groups` token groups: inputs `[x, gates]`,
+    /// outputs `[out, weights, index]`.
+    MoeDispatch { groups: usize },
+    /// Its combine: inputs `[x, weights, index]`, output `[out]`.
+    MoeCombine { groups: usize },
     /// Inputs `[logits, label]`, outputs `[softmax, loss]`.
     CrossEntropy { axis: usize, soft_label: bool },
     /// No inputs; outputs start replicated (fill_constant).
@@ -144,6 +150,8 @@ impl Rule {
             Rule::CrossEntropy { .. } => "cross_entropy",
             Rule::Rotary => "rotary",
             Rule::Repeat { .. } => "repeat_interleave",
+            Rule::MoeDispatch { .. } => "moe_dispatch",
+            Rule::MoeCombine { .. } => "moe_combine",
             Rule::Source => "source",
         }
     }
@@ -190,6 +198,8 @@ impl Rule {
             }
             Rule::Rotary => rotary::forward(inputs),
             Rule::Repeat { .. } => elementwise::unary_forward(inputs, 1),
+            Rule::MoeDispatch { groups } => moe::dispatch_forward(mesh, inputs, *groups),
+            Rule::MoeCombine { groups } => moe::combine_forward(mesh, inputs, *groups),
             Rule::Source => Ok(Inferred::default()),
         }
     }
@@ -245,6 +255,8 @@ impl Rule {
             }
             Rule::Rotary => rotary::backward(outputs),
             Rule::Repeat { .. } => elementwise::unary_backward(inputs, outputs),
+            Rule::MoeDispatch { groups } => moe::dispatch_backward(mesh, outputs, *groups),
+            Rule::MoeCombine { groups } => moe::combine_backward(mesh, outputs, *groups),
             Rule::Source => Ok(Inferred {
                 inputs: Layouts::new(),
                 outputs: outputs

@@ -96,6 +96,23 @@ fn non_negative(op: &Op, attr: &'static str, default: i64) -> Result<usize, Spmd
     })
 }
 
+/// A lookup's rule, which takes its inputs in Paddle's order (ids, then the table).
+fn embedding_binding(op: &Op) -> Binding {
+    Binding {
+        rule: Rule::Embedding {
+            padding_idx: op.attr_int("padding_idx", -1),
+        },
+        inputs: op
+            .input("Ids")
+            .iter()
+            .chain(op.input("W"))
+            .copied()
+            .collect(),
+        input_pos: vec![(1, 0), (0, 0)],
+        ..binding(op, Rule::Source)
+    }
+}
+
 /// The rule of a forward op.
 fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, SpmdError> {
     let err = |error| SpmdError::Attr { op: op.ty, error };
@@ -132,19 +149,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
                 }
             })
         }
-        Family::Embedding => Binding {
-            rule: Rule::Embedding {
-                padding_idx: op.attr_int("padding_idx", -1),
-            },
-            inputs: op
-                .input("Ids")
-                .iter()
-                .chain(op.input("W"))
-                .copied()
-                .collect(),
-            input_pos: vec![(1, 0), (0, 0)],
-            ..binding(op, Rule::Source)
-        },
+        Family::Embedding => embedding_binding(op),
         Family::Reshape => {
             let x = first_input.ok_or(SpmdError::MissingInput(op.ty))?;
             let target = reshape_target(x, op.attr_ints("shape").unwrap_or(&[])).map_err(err)?;
@@ -187,9 +192,32 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
         Family::Repeat => with(Rule::Repeat {
             axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
         }),
+        Family::MoeDispatch | Family::MoeCombine => with(moe_rule(op, program)?),
         Family::CrossEntropy => with(Rule::CrossEntropy {
             axis: axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?,
             soft_label: op.attr_bool("soft_label", false),
         }),
     })
+}
+
+/// A Mixture-of-Experts op's rule, with how many token groups it routes: its token count
+/// (dim 0 of X for the dispatch, of the weights for the combine) over `group_size`
+/// (inference has checked that it divides).
+fn moe_rule(op: &Op, program: &Program) -> Result<Rule, SpmdError> {
+    let dispatch = op.ty == OpType::MoeDispatch;
+    let tokens = op
+        .input(if dispatch { "X" } else { "Weights" })
+        .first()
+        .and_then(|&v| program.var(v).ty.shape.first().copied())
+        .unwrap_or(0);
+    let group = op.attr_int("group_size", 0);
+    match usize::try_from(group) {
+        Ok(g) if g >= 1 && dispatch => Ok(Rule::MoeDispatch { groups: tokens / g }),
+        Ok(g) if g >= 1 => Ok(Rule::MoeCombine { groups: tokens / g }),
+        _ => Err(SpmdError::Negative {
+            op: op.ty,
+            attr: "group_size",
+            value: group,
+        }),
+    }
 }

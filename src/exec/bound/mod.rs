@@ -23,6 +23,7 @@
 
 mod decoder;
 mod loss;
+mod moe;
 mod norm;
 mod optim;
 mod products;
@@ -294,6 +295,8 @@ fn forward(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
         // The vocab-parallel ops only run in rank programs, which carry no bounds; they bound
         // like the ops they stand for.
         ForwardOp::SoftmaxWithCrossEntropy => loss::softmax_ce(op, view, u),
+        ForwardOp::MoeDispatch => moe::dispatch(a),
+        ForwardOp::MoeCombine => moe::combine(a),
     }
 }
 
@@ -340,6 +343,8 @@ fn grad(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
             a.stored("X@GRAD", a.e("Out@GRAD"))
         }
         ForwardOp::SoftmaxWithCrossEntropy => loss::softmax_ce_grad(a),
+        ForwardOp::MoeDispatch => moe::dispatch_grad(a),
+        ForwardOp::MoeCombine => moe::combine_grad(a),
         ForwardOp::ElementwiseAdd | ForwardOp::ElementwiseSub => {
             let d = a.e("Out@GRAD");
             let md = a.m("Out@GRAD");

@@ -8,6 +8,7 @@ mod decoder;
 mod env;
 mod forward;
 mod grads;
+mod moe;
 mod optim;
 
 pub use comm::reduce_all;
@@ -510,6 +511,8 @@ impl<'a> Rank<'a> {
             F::ReduceMean => self.reduce(op, true, false)?,
             F::Mean => self.reduce(op, true, true)?,
             F::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
+            F::MoeDispatch => self.moe_dispatch(op)?,
+            F::MoeCombine => self.moe_combine(op)?,
         }
         Ok(())
     }
@@ -546,6 +549,8 @@ impl<'a> Rank<'a> {
             F::ReduceMean => self.reduce_grad(op, true, false)?,
             F::Mean => self.reduce_grad(op, true, true)?,
             F::SoftmaxWithCrossEntropy => self.softmax_ce_grad(op)?,
+            F::MoeDispatch => self.moe_dispatch_grad(op)?,
+            F::MoeCombine => self.moe_combine_grad(op)?,
         }
         Ok(())
     }

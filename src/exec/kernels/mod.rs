@@ -4,6 +4,7 @@
 pub mod decoder;
 pub mod layout;
 pub mod matmul;
+pub mod moe;
 pub mod normalize;
 pub mod optim;
 pub mod pointwise;

@@ -20,6 +20,8 @@ pub(super) fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
         | T::LayerNormGrad
         | T::RmsNormGrad
         | T::SoftmaxWithCrossEntropyGrad
+        | T::MoeDispatchGrad
+        | T::MoeCombineGrad
         | T::CSoftmaxWithCrossEntropyGrad
         | T::CEmbeddingGrad => grad_nn(e),
         T::Grad(f) => vjp_grad(e, f),
@@ -109,6 +111,7 @@ fn grad_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
         )),
         OpType::LayerNormGrad => layer_norm_grad(e),
         OpType::RmsNormGrad => rms_norm_grad(e),
+        OpType::MoeDispatchGrad | OpType::MoeCombineGrad => moe_grad(e),
         OpType::SoftmaxWithCrossEntropyGrad => {
             let sm = e.input("Softmax")?;
             Ok(e.assign(
@@ -218,6 +221,35 @@ fn rms_norm_grad(e: &Emit) -> Result<Vec<String>, ExportError> {
             e.x("Y@GRAD")?,
             op.attr_int("begin_norm_axis", 1),
             e.f("epsilon", 1e-5)
+        ),
+    ))
+}
+
+/// The Mixture-of-Experts routing ops' grads: the prelude's `jax.vjp` of each.
+fn moe_grad(e: &Emit) -> Result<Vec<String>, ExportError> {
+    let dx = e.out("X@GRAD");
+    if e.op.ty == OpType::MoeDispatchGrad {
+        return Ok(e.assign(
+            &[dx, e.out("Gates@GRAD")],
+            format!(
+                "moe_dispatch_grad({}, {}, {}, {}, {})",
+                e.x("X")?,
+                e.x("Gates")?,
+                e.opt("Out@GRAD"),
+                e.opt("Weights@GRAD"),
+                super::moe_attrs(e, true)
+            ),
+        ));
+    }
+    Ok(e.assign(
+        &[dx, e.out("Weights@GRAD")],
+        format!(
+            "moe_combine_grad({}, {}, {}, {}, {})",
+            e.x("X")?,
+            e.x("Weights")?,
+            e.x("Index")?,
+            e.x("Out@GRAD")?,
+            super::moe_attrs(e, false)
         ),
     ))
 }

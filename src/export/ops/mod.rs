@@ -237,7 +237,9 @@ fn forward_expr(e: &Emit, f: ForwardOp, args: &[String]) -> Result<Lowering, Exp
         | F::FusedSoftmaxMaskUpperTriangle
         | F::LayerNorm
         | F::RmsNorm
-        | F::SoftmaxWithCrossEntropy => return Ok(Lowering::Nn),
+        | F::SoftmaxWithCrossEntropy
+        | F::MoeDispatch
+        | F::MoeCombine => return Ok(Lowering::Nn),
         F::Cast | F::Assign | F::Reshape2 | F::Split | F::Concat => return Ok(Lowering::Shape),
     }))
 }
@@ -372,6 +374,7 @@ fn compute_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
                 ),
             ))
         }
+        OpType::MoeDispatch | OpType::MoeCombine => moe_forward(e),
         OpType::Forward(_)
         | OpType::FillConstant
         | OpType::Grad(_)
@@ -380,6 +383,42 @@ fn compute_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
         | OpType::Amp(_)
         | OpType::Collective(_)
         | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
+    }
+}
+
+/// The Mixture-of-Experts routing ops: the prelude's `moe_dispatch` and `moe_combine`.
+fn moe_forward(e: &Emit) -> Result<Vec<String>, ExportError> {
+    if e.op.ty == OpType::MoeDispatch {
+        return Ok(e.assign(
+            &[e.out("Out"), e.out("Weights"), e.out("Index")],
+            format!(
+                "moe_dispatch({}, {}, {})",
+                e.x("X")?,
+                e.x("Gates")?,
+                moe_attrs(e, true)
+            ),
+        ));
+    }
+    Ok(e.assign(
+        &[e.out("Out")],
+        format!(
+            "moe_combine({}, {}, {}, {})",
+            e.x("X")?,
+            e.x("Weights")?,
+            e.x("Index")?,
+            moe_attrs(e, false)
+        ),
+    ))
+}
+
+/// The routing attributes of a Mixture-of-Experts op, as the prelude's functions take them.
+fn moe_attrs(e: &Emit, with_k: bool) -> String {
+    let op = e.op;
+    let (c, g) = (op.attr_int("capacity", 1), op.attr_int("group_size", 1));
+    if with_k {
+        format!("{}, {c}, {g}", op.attr_int("k", 1))
+    } else {
+        format!("{c}, {g}")
     }
 }
 

@@ -64,6 +64,7 @@ fn one<'a>(op: &Op, inputs: &[Vec<&'a TensorType>], slot: usize) -> Res<&'a Tens
 }
 
 pub mod forward;
+pub mod moe;
 
 fn float<'a>(t: &'a TensorType, slot: &'static str) -> Res<&'a TensorType> {
     if t.dtype.is_float() {

@@ -21,6 +21,7 @@ mod binary;
 mod embedding;
 mod loss;
 mod matmul;
+mod moe;
 mod norm;
 mod reduce;
 mod repeat;
@@ -73,6 +74,10 @@ pub enum Family {
     Rotary,
     /// Slices of one dim repeated in place (`repeat_interleave`).
     Repeat,
+    /// A Mixture-of-Experts layer's routing: tokens to their top-k experts' slots.
+    MoeDispatch,
+    /// The experts' outputs back to their tokens, weighted by the gates.
+    MoeCombine,
 }
 
 /// An element count an op's work is proportional to.
@@ -84,6 +89,8 @@ pub enum Numel {
     Out(&'static str),
     /// A matmul's multiply-adds: output elements × the contracted length.
     MatmulTerms,
+    /// A `moe_combine`'s multiply-adds: the tokens' kept choices times the width (S·k·H).
+    CombineTerms,
 }
 
 /// FLOPs as a sum of coefficients × element counts (the sources of each coefficient are in
@@ -190,6 +197,8 @@ forward_ops! {
     SoftmaxWithCrossEntropy / SoftmaxWithCrossEntropyGrad => loss::SOFTMAX_WITH_CROSS_ENTROPY,
     FusedRotaryPositionEmbedding / FusedRotaryPositionEmbeddingGrad => rotary::FUSED_ROTARY_POSITION_EMBEDDING,
     RepeatInterleave / RepeatInterleaveGrad => repeat::REPEAT_INTERLEAVE,
+    MoeDispatch / MoeDispatchGrad => moe::MOE_DISPATCH,
+    MoeCombine / MoeCombineGrad => moe::MOE_COMBINE,
 }
 
 impl ForwardOp {

@@ -524,6 +524,8 @@ fn choose_impl(program: &Program, op: &crate::ir::Op, attr: &OperatorDistAttr) -
         | Family::Norm
         | Family::Rotary
         | Family::Repeat
+        | Family::MoeDispatch
+        | Family::MoeCombine
         | Family::Embedding
         | Family::Split
         | Family::Concat

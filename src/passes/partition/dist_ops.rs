@@ -124,7 +124,9 @@ pub fn container_of(ty: OpType) -> &'static [DistImpl] {
         | Family::Reduce
         | Family::Mean
         | Family::Rotary
-        | Family::Repeat => &[],
+        | Family::Repeat
+        | Family::MoeDispatch
+        | Family::MoeCombine => &[],
     }
 }
 
