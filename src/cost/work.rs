@@ -12,6 +12,7 @@
 //! | scale | 2 per output | multiply, add the bias |
 //! | gelu | 5 per output | 0.5·x·(1 + erf(x/√2)): divide, erf, add, two multiplies |
 //! | silu | 4 per output | x / (1 + exp(−x)): negate-exp, add, divide |
+//! | sigmoid | 3 per output | 1 / (1 + exp(−x)): negate-exp, add, divide |
 //! | dropout | 2 per output | compare with the mask, multiply |
 //! | softmax | 5 per element | max, subtract, exp, sum, divide |
 //! | fused_softmax_mask_upper_triangle | 6 per element | the mask's select, then softmax |
@@ -22,7 +23,7 @@
 //! | grads of mul | 2 per output gradient element | dOut·Y and dOut·X |
 //! | grads of div | 5 per output gradient element | dOut/Y and −dOut·X/Y² |
 //! | grads of relu, square, scale, dropout, max-like | 1-2 per element | the derivative's factor |
-//! | grads of gelu / silu | 10 / 8 per element | the derivative's formula |
+//! | grads of gelu / silu / sigmoid | 10 / 8 / 3 per element | the derivative's formula |
 //! | softmax_grad | 4 per element | dot(dOut, Out) per row, subtract, multiply |
 //! | layer_norm_grad | 15 per element | the usual two-row-sum formula |
 //! | lookup_table_v2_grad | 1 per output gradient element | a scatter-add |

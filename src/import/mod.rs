@@ -12,12 +12,14 @@
 
 pub mod onnx;
 mod onnx_fuse;
+mod onnx_moe;
 mod onnx_ops;
 pub mod onnx_proto;
 mod onnx_values;
 mod pir;
 mod pir_lower;
 mod pir_ops;
+pub mod pir_rewrite;
 pub mod pir_text;
 mod strategy;
 

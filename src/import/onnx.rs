@@ -22,6 +22,7 @@ pub const SUPPORTED: &[&str] = &[
     "Mul",
     "Div",
     "Relu",
+    "Sigmoid",
     "Gelu",
     "Softmax",
     "LayerNormalization",

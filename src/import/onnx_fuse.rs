@@ -37,6 +37,9 @@ pub enum FusedOp {
     /// `Unsqueeze(x, 2) → Expand(·, [b, h, r, s, d]) → Reshape(·, [b, h·r, s, d])`
     /// (grouped-query attention's repeated key/value heads): `repeat_interleave`.
     RepeatHeads {
+        /// The input's heads axis: 1 for `[b, kv, s, d]` (an ONNX export's), 2 for
+        /// `[b, s, kv, d]` (Paddle's layout).
+        axis: i64,
         repeats: i64,
         shape: Vec<i64>,
     },
@@ -360,18 +363,25 @@ fn halves(v: &View, first: usize) -> Option<Fused> {
 
 fn repeat_heads(v: &View, u: usize) -> Option<Fused> {
     let n = v.node(u);
-    let axes = v.ints.get(n.input.get(1)?)?;
-    if axes.as_slice() != [2] {
-        return None;
-    }
+    // The size-1 axis the heads are repeated along, on the 5-dim expanded tensor: just after
+    // the heads (2 or 3; written −3 or −2 too).
+    let unsqueezed = match v.ints.get(n.input.get(1)?)?.as_slice() {
+        [a @ (2 | 3)] => *a,
+        [a @ (-3 | -2)] => a + 5,
+        _ => return None,
+    };
     let e = v.next(u, "Expand")?;
     let expand = v.ints.get(v.node(e).input.get(1)?)?;
     let r = v.next(e, "Reshape")?;
     let shape = v.ints.get(v.node(r).input.get(1)?)?.clone();
-    let repeats = *expand.get(2)?;
+    let repeats = *expand.get(unsqueezed as usize)?;
     (expand.len() == 5 && shape.len() == 4).then_some(())?;
     Some(Fused {
-        op: FusedOp::RepeatHeads { repeats, shape },
+        op: FusedOp::RepeatHeads {
+            axis: unsqueezed - 1,
+            repeats,
+            shape,
+        },
         nodes: vec![u, e, r],
         x: n.input.first()?.clone(),
         outs: vec![v.out(r).to_string()],

@@ -10,7 +10,7 @@ use crate::ir::{Attr, OpType, VarId};
 
 type Res = Result<VarId, ImportError>;
 
-fn error(node: &str, ty: &str, message: impl std::fmt::Display) -> ImportError {
+pub(super) fn error(node: &str, ty: &str, message: impl std::fmt::Display) -> ImportError {
     ImportError::Node {
         node: node.to_string(),
         op_type: ty.to_string(),
@@ -19,7 +19,7 @@ fn error(node: &str, ty: &str, message: impl std::fmt::Display) -> ImportError {
 }
 
 /// The node's `k`-th input name (empty when absent: an optional input left out).
-fn input(node: &NodeProto, k: usize) -> &str {
+pub(super) fn input(node: &NodeProto, k: usize) -> &str {
     node.input.get(k).map(String::as_str).unwrap_or("")
 }
 
@@ -53,6 +53,7 @@ pub(super) fn translate(t: &mut dyn Translate, name: &str, ty: &str, node: &Node
         "Gemm" => gemm(t, name, node),
         "Add" | "Sub" | "Mul" | "Div" => binary(t, name, ty, node),
         "Relu" => unary(t, name, node, OpType::Relu),
+        "Sigmoid" => unary(t, name, node, OpType::Sigmoid),
         "Gelu" => {
             let x = t.var(name, input(node, 0))?;
             let tanh = attr(node, "approximate")
@@ -131,7 +132,15 @@ fn unary(t: &mut dyn Translate, name: &str, node: &NodeProto, ty: OpType) -> Res
 
 /// Paddle's operators with no ONNX equivalent ShardLab translates one for one: only the
 /// PIR import writes them, as nodes of the `pd_op` domain (`super::pir`).
-pub const PADDLE_ONLY: &[&str] = &["matmul", "silu", "cross_entropy_with_softmax"];
+pub const PADDLE_ONLY: &[&str] = &[
+    "matmul",
+    "silu",
+    "cross_entropy_with_softmax",
+    "split",
+    "stack",
+    "moe_dispatch",
+    "moe_combine",
+];
 
 /// A `pd_op` node (see [`PADDLE_ONLY`]); returns its outputs.
 pub(super) fn translate_paddle(
@@ -159,6 +168,8 @@ pub(super) fn translate_paddle(
             )?])
         }
         "silu" => Ok(vec![unary(t, name, node, OpType::Silu)?]),
+        "split" | "stack" => super::onnx_moe::pieces(t, name, ty, node, x),
+        "moe_dispatch" | "moe_combine" => super::onnx_moe::routing(t, name, ty, node, x),
         "cross_entropy_with_softmax" => {
             let label = t.var(name, input(node, 1))?;
             let outs: Vec<String> = (0..2)
@@ -441,10 +452,10 @@ pub(super) fn fused(
             vec![("num", Attr::Int(2)), ("axis", Attr::Int(*axis))],
             outs.iter().map(|s| s.to_string()).collect(),
         ),
-        FusedOp::RepeatHeads { repeats, .. } => (
+        FusedOp::RepeatHeads { axis, repeats, .. } => (
             OpType::RepeatInterleave,
             vec![vec![x]],
-            vec![("repeats", Attr::Int(*repeats)), ("axis", Attr::Int(1))],
+            vec![("repeats", Attr::Int(*repeats)), ("axis", Attr::Int(*axis))],
             vec![outs[0].to_string()],
         ),
     };

@@ -38,10 +38,13 @@ pub(super) struct Program<'a> {
 /// Imports the Paddle program in `text`.
 pub fn import(text: &str, opts: &ImportOptions) -> Result<Imported, ImportError> {
     let ops = super::pir_text::parse(text).map_err(ImportError::PirSyntax)?;
+    let census = super::census(ops.iter().map(|op| op.name.as_str()));
+    let (ops, mut notes) = super::pir_rewrite::rewrite(ops)?;
     let program = analyse(&ops)?;
-    let (graph, notes) = super::pir_lower::lower(&program)?;
+    let (graph, lowered) = super::pir_lower::lower(&program)?;
+    notes.extend(lowered);
     let front = Front {
-        census: super::census(ops.iter().map(|op| op.name.as_str())),
+        census,
         notes,
         loss_note: if program.own_loss {
             |out: &str| {

@@ -44,6 +44,12 @@ pub const LOWERED: &[&str] = &[
     "pd_op.share_data_",
     "pd_op.assign",
     "pd_op.cross_entropy_with_softmax",
+    "pd_op.sigmoid",
+    "pd_op.tile",
+    "pd_op.split_with_num",
+    "pd_op.stack",
+    "pd_op.moe_dispatch",
+    "pd_op.moe_combine",
 ];
 
 pub(super) struct Lower<'p, 'a> {
@@ -200,7 +206,7 @@ impl<'a> Lower<'_, 'a> {
     }
 
     /// `v`'s type (`None` for a result the op does not type).
-    fn ty(&self, v: &str) -> Option<&'a PirType> {
+    pub(super) fn ty(&self, v: &str) -> Option<&'a PirType> {
         let (op, k) = self.def(v);
         op.result_types.get(k)
     }

@@ -42,9 +42,35 @@ impl<'a> Lower<'_, 'a> {
             "pd_op.matmul" | "pd_op.silu" | "pd_op.cross_entropy_with_softmax" => {
                 self.paddle_node(op, ins, outs)
             }
+            "pd_op.moe_dispatch" | "pd_op.moe_combine" => {
+                let attrs = ["k", "capacity", "group_size"]
+                    .into_iter()
+                    .filter(|k| op.attr(k).is_some())
+                    .map(|k| attr_int(k, self.int_attr(op, k, 1)))
+                    .collect();
+                let ty = op.name.trim_start_matches("pd_op.");
+                self.push(op, ty, Some("pd_op"), ins, outs, attrs);
+            }
+            "pd_op.split_with_num" => {
+                let axis = self.second_scalar(op, "the axis is computed, not constant")?;
+                let attrs = vec![
+                    attr_int("axis", axis as i64),
+                    attr_int("num", self.int_attr(op, "num", 1)),
+                ];
+                self.push(op, "split", Some("pd_op"), ins[..1].to_vec(), outs, attrs);
+            }
+            "pd_op.stack" => {
+                let list = op.operands.first().map(String::as_str).unwrap_or("");
+                let xs = self.lists.get(list).cloned().ok_or_else(|| {
+                    self.error(op, "the tensors to stack are not a builtin.combine")
+                })?;
+                let axis = attr_int("axis", self.int_attr(op, "axis", 0));
+                self.push(op, "stack", Some("pd_op"), xs, outs, vec![axis]);
+            }
             "pd_op.scale" => self.scale(op, ins, outs)?,
             "pd_op.mean" | "pd_op.sum" => self.reduce(op, ins, outs)?,
             "pd_op.slice" => self.slice(op, ins, outs)?,
+            "pd_op.tile" => self.tile(op, ins, outs)?,
             "pd_op.concat" => self.concat(op, outs)?,
             _ => self.onnx_node(op, ins, outs)?,
         }
@@ -92,6 +118,7 @@ impl<'a> Lower<'_, 'a> {
             "pd_op.multiply" => ("Mul", ins, Vec::new()),
             "pd_op.divide" => ("Div", ins, Vec::new()),
             "pd_op.relu" => ("Relu", x, Vec::new()),
+            "pd_op.sigmoid" => ("Sigmoid", x, Vec::new()),
             "pd_op.reshape" => ("Reshape", ins, Vec::new()),
             "pd_op.unsqueeze" => ("Unsqueeze", ins, Vec::new()),
             "pd_op.expand" => ("Expand", ins, Vec::new()),
@@ -262,6 +289,43 @@ impl<'a> Lower<'_, 'a> {
         Ok(())
     }
 
+    /// `tile(x, repeats)` that repeats only dims of size 1 (grouped-query attention's
+    /// `repeat_kv` in Qwen2's code): a broadcast, so ONNX's `Expand` to the result's shape.
+    fn tile(&mut self, op: &PirOp, ins: Vec<String>, outs: Vec<String>) -> Result<(), ImportError> {
+        let repeats = self
+            .known(&op.operands[1])
+            .ok_or_else(|| self.error(op, "the repeats are computed, not constant"))?;
+        let dims = |t: Option<&PirType>| match t {
+            Some(PirType::Tensor { dims, .. }) => Some(dims.clone()),
+            _ => None,
+        };
+        let (Some(x), Some(out)) = (
+            dims(self.ty(&op.operands[0])),
+            dims(op.result_types.first()),
+        ) else {
+            return Err(self.error(op, "the input's or the result's shape is not known"));
+        };
+        let broadcast =
+            x.len() == repeats.len() && x.iter().zip(&repeats).all(|(&d, &r)| r == 1.0 || d == 1);
+        if !broadcast {
+            return Err(self.error(
+                op,
+                "a tile that repeats a dim larger than 1 (ShardLab imports tiles of size-1 dims, \
+                 which are broadcasts)",
+            ));
+        }
+        let shape = self.ints(op, "shape", out);
+        self.push(
+            op,
+            "Expand",
+            None,
+            vec![ins[0].clone(), shape],
+            outs,
+            Vec::new(),
+        );
+        Ok(())
+    }
+
     /// `slice(x, starts, ends)` on `axes` as ONNX's `Slice` (one that drops axes is refused).
     fn slice(
         &mut self,
@@ -318,8 +382,11 @@ fn arity(name: &str) -> usize {
         | "pd_op.unsqueeze"
         | "pd_op.expand"
         | "pd_op.concat"
+        | "pd_op.split_with_num"
+        | "pd_op.tile"
+        | "pd_op.moe_dispatch"
         | "pd_op.cross_entropy_with_softmax" => 2,
-        "pd_op.slice" => 3,
+        "pd_op.slice" | "pd_op.moe_combine" => 3,
         _ => 1,
     }
 }

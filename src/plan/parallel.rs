@@ -13,6 +13,11 @@
 //! last matmul are row-parallel; a tied head reuses the table's rows. The loss is
 //! vocab-parallel whenever the head is. The batch, the first input's dim 0, is split over
 //! `dp`; `pp` stages are split evenly by layers (a plan without `stage` statements).
+//!
+//! A Mixture-of-Experts layer keeps its experts whole (expert parallelism is its own axis):
+//! the router's matmul (the one whose output, through unary ops, is a `moe_dispatch`'s
+//! gates), every matmul between a dispatch and its combine, and a matmul to a single output
+//! (Qwen2-MoE's shared-expert gate, a scalar per token) are left unsplit.
 
 use crate::ir::{OpRole, OpType, Program, VarKind};
 
@@ -192,15 +197,25 @@ fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) -> 
         let var = program.var(v);
         (var.kind == VarKind::Parameter && var.ty.shape.len() == rank).then_some(v.index())
     };
-    for op in program.ops() {
+    let routers = routers(program);
+    // The values between a Mixture-of-Experts dispatch and its combine (the experts').
+    let mut expert = vec![false; program.vars().len()];
+    for (i, op) in program.ops().iter().enumerate() {
         if !matches!(op.role, OpRole::Forward | OpRole::Loss) {
             continue;
         }
         let x = op.inputs.first().and_then(|s| s.first()).copied();
         let x_split = x.is_some_and(|x| split[x.index()]);
         let mut out_split = op.all_inputs().any(|v| split[v.index()]);
+        let in_expert = op.ty == OpType::MoeDispatch
+            || (op.ty != OpType::MoeCombine && op.all_inputs().any(|v| expert[v.index()]));
+        let whole = |w: usize| {
+            let one_out = program.var(crate::ir::VarId(w as u32)).ty.shape.get(1) == Some(&1);
+            routers.contains(&i) || in_expert || (one_out && !op.attr_bool("trans_y", false))
+        };
         if op.ty == OpType::MatmulV2 {
-            if let Some(w) = op.input("Y").first().and_then(|&y| param(y, 2)) {
+            let w = op.input("Y").first().and_then(|&y| param(y, 2));
+            if let Some(w) = w.filter(|&w| x_split || !whole(w)) {
                 let column = !x_split;
                 // trans_y stores the weight [out, in] (a tied LM head's table).
                 let out_dim_first = op.attr_bool("trans_y", false);
@@ -227,9 +242,41 @@ fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) -> 
         }
         for out in op.all_outputs() {
             split[out.index()] = out_split;
+            expert[out.index()] = in_expert;
         }
     }
     split
+}
+
+/// The matmuls computing a router's logits: walking back from each `moe_dispatch`'s gates
+/// through one-input ops (softmax, cast, scale) to a matmul.
+fn routers(program: &Program) -> std::collections::HashSet<usize> {
+    let mut producer = vec![None; program.vars().len()];
+    for (i, op) in program.ops().iter().enumerate() {
+        for v in op.all_outputs() {
+            producer[v.index()] = Some(i);
+        }
+    }
+    let mut out = std::collections::HashSet::new();
+    for op in program
+        .ops()
+        .iter()
+        .filter(|op| op.ty == OpType::MoeDispatch)
+    {
+        let mut v = op.input("Gates").first().copied();
+        while let Some(i) = v.and_then(|v| producer[v.index()]) {
+            let p = &program.ops()[i];
+            if p.ty == OpType::MatmulV2 {
+                out.insert(i);
+                break;
+            }
+            v = match p.inputs.as_slice() {
+                [only] if only.len() == 1 => only.first().copied(),
+                _ => None,
+            };
+        }
+    }
+    out
 }
 
 #[cfg(test)]

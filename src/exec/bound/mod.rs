@@ -249,6 +249,8 @@ fn forward(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
         ForwardOp::Relu => a.one("Out", a.e("X")),
         ForwardOp::Gelu => a.stored("Out", GELU_SLOPE * a.e("X") + 4.0 * u * a.m("X")),
         ForwardOp::Silu => a.stored("Out", SILU_SLOPE * a.e("X") + 4.0 * u * a.m("X")),
+        // σ has slope at most ¼ and values in (0, 1).
+        ForwardOp::Sigmoid => a.stored("Out", 0.25 * a.e("X") + 4.0 * u),
         ForwardOp::Square => a.stored("Out", 2.0 * a.m("X") * a.e("X") + a.e("X") * a.e("X")),
         ForwardOp::Scale => {
             let s = op.attr_float("scale", 1.0).abs();
@@ -371,6 +373,8 @@ fn grad(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
         // f'(x)·dy: the slope of f' and its curvature bound how errors in x and dy move it.
         ForwardOp::Gelu => a.smooth_grad(GELU_SLOPE, GELU_CURVATURE),
         ForwardOp::Silu => a.smooth_grad(SILU_SLOPE, SILU_CURVATURE),
+        // σ' ≤ ¼ and |σ''| ≤ 1/(6√3) ≈ 0.0962.
+        ForwardOp::Sigmoid => a.smooth_grad(0.25, 0.1),
         ForwardOp::Square => a.smooth_grad(2.0 * a.m("X"), 2.0),
     }
 }

@@ -119,6 +119,7 @@ pub enum Unary {
         tanh: bool,
     },
     Silu,
+    Sigmoid,
     Square,
     Scale {
         scale: f64,
@@ -138,6 +139,7 @@ fn apply(u: Unary, x: f64) -> f64 {
         }
         Unary::Gelu { tanh: false } => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
         Unary::Silu => x / (1.0 + (-x).exp()),
+        Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         Unary::Square => x * x,
         Unary::Scale {
             scale,
@@ -171,6 +173,10 @@ fn derivative(u: Unary, x: f64) -> f64 {
             let s = 1.0 / (1.0 + (-x).exp());
             s * (1.0 + x * (1.0 - s))
         }
+        Unary::Sigmoid => {
+            let s = 1.0 / (1.0 + (-x).exp());
+            s * (1.0 - s)
+        }
         Unary::Square => 2.0 * x,
         Unary::Scale { scale, .. } => scale,
         Unary::Sqrt => 0.5 / x.sqrt(),
@@ -190,6 +196,7 @@ fn affine(u: Unary) -> Option<(f64, f64)> {
         Unary::Relu
         | Unary::Gelu { .. }
         | Unary::Silu
+        | Unary::Sigmoid
         | Unary::Square
         | Unary::Scale { .. }
         | Unary::Sqrt => None,

@@ -198,6 +198,7 @@ fn forward_expr(e: &Emit, f: ForwardOp, args: &[String]) -> Result<Lowering, Exp
         F::Relu => format!("jax.nn.relu({})", a(0)),
         F::Gelu => format!("gelu({}, {})", a(0), e.b("approximate", false)),
         F::Silu => format!("silu({})", a(0)),
+        F::Sigmoid => format!("jax.nn.sigmoid({})", a(0)),
         F::Square => format!("{0} * {0}", a(0)),
         F::Scale => format!(
             "scale({}, {}, {}, {})",

@@ -177,6 +177,7 @@ forward_ops! {
     Relu / ReluGrad => unary::RELU,
     Gelu / GeluGrad => unary::GELU,
     Silu / SiluGrad => unary::SILU,
+    Sigmoid / SigmoidGrad => unary::SIGMOID,
     Square / SquareGrad => unary::SQUARE,
     Scale / ScaleGrad => unary::SCALE,
     Cast / CastGrad => unary::CAST,

@@ -72,6 +72,16 @@ pub const SILU: OpDef = unary(
     &[(4.0, O)],
     &[(8.0, D)],
 );
+// 1 / (1 + exp(−x)): negate-exp, add, divide; the grad dy·σ(1 − σ) from the output.
+pub const SIGMOID: OpDef = unary(
+    "sigmoid",
+    "sigmoid_grad",
+    "pd_op.sigmoid",
+    NONE,
+    infer::same_float,
+    &[(3.0, O)],
+    &[(3.0, D)],
+);
 pub const SQUARE: OpDef = unary(
     "square",
     "square_grad",
