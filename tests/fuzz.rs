@@ -378,8 +378,14 @@ proptest! {
         cut in any::<prop::sample::Index>(),
         random in "[{}()%\"a-z0-9:,<>\\[\\] \n.=-]{0,200}",
         which in 0..4u8,
+        moe in any::<bool>(),
     ) {
-        let fixture = include_str!("models/llama_causal_2l.pir");
+        // The Llama program, or the MoE one (its routing fusion sees the damage too).
+        let fixture = if moe {
+            include_str!("models/qwen2_moe_2l.pir")
+        } else {
+            include_str!("models/llama_causal_2l.pir")
+        };
         let text = match which {
             0 => {
                 let mut b = fixture.as_bytes().to_vec();

@@ -1,10 +1,12 @@
 //! The bounds of the Mixture-of-Experts routing ops. Routing is discontinuous: where a
 //! token's k-th and (k+1)-th gates are within twice the gates' bound of each other, a
-//! rank's rounding could pick the other expert, and nothing bounds the difference; there
-//! the outputs are unbounded (reported, not hidden). Elsewhere the routing is the serial
-//! one, the rows are copies and the combine is a k-term weighted sum.
+//! rank's rounding could pick the other expert, which moves that token, and through the
+//! capacity the later tokens of both experts. The bound then covers any routing: a slot
+//! may hold any token's row or none (2·max|X| more), a weight any gate or none (max|gates|
+//! more). Elsewhere the routing is the serial one, the rows are copies and the combine is a
+//! k-term weighted sum.
 
-use super::{unbounded, At};
+use super::At;
 use crate::ir::VarId;
 
 /// The smallest gap between a token's k-th and (k+1)-th largest gate.
@@ -31,11 +33,14 @@ fn k(a: &At) -> f64 {
 
 pub(super) fn dispatch(a: &At) -> Vec<(VarId, f64)> {
     let choices = a.op.attr_int("k", 1).max(1) as usize;
-    if top_k_margin(a, choices) <= 2.0 * a.e("Gates") {
-        return unbounded(a.op);
-    }
-    let mut v = a.one("Out", a.e("X"));
-    v.extend(a.one("Weights", a.e("Gates")));
+    let may_flip = top_k_margin(a, choices) <= 2.0 * a.e("Gates");
+    let (rows, gates) = if may_flip {
+        (2.0 * a.m("X"), a.m("Gates"))
+    } else {
+        (0.0, 0.0)
+    };
+    let mut v = a.one("Out", a.e("X") + rows);
+    v.extend(a.one("Weights", a.e("Gates") + gates));
     v.extend(a.one("Index", 0.0));
     v
 }
