@@ -78,6 +78,22 @@ fn every_other_op_with_adam_amp_and_clipping() {
     );
 }
 
+fn moe_plan() -> Plan {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/moe.plan"))
+            .unwrap();
+    parse_plan(&text).unwrap().0
+}
+
+#[test]
+fn moe_routing_with_adam() {
+    check(
+        &moe_plan(),
+        &options("adam", false, None),
+        expect_file!["golden/bounds_moe.txt"],
+    );
+}
+
 #[test]
 fn gpt_with_adamw_amp_and_clipping() {
     check(
@@ -138,6 +154,7 @@ fn the_programs_cover_every_op_type_with_a_bound() {
             f64_model(Model::Gpt, &["x=dp,-,-"]),
             options("adamw", true, Some(0.5)),
         ),
+        (moe_plan(), options("adam", false, None)),
         (
             f64_model(Model::EmbeddingLm, &["ids=dp,-"]),
             options("momentum", false, None),

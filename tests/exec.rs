@@ -400,3 +400,33 @@ fn a_failed_rank_aborts_the_exchanges_the_others_wait_in() {
     let later = comm.exchange(1, &(vec![0, 1], 8), Tensor::zeros(DType::F32, vec![2]));
     assert_eq!(later.err(), Some(CommError::Aborted));
 }
+
+/// A Mixture-of-Experts layer (`tests/plans/moe.plan`: a router, the dispatch of two token
+/// groups with drops, batched experts, the combine, a sigmoid gate) on two ranks, each
+/// routing its own group, equals the serial run for two steps; the dispatch and combine
+/// need no communication, the experts' gradients are all-reduced.
+#[test]
+fn moe_routing_distributed_equals_serial() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/moe.plan"))
+            .unwrap();
+    let (plan, _) = shardlab::plan::parse_plan(&text).unwrap();
+    let p = run_passes(&plan, &PassOptions::default()).unwrap();
+    let rank = p.partitioned.ranks[0].program.ops();
+    let all_reduces = rank
+        .iter()
+        .filter(|o| o.ty == shardlab::ir::OpType::AllReduce)
+        .count();
+    assert_eq!(
+        all_reduces, 4,
+        "the four parameters' gradients, nothing else"
+    );
+    let checks = checks(&p, 2, true);
+    assert_eq!(checks.len(), 2 + 2 * p.backward.param_grads.len());
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -153,7 +153,26 @@ fn cases(dtype: DType) -> Vec<Case> {
         plan: tied,
     });
     out.extend(uneven_cases(dtype));
+    out.push(moe_case(dtype));
     out
+}
+
+/// A Mixture-of-Experts layer (`tests/plans/moe.plan`: two token groups with drops, one a
+/// rank, batched experts, a sigmoid gate) under dp=2: the prelude's `moe_dispatch` and
+/// `moe_combine` (and their `jax.vjp`s) hold ShardLab's drop rule.
+fn moe_case(dtype: DType) -> Case {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/plans/moe.plan"))
+            .unwrap();
+    let text = if dtype == DType::F32 {
+        text.replace("f64[", "f32[")
+    } else {
+        text
+    };
+    Case {
+        name: "moe_groups2_dp2".into(),
+        plan: shardlab::plan::parse_plan(&text).unwrap().0,
+    }
 }
 
 /// Uneven shards (gspmd only: padded outside jit, sliced inside): a batch of 6 on 4 ranks,

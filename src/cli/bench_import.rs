@@ -2,7 +2,8 @@
 //! Paddle programs; run from the repository), median time and time per node, beside parsing
 //! the imported plan's text in the same process (the baseline: both are linear in the
 //! program, so their ratio is what to compare across machines and commits); and Llama 3
-//! 8B at its published size imported and planned end to end (the 1 s target).
+//! 8B and Qwen1.5-MoE-A2.7B at their published sizes imported and planned end to end (the
+//! issue's 1 s target).
 
 use super::bench::median;
 use crate::import::{import_model, plan_under, ImportOptions};
@@ -14,10 +15,15 @@ const FIXTURES: &[(&str, &[(&str, usize)])] = &[
     ("tests/models/mlp_block.pir", &[]),
     ("tests/models/llama_causal_2l.pir", &[]),
     ("tests/models/llama3_8b.pir", &[]),
+    ("tests/models/qwen2_moe_2l.pir", &[]),
+    ("tests/models/qwen1.5_moe_a2.7b.pir", &[]),
 ];
 
-/// The real-size graph planned end to end, and the strategy.
-const REAL_SIZE: (&str, &str) = ("tests/models/llama3_8b.pir", "dp=8,tp=8");
+/// The real-size graphs planned end to end, and the strategy.
+const REAL_SIZE: &[(&str, &str)] = &[
+    ("tests/models/llama3_8b.pir", "dp=8,tp=8"),
+    ("tests/models/qwen1.5_moe_a2.7b.pir", "dp=8,tp=8"),
+];
 
 pub fn bench_import(repeat: usize) -> Result<String, String> {
     let mut out = String::from(
@@ -51,14 +57,15 @@ pub fn bench_import(repeat: usize) -> Result<String, String> {
             t.as_secs_f64() / parse.as_secs_f64().max(1e-12)
         ));
     }
-    out.push_str(&real_size(repeat)?);
+    for &(file, spec) in REAL_SIZE {
+        out.push_str(&real_size(file, spec, repeat)?);
+    }
     Ok(out)
 }
 
-/// Llama 3 8B's program read, imported, planned under [`REAL_SIZE`]'s strategy and taken
-/// through every pass (completion, backward, optimizer, partition).
-fn real_size(repeat: usize) -> Result<String, String> {
-    let (file, spec) = REAL_SIZE;
+/// A published model's program read, imported, planned under `spec` and taken through
+/// every pass (completion, backward, optimizer, partition).
+fn real_size(file: &str, spec: &str, repeat: usize) -> Result<String, String> {
     let plan_it = || -> Result<usize, String> {
         let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
         let imported =

@@ -177,42 +177,61 @@ def c_embedding(w, ids, start):
     return jnp.where(inside[..., None], rows, 0.0).astype(w.dtype)
 
 
+def moe_top_k(x, k):
+    """The k largest along the last axis, ties to the lower index, as k argmaxes: XLA
+    partitions a sort (lax.top_k) by gathering its other dims, an argmax not."""
+    values, indices = [], []
+    for _ in range(k):
+        i = jnp.argmax(x, axis=-1)
+        values.append(jnp.take_along_axis(x, i[..., None], axis=-1)[..., 0])
+        indices.append(i)
+        x = jnp.where(jax.nn.one_hot(i, x.shape[-1], dtype=bool), -jnp.inf, x)
+    return jnp.stack(values, axis=-1), jnp.stack(indices, axis=-1)
+
+
 def moe_route(gates, k, cap, group):
-    """ShardLab's drop rule (docs/moe.md): per group of `group` tokens, the entries ranked
-    choice-major; an entry's position is the count of earlier entries with its expert, kept
-    below `cap`. Returns (Index [k, S]: e*cap + position or -1, Weights [S, k])."""
+    """ShardLab's drop rule (docs/moe.md): per group of `group` tokens, the choices ranked
+    choice-major; a choice's position is the count of earlier choices with its expert, kept
+    below `cap`. Group-major throughout (a leading group axis), so a token split into whole
+    groups stays local under GSPMD. Returns (Index [k, S]: e*cap + position or -1,
+    Weights [S, k])."""
     s, e = gates.shape
     g = s // group
-    top_w, top_i = lax.top_k(gates, k)
-    expert = jnp.transpose(top_i.T.reshape(k, g, group), (1, 0, 2)).reshape(g, k * group)
+    top_w, top_i = moe_top_k(gates.reshape(g, group, e), k)  # [g, group, k]
+    expert = jnp.swapaxes(top_i, 1, 2).reshape(g, k * group)  # choice-major in a group
     choice = jax.nn.one_hot(expert, e, dtype=jnp.int32)
     pos = jnp.sum((jnp.cumsum(choice, axis=1) - 1) * choice, axis=-1)
-    index = jnp.where(pos < cap, expert * cap + pos, -1)
-    index = jnp.transpose(index.reshape(g, k, group), (1, 0, 2)).reshape(k, s)
-    return index, jnp.where(index.T >= 0, top_w, 0.0).astype(gates.dtype)
+    index = jnp.where(pos < cap, expert * cap + pos, -1).reshape(g, k, group)
+    weights = jnp.where(jnp.swapaxes(index, 1, 2) >= 0, top_w, 0.0).reshape(s, k)
+    return jnp.transpose(index, (1, 0, 2)).reshape(k, s), weights.astype(gates.dtype)
 
 
-def moe_slots(index, cap, group):
-    """(expert, slot) of each entry of Index, for a dispatched tensor of groups x cap slots."""
+def moe_slots(index, weights, e, cap, group, dtype):
+    """GShard's [groups, group, experts, cap] tensor of each token's kept choices: their
+    weights (or ones, for the dispatch's mask) at (expert, position)."""
     k, s = index.shape
-    slot = (jnp.arange(s) // group)[None, :] * cap + index % cap
-    return index // cap, slot
+    g = s // group
+    idx = jnp.transpose(index.reshape(k, g, group), (1, 2, 0))  # [g, group, k]
+    w = weights.reshape(g, group, k).astype(dtype)
+    at_expert = jax.nn.one_hot(jnp.where(idx >= 0, idx // cap, -1), e, dtype=dtype)
+    at_slot = jax.nn.one_hot(jnp.where(idx >= 0, idx % cap, -1), cap, dtype=dtype)
+    return jnp.einsum("gskE,gskC,gsk->gsEC", at_expert, at_slot, w)
 
 
 def moe_dispatch(x, gates, k, cap, group):
     index, weights = moe_route(gates, k, cap, group)
-    e = gates.shape[1]
-    expert, slot = moe_slots(index, cap, group)
-    expert = jnp.where(index >= 0, expert, e)  # dropped entries fall outside and are dropped
-    out = jnp.zeros((e, x.shape[0] // group * cap, x.shape[1]), x.dtype)
-    rows = jnp.broadcast_to(x[None, :, :], (k,) + x.shape)
-    return out.at[expert, slot].set(rows, mode="drop"), weights, index
+    e, (s, h) = gates.shape[1], x.shape
+    mask = moe_slots(index, jnp.ones_like(weights), e, cap, group, x.dtype)
+    out = jnp.einsum("gsec,gsh->egch", mask, x.reshape(s // group, group, h))
+    return out.reshape(e, s // group * cap, h), weights, index
 
 
 def moe_combine(x, weights, index, cap, group):
-    expert, slot = moe_slots(index, cap, group)
-    rows = x[jnp.clip(expert, 0), slot] * (index >= 0)[..., None]
-    return jnp.einsum("sk,ksh->sh", weights, rows)
+    e, _, h = x.shape
+    s = weights.shape[0]
+    slots = moe_slots(index, weights, e, cap, group, x.dtype)
+    out = jnp.einsum("gsec,egch->gsh", slots, x.reshape(e, s // group, cap, h))
+    return out.reshape(s, h)
 
 
 def moe_dispatch_grad(x, gates, dout, dweights, k, cap, group):
