@@ -248,7 +248,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("web/program_view.rs", "ProgramView", 152),
     ("web/app.rs", "App", 137),
     ("cli/run.rs", "run", 107),
-    ("spmd/cases.rs", "case_rule", 125),
+    ("spmd/cases.rs", "case_rule", 88),
     ("web/mesh_editor.rs", "MeshEditor", 116),
     ("passes/backward.rs", "append_backward", 122),
     ("exec/gather.rs", "gather", 107),

@@ -250,23 +250,12 @@ pub enum InferErrorKind {
     #[error("FusedOutput {fused} must be a flat buffer of the inputs' {total} elements")]
     FusedOutput { fused: TensorType, total: u64 },
     // --- Mixture-of-Experts routing.
-    #[error("attribute `{name}` must be at least 1, got {value}")]
-    MoeAttr { name: &'static str, value: i64 },
-    #[error("{tokens} tokens are not a whole number of groups of group_size {group}")]
-    MoeGroups { tokens: usize, group: usize },
-    #[error("top-{k} routing needs at least {k} experts, Gates has {experts}")]
-    MoeTopK { k: usize, experts: usize },
-    #[error("X must be [tokens, width] and Gates [tokens, experts], got {x} and {gates}")]
-    MoeDispatchShapes { x: TensorType, gates: TensorType },
-    #[error(
-        "X must be [experts, groups x capacity, width], Weights [tokens, k] and Index i64 \
-         [k, tokens], got {x}, {weights} and {index}"
-    )]
-    MoeCombineShapes {
-        x: TensorType,
-        weights: TensorType,
-        index: TensorType,
+    #[error("attribute `{name}` must be from 1 to {most}, got {value}")]
+    MoeAttr {
+        name: &'static str,
+        value: i64,
+        most: usize,
     },
-    #[error("{experts} experts x {slots} slots is more elements than a tensor may have")]
-    MoeTooLarge { experts: usize, slots: usize },
+    #[error("expected {want}, got {got}")]
+    MoeShape { want: &'static str, got: TensorType },
 }

@@ -197,9 +197,7 @@ fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) -> 
         let var = program.var(v);
         (var.kind == VarKind::Parameter && var.ty.shape.len() == rank).then_some(v.index())
     };
-    let routers = routers(program);
-    // The values between a Mixture-of-Experts dispatch and its combine (the experts').
-    let mut expert = vec![false; program.vars().len()];
+    let whole = moe_whole(program);
     for (i, op) in program.ops().iter().enumerate() {
         if !matches!(op.role, OpRole::Forward | OpRole::Loss) {
             continue;
@@ -207,15 +205,14 @@ fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) -> 
         let x = op.inputs.first().and_then(|s| s.first()).copied();
         let x_split = x.is_some_and(|x| split[x.index()]);
         let mut out_split = op.all_inputs().any(|v| split[v.index()]);
-        let in_expert = op.ty == OpType::MoeDispatch
-            || (op.ty != OpType::MoeCombine && op.all_inputs().any(|v| expert[v.index()]));
-        let whole = |w: usize| {
-            let one_out = program.var(crate::ir::VarId(w as u32)).ty.shape.get(1) == Some(&1);
-            routers.contains(&i) || in_expert || (one_out && !op.attr_bool("trans_y", false))
+        // A matmul to one output (a scalar gate per token) has nothing to split.
+        let one_out = |w: usize| {
+            let shape = &program.var(crate::ir::VarId(w as u32)).ty.shape;
+            shape.get(1) == Some(&1) && !op.attr_bool("trans_y", false)
         };
         if op.ty == OpType::MatmulV2 {
             let w = op.input("Y").first().and_then(|&y| param(y, 2));
-            if let Some(w) = w.filter(|&w| x_split || !whole(w)) {
+            if let Some(w) = w.filter(|&w| x_split || !(whole[i] || one_out(w))) {
                 let column = !x_split;
                 // trans_y stores the weight [out, in] (a tied LM head's table).
                 let out_dim_first = op.attr_bool("trans_y", false);
@@ -242,39 +239,40 @@ fn tensor_parallel(program: &Program, put: &mut dyn FnMut(usize, Vec<&str>)) -> 
         }
         for out in op.all_outputs() {
             split[out.index()] = out_split;
-            expert[out.index()] = in_expert;
         }
     }
     split
 }
 
-/// The matmuls computing a router's logits: walking back from each `moe_dispatch`'s gates
-/// through one-input ops (softmax, cast, scale) to a matmul.
-fn routers(program: &Program) -> std::collections::HashSet<usize> {
-    let mut producer = vec![None; program.vars().len()];
-    for (i, op) in program.ops().iter().enumerate() {
-        for v in op.all_outputs() {
-            producer[v.index()] = Some(i);
+/// The matmuls of Mixture-of-Experts layers, kept whole: the router's (whose output
+/// reaches a `moe_dispatch`'s gates through one-input ops: softmax, cast, scale) and the
+/// experts' (between a dispatch and its combine).
+fn moe_whole(program: &Program) -> Vec<bool> {
+    let ops = program.ops();
+    let mut out = vec![false; ops.len()];
+    let mut marked = vec![false; program.vars().len()];
+    for (i, op) in ops.iter().enumerate().rev() {
+        let to_gates = op.all_outputs().any(|v| marked[v.index()]);
+        out[i] = to_gates && op.ty == OpType::MatmulV2;
+        let next = if op.ty == OpType::MoeDispatch {
+            op.input("Gates").first()
+        } else if to_gates && !out[i] && op.inputs.len() == 1 {
+            op.inputs[0].first()
+        } else {
+            None
+        };
+        if let Some(v) = next {
+            marked[v.index()] = true;
         }
     }
-    let mut out = std::collections::HashSet::new();
-    for op in program
-        .ops()
-        .iter()
-        .filter(|op| op.ty == OpType::MoeDispatch)
-    {
-        let mut v = op.input("Gates").first().copied();
-        while let Some(i) = v.and_then(|v| producer[v.index()]) {
-            let p = &program.ops()[i];
-            if p.ty == OpType::MatmulV2 {
-                out.insert(i);
-                break;
-            }
-            v = match p.inputs.as_slice() {
-                [only] if only.len() == 1 => only.first().copied(),
-                _ => None,
-            };
+    marked.fill(false);
+    for (i, op) in ops.iter().enumerate() {
+        let inside = op.ty == OpType::MoeDispatch
+            || (op.ty != OpType::MoeCombine && op.all_inputs().any(|v| marked[v.index()]));
+        for v in op.all_outputs() {
+            marked[v.index()] = inside;
         }
+        out[i] |= inside && op.ty == OpType::MatmulV2;
     }
     out
 }

@@ -210,7 +210,7 @@ fn infer_case(case: &Case) -> Result<Inferred, CaseError> {
         .first()
         .map(|t| t.shape.clone())
         .unwrap_or_default();
-    let rule = case_rule(case, &x_shape)?;
+    let rule = oracle_rule(case, &x_shape)?;
     // gelu's backward entry in Paddle 3.3.1 is its grad rule, GeluGradInferSpmd(x, out_grad):
     // the tensors are read positionally as [x, out_grad], and every one of them (x, out_grad
     // and x_grad) takes out_grad's mapping; x's own mapping does not count.
@@ -246,8 +246,8 @@ fn infer_case(case: &Case) -> Result<Inferred, CaseError> {
         return rotary_case(case, mesh, &inputs, &outputs);
     }
     let result = match case.direction.as_str() {
-        "forward" => rule.infer_forward(mesh, &inputs),
-        "backward" => rule.infer_backward(mesh, &inputs, &outputs),
+        "forward" => rule.forward(mesh, &inputs),
+        "backward" => rule.backward(mesh, &inputs, &outputs),
         other => return Err(CaseError::Direction(other.to_string())),
     };
     result.map_err(CaseError::from)
@@ -334,6 +334,106 @@ fn reduce_type(code: i64) -> Result<ReduceType, CaseError> {
         3 => ReduceType::Prod,
         4 => ReduceType::Avg,
         other => return Err(CaseError::ReduceType(other)),
+    })
+}
+
+/// The rules of the oracle's ops the IR has none of (stack, squeeze, unsqueeze, tile):
+/// here, not in [`Rule`], so the playground's page module, which plans only the IR's ops,
+/// does not carry their code.
+enum CaseRule {
+    Ir(Rule),
+    /// Stack along a new `axis`.
+    Stack {
+        axis: usize,
+    },
+    /// Remove the size-1 dims `axes` (normalised against the input).
+    Squeeze {
+        axes: Vec<usize>,
+    },
+    /// Insert size-1 dims at `positions` of the output (sorted).
+    Unsqueeze {
+        positions: Vec<usize>,
+    },
+    /// Tile by `repeat` (may be longer than the input rank).
+    Tile {
+        repeat: Vec<usize>,
+    },
+}
+
+impl CaseRule {
+    fn forward(&self, mesh: &[usize], inputs: &[DistTensor]) -> super::Result<Inferred> {
+        use super::{concat, shape_ops};
+        match self {
+            CaseRule::Ir(rule) => rule.infer_forward(mesh, inputs),
+            CaseRule::Stack { axis } => concat::stack_forward(mesh, inputs, *axis),
+            CaseRule::Squeeze { axes } => shape_ops::squeeze_forward(inputs, axes),
+            CaseRule::Unsqueeze { positions } => shape_ops::unsqueeze_forward(inputs, positions),
+            CaseRule::Tile { repeat } => shape_ops::tile_forward(inputs, repeat),
+        }
+    }
+
+    fn backward(
+        &self,
+        mesh: &[usize],
+        inputs: &[DistTensor],
+        outputs: &[DistTensor],
+    ) -> super::Result<Inferred> {
+        use super::{concat, shape_ops};
+        match self {
+            CaseRule::Ir(rule) => rule.infer_backward(mesh, inputs, outputs),
+            CaseRule::Stack { axis } => concat::stack_backward(inputs, outputs, *axis),
+            CaseRule::Squeeze { axes } => shape_ops::squeeze_backward(inputs, outputs, axes),
+            CaseRule::Unsqueeze { positions } => {
+                shape_ops::unsqueeze_backward(inputs, outputs, positions)
+            }
+            CaseRule::Tile { repeat } => shape_ops::tile_backward(inputs, outputs, repeat),
+        }
+    }
+}
+
+/// The rule of an oracle case: the IR's ([`case_rule`]) or one of [`CaseRule`]'s own.
+fn oracle_rule(case: &Case, x_shape: &[usize]) -> Result<CaseRule, CaseError> {
+    let a = Attrs(&case.attrs);
+    let rank = x_shape.len();
+    Ok(match case.op.as_str() {
+        "stack" => CaseRule::Stack {
+            axis: norm_axis(a.int("axis", 0), rank + 1, "axis")?,
+        },
+        "squeeze" => {
+            let list = a.ints("axis");
+            let axes = if list.is_empty() {
+                (0..rank).collect()
+            } else {
+                axes(&list, rank)?
+            };
+            CaseRule::Squeeze {
+                axes: axes.into_iter().filter(|&d| x_shape[d] == 1).collect(),
+            }
+        }
+        // Paddle 3.3.1's rule reads each axis as a position of the output (a negative one
+        // counted from the input's rank + 1), not as an insertion into a growing tensor.
+        "unsqueeze" => {
+            let list = a.ints("axis");
+            let out_rank = rank + list.len();
+            let mut positions: Vec<usize> = Vec::new();
+            for &p in &list {
+                let pos = if p < 0 { p + rank as i64 + 1 } else { p };
+                match usize::try_from(pos) {
+                    Ok(q) if q < out_rank && !positions.contains(&q) => positions.push(q),
+                    _ => return Err(CaseError::Unsqueeze(p)),
+                }
+            }
+            positions.sort_unstable();
+            CaseRule::Unsqueeze { positions }
+        }
+        "tile" => CaseRule::Tile {
+            repeat: a
+                .ints("repeat_times")
+                .iter()
+                .map(|&r| non_negative(r, "repeat_times"))
+                .collect::<Result<Vec<_>, _>>()?,
+        },
+        _ => CaseRule::Ir(case_rule(case, x_shape)?),
     })
 }
 
@@ -441,48 +541,11 @@ fn case_rule(case: &Case, x_shape: &[usize]) -> Result<Rule, CaseError> {
         "concat" => Rule::Concat {
             axis: norm_axis(a.int("axis", 0), rank, "axis")?,
         },
-        "stack" => Rule::Stack {
-            axis: norm_axis(a.int("axis", 0), rank + 1, "axis")?,
-        },
         "slice" => Rule::Slice {
             axes: axes(&a.ints("axes"), rank)?,
             decrease: axes(&a.ints("decrease_axis"), rank)?,
         },
-        "squeeze" => {
-            let list = a.ints("axis");
-            let axes = if list.is_empty() {
-                (0..rank).collect()
-            } else {
-                axes(&list, rank)?
-            };
-            Rule::Squeeze {
-                axes: axes.into_iter().filter(|&d| x_shape[d] == 1).collect(),
-            }
-        }
-        // Paddle 3.3.1's rule reads each axis as a position of the output (a negative one
-        // counted from the input's rank + 1), not as an insertion into a growing tensor.
-        "unsqueeze" => {
-            let list = a.ints("axis");
-            let out_rank = rank + list.len();
-            let mut positions: Vec<usize> = Vec::new();
-            for &p in &list {
-                let pos = if p < 0 { p + rank as i64 + 1 } else { p };
-                match usize::try_from(pos) {
-                    Ok(q) if q < out_rank && !positions.contains(&q) => positions.push(q),
-                    _ => return Err(CaseError::Unsqueeze(p)),
-                }
-            }
-            positions.sort_unstable();
-            Rule::Unsqueeze { positions }
-        }
         "fused_rotary_position_embedding" => Rule::Rotary,
-        "tile" => Rule::Tile {
-            repeat: a
-                .ints("repeat_times")
-                .iter()
-                .map(|&r| non_negative(r, "repeat_times"))
-                .collect::<Result<Vec<_>, _>>()?,
-        },
         other => return Err(CaseError::UnknownOp(other.to_string())),
     })
 }

@@ -96,29 +96,22 @@ pub enum Rule {
     Split { axis: usize, outputs: usize },
     /// Concatenate along `axis`.
     Concat { axis: usize },
-    /// Stack along a new `axis`.
-    Stack { axis: usize },
     /// Slice `axes`; `decrease` dims are dropped from the output.
     Slice {
         axes: Vec<usize>,
         decrease: Vec<usize>,
     },
-    /// Remove the size-1 dims `axes` (normalised against the input).
-    Squeeze { axes: Vec<usize> },
-    /// Insert size-1 dims at `positions` of the output (sorted).
-    Unsqueeze { positions: Vec<usize> },
-    /// Tile by `repeat` (may be longer than the input rank).
-    Tile { repeat: Vec<usize> },
     /// The rotary embedding: inputs `[x, sin, cos]`, output `[out]`.
     Rotary,
     /// `repeat_interleave` along `axis`: the same layout in and out (a rank's block of the
     /// repeated dim becomes its block of the output).
     Repeat { axis: usize },
-    /// A Mixture-of-Experts dispatch of `groups` token groups: inputs `[x, gates]`,
-    /// outputs `[out, weights, index]`.
-    MoeDispatch { groups: usize },
-    /// Its combine: inputs `[x, weights, index]`, output `[out]`.
-    MoeCombine { groups: usize },
+    /// A Mixture-of-Experts dispatch or combine (`moe::DISPATCH`, `moe::COMBINE`: its
+    /// tensors in letters), routing groups of `group_size` tokens.
+    Moe {
+        letters: moe::Letters,
+        group_size: usize,
+    },
     /// Inputs `[logits, label]`, outputs `[softmax, loss]`.
     CrossEntropy { axis: usize, soft_label: bool },
     /// No inputs; outputs start replicated (fill_constant).
@@ -142,16 +135,11 @@ impl Rule {
             Rule::Transpose { .. } => "transpose",
             Rule::Split { .. } => "split",
             Rule::Concat { .. } => "concat",
-            Rule::Stack { .. } => "stack",
             Rule::Slice { .. } => "slice",
-            Rule::Squeeze { .. } => "squeeze",
-            Rule::Unsqueeze { .. } => "unsqueeze",
-            Rule::Tile { .. } => "tile",
             Rule::CrossEntropy { .. } => "cross_entropy",
             Rule::Rotary => "rotary",
             Rule::Repeat { .. } => "repeat_interleave",
-            Rule::MoeDispatch { .. } => "moe_dispatch",
-            Rule::MoeCombine { .. } => "moe_combine",
+            Rule::Moe { .. } => "moe",
             Rule::Source => "source",
         }
     }
@@ -188,18 +176,16 @@ impl Rule {
             Rule::Transpose { perm } => transpose::forward(inputs, perm),
             Rule::Split { axis, outputs } => split::forward(inputs, *axis, *outputs),
             Rule::Concat { axis } => concat::concat_forward(mesh, inputs, *axis),
-            Rule::Stack { axis } => concat::stack_forward(mesh, inputs, *axis),
             Rule::Slice { axes, decrease } => shape_ops::slice_forward(inputs, axes, decrease),
-            Rule::Squeeze { axes } => shape_ops::squeeze_forward(inputs, axes),
-            Rule::Unsqueeze { positions } => shape_ops::unsqueeze_forward(inputs, positions),
-            Rule::Tile { repeat } => shape_ops::tile_forward(inputs, repeat),
             Rule::CrossEntropy { axis, soft_label } => {
                 cross_entropy::forward(inputs, *axis, *soft_label)
             }
             Rule::Rotary => rotary::forward(inputs),
             Rule::Repeat { .. } => elementwise::unary_forward(inputs, 1),
-            Rule::MoeDispatch { groups } => moe::dispatch_forward(mesh, inputs, *groups),
-            Rule::MoeCombine { groups } => moe::combine_forward(mesh, inputs, *groups),
+            Rule::Moe {
+                letters,
+                group_size,
+            } => moe::infer(mesh, *letters, letters.0, inputs, *group_size),
             Rule::Source => Ok(Inferred::default()),
         }
     }
@@ -241,22 +227,18 @@ impl Rule {
             Rule::Transpose { perm } => transpose::backward(inputs, outputs, perm),
             Rule::Split { axis, .. } => split::backward(inputs, outputs, *axis),
             Rule::Concat { axis } => concat::concat_backward(inputs, outputs, *axis),
-            Rule::Stack { axis } => concat::stack_backward(inputs, outputs, *axis),
             Rule::Slice { axes, decrease } => {
                 shape_ops::slice_backward(inputs, outputs, axes, decrease)
             }
-            Rule::Squeeze { axes } => shape_ops::squeeze_backward(inputs, outputs, axes),
-            Rule::Unsqueeze { positions } => {
-                shape_ops::unsqueeze_backward(inputs, outputs, positions)
-            }
-            Rule::Tile { repeat } => shape_ops::tile_backward(inputs, outputs, repeat),
             Rule::CrossEntropy { axis, soft_label } => {
                 cross_entropy::backward(inputs, outputs, *axis, *soft_label)
             }
             Rule::Rotary => rotary::backward(outputs),
             Rule::Repeat { .. } => elementwise::unary_backward(inputs, outputs),
-            Rule::MoeDispatch { groups } => moe::dispatch_backward(mesh, outputs, *groups),
-            Rule::MoeCombine { groups } => moe::combine_backward(mesh, outputs, *groups),
+            Rule::Moe {
+                letters,
+                group_size,
+            } => moe::infer(mesh, *letters, letters.1, outputs, *group_size),
             Rule::Source => Ok(Inferred {
                 inputs: Layouts::new(),
                 outputs: outputs

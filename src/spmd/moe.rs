@@ -1,9 +1,10 @@
 //! The Mixture-of-Experts routing ops, after PaddlePaddle 3.3.1's `MoEGateDispatchInferSpmd`
 //! (`moe_gate_dispatch.cc`): the token dim `s` of X and of the gates keeps its split, and
 //! the dispatched tensor's slot dim (groups × capacity) takes it, as Paddle's `esh` does.
-//! The experts `e` and the choices `k` are replicated (top-k needs every expert's gate).
+//! The experts `e` and the choices `k` are replicated (top-k needs every expert's gate);
+//! the width `h` passes through.
 //!
-//! One difference, deliberate (`deviations.rs`): Paddle lets any split of `s` through, and
+//! One difference, deliberate (`docs/paddle.md`): Paddle lets any split of `s` through, and
 //! each rank then routes its own tokens with its own capacity, so a distributed step drops
 //! other tokens than the serial one. Here a split of `s` must keep the token groups whole
 //! (its shard count divides the group count); a rank then routes whole groups exactly as
@@ -16,133 +17,64 @@
 //! ```
 
 use super::einsum::{merge, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, DimAxes, DistTensor, Inferred, Layout, Result};
+use super::{check_rank, DimAxes, DistTensor, Inferred, Layout, Result};
 
-/// The mesh axes of the token dim, cut back until they keep `groups` whole.
-fn whole_groups(mesh: &[usize], mut axes: DimAxes, groups: usize) -> DimAxes {
-    loop {
-        let shards: usize = axes
-            .as_slice()
-            .iter()
-            .map(|a| mesh.get(a.index()).copied().unwrap_or(1))
-            .product();
-        if shards >= 1 && groups.is_multiple_of(shards) {
-            return axes;
-        }
-        axes.pop();
-    }
-}
+/// An op's tensors in letters: (inputs, outputs).
+pub type Letters = (&'static [&'static str], &'static [&'static str]);
 
-fn dispatch_result(s: DimAxes, h: DimAxes) -> Inferred {
-    let w = DimAxes::WHOLE;
-    Inferred {
-        inputs: smallvec::smallvec![Layout::from_dims([s, h]), Layout::from_dims([s, w])],
-        outputs: smallvec::smallvec![
-            Layout::from_dims([w, s, h]),
-            Layout::from_dims([s, w]),
-            Layout::from_dims([w, s]),
-        ],
-    }
-}
+/// `moe_dispatch`: X, the gates → Out, the weights, the index.
+pub const DISPATCH: Letters = (&["sh", "se"], &["esh", "sk", "ks"]);
+/// `moe_combine`: the experts' output, the weights, the index → Out.
+pub const COMBINE: Letters = (&["esh", "sk", "ks"], &["sh"]);
 
-fn combine_result(s: DimAxes, h: DimAxes) -> Inferred {
-    let w = DimAxes::WHOLE;
-    Inferred {
-        inputs: smallvec::smallvec![
-            Layout::from_dims([w, s, h]),
-            Layout::from_dims([s, w]),
-            Layout::from_dims([w, s]),
-        ],
-        outputs: smallvec::smallvec![Layout::from_dims([s, h])],
-    }
-}
-
-/// Merges the letters of `tensors` (each checked against its rank) into (s, h).
-fn tokens_and_width(
+/// The layouts of every input and output, from `tensors` written in `letters` (an op's
+/// inputs going forward, its outputs going backward), routing groups of `group_size` tokens.
+pub fn infer(
     mesh: &[usize],
-    tensors: &[(&str, &DistTensor, &'static str)],
-    groups: usize,
-) -> Result<(DimAxes, DimAxes)> {
-    for (_, t, what) in tensors {
-        check_rank(t, what)?;
+    op: Letters,
+    letters: &[&str],
+    tensors: &[DistTensor],
+    group_size: usize,
+) -> Result<Inferred> {
+    let mut pairs = Vec::with_capacity(tensors.len());
+    let mut tokens = 0;
+    for (l, t) in letters.iter().zip(tensors) {
+        check_rank(t, "moe")?;
+        pairs.push((*l, t.dims()));
+        // The token count from a tensor with a token dim (`esh`'s middle dim is the slots).
+        if let (Some(i), false) = (l.find('s'), l.starts_with('e')) {
+            tokens = t.shape.get(i).copied().unwrap_or(0);
+        }
     }
-    let pairs: Vec<(&str, &super::Dims)> = tensors.iter().map(|(l, t, _)| (*l, t.dims())).collect();
-    let map = merge(
+    let groups = tokens / group_size.max(1);
+    let mut map = merge(
         &pairs,
         OnAxisConflict::Error,
         OnMeshConflict::KeepFirst,
         None,
     )?;
-    let s = whole_groups(mesh, map.get('s'), groups);
-    let mut h = map.get('h');
-    h.retain(|a| !s.as_slice().contains(&a));
-    Ok((s, h))
-}
-
-/// Forward from X `[s, h]` and the gates `[s, e]`.
-pub fn dispatch_forward(mesh: &[usize], inputs: &[DistTensor], groups: usize) -> Result<Inferred> {
-    let x = arg(inputs, 0, "moe_dispatch")?;
-    let gates = arg(inputs, 1, "moe_dispatch")?;
-    let (s, h) = tokens_and_width(
-        mesh,
-        &[
-            ("sh", x, "moe_dispatch X"),
-            ("se", gates, "moe_dispatch Gates"),
-        ],
-        groups,
-    )?;
-    Ok(dispatch_result(s, h))
-}
-
-/// Backward from Out `[e, s, h]`, the weights `[s, k]` and the index `[k, s]`.
-pub fn dispatch_backward(
-    mesh: &[usize],
-    outputs: &[DistTensor],
-    groups: usize,
-) -> Result<Inferred> {
-    let out = arg(outputs, 0, "moe_dispatch")?;
-    let weights = arg(outputs, 1, "moe_dispatch")?;
-    let index = arg(outputs, 2, "moe_dispatch")?;
-    let (s, h) = tokens_and_width(
-        mesh,
-        &[
-            ("esh", out, "moe_dispatch Out"),
-            ("sk", weights, "moe_dispatch Weights"),
-            ("ks", index, "moe_dispatch Index"),
-        ],
-        groups,
-    )?;
-    Ok(dispatch_result(s, h))
-}
-
-/// Forward from X `[e, s, h]`, the weights `[s, k]` and the index `[k, s]`.
-pub fn combine_forward(mesh: &[usize], inputs: &[DistTensor], groups: usize) -> Result<Inferred> {
-    let x = arg(inputs, 0, "moe_combine")?;
-    let weights = arg(inputs, 1, "moe_combine")?;
-    let index = arg(inputs, 2, "moe_combine")?;
-    let (s, h) = tokens_and_width(
-        mesh,
-        &[
-            ("esh", x, "moe_combine X"),
-            ("sk", weights, "moe_combine Weights"),
-            ("ks", index, "moe_combine Index"),
-        ],
-        groups,
-    )?;
-    Ok(combine_result(s, h))
-}
-
-/// Backward from Out `[s, h]`.
-pub fn combine_backward(mesh: &[usize], outputs: &[DistTensor], groups: usize) -> Result<Inferred> {
-    let out = arg(outputs, 0, "moe_combine")?;
-    let (s, h) = tokens_and_width(mesh, &[("sh", out, "moe_combine Out")], groups)?;
-    Ok(combine_result(s, h))
+    // The token split, cut back until it keeps the groups whole.
+    let shards = |s: &DimAxes| -> usize {
+        let sizes = s.as_slice().iter().map(|a| mesh.get(a.index()).copied());
+        sizes.map(|n| n.unwrap_or(1)).product::<usize>().max(1)
+    };
+    let mut s = map.get('s');
+    while !groups.is_multiple_of(shards(&s)) {
+        s.pop();
+    }
+    map.set('s', s);
+    map.set('e', DimAxes::WHOLE);
+    map.set('k', DimAxes::WHOLE);
+    let layouts = |ls: &[&str]| ls.iter().map(|l| Layout::from_dims(map.dims(l))).collect();
+    Ok(Inferred {
+        inputs: layouts(op.0),
+        outputs: layouts(op.1),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::MeshAxis;
 
     fn t(shape: &[usize], mapping: &[i64]) -> DistTensor {
         DistTensor {
@@ -155,10 +87,15 @@ mod tests {
         l.dims_mapping()
     }
 
+    /// Eight tokens in `groups` groups.
+    fn forward(mesh: &[usize], ins: &[DistTensor], groups: usize) -> Inferred {
+        infer(mesh, DISPATCH, DISPATCH.0, ins, 8 / groups).unwrap()
+    }
+
     #[test]
     fn a_token_split_that_keeps_groups_whole_passes_to_the_slots() {
         let ins = [t(&[8, 4], &[0, -1]), t(&[8, 3], &[0, -1])];
-        let r = dispatch_forward(&[2], &ins, 4).unwrap();
+        let r = forward(&[2], &ins, 4);
         assert_eq!(mapping(&r.inputs[0]), vec![0, -1]);
         assert_eq!(mapping(&r.outputs[0]), vec![-1, 0, -1]);
         assert_eq!(mapping(&r.outputs[1]), vec![0, -1]);
@@ -168,24 +105,24 @@ mod tests {
     #[test]
     fn a_split_that_would_cut_a_group_is_dropped() {
         let ins = [t(&[8, 4], &[0, -1]), t(&[8, 3], &[0, -1])];
-        let r = dispatch_forward(&[2], &ins, 1).unwrap();
+        let r = forward(&[2], &ins, 1);
         assert_eq!(mapping(&r.inputs[0]), vec![-1, -1]);
         assert_eq!(mapping(&r.outputs[0]), vec![-1, -1, -1]);
         // Three groups do not split two ways either.
-        let r = dispatch_forward(&[2], &ins, 3).unwrap();
+        let six = [t(&[6, 4], &[0, -1]), t(&[6, 3], &[0, -1])];
+        let r = infer(&[2], DISPATCH, DISPATCH.0, &six, 2).unwrap();
         assert_eq!(mapping(&r.outputs[1]), vec![-1, -1]);
     }
 
     #[test]
     fn the_width_keeps_its_split_and_the_experts_are_whole() {
         let ins = [t(&[8, 4], &[-1, 1]), t(&[8, 3], &[0, 1])];
-        let r = dispatch_forward(&[2, 2], &ins, 2).unwrap();
+        let r = forward(&[2, 2], &ins, 2);
         assert_eq!(mapping(&r.inputs[1]), vec![0, -1]);
         assert_eq!(mapping(&r.outputs[0]), vec![-1, 0, 1]);
         let out = [t(&[8, 4], &[0, 1])];
-        let r = combine_backward(&[2, 2], &out, 2).unwrap();
+        let r = infer(&[2, 2], COMBINE, COMBINE.1, &out, 4).unwrap();
         assert_eq!(mapping(&r.inputs[0]), vec![-1, 0, 1]);
         assert_eq!(mapping(&r.inputs[2]), vec![-1, 0]);
-        let _ = MeshAxis::new(0);
     }
 }

@@ -113,6 +113,18 @@ fn embedding_binding(op: &Op) -> Binding {
     }
 }
 
+/// A Mixture-of-Experts op's rule: its tensors' letters and its group size.
+fn moe_rule(op: &Op, f: ForwardOp) -> Rule {
+    Rule::Moe {
+        letters: if f == ForwardOp::MoeDispatch {
+            super::moe::DISPATCH
+        } else {
+            super::moe::COMBINE
+        },
+        group_size: op.attr_int("group_size", 1).max(1) as usize,
+    }
+}
+
 /// The rule of a forward op.
 fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, SpmdError> {
     let err = |error| SpmdError::Attr { op: op.ty, error };
@@ -192,32 +204,10 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
         Family::Repeat => with(Rule::Repeat {
             axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
         }),
-        Family::MoeDispatch | Family::MoeCombine => with(moe_rule(op, program)?),
+        Family::MoeDispatch | Family::MoeCombine => with(moe_rule(op, f)),
         Family::CrossEntropy => with(Rule::CrossEntropy {
             axis: axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?,
             soft_label: op.attr_bool("soft_label", false),
         }),
     })
-}
-
-/// A Mixture-of-Experts op's rule, with how many token groups it routes: its token count
-/// (dim 0 of X for the dispatch, of the weights for the combine) over `group_size`
-/// (inference has checked that it divides).
-fn moe_rule(op: &Op, program: &Program) -> Result<Rule, SpmdError> {
-    let dispatch = op.ty == OpType::MoeDispatch;
-    let tokens = op
-        .input(if dispatch { "X" } else { "Weights" })
-        .first()
-        .and_then(|&v| program.var(v).ty.shape.first().copied())
-        .unwrap_or(0);
-    let group = op.attr_int("group_size", 0);
-    match usize::try_from(group) {
-        Ok(g) if g >= 1 && dispatch => Ok(Rule::MoeDispatch { groups: tokens / g }),
-        Ok(g) if g >= 1 => Ok(Rule::MoeCombine { groups: tokens / g }),
-        _ => Err(SpmdError::Negative {
-            op: op.ty,
-            attr: "group_size",
-            value: group,
-        }),
-    }
 }
