@@ -45,15 +45,58 @@ pub const ROUTING: &[&str] = &[
 ];
 
 /// The rewritten program and what was fused.
+/// Every routing is found on the program as parsed (the layers' regions are disjoint) and
+/// the program is rebuilt once: linear in its size.
 pub(super) fn rewrite(mut ops: Vec<PirOp>) -> Result<(Vec<PirOp>, Vec<String>), ImportError> {
     merge_splits(&mut ops);
     let mut notes = Vec::new();
-    while let Some(i) = ops.iter().position(|op| op.name == "pd_op.topk") {
-        let (fused, note) = fuse_routing(&ops, i)?;
-        ops = fused;
-        notes.push(note);
+    let mut replace: HashMap<usize, PirOp> = HashMap::new();
+    let mut dropped: HashSet<usize> = HashSet::new();
+    {
+        let g = Graph::new(&ops);
+        for topk in (0..ops.len()).filter(|&i| ops[i].name == "pd_op.topk") {
+            let note = fuse_routing(&g, topk, &mut replace, &mut dropped)?;
+            notes.push(note);
+        }
     }
-    Ok((ops, notes))
+    if replace.is_empty() {
+        return Ok((ops, notes));
+    }
+    let out = ops
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, op)| match replace.remove(&i) {
+            Some(fused) => Some(fused),
+            None => (!dropped.contains(&i)).then_some(op),
+        })
+        .collect();
+    Ok((out, notes))
+}
+
+/// A program's values: who reads each, and which op defines it.
+struct Graph<'a> {
+    ops: &'a [PirOp],
+    read: HashMap<&'a str, Vec<usize>>,
+    def: HashMap<&'a str, usize>,
+}
+
+impl<'a> Graph<'a> {
+    fn new(ops: &'a [PirOp]) -> Graph<'a> {
+        let def = ops
+            .iter()
+            .enumerate()
+            .flat_map(|(i, op)| op.results.iter().map(move |v| (v.as_str(), i)))
+            .collect();
+        Graph {
+            ops,
+            read: readers(ops),
+            def,
+        }
+    }
+
+    fn readers_of(&self, v: &str) -> &[usize] {
+        self.read.get(v).map(Vec::as_slice).unwrap_or(&[])
+    }
 }
 
 /// Each value's readers (op indices, in order).
@@ -117,8 +160,8 @@ struct Region {
 }
 
 /// The ops a top-k's results reach before the einsums, checked to be GShard's routing.
-fn region(ops: &[PirOp], topk: usize) -> Result<Region, ImportError> {
-    let read = readers(ops);
+fn region(g: &Graph, topk: usize) -> Result<Region, ImportError> {
+    let ops = g.ops;
     let refuse = |message: String| ImportError::Node {
         node: at(&ops[topk]),
         op_type: "pd_op.topk".into(),
@@ -129,7 +172,7 @@ fn region(ops: &[PirOp], topk: usize) -> Result<Region, ImportError> {
     let mut todo = vec![topk];
     while let Some(i) = todo.pop() {
         for r in &ops[i].results {
-            for &j in read.get(r.as_str()).map(Vec::as_slice).unwrap_or(&[]) {
+            for &j in g.readers_of(r) {
                 if ops[j].name == "pd_op.einsum" {
                     if !einsums.contains(&j) {
                         einsums.push(j);
@@ -178,14 +221,13 @@ fn node_error(op: &PirOp, message: String) -> ImportError {
 }
 
 /// What a region computes leaves it only for its two einsums.
-fn check_closed(ops: &[PirOp], r: &Region, inside: &HashSet<usize>) -> Result<(), ImportError> {
-    let read = readers(ops);
+fn check_closed(g: &Graph, r: &Region, inside: &HashSet<usize>) -> Result<(), ImportError> {
+    let ops = g.ops;
     for &i in &r.ops {
         for v in &ops[i].results {
-            let outside = read
-                .get(v.as_str())
-                .into_iter()
-                .flatten()
+            let outside = g
+                .readers_of(v)
+                .iter()
                 .find(|&&j| !inside.contains(&j) && j != r.dispatch && j != r.combine);
             if let Some(&j) = outside {
                 return Err(node_error(
@@ -233,19 +275,11 @@ fn tensor(dims: Vec<i64>, dtype: &str) -> PirType {
 /// The two fused ops standing for the region's einsums: the dispatch keeps the einsum's
 /// results' names (its weights and index take the names of Paddle's cache and shape
 /// results, which nothing reads), the combine reads them.
-fn fused_pair(
-    ops: &[PirOp],
-    r: &Region,
-    topk: usize,
-) -> Result<(PirOp, PirOp, String), ImportError> {
-    let def: HashMap<&str, usize> = ops
-        .iter()
-        .enumerate()
-        .flat_map(|(i, op)| op.results.iter().map(move |v| (v.as_str(), i)))
-        .collect();
+fn fused_pair(g: &Graph, r: &Region, topk: usize) -> Result<(PirOp, PirOp, String), ImportError> {
+    let (ops, def) = (g.ops, &g.def);
     let (x, expert_out) = (
-        einsum_operand(ops, &def, r.dispatch)?,
-        einsum_operand(ops, &def, r.combine)?,
+        einsum_operand(ops, def, r.dispatch)?,
+        einsum_operand(ops, def, r.combine)?,
     );
     let (top, dispatch, comb) = (&ops[topk], &ops[r.dispatch], &ops[r.combine]);
     let (Some(&[s, k]), Some(&[e, c, _])) = (dims(top, 0), dims(dispatch, 0)) else {
@@ -254,7 +288,7 @@ fn fused_pair(
             "the top-k's or the dispatch's shape is not known".into(),
         ));
     };
-    check_capacity(ops, r, &def, c)?;
+    check_capacity(ops, r, def, c)?;
     let ([out, w, idx, ..], [combined, ..]) =
         (dispatch.results.as_slice(), comb.results.as_slice())
     else {
@@ -299,32 +333,30 @@ fn fused_pair(
     Ok((fused_dispatch, fused_combine, note))
 }
 
-/// Fuses the routing of the top-k at `topk`; returns the program and a note.
-fn fuse_routing(ops: &[PirOp], topk: usize) -> Result<(Vec<PirOp>, String), ImportError> {
-    let r = region(ops, topk)?;
+/// Fuses the routing of the top-k at `topk`: its einsums' replacements into `replace`,
+/// the ops it removes into `dropped`; returns the note.
+fn fuse_routing(
+    g: &Graph,
+    topk: usize,
+    replace: &mut HashMap<usize, PirOp>,
+    dropped: &mut HashSet<usize>,
+) -> Result<String, ImportError> {
+    let r = region(g, topk)?;
     let inside: HashSet<usize> = r.ops.iter().copied().collect();
-    check_closed(ops, &r, &inside)?;
-    let (dispatch, combine, note) = fused_pair(ops, &r, topk)?;
+    check_closed(g, &r, &inside)?;
+    let (dispatch, combine, note) = fused_pair(g, &r, topk)?;
     // The einsums' other results (Paddle's cache and shape) are unpacked by `builtin.split`s
     // nobody reads; they go with the einsums.
-    let extra: HashSet<&str> = [r.dispatch, r.combine]
-        .iter()
-        .flat_map(|&j| ops[j].results.iter().skip(1).map(String::as_str))
-        .collect();
-    let unpacks_extra = |op: &PirOp| {
-        op.name == "builtin.split" && op.operands.iter().any(|v| extra.contains(v.as_str()))
-    };
-    let mut out = Vec::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
-        if i == r.dispatch {
-            out.push(dispatch.clone());
-        } else if i == r.combine {
-            out.push(combine.clone());
-        } else if !(inside.contains(&i) || unpacks_extra(op)) {
-            out.push(op.clone());
+    for &e in &[r.dispatch, r.combine] {
+        for v in g.ops[e].results.iter().skip(1) {
+            let splits = g.readers_of(v).iter().copied();
+            dropped.extend(splits.filter(|&j| g.ops[j].name == "builtin.split"));
         }
     }
-    Ok((out, note))
+    dropped.extend(inside);
+    replace.insert(r.dispatch, dispatch);
+    replace.insert(r.combine, combine);
+    Ok(note)
 }
 
 /// The capacity the routing compares positions against (its `less_than`'s constant) is the
