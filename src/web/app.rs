@@ -121,6 +121,24 @@ fn initial() -> Session {
     session
 }
 
+/// Opens the link when the address's hash is changed in an open tab (an edited address, an
+/// embed that swaps its hash, back and forward). The page's own updates of the hash use
+/// `history.replaceState`, which fires no `hashchange`, so they do not come back here.
+#[hook]
+fn use_hash_changes(ctx: &AppCtx) {
+    let state = ctx.state.clone();
+    use_effect_with((), move |_| {
+        let listener = window().map(|w| {
+            gloo::events::EventListener::new(&w, "hashchange", move |_| {
+                if let Some(hash) = window().and_then(|w| w.location().hash().ok()) {
+                    state.dispatch(Action::OpenLink(hash));
+                }
+            })
+        });
+        move || drop(listener)
+    });
+}
+
 /// Starts the engine loading once the page is up, and sends it the job the session waits
 /// for (each job once: its id changes), dispatching the replies.
 #[hook]
@@ -212,6 +230,7 @@ pub fn App(props: &AppProps) -> Html {
     };
     let s = &state.0;
     use_engine(&ctx);
+    use_hash_changes(&ctx);
 
     // Keep the URL and the autosave in step with the state.
     let hash = s.to_hash();

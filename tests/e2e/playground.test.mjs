@@ -94,6 +94,21 @@ test('an embed link hides the chrome; a hostile link explains itself', async () 
   assert.match(await bad.locator('.banner').innerText(), /This link could not be opened/);
 });
 
+test('editing the address\'s hash in an open tab opens that link', async () => {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = await open(page, server.url + '#s=dp_mlp');
+  const text = () => page.locator('#plan-text').inputValue();
+  assert.ok(!(await text()).includes('softmax'), 'the MLP has no softmax');
+  await page.evaluate(() => { location.hash = 's=gpt_dp_mp'; });
+  await page.waitForFunction(() => document.querySelector('#plan-text').value.includes('softmax'));
+  assert.match(decodeURIComponent(page.url()), /#s=gpt_dp_mp/);
+  // A hash that does not open says so and keeps the plan.
+  await page.evaluate(() => { location.hash = 's=no_such_scenario'; });
+  await page.waitForFunction(() => /could not be opened/.test(document.querySelector('.banner')?.innerText ?? ''));
+  assert.ok((await text()).includes('softmax'));
+  assert.deepEqual(errors, []);
+});
+
 test('the JavaScript API example page plans without the UI', async () => {
   const page = await browser.newPage();
   await page.goto(server.url + 'api.html');
