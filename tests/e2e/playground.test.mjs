@@ -98,14 +98,14 @@ test('editing the address\'s hash in an open tab opens that link', async () => {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const errors = await open(page, server.url + '#s=dp_mlp');
   const text = () => page.locator('#plan-text').inputValue();
-  assert.ok(!(await text()).includes('softmax'), 'the MLP has no softmax');
+  assert.ok(!(await text()).includes('layer_norm'), 'the MLP has no layer norm');
   await page.evaluate(() => { location.hash = 's=gpt_dp_mp'; });
-  await page.waitForFunction(() => document.querySelector('#plan-text').value.includes('softmax'));
+  await page.waitForFunction(() => document.querySelector('#plan-text').value.includes('layer_norm'));
   assert.match(decodeURIComponent(page.url()), /#s=gpt_dp_mp/);
   // A hash that does not open says so and keeps the plan.
   await page.evaluate(() => { location.hash = 's=no_such_scenario'; });
   await page.waitForFunction(() => /could not be opened/.test(document.querySelector('.banner')?.innerText ?? ''));
-  assert.ok((await text()).includes('softmax'));
+  assert.ok((await text()).includes('layer_norm'));
   assert.deepEqual(errors, []);
 });
 
