@@ -121,6 +121,14 @@ fn initial() -> Session {
     session
 }
 
+/// What the page keeps in step with outside the component tree: the engine's worker and
+/// the address's hash.
+#[hook]
+fn use_outside_world(ctx: &AppCtx) {
+    use_engine(ctx);
+    use_hash_changes(ctx);
+}
+
 /// Opens the link when the address's hash is changed in an open tab (an edited address, an
 /// embed that swaps its hash, back and forward). The page's own updates of the hash use
 /// `history.replaceState`, which fires no `hashchange`, so they do not come back here.
@@ -229,8 +237,7 @@ pub fn App(props: &AppProps) -> Html {
         engine: (*engine).clone(),
     };
     let s = &state.0;
-    use_engine(&ctx);
-    use_hash_changes(&ctx);
+    use_outside_world(&ctx);
 
     // Keep the URL and the autosave in step with the state.
     let hash = s.to_hash();
