@@ -1298,3 +1298,12 @@ async fn gpt3_on_a_pipeline_ties_its_embedding_in_the_page() {
         &program[..program.len().min(3000)]
     );
 }
+
+/// The Mixture-of-Experts ops infer and plan in the browser too (a usize is 32 bits there:
+/// the element limit must saturate, not truncate to 0).
+#[wasm_bindgen_test]
+fn moe_plans_in_the_browser() {
+    let (plan, _) = shardlab::plan::parse_plan(include_str!("plans/moe.plan")).unwrap();
+    let p = shardlab::passes::driver::run_passes(&plan, &Default::default()).unwrap();
+    assert_eq!(p.partitioned.ranks.len(), 2);
+}

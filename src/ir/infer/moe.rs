@@ -52,7 +52,8 @@ fn pair(t: &TensorType, want: &'static str) -> Res<(usize, usize)> {
 /// elements.
 #[inline(never)]
 fn slots(op: &Op, tokens: usize, t: &TensorType) -> Res<usize> {
-    let most = crate::ir::MAX_ELEMENTS as usize;
+    // Saturating: on wasm32 a usize is narrower than the element limit.
+    let most = usize::try_from(crate::ir::MAX_ELEMENTS).unwrap_or(usize::MAX);
     let group = attr(op, "group_size", tokens)?;
     if !tokens.is_multiple_of(group) {
         return Err(shape_error(
