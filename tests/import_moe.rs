@@ -164,35 +164,18 @@ fn the_shrunk_qwen2_moe_imports_plans_and_runs() {
 /// (which see `capacity` rows each, not the tokens) included.
 #[test]
 fn per_layer_flops_and_shapes_are_paddles() {
-    use shardlab::cost::work::{op_work, ElementBytes};
     let imported = import(QWEN);
     let p = &imported.program;
     let rec = record(include_str!("models/qwen2_moe_2l.pir.json"));
     let layers = rec["framework_layers"].as_object().unwrap();
     // 21 Linear layers a block (PaddleFormers' head is its own layer type, not counted).
     assert_eq!(layers.len(), 2 * 21);
-    let mut experts = 0;
-    for (weight, layer) in layers {
-        let w = p.var_id(weight).unwrap_or_else(|| panic!("{weight}"));
-        let op = p
-            .ops()
-            .iter()
-            .find(|o| o.ty == OpType::MatmulV2 && o.inputs[1].as_slice() == [w])
-            .unwrap_or_else(|| panic!("the matmul of {weight}"));
-        let flops = op_work(p, op, ElementBytes(4.0)).flops;
-        assert_eq!(flops, 2.0 * layer["flops"].as_f64().unwrap(), "{weight}");
-        let shape = |v| -> Vec<u64> { p.var(v).ty.shape.iter().map(|&d| d as u64).collect() };
-        let want = |k: &str| -> Vec<u64> {
-            let dims = layer[k].as_array().unwrap();
-            dims.iter().map(|d| d.as_u64().unwrap()).collect()
-        };
-        assert_eq!(shape(op.inputs[0][0]), want("input"), "{weight}");
-        assert_eq!(shape(op.outputs[0][0]), want("output"), "{weight}");
-        experts += usize::from(want("input").first() == Some(&16));
-    }
-    assert!(
-        experts >= 2 * 4 * 3 - 8,
-        "{experts} expert layers seen at capacity 16"
+    let inputs = common::linear_layers_as_paddle(p, layers);
+    let experts = inputs.iter().filter(|s| s.first() == Some(&16)).count();
+    assert_eq!(
+        experts,
+        2 * 4 * 3,
+        "the experts' layers see 16 rows (their capacity)"
     );
 }
 

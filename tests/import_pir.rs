@@ -285,7 +285,6 @@ fn bad_programs_are_errors_that_name_the_line() {
 /// import kept has the shape Paddle's program gives it.
 #[test]
 fn per_layer_flops_and_activation_shapes_are_paddles() {
-    use shardlab::cost::work::{op_work, ElementBytes};
     use shardlab::import::pir_text::{parse, PirType};
     let imported = import(LLAMA);
     let p = &imported.program;
@@ -293,27 +292,7 @@ fn per_layer_flops_and_activation_shapes_are_paddles() {
         serde_json::from_str(include_str!("models/llama_causal_2l.pir.json")).unwrap();
     let layers = record["framework_layers"].as_object().unwrap();
     assert_eq!(layers.len(), 14, "seven Linear layers a block");
-    for (weight, layer) in layers {
-        let w = p.var_id(weight).unwrap_or_else(|| panic!("{weight}"));
-        let op = p
-            .ops()
-            .iter()
-            .find(|o| o.ty == OpType::MatmulV2 && o.inputs[1].as_slice() == [w])
-            .unwrap_or_else(|| panic!("the matmul of {weight}"));
-        let flops = op_work(p, op, ElementBytes(4.0)).flops;
-        assert_eq!(flops, 2.0 * layer["flops"].as_f64().unwrap(), "{weight}");
-        let shape = |v| -> Vec<u64> { p.var(v).ty.shape.iter().map(|&d| d as u64).collect() };
-        let want = |k: &str| -> Vec<u64> {
-            layer[k]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|d| d.as_u64().unwrap())
-                .collect()
-        };
-        assert_eq!(shape(op.inputs[0][0]), want("input"), "{weight}");
-        assert_eq!(shape(op.outputs[0][0]), want("output"), "{weight}");
-    }
+    common::linear_layers_as_paddle(p, layers);
     // Activations: `matmul_90` is `%90` of the program; its type is Paddle's.
     let ops = parse(LLAMA).unwrap();
     let mut checked = 0;

@@ -47,6 +47,17 @@ from paddleformers.transformers.qwen2_moe.configuration import Qwen2MoeConfig  #
 FLAGS = dict(use_flash_attention=False, fuse_rms_norm=False, use_fused_rms_norm=False, use_fused_rope=False)
 
 
+def amend(name, **fields):
+    """Adds `fields` to `name`'s `.pir.json` record."""
+    path = os.path.join(OUT, name + ".pir.json")
+    with open(path) as f:
+        record = json.load(f)
+    record.update(fields)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 def capacity(tokens, experts, k):
     """PaddleFormers' `_capacity` with factor 1.0 per choice: (tokens // experts) · k."""
     return (tokens // experts) * k
@@ -129,14 +140,7 @@ def values(name, m, w, config, batch, seq):
     np.save(os.path.join(folder, "labels.npy"), labels.numpy())
     for p in m.parameters():
         np.save(os.path.join(folder, p.name + ".npy"), p.numpy().astype(np.float32))
-    path = os.path.join(OUT, name + ".pir.json")
-    with open(path) as f:
-        record = json.load(f)
-    record["paddle_loss"] = loss
-    record["paddle_dropped_choices"] = dropped
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
+    amend(name, paddle_loss=loss, paddle_dropped_choices=dropped)
     print(name, "loss", loss, "dropped", dropped)
 
 
@@ -170,14 +174,7 @@ def block(config, tokens):
     np.save(os.path.join(folder, "x.npy"), x.numpy())
     for p in b.parameters():
         np.save(os.path.join(folder, p.name + ".npy"), p.numpy().astype(np.float32))
-    path = os.path.join(OUT, "qwen2_moe_block.pir.json")
-    with open(path) as f:
-        record = json.load(f)
-    record["paddle_loss"] = loss
-    record["paddle_dropped_choices"] = dropped
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
+    amend("qwen2_moe_block", paddle_loss=loss, paddle_dropped_choices=dropped)
     print("qwen2_moe_block loss", loss, "dropped", dropped)
 
 
@@ -188,13 +185,7 @@ def flops(name, config, m, batch, seq):
     table = layer_flops(twin, batch, seq, config.vocab_size)
     linears = lambda model: [l for l in model.sublayers() if isinstance(l, paddle.nn.Linear)]
     layers = {a.weight.name: table[b.full_name()] for a, b in zip(linears(m), linears(twin)) if b.full_name() in table}
-    path = os.path.join(OUT, name + ".pir.json")
-    with open(path) as f:
-        record = json.load(f)
-    record["framework_layers"] = layers
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
+    amend(name, framework_layers=layers)
 
 
 if __name__ == "__main__":

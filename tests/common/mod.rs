@@ -240,3 +240,35 @@ pub fn verifies_against_serial(
         Err(failed.join(", "))
     }
 }
+
+/// Each Linear layer `paddle.flops` reported (a fixture record's `framework_layers`, keyed
+/// by weight): its matmul in `p` has twice the layer's multiply-adds as FLOPs, and the
+/// layer's input and output shapes. Returns each layer's input shape.
+#[allow(dead_code)]
+pub fn linear_layers_as_paddle(
+    p: &shardlab::ir::Program,
+    layers: &serde_json::Map<String, Value>,
+) -> Vec<Vec<u64>> {
+    use shardlab::cost::work::{op_work, ElementBytes};
+    use shardlab::ir::OpType;
+    let mut inputs = Vec::new();
+    for (weight, layer) in layers {
+        let w = p.var_id(weight).unwrap_or_else(|| panic!("{weight}"));
+        let op = p
+            .ops()
+            .iter()
+            .find(|o| o.ty == OpType::MatmulV2 && o.inputs[1].as_slice() == [w])
+            .unwrap_or_else(|| panic!("the matmul of {weight}"));
+        let flops = op_work(p, op, ElementBytes(4.0)).flops;
+        assert_eq!(flops, 2.0 * layer["flops"].as_f64().unwrap(), "{weight}");
+        let shape = |v| -> Vec<u64> { p.var(v).ty.shape.iter().map(|&d| d as u64).collect() };
+        let want = |k: &str| -> Vec<u64> {
+            let dims = layer[k].as_array().unwrap();
+            dims.iter().map(|d| d.as_u64().unwrap()).collect()
+        };
+        assert_eq!(shape(op.inputs[0][0]), want("input"), "{weight}");
+        assert_eq!(shape(op.outputs[0][0]), want("output"), "{weight}");
+        inputs.push(want("input"));
+    }
+    inputs
+}
