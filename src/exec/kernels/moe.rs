@@ -15,13 +15,15 @@ pub struct Routing {
 }
 
 impl Routing {
-    /// The row of `X`'s slot dim for token `s` at `index` (`e·C + position`), with `slots`
-    /// slots per expert: `(expert, group · C + position)`.
-    fn row(&self, s: usize, index: i64, slots: usize) -> Option<usize> {
+    /// The row of `X`'s slot dim for token `s` at `index` (`e·C + position`), with
+    /// `experts` experts of `slots` slots each: `(expert, group · C + position)`. `None` for
+    /// a dropped choice (−1), and for an index outside the slots, which only a hand-written
+    /// or fed `Index` can hold: it reads and writes nothing, as a dropped choice.
+    fn row(&self, s: usize, index: i64, experts: usize, slots: usize) -> Option<usize> {
         let i = usize::try_from(index).ok()?;
         let (e, pos) = (i / self.capacity, i % self.capacity);
-        let g = s / self.group_size.max(1);
-        Some(e * slots + g * self.capacity + pos)
+        let slot = (s / self.group_size.max(1)) * self.capacity + pos;
+        (e < experts && slot < slots).then_some(e * slots + slot)
     }
 }
 
@@ -97,14 +99,14 @@ pub fn dispatch_grad(
                 continue;
             }
             if let Some((slots, d)) = &d_out {
-                if let Some(row) = r.row(s, i, *slots) {
+                if let Some(row) = r.row(s, i, e_n, *slots) {
                     for c in 0..h {
                         dx[s * h + c] += d[row * h + c];
                     }
                 }
             }
-            if let Some(d) = &d_w {
-                let e = i as usize / r.capacity;
+            let e = i as usize / r.capacity;
+            if let (Some(d), true) = (&d_w, e < e_n) {
                 dg[s * e_n + e] += d[s * r.k + j];
             }
         }
@@ -127,7 +129,7 @@ pub fn combine(x: &Tensor, weights: &Tensor, index: &Tensor, r: Routing) -> Tens
     let mut out = vec![0.0; s_n * h];
     for s in 0..s_n {
         for j in 0..r.k {
-            let Some(row) = r.row(s, idx[j * s_n + s] as i64, slots) else {
+            let Some(row) = r.row(s, idx[j * s_n + s] as i64, x.shape[0], slots) else {
                 continue;
             };
             let wt = w[s * r.k + j];
@@ -158,7 +160,7 @@ pub fn combine_grad(
     let mut dw = vec![0.0; s_n * r.k];
     for s in 0..s_n {
         for j in 0..r.k {
-            let Some(row) = r.row(s, idx[j * s_n + s] as i64, slots) else {
+            let Some(row) = r.row(s, idx[j * s_n + s] as i64, x.shape[0], slots) else {
                 continue;
             };
             let wt = w[s * r.k + j];
@@ -227,6 +229,39 @@ mod tests {
         let (_, w, idx) = dispatch(&x, &gates, r);
         assert_eq!(idx.to_f64(), vec![0.0, 1.0, -1.0, -1.0]);
         assert_eq!(w.to_f64(), vec![0.6, 0.0, 0.7, 0.0]);
+    }
+
+    /// An index outside the experts' slots (a fed or hand-written `Index`) reads and writes
+    /// nothing, as a dropped choice, instead of indexing past the tensors.
+    #[test]
+    fn an_index_outside_the_slots_is_a_dropped_choice() {
+        let x = t(&[2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
+        let w = t(&[2, 1], &[1.0, 1.0]);
+        let r = Routing {
+            k: 1,
+            capacity: 2,
+            group_size: 2,
+        };
+        let idx = Tensor::float(DType::I64, vec![1, 2], vec![99.0, 3.0]);
+        assert_eq!(combine(&x, &w, &idx, r).to_f64(), vec![0.0, 4.0]);
+        let (dx, dw) = combine_grad(&x, &w, &idx, &t(&[2, 1], &[1.0, 1.0]), r);
+        assert_eq!(
+            (dx.to_f64(), dw.to_f64()),
+            (vec![0.0, 0.0, 0.0, 1.0], vec![0.0, 4.0])
+        );
+        let gates = t(&[2, 2], &[0.5, 0.5, 0.5, 0.5]);
+        let (gx, gg) = dispatch_grad(
+            &t(&[2, 1], &[0.0, 0.0]),
+            &gates,
+            &idx,
+            Some(&x),
+            Some(&w),
+            r,
+        );
+        assert_eq!(
+            (gx.to_f64(), gg.to_f64()),
+            (vec![0.0, 4.0], vec![0.0, 0.0, 0.0, 1.0])
+        );
     }
 
     /// The grads are the transposes: ⟨dispatch(x), d⟩ = ⟨x, dispatch_grad(d)⟩ and the same
