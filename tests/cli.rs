@@ -132,7 +132,7 @@ fn usage_errors_exit_2_with_a_message() {
         text(&out.stderr)
     );
     let cases: &[(&[&str], &str)] = &[
-        (&["print", "--preset", "bert"], "error: unknown preset `bert`; presets: mlp, mlp_mse, gpt, embedding_lm, gpt_lm, llama, gpt2-small, gpt2-xl, gpt3-1.3b, gpt3-13b, gpt3-175b, llama3-8b, llama3-70b, llama3-405b\n"),
+        (&["print", "--preset", "bert"], "error: unknown preset `bert`; presets: mlp, mlp_mse, gpt, embedding_lm, gpt_lm, llama, gpt2-small, gpt2-xl, gpt3-1.3b, gpt3-13b, gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b\n"),
         (&["print", "--preset", "gpt", "--heads", "5"], "error: preset gpt: hidden 64 must be divisible by heads 5\n"),
         (&["print", "--preset", "gpt", "--dtype", "f16"], "error: --dtype `f16`: expected f32 or f64\n"),
         (&["print", "--preset", "mlp", "--mesh", "2xq"], "error: mesh `2xq`: `q` is not an axis size (write e.g. 2x4:dp,mp)\n"),
@@ -2033,7 +2033,7 @@ fn parallel_writes_the_mesh_and_every_annotation_out() {
         .count();
     assert_eq!(ranks, 64);
     for (args, want) in [
-        (vec!["--parallel", "dp=2,cp=2"], "error: --parallel dp=2,cp=2: unknown parallelism `cp`; --parallel takes dp, tp, pp and sp\n"),
+        (vec!["--parallel", "dp=2,cp=2"], "error: --parallel dp=2,cp=2: unknown parallelism `cp`; --parallel takes dp, tp, pp, ep and sp\n"),
         (vec!["--parallel", "tp=x"], "error: --parallel tp=x: `tp=x`: a degree is a whole number from 1 to 4096\n"),
         (vec!["--parallel", "dp=2,sp"], "error: --parallel dp=2,sp: `sp` splits the sequence over the tensor-parallel group, so it needs tp > 1\n"),
     ] {

@@ -28,6 +28,12 @@ pub(crate) struct SizeArgs {
     /// The MLP's inner width (llama's SwiGLU).
     #[arg(long)]
     ffn: Option<usize>,
+    /// Experts of a Mixture-of-Experts MLP (llama; 0 = dense; mixtral-8x7b has 8).
+    #[arg(long)]
+    experts: Option<usize>,
+    /// Experts each token is routed to (llama with --experts).
+    #[arg(long)]
+    top_k: Option<usize>,
     /// Vocabulary size (embedding_lm, gpt_lm, llama).
     #[arg(long)]
     vocab: Option<usize>,
@@ -58,19 +64,24 @@ impl SizeArgs {
         set(&mut cfg.hidden, self.hidden);
         set(&mut cfg.heads, self.heads);
         if model != Model::Llama {
-            if let Some(flag) = [("--kv-heads", self.kv_heads), ("--ffn", self.ffn)]
-                .into_iter()
-                .find_map(|(flag, v)| v.map(|_| flag))
-            {
+            let llama_only = [
+                ("--kv-heads", self.kv_heads),
+                ("--ffn", self.ffn),
+                ("--experts", self.experts),
+                ("--top-k", self.top_k),
+            ];
+            if let Some(flag) = llama_only.into_iter().find_map(|(flag, v)| v.map(|_| flag)) {
                 return Err(format!(
-                    "{flag} sizes llama's grouped-query attention and SwiGLU MLP; preset `{}` \
-                     has neither",
+                    "{flag} sizes llama's grouped-query attention and SwiGLU MLP (or its \
+                     experts); preset `{}` has neither",
                     model.name()
                 ));
             }
         }
         set(&mut cfg.kv_heads, self.kv_heads);
         set(&mut cfg.ffn, self.ffn);
+        set(&mut cfg.experts, self.experts);
+        set(&mut cfg.top_k, self.top_k);
         set(&mut cfg.vocab, self.vocab);
         set(&mut cfg.features, self.features);
         set(&mut cfg.classes, self.classes);
@@ -98,6 +109,8 @@ impl SizeArgs {
             ("--heads", self.heads),
             ("--kv-heads", self.kv_heads),
             ("--ffn", self.ffn),
+            ("--experts", self.experts),
+            ("--top-k", self.top_k),
             ("--vocab", self.vocab),
             ("--features", self.features),
             ("--classes", self.classes),

@@ -79,7 +79,11 @@ pub fn plan_under(imported: &Imported, spec: &str) -> Result<Plan, StrategyError
     let specs = p.shard_specs(&plan.program);
     // Data parallelism splits an input's first dim: without one that large, every rank
     // would do the same work (and the plan would look data-parallel).
-    if p.dp > 1 && !specs.iter().any(|s| s.split(['=', ',']).any(|d| d == "dp")) {
+    if p.dp > 1
+        && !specs
+            .iter()
+            .any(|s| s.split(['=', ',']).any(|d| d == p.batch()))
+    {
         let inputs: Vec<String> = plan
             .program
             .vars()

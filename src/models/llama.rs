@@ -1,7 +1,8 @@
 //! `llama`: a Llama-family decoder. Token embedding; blocks of rms_norm, grouped-query
 //! attention with rotary embeddings and a SwiGLU MLP (`silu(x·W_gate) * (x·W_up)`), each
 //! with its residual; a final rms_norm, an LM head and the softmax cross-entropy against
-//! next-token labels. No biases, as in Llama.
+//! next-token labels. No biases, as in Llama. With `experts`, the MLP is a Mixture of
+//! Experts (Mixtral's; [`super::moe`]).
 //!
 //! The rotary tables `rope.sin` and `rope.cos` `[1, seq, 1, head_dim]` are inputs, as in
 //! Paddle's models (which compute them once outside the layers).
@@ -57,7 +58,11 @@ fn block(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId)
         &format!("{p}.res_1"),
     )?;
     let n2 = rms_norm(b, cfg, &format!("{p}.post_norm"), res1)?;
-    let mlp = swiglu(b, cfg, &format!("{p}.mlp"), n2)?;
+    let mlp = if cfg.experts > 0 {
+        super::moe::moe_swiglu(b, cfg, &format!("{p}.moe"), n2)?
+    } else {
+        swiglu(b, cfg, &format!("{p}.mlp"), n2)?
+    };
     Ok(b.op1(
         OpType::ElementwiseAdd,
         vec![vec![res1], vec![mlp]],

@@ -7,6 +7,7 @@ mod gpt;
 mod layers;
 mod llama;
 mod mlp;
+pub mod moe;
 pub mod published;
 pub mod published_plans;
 pub mod scenarios;
@@ -45,6 +46,12 @@ pub struct ModelConfig {
     /// The MLP's inner width (llama's SwiGLU).
     #[serde(default = "default_ffn")]
     pub ffn: usize,
+    /// Experts of a Mixture-of-Experts MLP (llama; 0: a dense MLP, [`moe`]).
+    #[serde(default)]
+    pub experts: usize,
+    /// Experts each token is routed to (with `experts`).
+    #[serde(default = "default_top_k")]
+    pub top_k: usize,
     pub layers: usize,
     pub vocab: usize,
     pub dtype: DType,
@@ -56,6 +63,10 @@ fn default_kv_heads() -> usize {
 
 fn default_ffn() -> usize {
     Model::Llama.default_config().ffn
+}
+
+fn default_top_k() -> usize {
+    2
 }
 
 /// Why a model cannot be built with the given sizes.
@@ -141,6 +152,8 @@ impl Model {
             heads: 4,
             kv_heads: 2,
             ffn: 128,
+            experts: 0,
+            top_k: 2,
             layers: 2,
             vocab: 256,
             dtype: DType::F32,
@@ -232,7 +245,7 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
         check_llama(cfg)?;
     }
     // In u64: the browser's usize is 32 bits, and these products exceed it at real sizes.
-    let [batch, seq, hidden, heads, vocab, ffn, features] = [
+    let [batch, seq, hidden, heads, vocab, ffn, features, experts, k] = [
         cfg.batch,
         cfg.seq,
         cfg.hidden,
@@ -240,6 +253,8 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
         cfg.vocab,
         cfg.ffn,
         cfg.features,
+        cfg.experts,
+        cfg.top_k,
     ]
     .map(|d| d as u64);
     let product = |dims: &[u64]| dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
@@ -248,8 +263,8 @@ fn check_sizes(model: Model, cfg: &ModelConfig) -> Result<(), ModelError> {
         product(&[batch, heads, seq, seq]),
         product(&[batch, seq, vocab]),
         product(&[hidden, hidden, 4]),
-        product(&[hidden, ffn]),
-        product(&[batch, seq, ffn]),
+        product(&[hidden, ffn, experts.max(1)]),
+        product(&[batch, seq, ffn, k, 2]),
         product(&[features, hidden]).max(product(&[batch, hidden])),
     ];
     if biggest.iter().any(|&n| n > MAX_ELEMENTS) {
@@ -267,6 +282,13 @@ fn check_llama(cfg: &ModelConfig) -> Result<(), ModelError> {
             "heads {} must be a multiple of kv_heads {} (each key/value head serves the same \
              number of query heads)",
             cfg.heads, cfg.kv_heads
+        )));
+    }
+    if cfg.experts > 1024 || (cfg.experts > 0 && !(1..=cfg.experts).contains(&cfg.top_k)) {
+        return Err(ModelError::BadSize(format!(
+            "experts {} and top_k {}: a Mixture of Experts has 1 to 1024 experts and routes \
+             each token to 1 to experts of them",
+            cfg.experts, cfg.top_k
         )));
     }
     let head_dim = cfg.hidden / cfg.heads;

@@ -17,6 +17,9 @@ pub struct Published {
     pub heads: usize,
     pub kv_heads: usize,
     pub ffn: usize,
+    /// Experts of each Mixture-of-Experts MLP (0: dense) and the experts per token.
+    pub experts: usize,
+    pub top_k: usize,
     pub vocab: usize,
     /// The sequence length the model was trained at.
     pub seq: usize,
@@ -41,7 +44,7 @@ pub const DEFAULT_SHARDS: [&str; 1] = ["ids=dp,-"];
 
 /// Every published preset, each with its source in a comment (and in `docs/cli.md`): the
 /// page's module carries no citation it does not show.
-pub const PUBLISHED: [Published; 8] = [
+pub const PUBLISHED: [Published; 9] = [
     Published {
         name: "gpt2-small",
         model: Model::GptLm,
@@ -50,6 +53,8 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 12,
         kv_heads: 12,
         ffn: 3072,
+        experts: 0,
+        top_k: 0,
         vocab: 50257,
         seq: 1024,
         params: 124_439_808,
@@ -65,6 +70,8 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 25,
         kv_heads: 25,
         ffn: 6400,
+        experts: 0,
+        top_k: 0,
         vocab: 50257,
         seq: 1024,
         params: 1_557_611_200,
@@ -80,6 +87,8 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 16,
         kv_heads: 16,
         ffn: 8192,
+        experts: 0,
+        top_k: 0,
         vocab: 50257,
         seq: 2048,
         params: 1_315_723_264,
@@ -94,6 +103,8 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 40,
         kv_heads: 40,
         ffn: 20480,
+        experts: 0,
+        top_k: 0,
         vocab: 50257,
         seq: 2048,
         params: 12_853_386_240,
@@ -110,6 +121,8 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 96,
         kv_heads: 96,
         ffn: 49152,
+        experts: 0,
+        top_k: 0,
         vocab: 50257,
         seq: 2048,
         params: 174_604_259_328,
@@ -124,6 +137,8 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 32,
         kv_heads: 8,
         ffn: 14336,
+        experts: 0,
+        top_k: 0,
         vocab: 128256,
         seq: 8192,
         params: 8_030_261_248,
@@ -138,6 +153,8 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 64,
         kv_heads: 8,
         ffn: 28672,
+        experts: 0,
+        top_k: 0,
         vocab: 128256,
         seq: 8192,
         params: 70_553_706_496,
@@ -152,11 +169,30 @@ pub const PUBLISHED: [Published; 8] = [
         heads: 128,
         kv_heads: 8,
         ffn: 53248,
+        experts: 0,
+        top_k: 0,
         vocab: 128256,
         seq: 8192,
         params: 405_853_388_800,
         // Source: Meta Llama 3.1 405B: config.json of meta-llama/Llama-3.1-405B; Llama 3 paper,
         // Table 3 (pre-trained at sequence length 8,192)
+    },
+    Published {
+        name: "mixtral-8x7b",
+        model: Model::Llama,
+        layers: 32,
+        hidden: 4096,
+        heads: 32,
+        kv_heads: 8,
+        ffn: 14336,
+        experts: 8,
+        top_k: 2,
+        vocab: 32000,
+        seq: 32768,
+        params: 46_702_792_704,
+        // Source: Mixtral 8x7B (Jiang et al. 2024, "Mixtral of Experts", Table 1: 32 layers,
+        // dim 4096, 32 heads, 8 KV heads, hidden 14336, 8 experts, top-2, context 32,768);
+        // config.json of mistralai/Mixtral-8x7B-v0.1 (vocab 32,000); 46.7B parameters
     },
 ];
 
@@ -175,6 +211,8 @@ impl Published {
             heads: self.heads,
             kv_heads: self.kv_heads,
             ffn: self.ffn,
+            experts: self.experts,
+            top_k: if self.experts > 0 { self.top_k } else { 2 },
             vocab: self.vocab,
             seq: self.seq,
             ..self.model.default_config()

@@ -9,7 +9,8 @@
 //! sequence length), the batch in one micro-batch (the values view shows collectives only
 //! in plans without micro-batches; the pipeline panel adds them).
 //!
-//! Every family gets `dp=2,tp=4` with 8 sequences and the distributed optimizer (ZeRO-1).
+//! Every family gets `dp=2,tp=4` with 8 sequences and the distributed optimizer (ZeRO-1);
+//! a Mixture of Experts gets `dp=8,ep=8` (an expert per GPU).
 //! Element counts are 64-bit in the browser too (`ir::MAX_ELEMENTS`), so Llama 3's attention
 //! scores at 8,192 tokens, `[8, 32, 8192, 8192]` (2^34 elements; 70B's and 405B's more),
 //! plan there as on the command line.
@@ -37,7 +38,13 @@ impl PublishedPlan {
     pub fn of(preset: &'static Published) -> PublishedPlan {
         PublishedPlan {
             preset,
-            parallel: "dp=2,tp=4",
+            // A Mixture of Experts on one node: an expert per GPU (Mixtral's 8), the
+            // attention data-parallel, as Megatron folds expert parallelism onto it.
+            parallel: if preset.experts > 0 {
+                "dp=8,ep=8"
+            } else {
+                "dp=2,tp=4"
+            },
             batch: DEFAULT_BATCH,
             zero: 1,
         }
@@ -70,6 +77,7 @@ impl PublishedPlan {
             tp: 1,
             pp: 1,
             sp: false,
+            ep: 1,
         });
         (p.mesh_spec(), p.tensor_specs(program))
     }
@@ -86,6 +94,7 @@ fn title(name: &str) -> &'static str {
         "llama3-8b" => "Llama 3 8B, real size",
         "llama3-70b" => "Llama 3 70B, real size",
         "llama3-405b" => "Llama 3 405B, real size",
+        "mixtral-8x7b" => "Mixtral 8x7B (8 experts, top-2), real size",
         _ => "a published model, real size",
     }
 }
@@ -117,8 +126,9 @@ pub fn sizes_of(name: &str) -> Vec<&'static Published> {
     let Some(p) = Published::find(name) else {
         return Vec::new();
     };
-    let mut same: Vec<&'static Published> =
-        PUBLISHED.iter().filter(|q| q.model == p.model).collect();
+    // A Mixture of Experts is not a size of its dense family.
+    let kin = |q: &&Published| q.model == p.model && (q.experts > 0) == (p.experts > 0);
+    let mut same: Vec<&'static Published> = PUBLISHED.iter().filter(kin).collect();
     crate::sort::sort_by_key(&mut same, |q| q.params);
     same
 }

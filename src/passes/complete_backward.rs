@@ -177,7 +177,11 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
                     if op.ty == OpType::Sum {
                         // Like Paddle, contributions are complete (non-partial) before they
                         // are added: each producing implementation reduces its own partials.
-                        a = DistProgram::settled(&a);
+                        // Contributions that agree on a complete layout are added where they
+                        // are, and the sum moves once (an expert-parallel dispatch's input
+                        // gradient, from the gate and up matmuls: one all-to-all, not two).
+                        a = same_complete_layout(&dp, &op.inputs[0])
+                            .unwrap_or_else(|| DistProgram::settled(&a));
                         attr.inputs[0] = op.inputs[0].iter().map(|_| a.clone()).collect();
                     }
                     dp.tensors[g.index()] = a.clone();
@@ -188,6 +192,14 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
         dp.ops.push(attr);
     }
     dp
+}
+
+/// The layout every variable of `vars` has, when they agree on one and it has no partial
+/// axes.
+fn same_complete_layout(dp: &DistProgram, vars: &[VarId]) -> Option<TensorDistAttr> {
+    let first = dp.tensors.get(vars.first()?.index())?;
+    let agree = vars.iter().all(|v| dp.tensors[v.index()] == *first);
+    (agree && first.partial.is_empty()).then(|| DistProgram::settled(first))
 }
 
 /// The forward variable `g` is (part of) the gradient of: `x` for `x@GRAD`, `x@GRAD@RENAME@1`...

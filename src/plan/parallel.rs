@@ -14,10 +14,17 @@
 //! vocab-parallel whenever the head is. The batch, the first input's dim 0, is split over
 //! `dp`; `pp` stages are split evenly by layers (a plan without `stage` statements).
 //!
-//! A Mixture-of-Experts layer keeps its experts whole (expert parallelism is its own axis):
-//! the router's matmul (the one whose output, through unary ops, is a `moe_dispatch`'s
-//! gates), every matmul between a dispatch and its combine, and a matmul to a single output
-//! (Qwen2-MoE's shared-expert gate, a scalar per token) are left unsplit.
+//! A Mixture-of-Experts layer is not split by tensor parallelism: the router's matmul (the
+//! one whose output, through unary ops, is a `moe_dispatch`'s gates), every matmul between
+//! a dispatch and its combine, and a matmul to a single output (Qwen2-MoE's shared-expert
+//! gate, a scalar per token) are left unsplit. Expert parallelism (`ep=N`) splits the
+//! experts instead: each expert weight (a 3-D parameter `[experts, in, out]` of a batched
+//! matmul between a dispatch and its combine) is split on its first dim over `ep`, and the
+//! planner moves the dispatched tokens to their experts' ranks by an all-to-all and back
+//! by another (docs/moe.md). `ep` folds onto the data-parallel ranks, as Megatron's "MoE
+//! parallel folding" lays the expert groups on the devices attention uses for data
+//! parallelism: the `dp` ranks become `dp/ep × ep` (mesh axes `dp` and `ep`), the batch is
+//! split over both, and the experts over `ep` alone.
 
 use crate::ir::{OpRole, OpType, Program, VarKind};
 
@@ -30,6 +37,8 @@ pub struct Parallel {
     pub tp: usize,
     pub pp: usize,
     pub sp: bool,
+    /// Expert parallelism's degree, a divisor of `dp` (1: the experts are whole).
+    pub ep: usize,
 }
 
 /// Why a `--parallel` spec is refused.
@@ -45,12 +54,17 @@ pub enum ParallelError {
     },
     #[error("`{0}` is given twice")]
     Twice(String),
-    #[error("unknown parallelism `{0}`; --parallel takes dp, tp, pp and sp")]
+    #[error("unknown parallelism `{0}`; --parallel takes dp, tp, pp, ep and sp")]
     Unknown(String),
     #[error("`sp` splits the sequence over the tensor-parallel group, so it needs tp > 1")]
     SequenceParallelWithoutTp,
     #[error("`sp` takes no degree: it is sequence parallelism over the tp group")]
     SequenceParallelDegree,
+    #[error(
+        "ep={ep} must divide dp={dp}: the expert groups are laid on the data-parallel ranks \
+         (Megatron's MoE parallel folding); folding them onto tensor-parallel ranks is not built"
+    )]
+    ExpertsNotOnDataParallel { ep: usize, dp: usize },
     #[error("dp × tp × pp = {0} devices, more than a mesh holds ({max})", max = crate::dist::MAX_MESH_SIZE)]
     TooLarge(usize),
 }
@@ -63,6 +77,7 @@ impl Parallel {
             tp: 1,
             pp: 1,
             sp: false,
+            ep: 1,
         };
         let mut seen: Vec<&str> = Vec::new();
         for item in spec.split(',').map(str::trim) {
@@ -95,12 +110,16 @@ impl Parallel {
                 "dp" => p.dp = degree,
                 "tp" => p.tp = degree,
                 "pp" => p.pp = degree,
+                "ep" => p.ep = degree,
                 "sp" => return Err(ParallelError::SequenceParallelDegree),
                 other => return Err(ParallelError::Unknown(other.to_string())),
             }
         }
         if p.sp && p.tp == 1 {
             return Err(ParallelError::SequenceParallelWithoutTp);
+        }
+        if !p.dp.is_multiple_of(p.ep) {
+            return Err(ParallelError::ExpertsNotOnDataParallel { ep: p.ep, dp: p.dp });
         }
         let devices = p.dp.saturating_mul(p.tp).saturating_mul(p.pp);
         if devices > crate::dist::MAX_MESH_SIZE {
@@ -110,12 +129,18 @@ impl Parallel {
     }
 
     /// The mesh spec, Megatron's order (pipeline outermost, tensor innermost), axes of
-    /// degree 1 left out (`1:dp` when every degree is 1).
+    /// degree 1 left out (`1:dp` when every degree is 1). With `ep`, the data-parallel
+    /// ranks are `dp/ep × ep`: `dp=4,ep=2` is `2x2:dp,ep`, `dp=4,ep=4` is `4:ep`.
     pub fn mesh_spec(&self) -> String {
-        let axes: Vec<(usize, &str)> = [(self.pp, "pp"), (self.dp, "dp"), (self.tp, "tp")]
-            .into_iter()
-            .filter(|(d, _)| *d > 1)
-            .collect();
+        let axes: Vec<(usize, &str)> = [
+            (self.pp, "pp"),
+            (self.dp / self.ep, "dp"),
+            (self.ep, "ep"),
+            (self.tp, "tp"),
+        ]
+        .into_iter()
+        .filter(|(d, _)| *d > 1)
+        .collect();
         if axes.is_empty() {
             return "1:dp".into();
         }
@@ -139,8 +164,7 @@ impl Parallel {
     pub fn shard_specs(&self, program: &Program) -> Vec<String> {
         // Sequence parallelism first: its split of an input (`x`) includes the batch's.
         let first = if self.sp && self.tp > 1 {
-            let dp = if self.dp > 1 { "dp" } else { "-" };
-            super::sequence_parallel::annotations(program, &tensor_split(program), dp)
+            super::sequence_parallel::annotations(program, &tensor_split(program), self.batch())
         } else {
             Vec::new()
         };
@@ -173,8 +197,13 @@ impl Parallel {
             if let Some(v) = batch {
                 let rank = program.vars()[v].ty.shape.len();
                 let mut dims = vec!["-"; rank];
-                dims[0] = "dp";
+                dims[0] = self.batch();
                 put(v, dims);
+            }
+        }
+        if self.ep > 1 {
+            for w in expert_weights(program) {
+                put(w, vec!["ep", "-", "-"]);
             }
         }
         if self.tp > 1 {
@@ -182,6 +211,33 @@ impl Parallel {
         }
         specs.into_iter().map(|(_, s)| s).collect()
     }
+
+    /// The mesh axes of the batch's dim: `dp`, `ep`, both (`dp+ep`) or none (`-`).
+    pub fn batch(&self) -> &'static str {
+        match (self.dp / self.ep > 1, self.ep > 1) {
+            (true, true) => "dp+ep",
+            (true, false) => "dp",
+            (false, true) => "ep",
+            (false, false) => "-",
+        }
+    }
+}
+
+/// The experts' weights: 3-D parameters read by a matmul between a `moe_dispatch` and its
+/// `moe_combine` (dim 0 the experts, as in the dispatched tensor `[E, slots, width]`).
+fn expert_weights(program: &Program) -> Vec<usize> {
+    let whole = moe_whole(program);
+    let mut out = Vec::new();
+    for (op, _) in program.ops().iter().zip(&whole).filter(|(_, &w)| w) {
+        let Some(&y) = op.input("Y").first() else {
+            continue;
+        };
+        let v = program.var(y);
+        if v.kind == VarKind::Parameter && v.ty.rank() == 3 && !out.contains(&y.index()) {
+            out.push(y.index());
+        }
+    }
+    out
 }
 
 /// Which variables tensor parallelism splits (see the module's doc).
@@ -291,6 +347,7 @@ mod tests {
                 tp: 8,
                 pp: 16,
                 sp: false,
+                ep: 1,
             }
         );
         assert_eq!(p.mesh_spec(), "16x32x8:pp,dp,tp");
@@ -300,7 +357,16 @@ mod tests {
         assert_eq!(err("dp=8,dp=2"), "`dp` is given twice");
         assert_eq!(
             err("cp=2"),
-            "unknown parallelism `cp`; --parallel takes dp, tp, pp and sp"
+            "unknown parallelism `cp`; --parallel takes dp, tp, pp, ep and sp"
+        );
+        let ep = |s: &str| Parallel::parse(s).unwrap().mesh_spec();
+        assert_eq!(ep("dp=4,ep=2,tp=2"), "2x2x2:dp,ep,tp");
+        assert_eq!(ep("dp=4,ep=4"), "4:ep");
+        assert_eq!(Parallel::parse("dp=8,ep=4").unwrap().batch(), "dp+ep");
+        assert_eq!(
+            err("dp=2,ep=4"),
+            "ep=4 must divide dp=2: the expert groups are laid on the data-parallel ranks \
+             (Megatron's MoE parallel folding); folding them onto tensor-parallel ranks is not built"
         );
         assert_eq!(err("tp"), "`tp` is not NAME=DEGREE (e.g. dp=8,tp=8,pp=2)");
         assert_eq!(

@@ -5,7 +5,8 @@
 //! ```text
 //! partial -> replicated        all_reduce(reduce type) over the partial axes
 //! partial -> split             reduce_scatter along the dim that axis will split
-//! split d -> split e           all_to_all (split e, concat d) over the axis
+//! split d -> split e           all_to_all (split e, concat d) over the axis (innermost
+//!                              on d, becoming innermost on e)
 //! split   -> replicated        all_gather along the dim (our all_gather takes the axis,
 //!                              so Paddle's gather-then-split/concat is one op)
 //! replicated -> split          a local slice: no communication
@@ -172,20 +173,21 @@ fn reduce_scatter(
     unpad(b, scattered, to, d)
 }
 
-/// Step 2: split d -> split e of a single axis: all_to_all.
+/// Step 2: split d -> split e of one axis: all_to_all.
 fn all_to_all(
     b: &mut RankBuilder,
     s: &mut Step,
     to: &TensorDistAttr,
 ) -> Result<(), PartitionError> {
     let (mut cur, mut attr) = (s.cur, s.attr.clone());
-    // 2. split d -> split e of a single axis: all_to_all.
+    // 2. split d -> split e of one axis: all_to_all. The axis moves from innermost on d
+    // (the axes outer to it stay, so the pieces its group members hold are adjacent) to
+    // innermost on e (each member's piece of e is cut in the group's order).
     for d in 0..attr.rank() {
-        let [axis] = attr.dims[d].as_slice() else {
+        let Some((&axis, outer)) = attr.dims[d].as_slice().split_last() else {
             continue;
         };
-        let axis = *axis;
-        if !to.dims[d].is_empty() {
+        if !to.dims[d].starts_with(outer) || to.dims[d].contains(&axis) {
             continue;
         }
         let Some(e) = (0..to.rank()).find(|&e| {
@@ -196,7 +198,7 @@ fn all_to_all(
             continue;
         };
         let mut next = attr.clone();
-        next.dims[d].clear();
+        next.dims[d].pop();
         next.dims[e].push(axis);
         let global = b.global_shape(cur);
         let even = |dim: usize, axes| crate::dist::chunk::even(global[dim], axes, b.mesh);

@@ -108,12 +108,15 @@ impl GradSync<'_> {
             self.buckets.add(b, g, axes, scale);
             return Ok(());
         }
-        for axis in axes {
+        // One all-reduce over every partial axis together (the batch split over `dp` and
+        // `ep`, or `dp` and a sequence-parallel `tp`): DDP's one group of every replica,
+        // 2(n−1)/n of the bytes where one all-reduce per axis would send the sum of each.
+        if !axes.is_empty() {
             b.collective(
                 OpType::AllReduce,
                 g,
                 g,
-                &[axis],
+                &axes,
                 vec![("reduce_type", Attr::Str("SUM".into()))],
                 Purpose::DataParallel,
             );
