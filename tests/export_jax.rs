@@ -154,7 +154,34 @@ fn cases(dtype: DType) -> Vec<Case> {
     });
     out.extend(uneven_cases(dtype));
     out.push(moe_case(dtype));
+    out.push(expert_parallel_case(dtype));
     out
+}
+
+/// Expert parallelism by sizes (`dp=8,ep=4`: mesh `2x4:dp,ep`, the batch over both, a
+/// Mixtral-style decoder's four experts over `ep`): the dispatch's and the combine's
+/// all-to-alls over a co-sharded dim, as `lax.all_to_all` in `shard_map` mode and as
+/// sharding constraints XLA lowers in `gspmd` mode.
+fn expert_parallel_case(dtype: DType) -> Case {
+    let cfg = ModelConfig {
+        batch: 8,
+        seq: 4,
+        hidden: 32,
+        ffn: 16,
+        experts: 4,
+        top_k: 2,
+        layers: 1,
+        vocab: 32,
+        dtype,
+        ..Model::Llama.default_config()
+    };
+    let ep = shardlab::plan::parallel::Parallel::parse("dp=8,ep=4").unwrap();
+    let program = Model::Llama.build(&cfg).unwrap();
+    let shards = ep.shard_specs(&program);
+    Case {
+        name: "mixtral_dp8_ep4".into(),
+        plan: plan_with(program, &ep.mesh_spec(), &shards),
+    }
 }
 
 /// A Mixture-of-Experts layer (`tests/plans/moe.plan`: two token groups with drops, one a

@@ -515,7 +515,7 @@ fn inference_errors_are_typed() {
     let a = builder.input("a", DType::F32, &[16, 64]).unwrap();
     let w = builder.input("w", DType::F32, &[10, 32]).unwrap();
     let err = builder
-        .op1(OpType::MatmulV2, vec![vec![a], vec![w]], &[], "out")
+        .op1(OpType::MatmulV2, &[&[a], &[w]], &[], "out")
         .unwrap_err();
     match err {
         shardlab::ir::ProgramError::Infer { op, error } => {

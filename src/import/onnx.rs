@@ -134,7 +134,7 @@ pub(super) fn import_graph(
     let y = im.var("graph output", &out_name)?;
     im.b.set_role(OpRole::Loss);
     let loss = im.fresh("loss");
-    im.b.op1(OpType::Mean, vec![vec![y]], &[], &loss)
+    im.b.op1(OpType::Mean, &[&[y]], &[], &loss)
         .map_err(|e| node_error("loss", "Mean", e))?;
     im.notes.push((front.loss_note)(&out_name));
     Ok(Imported {

@@ -39,7 +39,7 @@ pub(super) fn pieces(
         ];
         return t
             .builder()
-            .op(OpType::Split, vec![vec![x]], &attrs, &names)
+            .op(OpType::Split, &[&[x]], &attrs, &names)
             .map_err(|e| error(name, ty, e));
     }
     let mut parts = Vec::with_capacity(node.input.len());
@@ -63,7 +63,7 @@ pub(super) fn pieces(
             .builder()
             .op1(
                 OpType::Reshape2,
-                vec![vec![v]],
+                &[&[v]],
                 &[("shape", Attr::Ints(target))],
                 &piece,
             )
@@ -74,7 +74,7 @@ pub(super) fn pieces(
     t.builder()
         .op(
             OpType::Concat,
-            vec![parts],
+            &[&parts],
             &[("axis", Attr::Int(axis))],
             &[&out[0]],
         )
@@ -102,7 +102,7 @@ pub(super) fn routing(
             .builder()
             .op(
                 OpType::MoeDispatch,
-                vec![vec![x], vec![gates]],
+                &[&[x], &[gates]],
                 &attrs,
                 &[&outs[0], &outs[1], &outs[2]],
             )
@@ -117,7 +117,7 @@ pub(super) fn routing(
     t.builder()
         .op(
             OpType::MoeCombine,
-            vec![vec![x], vec![w], vec![index]],
+            &[&[x], &[w], &[index]],
             &attrs,
             &[&out[0]],
         )

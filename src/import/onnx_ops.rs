@@ -34,8 +34,9 @@ fn op1(
 ) -> Res {
     let out = t.fresh(input_or(node.output.first(), name));
     let onnx_type = node.op_type.as_deref().unwrap_or("?");
+    let slots: Vec<&[VarId]> = inputs.iter().map(Vec::as_slice).collect();
     t.builder()
-        .op1(ty, inputs, attrs, &out)
+        .op1(ty, &slots, attrs, &out)
         .map_err(|e| error(name, onnx_type, e))
 }
 
@@ -185,7 +186,7 @@ pub(super) fn translate_paddle(
             t.builder()
                 .op(
                     OpType::SoftmaxWithCrossEntropy,
-                    vec![vec![x], vec![label]],
+                    &[&[x], &[label]],
                     &attrs,
                     &[&outs[0], &outs[1]],
                 )
@@ -242,7 +243,7 @@ fn gemm(t: &mut dyn Translate, name: &str, node: &NodeProto) -> Res {
     let mm_name = t.fresh(&format!("{}.mm", input_or(node.output.first(), name)));
     let mut y = t
         .builder()
-        .op1(OpType::MatmulV2, vec![vec![a], vec![b]], &attrs, &mm_name)
+        .op1(OpType::MatmulV2, &[&[a], &[b]], &attrs, &mm_name)
         .map_err(|e| error(name, "Gemm", e))?;
     if alpha != 1.0 {
         let s = t.fresh(&format!("{mm_name}.alpha"));
@@ -270,7 +271,7 @@ fn scale(t: &mut dyn Translate, node: &str, x: VarId, s: f64, bias: f64, out: &s
     t.builder()
         .op1(
             OpType::Scale,
-            vec![vec![x]],
+            &[&[x]],
             &[
                 ("scale", Attr::Float(s)),
                 ("bias", Attr::Float(bias)),
@@ -351,7 +352,7 @@ fn layer_norm(t: &mut dyn Translate, name: &str, node: &NodeProto) -> Res {
         .builder()
         .op(
             OpType::LayerNorm,
-            inputs,
+            &inputs.iter().map(Vec::as_slice).collect::<Vec<_>>(),
             &[("begin_norm_axis", Attr::Int(axis)), ("epsilon", eps)],
             &[&y, &mean, &var],
         )
@@ -462,7 +463,12 @@ pub(super) fn fused(
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let made = t
         .builder()
-        .op(ty, inputs, &attrs, &names)
+        .op(
+            ty,
+            &inputs.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            &attrs,
+            &names,
+        )
         .map_err(|e| error(name, ty.name(), e))?;
     check_fused(t, name, f, &made)?;
     Ok(made.into_iter().take(outs.len()).collect())

@@ -74,13 +74,15 @@ impl Builder {
     pub fn op(
         &mut self,
         ty: OpType,
-        inputs: Vec<Vec<VarId>>,
+        inputs: &[&[VarId]],
         attrs: &[(&str, Attr)],
         outputs: &[&str],
     ) -> Result<Vec<VarId>, ProgramError> {
         let mut op = Op::new(ty);
         op.role = self.role;
-        op.inputs = inputs.into_iter().map(Slot::from_vec).collect();
+        // Slices, not vectors: the presets' hundred call sites build no vectors (the page's
+        // module carries each call).
+        op.inputs = inputs.iter().map(|s| Slot::from_slice(s)).collect();
         op.attrs = attrs
             .iter()
             .map(|(k, v)| (k.to_string(), v.clone()))
@@ -128,7 +130,7 @@ impl Builder {
     pub fn op1(
         &mut self,
         ty: OpType,
-        inputs: Vec<Vec<VarId>>,
+        inputs: &[&[VarId]],
         attrs: &[(&str, Attr)],
         output: &str,
     ) -> Result<VarId, ProgramError> {

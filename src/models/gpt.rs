@@ -33,15 +33,10 @@ fn gpt_with(cfg: &ModelConfig, gather_points: bool) -> Res<Program> {
         h = block(&mut b, cfg, &format!("h{i}"), h, gather_points)?;
     }
     let out = layer_norm(&mut b, cfg, "ln_f", h)?;
-    let diff = b.op1(
-        OpType::ElementwiseSub,
-        vec![vec![out], vec![y]],
-        &[],
-        "loss.diff",
-    )?;
-    let sq = b.op1(OpType::Square, vec![vec![diff]], &[], "loss.sq")?;
+    let diff = b.op1(OpType::ElementwiseSub, &[&[out], &[y]], &[], "loss.diff")?;
+    let sq = b.op1(OpType::Square, &[&[diff]], &[], "loss.sq")?;
     b.set_role(OpRole::Loss);
-    b.op1(OpType::Mean, vec![vec![sq]], &[], "loss")?;
+    b.op1(OpType::Mean, &[&[sq]], &[], "loss")?;
     Ok(b.finish())
 }
 
@@ -54,7 +49,7 @@ pub fn embedding_lm(cfg: &ModelConfig) -> Res<Program> {
     let wte = b.param("wte", cfg.dtype, &[cfg.vocab, cfg.hidden])?;
     let mut h = b.op1(
         OpType::LookupTableV2,
-        vec![vec![wte], vec![ids]],
+        &[&[wte], &[ids]],
         &[("padding_idx", Attr::Int(-1))],
         "emb",
     )?;
@@ -63,7 +58,7 @@ pub fn embedding_lm(cfg: &ModelConfig) -> Res<Program> {
     }
     let out = layer_norm(&mut b, cfg, "ln_f", h)?;
     let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
-    let logits = b.op1(OpType::MatmulV2, vec![vec![out], vec![head]], &[], "logits")?;
+    let logits = b.op1(OpType::MatmulV2, &[&[out], &[head]], &[], "logits")?;
     lm_loss(&mut b, logits, label)?;
     Ok(b.finish())
 }
@@ -85,23 +80,18 @@ pub fn gpt_lm(cfg: &ModelConfig) -> Res<Program> {
     let wpe = b.param("wpe", cfg.dtype, &[cfg.seq, cfg.hidden])?;
     let tokens = b.op1(
         OpType::LookupTableV2,
-        vec![vec![wte], vec![ids]],
+        &[&[wte], &[ids]],
         &[("padding_idx", Attr::Int(-1))],
         "emb.tokens",
     )?;
-    let mut h = b.op1(
-        OpType::ElementwiseAdd,
-        vec![vec![tokens], vec![wpe]],
-        &[],
-        "emb",
-    )?;
+    let mut h = b.op1(OpType::ElementwiseAdd, &[&[tokens], &[wpe]], &[], "emb")?;
     for i in 0..cfg.layers {
         h = block(&mut b, cfg, &format!("h{i}"), h, false)?;
     }
     let out = layer_norm(&mut b, cfg, "ln_f", h)?;
     let logits = b.op1(
         OpType::MatmulV2,
-        vec![vec![out], vec![wte]],
+        &[&[out], &[wte]],
         &[("trans_y", Attr::Bool(true))],
         "logits",
     )?;
@@ -114,12 +104,7 @@ fn gather_point(b: &mut Builder, name: &str, x: VarId, on: bool) -> Res<VarId> {
     if !on {
         return Ok(x);
     }
-    Ok(b.op1(
-        OpType::Assign,
-        vec![vec![x]],
-        &[],
-        &format!("{name}.gathered"),
-    )?)
+    Ok(b.op1(OpType::Assign, &[&[x]], &[], &format!("{name}.gathered"))?)
 }
 
 /// One pre-LN block: `x + attn(ln_1(x))`, then `+ mlp(ln_2(.))`.
@@ -129,7 +114,7 @@ fn block(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId, sp: bool) -> Res
     let attn = attention(b, cfg, &format!("{p}.attn"), ln1)?;
     let res1 = b.op1(
         OpType::ElementwiseAdd,
-        vec![vec![x], vec![attn]],
+        &[&[x], &[attn]],
         &[],
         &format!("{p}.res_1"),
     )?;
@@ -145,7 +130,7 @@ fn block(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId, sp: bool) -> Res
     )?;
     let act = b.op1(
         OpType::Gelu,
-        vec![vec![fc1]],
+        &[&[fc1]],
         &[("approximate", Attr::Bool(true))],
         &format!("{p}.mlp.gelu"),
     )?;
@@ -159,7 +144,7 @@ fn block(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId, sp: bool) -> Res
     )?;
     Ok(b.op1(
         OpType::ElementwiseAdd,
-        vec![vec![res1], vec![fc2]],
+        &[&[res1], &[fc2]],
         &[],
         &format!("{p}.res_2"),
     )?)
@@ -192,15 +177,10 @@ fn linear(
     // The bias is declared before the product: gpt's variable order, which its goldens pin.
     let w = b.param(&format!("{p}.w"), cfg.dtype, &[inp, out])?;
     let bias = b.param(&format!("{p}.b"), cfg.dtype, &[out])?;
-    let mm = b.op1(
-        OpType::MatmulV2,
-        vec![vec![x], vec![w]],
-        &[],
-        &format!("{p}.mm"),
-    )?;
+    let mm = b.op1(OpType::MatmulV2, &[&[x], &[w]], &[], &format!("{p}.mm"))?;
     Ok(b.op1(
         OpType::ElementwiseAdd,
-        vec![vec![mm], vec![bias]],
+        &[&[mm], &[bias]],
         &[],
         &format!("{p}.out"),
     )?)
@@ -212,7 +192,7 @@ fn layer_norm(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarI
     let bias = b.param(&format!("{p}.bias"), cfg.dtype, &[cfg.hidden])?;
     let outs = b.op(
         OpType::LayerNorm,
-        vec![vec![x], vec![scale], vec![bias]],
+        &[&[x], &[scale], &[bias]],
         &[
             ("begin_norm_axis", Attr::Int(2)),
             ("epsilon", Attr::Float(1e-5)),

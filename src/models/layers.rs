@@ -18,19 +18,14 @@ pub fn projection(
     (inp, out): (usize, usize),
 ) -> Res<VarId> {
     let w = b.param(&format!("{p}.w"), dtype, &[inp, out])?;
-    Ok(b.op1(
-        OpType::MatmulV2,
-        vec![vec![x], vec![w]],
-        &[],
-        &format!("{p}.mm"),
-    )?)
+    Ok(b.op1(OpType::MatmulV2, &[&[x], &[w]], &[], &format!("{p}.mm"))?)
 }
 
 /// `[batch, seq, n·head_dim]` as `[batch, seq, n, head_dim]` (`{p}.heads`).
 pub fn to_heads(b: &mut Builder, p: &str, x: VarId, n: usize, head_dim: usize) -> Res<VarId> {
     Ok(b.op1(
         OpType::Reshape2,
-        vec![vec![x]],
+        &[&[x]],
         &[("shape", Attr::Ints(vec![0, 0, n as i64, head_dim as i64]))],
         &format!("{p}.heads"),
     )?)
@@ -40,7 +35,7 @@ pub fn to_heads(b: &mut Builder, p: &str, x: VarId, n: usize, head_dim: usize) -
 pub fn swap_seq_heads(b: &mut Builder, name: &str, x: VarId) -> Res<VarId> {
     Ok(b.op1(
         OpType::Transpose2,
-        vec![vec![x]],
+        &[&[x]],
         &[("axis", Attr::Ints(vec![0, 2, 1, 3]))],
         name,
     )?)
@@ -57,7 +52,7 @@ pub fn causal_core(
 ) -> Res<VarId> {
     let scores = b.op1(
         OpType::MatmulV2,
-        vec![vec![q], vec![k]],
+        &[&[q], &[k]],
         &[
             ("trans_x", Attr::Bool(false)),
             ("trans_y", Attr::Bool(true)),
@@ -70,26 +65,26 @@ pub fn causal_core(
     ];
     let scaled = b.op1(
         OpType::Scale,
-        vec![vec![scores]],
+        &[&[scores]],
         &scale,
         &format!("{p}.scores.scaled"),
     )?;
     let probs = b.op1(
         OpType::FusedSoftmaxMaskUpperTriangle,
-        vec![vec![scaled]],
+        &[&[scaled]],
         &[],
         &format!("{p}.probs"),
     )?;
     let ctx = b.op1(
         OpType::MatmulV2,
-        vec![vec![probs], vec![v]],
+        &[&[probs], &[v]],
         &[],
         &format!("{p}.ctx"),
     )?;
     let ctx_t = swap_seq_heads(b, &format!("{p}.ctx.t"), ctx)?;
     Ok(b.op1(
         OpType::Reshape2,
-        vec![vec![ctx_t]],
+        &[&[ctx_t]],
         &[("shape", Attr::Ints(vec![0, 0, hidden as i64]))],
         &format!("{p}.ctx.merged"),
     )?)
@@ -100,11 +95,11 @@ pub fn causal_core(
 pub fn lm_loss(b: &mut Builder, logits: VarId, label: VarId) -> Res<()> {
     let outs = b.op(
         OpType::SoftmaxWithCrossEntropy,
-        vec![vec![logits], vec![label]],
+        &[&[logits], &[label]],
         &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
         &["logits.softmax", "loss.tokens"],
     )?;
     b.set_role(OpRole::Loss);
-    b.op1(OpType::Mean, vec![vec![outs[1]]], &[], "loss")?;
+    b.op1(OpType::Mean, &[&[outs[1]]], &[], "loss")?;
     Ok(())
 }

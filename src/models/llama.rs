@@ -33,7 +33,7 @@ pub fn llama(cfg: &ModelConfig) -> Res<Program> {
     let wte = b.param("wte", cfg.dtype, &[cfg.vocab, cfg.hidden])?;
     let mut h = b.op1(
         OpType::LookupTableV2,
-        vec![vec![wte], vec![ids]],
+        &[&[wte], &[ids]],
         &[("padding_idx", Attr::Int(-1))],
         "emb",
     )?;
@@ -42,7 +42,7 @@ pub fn llama(cfg: &ModelConfig) -> Res<Program> {
     }
     let out = rms_norm(&mut b, cfg, "norm", h)?;
     let head = b.param("lm_head.w", cfg.dtype, &[cfg.hidden, cfg.vocab])?;
-    let logits = b.op1(OpType::MatmulV2, vec![vec![out], vec![head]], &[], "logits")?;
+    let logits = b.op1(OpType::MatmulV2, &[&[out], &[head]], &[], "logits")?;
     lm_loss(&mut b, logits, label)?;
     Ok(b.finish())
 }
@@ -53,7 +53,7 @@ fn block(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId)
     let attn = attention(b, cfg, shared, &format!("{p}.attn"), n1)?;
     let res1 = b.op1(
         OpType::ElementwiseAdd,
-        vec![vec![x], vec![attn]],
+        &[&[x], &[attn]],
         &[],
         &format!("{p}.res_1"),
     )?;
@@ -65,7 +65,7 @@ fn block(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId)
     };
     Ok(b.op1(
         OpType::ElementwiseAdd,
-        vec![vec![res1], vec![mlp]],
+        &[&[res1], &[mlp]],
         &[],
         &format!("{p}.res_2"),
     )?)
@@ -75,10 +75,10 @@ fn block(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: VarId)
 fn swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
     let gate = projection(b, cfg.dtype, &format!("{p}.gate"), x, (cfg.hidden, cfg.ffn))?;
     let up = projection(b, cfg.dtype, &format!("{p}.up"), x, (cfg.hidden, cfg.ffn))?;
-    let act = b.op1(OpType::Silu, vec![vec![gate]], &[], &format!("{p}.silu"))?;
+    let act = b.op1(OpType::Silu, &[&[gate]], &[], &format!("{p}.silu"))?;
     let prod = b.op1(
         OpType::ElementwiseMul,
-        vec![vec![act], vec![up]],
+        &[&[act], &[up]],
         &[],
         &format!("{p}.swiglu"),
     )?;
@@ -96,7 +96,7 @@ fn swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
 fn rotary(b: &mut Builder, shared: &Shared, p: &str, x: VarId) -> Res<VarId> {
     Ok(b.op1(
         OpType::FusedRotaryPositionEmbedding,
-        vec![vec![x], vec![shared.sin], vec![shared.cos]],
+        &[&[x], &[shared.sin], &[shared.cos]],
         &[("use_neox_rotary_style", Attr::Bool(false))],
         &format!("{p}.rope"),
     )?)
@@ -121,7 +121,7 @@ fn attention(b: &mut Builder, cfg: &ModelConfig, shared: &Shared, p: &str, x: Va
         let repeat = |b: &mut Builder, name: &str, t: VarId| -> Res<VarId> {
             Ok(b.op1(
                 OpType::RepeatInterleave,
-                vec![vec![t]],
+                &[&[t]],
                 &[("repeats", Attr::Int(group as i64)), ("axis", Attr::Int(2))],
                 &format!("{p}.{name}.repeated"),
             )?)
@@ -147,7 +147,7 @@ fn rms_norm(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId>
     let scale = b.param(&format!("{p}.scale"), cfg.dtype, &[cfg.hidden])?;
     let outs = b.op(
         OpType::RmsNorm,
-        vec![vec![x], vec![scale]],
+        &[&[x], &[scale]],
         &[
             ("begin_norm_axis", Attr::Int(2)),
             ("epsilon", Attr::Float(1e-6)),

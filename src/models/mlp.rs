@@ -19,39 +19,29 @@ pub fn mlp(cfg: &ModelConfig) -> Result<Program, ModelError> {
         ("trans_x", Attr::Bool(false)),
         ("trans_y", Attr::Bool(false)),
     ];
-    let t0 = b.op1(
-        OpType::MatmulV2,
-        vec![vec![x], vec![w0]],
-        &mm,
-        "linear_0.tmp_0",
-    )?;
+    let t0 = b.op1(OpType::MatmulV2, &[&[x], &[w0]], &mm, "linear_0.tmp_0")?;
     let t1 = b.op1(
         OpType::ElementwiseAdd,
-        vec![vec![t0], vec![b0]],
+        &[&[t0], &[b0]],
         &add_axis,
         "linear_0.tmp_1",
     )?;
     let g = b.op1(
         OpType::Gelu,
-        vec![vec![t1]],
+        &[&[t1]],
         &[("approximate", Attr::Bool(false))],
         "gelu_0.tmp_0",
     )?;
-    let t2 = b.op1(
-        OpType::MatmulV2,
-        vec![vec![g], vec![w1]],
-        &mm,
-        "linear_1.tmp_0",
-    )?;
+    let t2 = b.op1(OpType::MatmulV2, &[&[g], &[w1]], &mm, "linear_1.tmp_0")?;
     let t3 = b.op1(
         OpType::ElementwiseAdd,
-        vec![vec![t2], vec![b1]],
+        &[&[t2], &[b1]],
         &add_axis,
         "linear_1.tmp_1",
     )?;
     let outs = b.op(
         OpType::SoftmaxWithCrossEntropy,
-        vec![vec![t3], vec![label]],
+        &[&[t3], &[label]],
         &[("axis", Attr::Int(-1)), ("soft_label", Attr::Bool(false))],
         &[
             "softmax_with_cross_entropy_0.tmp_0",
@@ -66,7 +56,7 @@ pub fn mlp(cfg: &ModelConfig) -> Result<Program, ModelError> {
     ];
     b.op1(
         OpType::ReduceMean,
-        vec![vec![outs[1]]],
+        &[&[outs[1]]],
         &reduce_all,
         "mean_0.tmp_0",
     )?;
@@ -82,22 +72,17 @@ pub fn mlp_mse(cfg: &ModelConfig) -> Result<Program, ModelError> {
     let y = b.label("batch.y", dt, &[cfg.batch, cfg.classes])?;
     let w1 = b.param("params.W1", dt, &[cfg.features, cfg.hidden])?;
     let w2 = b.param("params.W2", dt, &[cfg.hidden, cfg.classes])?;
-    let h = b.op1(OpType::MatmulV2, vec![vec![x], vec![w1]], &[], "hidden")?;
+    let h = b.op1(OpType::MatmulV2, &[&[x], &[w1]], &[], "hidden")?;
     let a = b.op1(
         OpType::Gelu,
-        vec![vec![h]],
+        &[&[h]],
         &[("approximate", Attr::Bool(true))],
         "hidden.gelu",
     )?;
-    let pred = b.op1(OpType::MatmulV2, vec![vec![a], vec![w2]], &[], "pred")?;
-    let diff = b.op1(
-        OpType::ElementwiseSub,
-        vec![vec![pred], vec![y]],
-        &[],
-        "diff",
-    )?;
-    let sq = b.op1(OpType::Square, vec![vec![diff]], &[], "diff.sq")?;
+    let pred = b.op1(OpType::MatmulV2, &[&[a], &[w2]], &[], "pred")?;
+    let diff = b.op1(OpType::ElementwiseSub, &[&[pred], &[y]], &[], "diff")?;
+    let sq = b.op1(OpType::Square, &[&[diff]], &[], "diff.sq")?;
     b.set_role(OpRole::Loss);
-    b.op1(OpType::Mean, vec![vec![sq]], &[], "loss")?;
+    b.op1(OpType::Mean, &[&[sq]], &[], "loss")?;
     Ok(b.finish())
 }

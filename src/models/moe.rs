@@ -28,78 +28,99 @@ pub fn capacity(group: usize, k: usize, experts: usize) -> usize {
 /// `{p}.experts.gate.w`, `.up.w`, `.down.w`).
 pub fn moe_swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<VarId> {
     let (e, h, f) = (cfg.experts, cfg.hidden, cfg.ffn);
-    let tokens = (cfg.batch * cfg.seq) as i64;
-    let flat = b.op1(
+    let shape = |dims: &[usize]| Attr::Ints(dims.iter().map(|&d| d as i64).collect());
+    let flat = op(
+        b,
         OpType::Reshape2,
-        vec![vec![x]],
-        &[("shape", Attr::Ints(vec![tokens, h as i64]))],
-        &format!("{p}.tokens"),
+        &[&[x]],
+        &[("shape", shape(&[cfg.batch * cfg.seq, h]))],
+        p,
+        "tokens",
     )?;
     let router = b.param(&format!("{p}.router.w"), cfg.dtype, &[h, e])?;
-    let logits = b.op1(
+    let logits = op(
+        b,
         OpType::MatmulV2,
-        vec![vec![flat], vec![router]],
+        &[&[flat], &[router]],
         &[],
-        &format!("{p}.router.mm"),
+        p,
+        "router.mm",
     )?;
-    let gates = b.op1(
+    let gates = op(
+        b,
         OpType::Softmax,
-        vec![vec![logits]],
+        &[&[logits]],
         &[("axis", Attr::Int(-1))],
-        &format!("{p}.gates"),
+        p,
+        "gates",
     )?;
-    let cap = capacity(cfg.seq, cfg.top_k, e) as i64;
     let routing = [
-        ("capacity", Attr::Int(cap)),
+        ("k", Attr::Int(cfg.top_k as i64)),
+        (
+            "capacity",
+            Attr::Int(capacity(cfg.seq, cfg.top_k, e) as i64),
+        ),
         ("group_size", Attr::Int(cfg.seq as i64)),
     ];
-    let mut dispatch_attrs = vec![("k", Attr::Int(cfg.top_k as i64))];
-    dispatch_attrs.extend(routing.iter().cloned());
-    let names = [
-        format!("{p}.routed"),
-        format!("{p}.weights"),
-        format!("{p}.index"),
-    ];
+    let names = ["routed", "weights", "index"].map(|n| format!("{p}.{n}"));
     let outs = b.op(
         OpType::MoeDispatch,
-        vec![vec![flat], vec![gates]],
-        &dispatch_attrs,
-        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[&[flat], &[gates]],
+        &routing,
+        &names.each_ref().map(String::as_str),
     )?;
-    let [routed, weights, index] = [outs[0], outs[1], outs[2]];
-    let expert = |b: &mut Builder, name: &str, x: VarId, (i, o): (usize, usize)| -> Res<VarId> {
+    let expert = |b: &mut Builder, name: &str, x: VarId, (i, o): (usize, usize)| {
         let w = b.param(&format!("{p}.experts.{name}.w"), cfg.dtype, &[e, i, o])?;
-        let mm = format!("{p}.experts.{name}.mm");
-        Ok(b.op1(OpType::MatmulV2, vec![vec![x], vec![w]], &[], &mm)?)
+        op(
+            b,
+            OpType::MatmulV2,
+            &[&[x], &[w]],
+            &[],
+            p,
+            &format!("experts.{name}.mm"),
+        )
     };
-    let gate = expert(b, "gate", routed, (h, f))?;
-    let up = expert(b, "up", routed, (h, f))?;
-    let act = b.op1(
-        OpType::Silu,
-        vec![vec![gate]],
-        &[],
-        &format!("{p}.experts.silu"),
-    )?;
-    let prod = b.op1(
+    let gate = expert(b, "gate", outs[0], (h, f))?;
+    let up = expert(b, "up", outs[0], (h, f))?;
+    let act = op(b, OpType::Silu, &[&[gate]], &[], p, "experts.silu")?;
+    let prod = op(
+        b,
         OpType::ElementwiseMul,
-        vec![vec![act], vec![up]],
+        &[&[act], &[up]],
         &[],
-        &format!("{p}.experts.swiglu"),
+        p,
+        "experts.swiglu",
     )?;
     let down = expert(b, "down", prod, (f, h))?;
-    let combined = b.op1(
+    let combined = op(
+        b,
         OpType::MoeCombine,
-        vec![vec![down], vec![weights], vec![index]],
-        &routing,
-        &format!("{p}.combined"),
+        &[&[down], &[outs[1]], &[outs[2]]],
+        &routing[1..],
+        p,
+        "combined",
     )?;
-    let shape = vec![cfg.batch as i64, cfg.seq as i64, h as i64];
-    Ok(b.op1(
+    op(
+        b,
         OpType::Reshape2,
-        vec![vec![combined]],
-        &[("shape", Attr::Ints(shape))],
-        &format!("{p}.out"),
-    )?)
+        &[&[combined]],
+        &[("shape", shape(&[cfg.batch, cfg.seq, h]))],
+        p,
+        "out",
+    )
+}
+
+/// One op writing `{p}.{name}` (not inlined: the page's module carries it once).
+#[inline(never)]
+fn op(
+    b: &mut Builder,
+    ty: OpType,
+    inputs: &[&[VarId]],
+    attrs: &[(&str, Attr)],
+    p: &str,
+    name: &str,
+) -> Res<VarId> {
+    Ok(b.op1(ty, inputs, attrs, &format!("{p}.{name}"))?)
 }
 
 #[cfg(test)]

@@ -60,10 +60,7 @@ pub enum ParallelError {
     SequenceParallelWithoutTp,
     #[error("`sp` takes no degree: it is sequence parallelism over the tp group")]
     SequenceParallelDegree,
-    #[error(
-        "ep={ep} must divide dp={dp}: the expert groups are laid on the data-parallel ranks \
-         (Megatron's MoE parallel folding); folding them onto tensor-parallel ranks is not built"
-    )]
+    #[error("ep={ep} must divide dp={dp}: the experts are laid on the data-parallel ranks")]
     ExpertsNotOnDataParallel { ep: usize, dp: usize },
     #[error("dp × tp × pp = {0} devices, more than a mesh holds ({max})", max = crate::dist::MAX_MESH_SIZE)]
     TooLarge(usize),
@@ -223,18 +220,16 @@ impl Parallel {
     }
 }
 
-/// The experts' weights: 3-D parameters read by a matmul between a `moe_dispatch` and its
-/// `moe_combine` (dim 0 the experts, as in the dispatched tensor `[E, slots, width]`).
+/// The experts' weights: 3-D parameters read by a matmul (a dense layer's weight is 2-D;
+/// a stacked `[experts, in, out]` one is read between a `moe_dispatch` and its combine).
 fn expert_weights(program: &Program) -> Vec<usize> {
-    let whole = moe_whole(program);
     let mut out = Vec::new();
-    for (op, _) in program.ops().iter().zip(&whole).filter(|(_, &w)| w) {
-        let Some(&y) = op.input("Y").first() else {
-            continue;
-        };
-        let v = program.var(y);
-        if v.kind == VarKind::Parameter && v.ty.rank() == 3 && !out.contains(&y.index()) {
-            out.push(y.index());
+    for op in program.ops().iter().filter(|o| o.ty == OpType::MatmulV2) {
+        for &y in op.input("Y") {
+            let v = program.var(y);
+            if v.kind == VarKind::Parameter && v.ty.rank() == 3 && !out.contains(&y.index()) {
+                out.push(y.index());
+            }
         }
     }
     out
@@ -365,8 +360,7 @@ mod tests {
         assert_eq!(Parallel::parse("dp=8,ep=4").unwrap().batch(), "dp+ep");
         assert_eq!(
             err("dp=2,ep=4"),
-            "ep=4 must divide dp=2: the expert groups are laid on the data-parallel ranks \
-             (Megatron's MoE parallel folding); folding them onto tensor-parallel ranks is not built"
+            "ep=4 must divide dp=2: the experts are laid on the data-parallel ranks"
         );
         assert_eq!(err("tp"), "`tp` is not NAME=DEGREE (e.g. dp=8,tp=8,pp=2)");
         assert_eq!(

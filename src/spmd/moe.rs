@@ -41,18 +41,11 @@ pub fn infer(
     // (expert parallelism's), and its slots' split follows the tokens' (a token split must
     // win, so the experts' output goes back to its tokens by an all-to-all rather than by
     // gathering every token on every rank).
-    let masked: Vec<String> = letters
-        .iter()
-        .map(|l| match l.strip_prefix("es") {
-            Some(rest) => format!("11{rest}"),
-            None => l.to_string(),
-        })
-        .collect();
     let mut pairs = Vec::with_capacity(tensors.len());
     let mut tokens = 0;
-    for ((l, m), t) in letters.iter().zip(&masked).zip(tensors) {
+    for (l, t) in letters.iter().zip(tensors) {
         check_rank(t, "moe")?;
-        pairs.push((m.as_str(), t.dims()));
+        pairs.push((if *l == "esh" { "11h" } else { l }, t.dims()));
         // The token count from a tensor with a token dim (`esh`'s middle dim is the slots).
         if let (Some(i), false) = (l.find('s'), l.starts_with('e')) {
             tokens = t.shape.get(i).copied().unwrap_or(0);
