@@ -21,7 +21,8 @@ fn planned(model: Model, layers: usize, spec: &str) -> (Passes, Program) {
     let p = Parallel::parse(spec).unwrap();
     let program = p.prepare(&model.build(&cfg).unwrap());
     let shards = p.shard_specs(&program);
-    let plan = common::plan_with(program.clone(), &p.mesh_spec(), &shards);
+    let mut plan = common::plan_with(program.clone(), &p.mesh_spec(), &shards);
+    p.set_options(&mut plan.options);
     let passes = run_passes(&plan, &PassOptions::from_plan(&plan.options))
         .unwrap_or_else(|e| panic!("{model:?} {spec}: {e}"));
     (passes, program)
@@ -132,6 +133,53 @@ fn the_stream_is_gathered_and_reduce_scattered_not_all_reduced() {
             "{plain}"
         );
     }
+}
+
+/// Backward is forward's mirror: each gathered input's gradient (its contributions summed
+/// while partial) is reduce-scattered onto the ranks' parts of the sequence, not
+/// all-reduced and cut (Megatron's; twice the bytes otherwise).
+#[test]
+fn the_gathered_inputs_gradients_are_reduce_scattered() {
+    for (model, layers, spec) in [
+        (Model::GptLm, 2, "dp=2,tp=2,sp"),
+        (Model::Llama, 2, "tp=2,sp"),
+        (Model::Gpt, 2, "dp=2,tp=2,sp"),
+    ] {
+        let (p, _) = planned(model, layers, spec);
+        let rank0 = &p.partitioned.ranks[0].program;
+        let backward = |ty: OpType| -> Vec<String> {
+            rank0
+                .ops()
+                .iter()
+                .filter(|o| o.ty == ty && o.role == OpRole::Backward)
+                .flat_map(|o| o.input("X").iter().map(|&v| rank0.var(v).name.to_string()))
+                .filter(|n| n.contains(".gathered@GRAD"))
+                .collect()
+        };
+        let lm = usize::from(model != Model::Gpt);
+        let scattered = backward(OpType::ReduceScatter);
+        assert_eq!(scattered.len(), 2 * layers + lm, "{model:?}: {scattered:?}");
+        assert_eq!(
+            backward(OpType::AllReduce),
+            Vec::<String>::new(),
+            "{model:?}"
+        );
+        // Each moves (t−1)/t of the gathered [batch, seq, hidden] gradient.
+        let cfg = model.default_config();
+        let t = 2.0;
+        let elems = (cfg.batch * cfg.seq * cfg.hidden) as f64 / spec_dp(spec) as f64;
+        for e in shardlab::passes::ledger::ledger(&p.partitioned)
+            .iter()
+            .filter(|e| e.rank == 0 && e.kind == "reduce_scatter" && e.phase == "backward")
+            .filter(|e| e.tensor.contains(".gathered@GRAD"))
+        {
+            assert_eq!(e.bytes_per_rank, elems * 8.0 * (t - 1.0) / t, "{e:?}");
+        }
+    }
+}
+
+fn spec_dp(spec: &str) -> usize {
+    Parallel::parse(spec).unwrap().dp
 }
 
 #[test]

@@ -170,6 +170,7 @@ pub(super) fn add_mesh_and_shards(mut plan: Plan, layout: &MeshArgs) -> Result<P
             // With `sp`, the program gains its gather points (ordinary assign ops, printed
             // in the plan text like any other).
             plan.program = p.prepare(&plan.program);
+            p.set_options(&mut plan.options);
             strategy = p
                 .shard_specs(&plan.program)
                 .into_iter()

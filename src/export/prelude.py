@@ -588,7 +588,8 @@ def replica_groups(line, ranks):
 
 def count_collectives(hlo, ranks):
     """XLA's collectives per kind from optimised HLO text: a tuple all-reduce counts as
-    its logical elements, and the -start form of an async collective counts once.
+    its logical elements (a tuple all-to-all once: its operands are the pieces for each
+    peer), and the -start form of an async collective counts once.
     `backward` counts those jax.grad's backward pass emitted (gspmd mode; in shard_map
     mode our backward ops are ordinary ops to JAX)."""
     counts = {k: {"count": 0, "backward": 0, "groups": []} for k in KINDS}
@@ -599,6 +600,9 @@ def count_collectives(hlo, ranks):
         kind = m.group(2)
         result = m.group(1)
         elements = result.count("[") if result.startswith("(") else 1
+        if kind == "all-to-all":
+            # A tuple all-to-all is one exchange, its operands the pieces for each peer.
+            elements = 1
         if m.group(3) and kind != "all-reduce" and result.startswith("("):
             # An async all-gather (or permute) start returns (operands, results[, context]):
             # its logical count is that of its operands. all-reduce-start returns results.

@@ -74,6 +74,7 @@ pub fn plan_under(imported: &Imported, spec: &str) -> Result<Plan, StrategyError
         source,
     };
     plan.program = p.prepare(&plan.program);
+    p.set_options(&mut plan.options);
     let mesh = Arc::new(parse_mesh_spec(&p.mesh_spec()).map_err(with_spec)?);
     plan.set_mesh(mesh.clone());
     let specs = p.shard_specs(&plan.program);

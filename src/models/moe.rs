@@ -37,23 +37,7 @@ pub fn moe_swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<
         p,
         "tokens",
     )?;
-    let router = b.param(&format!("{p}.router.w"), cfg.dtype, &[h, e])?;
-    let logits = op(
-        b,
-        OpType::MatmulV2,
-        &[&[flat], &[router]],
-        &[],
-        p,
-        "router.mm",
-    )?;
-    let gates = op(
-        b,
-        OpType::Softmax,
-        &[&[logits]],
-        &[("axis", Attr::Int(-1))],
-        p,
-        "gates",
-    )?;
+    let gates = router(b, cfg, p, flat)?;
     let routing = [
         ("k", Attr::Int(cfg.top_k as i64)),
         (
@@ -108,6 +92,18 @@ pub fn moe_swiglu(b: &mut Builder, cfg: &ModelConfig, p: &str, x: VarId) -> Res<
         p,
         "out",
     )
+}
+
+/// The router's gates `softmax(tokens · {p}.router.w)`, `[tokens, experts]`.
+fn router(b: &mut Builder, cfg: &ModelConfig, p: &str, tokens: VarId) -> Res<VarId> {
+    let w = b.param(
+        &format!("{p}.router.w"),
+        cfg.dtype,
+        &[cfg.hidden, cfg.experts],
+    )?;
+    let logits = op(b, OpType::MatmulV2, &[&[tokens], &[w]], &[], p, "router.mm")?;
+    let axis = [("axis", Attr::Int(-1))];
+    op(b, OpType::Softmax, &[&[logits]], &axis, p, "gates")
 }
 
 /// One op writing `{p}.{name}` (not inlined: the page's module carries it once).

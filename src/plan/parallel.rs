@@ -156,6 +156,13 @@ impl Parallel {
         super::sequence_parallel::with_gather_points(program, &tensor_split(program))
     }
 
+    /// The training options the strategy implies: with `sp`, Megatron's backward sums a
+    /// gathered input's gradient contributions (q, k and v's; gate and up's) while they are
+    /// partial, so the sum is reduce-scattered once, as Megatron's fused layers do.
+    pub fn set_options(&self, options: &mut super::PlanOptions) {
+        options.megatron_sums |= self.sp;
+    }
+
     /// The annotations of `program` (as [`Parallel::prepare`] gives it) under this
     /// strategy, as shard specs (`wte=tp,-`).
     pub fn shard_specs(&self, program: &Program) -> Vec<String> {

@@ -32,14 +32,14 @@ pub fn reshard(
     v: VarId,
     to: &TensorDistAttr,
 ) -> Result<VarId, PartitionError> {
-    let current = &b.cur[v.index()];
-    if current.layout == to.layout {
+    if b.cur[v.index()].layout == to.layout {
         return Ok(v);
     }
     if let Some(&done) = b.reshard_cache.get(&(v, to.layout.clone())) {
         return Ok(done);
     }
-    let from = current.clone();
+    take_back_all_reduce(b, v, to);
+    let from = b.cur[v.index()].clone();
     let mut s = Step {
         cur: v,
         attr: from.clone(),
@@ -65,6 +65,40 @@ pub fn reshard(
 struct Step {
     cur: VarId,
     attr: TensorDistAttr,
+}
+
+/// Megatron's sequence-parallel backward: a tensor-parallel all-reduce of `v` just
+/// appended (a column-parallel layer's input gradient), which every rank then cuts to its
+/// split of the sequence, is taken back, so `v` stays partial and the reshard below
+/// reduce-scatters it: each rank receives only its part of the sum, half the bytes of
+/// all-reducing (`(t−1)/t` of the tensor against `2(t−1)/t`). A later reader wanting `v`
+/// whole all-reduces it then, as a reshard.
+fn take_back_all_reduce(b: &mut RankBuilder, v: VarId, to: &TensorDistAttr) {
+    let n = b.program.ops().len();
+    let Some(last) = b.program.ops().last() else {
+        return;
+    };
+    let reduced_here = last.ty == OpType::AllReduce
+        && last.purpose() == Some(Purpose::TensorParallel)
+        && last.input("X") == [v]
+        && last.output("Out") == [v]
+        && last.attrs.get("reduce_type") == Some(&Attr::Str("SUM".into()));
+    let Some((i, RankAttrs::Collective { axes, .. })) = b.recipes.last() else {
+        return;
+    };
+    let splits = |a: &MeshAxis| to.dims.iter().any(|d| d.contains(a));
+    if !reduced_here || *i + 1 != n || !to.partial.is_empty() || !axes.iter().all(splits) {
+        return;
+    }
+    let axes = axes.clone();
+    b.recipes.pop();
+    b.op_chunks.pop();
+    b.program.remove_op(n - 1);
+    let mut partial = b.cur[v.index()].clone();
+    for a in axes {
+        partial.set_partial(a, ReduceType::Sum);
+    }
+    b.cur[v.index()] = partial;
 }
 
 /// Step 1: Partial axes the target does not keep: reduce_scatter onto the dim the target splits
