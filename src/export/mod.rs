@@ -191,16 +191,27 @@ It reads the .npy names `shardlab run --inputs` reads and writes what `shardlab 
 --dump` writes (loss.npy and grad.<param>.npy of the first step, <param>.npy after the
 last), then prints one JSON line: the losses and XLA's collectives per kind, counted from
 the compiled HLO. Without --inputs it starts from ShardLab's seeded values.
+
+On several hosts (gspmd and shard_map modes), start it once per host, each with its own
+--process-id and the same coordinator (host 0's address and a free port):
+
+    python THIS.py --coordinator HOST0:PORT --num-processes 2 --process-id 0 --dump DIR
+    python THIS.py --coordinator HOST0:PORT --num-processes 2 --process-id 1 --dump DIR
+
+Each process then holds {devices} / N devices (simulated on CPU, with gloo collectives).
 """
 import os
 import sys
 
 # The mesh needs {devices} devices. On a machine with fewer, XLA's CPU backend simulates
-# them; the flag must be set before jax is first imported.
+# them; the flag must be set before jax is first imported. With --num-processes N each
+# process holds N_DEVICES / N of them.
 N_DEVICES = {devices}
+N_PROCESSES = int(sys.argv[sys.argv.index("--num-processes") + 1]) if "--num-processes" in sys.argv[:-1] else 1
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={{N_DEVICES}}"
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_force_host_platform_device_count={{N_DEVICES // max(1, N_PROCESSES)}}"
     ).strip()
     SIMULATED = True
 else:

@@ -657,6 +657,16 @@ def read_inputs(directory):
     return found
 
 
+def host(x):
+    """x's global value in this process (gathered from every process's devices when the
+    run spans several)."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
 def write_npy(directory, name, value, dtype):
     import os
 
@@ -671,9 +681,24 @@ def parse_args(argv):
     ap.add_argument("--dump-init", metavar="DIR", help="write every initial global value")
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--dtype", choices=["f32", "f64"], default=PLAN_DTYPE)
+    ap.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address (several processes)")
+    ap.add_argument("--num-processes", type=int, default=1, help="processes of one run, one per host")
+    ap.add_argument("--process-id", type=int, default=0, help="this process, 0 to N-1")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")
+    if args.num_processes > 1:
+        if not args.coordinator or not 0 <= args.process_id < args.num_processes:
+            ap.error("--num-processes needs --coordinator and a --process-id from 0 to N-1")
+        if N_DEVICES % args.num_processes:
+            ap.error(f"{N_DEVICES} devices do not split over {args.num_processes} processes")
+        # Collectives between processes on CPU go over gloo (TCP).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+        )
     if args.dtype == "f64":
         jax.config.update("jax_enable_x64", True)
         RUN["dtype"], RUN["int"] = np.float64, np.int64
@@ -797,7 +822,7 @@ def run_shard_map(args):
     loss_var = RECORDS["loss"]
     for s in range(args.steps):
         got = dict(zip(outs, step(*ins)[:-1]))
-        got = {k: np.asarray(x) for k, x in got.items()}
+        got = {k: host(x) for k, x in got.items()}
         losses.append(float(assemble(got[loss_var["var"]], loss_var, MESH_SHAPE)[0]))
         if first is None:
             first = got
@@ -889,13 +914,13 @@ def run_gspmd(args):
     losses, dump = [], {}
     for s in range(args.steps):
         state, loss, grads = step(state, consts)
-        losses.append(float(np.asarray(loss)))
+        losses.append(float(host(loss)))
         if s == 0:
-            dump["loss"] = np.asarray(loss)
+            dump["loss"] = host(loss)
             for p, g in grads.items():
-                dump["grad." + p] = unpad(np.asarray(g), shapes[p])
+                dump["grad." + p] = unpad(host(g), shapes[p])
     for p in GRADS:
-        dump[p] = unpad(np.asarray(state[p]), shapes[p])
+        dump[p] = unpad(host(state[p]), shapes[p])
     if args.dump:
         for name, value in dump.items():
             write_npy(args.dump, name, value, args.dtype)
@@ -906,6 +931,8 @@ def run_pipeline_shard_map(args):
     """Stage by stage: each job's pieces jitted on the stage's devices, sends moved to the
     receiving stage with device_put, micro-batches in order, then the optimizer jobs in
     lockstep (the host runs the collectives that span stages between their pieces)."""
+    if args.num_processes > 1:
+        raise SystemExit("error: a pipelined plan runs in one process (the host drives its stages)")
     values = initial_globals(args)
     meshes = [make_mesh(st["shape"], st["axes"], st["ranks"]) for st in STAGES]
     specs = [NamedSharding(m, P(tuple(st["axes"]))) for m, st in zip(meshes, STAGES)]
@@ -1081,6 +1108,8 @@ def run_pipeline_gspmd(args):
     the same function (recomputing the forward), activations and their gradients moved
     between stages with device_put; gradients summed over micro-batches; the optimizer
     step jitted once over the whole mesh."""
+    if args.num_processes > 1:
+        raise SystemExit("error: a pipelined plan runs in one process (the host drives its stages)")
     values = initial_globals(args)
     full = make_mesh(MESH_SHAPE, AXES, RANKS)
     CURRENT["mesh"] = full
