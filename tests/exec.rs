@@ -430,3 +430,37 @@ fn moe_routing_distributed_equals_serial() {
         .collect();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// A loss that is the mean of an already reduced value (`reduce_mean` over every element,
+/// then `mean`: the PaddleFormers block's loss) under dp: the reduced value is a partial
+/// average, and it stays partial through the mean, so the gradients get the 1/N scale.
+/// Averaging it before the mean left every rank's backward seeded as if its half were the
+/// whole, and the gradients twice the serial ones.
+#[test]
+fn a_mean_of_a_partial_average_keeps_the_data_parallel_scale() {
+    let text = "mesh [2] (dp)
+var x: f64[8, 4] input
+var w: f64[4, 4] parameter persistable
+var y: f64[8, 4] activation
+var m: f64[] activation
+var loss: f64[] activation
+op matmul_v2(X=x, Y=w) -> (Out=y)
+op reduce_mean(X=y) -> (Out=m) {dim=[], keep_dim=false}
+op mean(X=m) -> (Out=loss) role=loss
+shard x [dp, -]
+";
+    let (plan, _) = shardlab::plan::parse_plan(text).unwrap();
+    let p = run_passes(&plan, &PassOptions::default()).unwrap();
+    let rank = p.partitioned.ranks[0].program.ops();
+    let scales = rank
+        .iter()
+        .filter(|o| o.ty == shardlab::ir::OpType::Scale)
+        .count();
+    assert_eq!(scales, 1, "w's gradient is scaled by 1/2");
+    let failed: Vec<String> = checks(&p, 2, false)
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("{c:?}"))
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}

@@ -163,18 +163,7 @@ fn cases(dtype: DType) -> Vec<Case> {
 /// all-to-alls over a co-sharded dim, as `lax.all_to_all` in `shard_map` mode and as
 /// sharding constraints XLA lowers in `gspmd` mode.
 fn expert_parallel_case(dtype: DType) -> Case {
-    let cfg = ModelConfig {
-        batch: 8,
-        seq: 4,
-        hidden: 32,
-        ffn: 16,
-        experts: 4,
-        top_k: 2,
-        layers: 1,
-        vocab: 32,
-        dtype,
-        ..Model::Llama.default_config()
-    };
+    let cfg = common::tiny_mixtral(dtype);
     let ep = shardlab::plan::parallel::Parallel::parse("dp=8,ep=4").unwrap();
     let program = Model::Llama.build(&cfg).unwrap();
     let shards = ep.shard_specs(&program);

@@ -13,7 +13,7 @@ use shardlab::exec::run::{run_serial, Log, Record, RunOptions};
 use shardlab::exec::verify::compare;
 use shardlab::export::{export_jax, Constrain, ExportMode, ExportOptions};
 use shardlab::ir::DType;
-use shardlab::models::{Model, ModelConfig};
+use shardlab::models::Model;
 use shardlab::passes::driver::{run_passes, PassOptions};
 use shardlab::plan::parallel::Parallel;
 use std::path::{Path, PathBuf};
@@ -92,18 +92,7 @@ fn wait_all(children: Vec<Child>) -> Vec<std::process::Output> {
 
 #[test]
 fn an_exported_script_runs_as_two_processes_of_four_devices() {
-    let cfg = ModelConfig {
-        batch: 8,
-        seq: 4,
-        hidden: 32,
-        ffn: 16,
-        experts: 4,
-        top_k: 2,
-        layers: 1,
-        vocab: 32,
-        dtype: DType::F64,
-        ..Model::Llama.default_config()
-    };
+    let cfg = common::tiny_mixtral(DType::F64);
     let ep = Parallel::parse("dp=8,ep=4").unwrap();
     let program = Model::Llama.build(&cfg).unwrap();
     let plan = common::plan_with(program.clone(), &ep.mesh_spec(), &ep.shard_specs(&program));

@@ -257,3 +257,77 @@ fn an_unknown_routing_is_refused_by_line() {
     ));
     assert!(e.contains("not the routing ShardLab recognises"), "{e}");
 }
+
+/// Experts written one chain each (PaddleFormers' loop over `nn.Linear`s) are stacked for
+/// expert parallelism into batched matmuls over `[experts, in, out]` weights: with Paddle's
+/// weights stacked, the block still computes Paddle's loss; the shrunk model under
+/// `dp=4,ep=4` has its experts split over `ep` and runs distributed equal to serial.
+#[test]
+fn stacked_experts_compute_paddles_loss_and_run_expert_parallel() {
+    use shardlab::plan::stack_experts::stack_experts_with_sources;
+    let imported = import(BLOCK);
+    let (stacked, sources) = stack_experts_with_sources(&imported.program);
+    let names: Vec<&str> = sources.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "experts.linear_1.w_0",
+            "experts.linear_2.w_0",
+            "experts.linear_3.w_0"
+        ]
+    );
+    assert!(sources.iter().all(|(_, parts)| parts.len() == 4));
+    let per_expert = |p: &shardlab::ir::Program| {
+        let matmuls = p.ops().iter().filter(|o| o.ty == OpType::MatmulV2).count();
+        (
+            matmuls,
+            p.ops().iter().filter(|o| o.ty == OpType::Split).count(),
+        )
+    };
+    // The router, 4 experts × 3, the shared expert's 3 and its gate; then 3 batched.
+    assert_eq!(per_expert(&imported.program), (17, 1));
+    assert_eq!(per_expert(&stacked), (8, 0));
+    let mut feeds = paddles_values(&imported);
+    for (name, parts) in &sources {
+        let pieces: Vec<Tensor> = parts.iter().map(|p| feeds.remove(p).unwrap()).collect();
+        let mut shape = vec![pieces.len()];
+        shape.extend_from_slice(&pieces[0].shape);
+        let values: Vec<f64> = pieces.iter().flat_map(|t| t.to_f64()).collect();
+        feeds.insert(
+            name.clone(),
+            Tensor::float(pieces[0].dtype(), shape, values),
+        );
+    }
+    let (passes, _) = common::passes_under(&stacked, "dp=1");
+    let run = RunOptions {
+        feeds,
+        ..Default::default()
+    };
+    let ours = run_serial(&passes, &run).unwrap().losses[0];
+    let paddle = record(include_str!("models/qwen2_moe_block.pir.json"))["paddle_loss"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (ours - paddle).abs() < 1e-7,
+        "{ours} against Paddle's {paddle}"
+    );
+
+    let plan = shardlab::import::plan_under(&import(QWEN), "dp=4,ep=4").unwrap();
+    let experts: Vec<String> = plan
+        .annotations
+        .iter()
+        .filter(|a| plan.program.var(a.var).name.starts_with("experts."))
+        .map(|a| shardlab::plan::shard_spec(&plan.program, plan.mesh().unwrap(), a))
+        .collect();
+    assert_eq!(experts.len(), 2 * 3, "{experts:?}");
+    assert!(
+        experts.iter().all(|s| s.ends_with("=ep,-,-")),
+        "{experts:?}"
+    );
+    let p = shardlab::passes::driver::run_passes(
+        &plan,
+        &shardlab::passes::driver::PassOptions::from_plan(&plan.options),
+    )
+    .unwrap();
+    common::verifies_against_serial(&p, 1).unwrap();
+}

@@ -135,11 +135,20 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
             let (fin, fout) = forward.ty.slots();
             let partials = grad_partials(program, forward, fa);
             for k in 0..fin.len() {
+                // An input the grad reads for its shape only keeps its layout as it is
+                // (a partial loss term is not reduced just to be measured).
+                let shape_only = forward_shape_only(forward.ty, k);
                 for (j, &v) in op.inputs[k].iter().enumerate() {
                     attr.inputs[k][j] = fa.inputs[k]
                         .get(j)
                         .cloned()
-                        .map(|a| DistProgram::settled(&a))
+                        .map(|a| {
+                            if shape_only {
+                                a
+                            } else {
+                                DistProgram::settled(&a)
+                            }
+                        })
                         .unwrap_or_else(|| dp.tensors[v.index()].clone());
                 }
             }
@@ -167,31 +176,50 @@ pub fn complete_backward(bw: &Backward, fwd: &Completed) -> DistProgram {
             }
             attr.imp = fa.imp;
         } else {
-            // fill_constant (d loss, zeros) and sum (gradient accumulation): laid out like the
-            // forward variable their output is the gradient of.
-            for (k, vars) in op.outputs.iter().enumerate() {
-                for (j, &g) in vars.iter().enumerate() {
-                    let base =
-                        grad_base(program, g).map(|v| DistProgram::settled(&dp.tensors[v.index()]));
-                    let mut a = base.unwrap_or_else(|| dp.tensors[g.index()].clone());
-                    if op.ty == OpType::Sum {
-                        // Like Paddle, contributions are complete (non-partial) before they
-                        // are added: each producing implementation reduces its own partials.
-                        // Contributions that agree on a complete layout are added where they
-                        // are, and the sum moves once (an expert-parallel dispatch's input
-                        // gradient, from the gate and up matmuls: one all-to-all, not two).
-                        a = same_complete_layout(&dp, &op.inputs[0])
-                            .unwrap_or_else(|| DistProgram::settled(&a));
-                        attr.inputs[0] = op.inputs[0].iter().map(|_| a.clone()).collect();
-                    }
-                    dp.tensors[g.index()] = a.clone();
-                    attr.outputs[k][j] = a;
-                }
-            }
+            accumulation_attr(&mut dp, program, op, &mut attr);
         }
         dp.ops.push(attr);
     }
     dp
+}
+
+/// fill_constant (d loss, zeros) and sum (gradient accumulation): laid out like the
+/// forward variable their output is the gradient of.
+fn accumulation_attr(
+    dp: &mut DistProgram,
+    program: &Program,
+    op: &crate::ir::Op,
+    attr: &mut crate::dist::OperatorDistAttr,
+) {
+    for (k, vars) in op.outputs.iter().enumerate() {
+        for (j, &g) in vars.iter().enumerate() {
+            let base = grad_base(program, g).map(|v| DistProgram::settled(&dp.tensors[v.index()]));
+            let mut a = base.unwrap_or_else(|| dp.tensors[g.index()].clone());
+            if op.ty == OpType::Sum {
+                // Like Paddle, contributions are complete (non-partial) before they
+                // are added: each producing implementation reduces its own partials.
+                // Contributions that agree on a complete layout are added where they
+                // are, and the sum moves once (an expert-parallel dispatch's input
+                // gradient, from the gate and up matmuls: one all-to-all, not two).
+                a = same_complete_layout(dp, &op.inputs[0])
+                    .unwrap_or_else(|| DistProgram::settled(&a));
+                attr.inputs[0] = op.inputs[0].iter().map(|_| a.clone()).collect();
+            }
+            dp.tensors[g.index()] = a.clone();
+            attr.outputs[k][j] = a;
+        }
+    }
+}
+
+/// Whether forward input slot `k` of `ty` is one its grad reads for the shape only.
+fn forward_shape_only(ty: OpType, k: usize) -> bool {
+    let OpType::Forward(f) = ty else {
+        return false;
+    };
+    let def = f.def();
+    def.inputs
+        .get(k)
+        .is_some_and(|s| def.shape_only.contains(&s.name))
 }
 
 /// The layout every variable of `vars` has, when they agree on one and it has no partial

@@ -25,6 +25,7 @@ mod print;
 pub mod sequence_parallel;
 mod spec;
 mod split;
+pub mod stack_experts;
 mod stage;
 
 pub use located::{Located, PlanError};

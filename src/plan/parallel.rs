@@ -148,8 +148,18 @@ impl Parallel {
 
     /// The program the strategy annotates: `program` itself, or with `sp` the same with
     /// a gather point before each column-parallel layer
-    /// ([`super::sequence_parallel::with_gather_points`]). Idempotent.
+    /// ([`super::sequence_parallel::with_gather_points`]), and with `ep` its experts
+    /// stacked where they are written one chain each ([`super::stack_experts`]).
+    /// Idempotent.
     pub fn prepare(&self, program: &Program) -> Program {
+        // Experts written one chain each are stacked for `ep` to split them.
+        let stacked;
+        let program = if self.ep > 1 {
+            stacked = super::stack_experts::stack_experts(program);
+            &stacked
+        } else {
+            program
+        };
         if !self.sp || program.vars().iter().any(|v| v.name.ends_with(".gathered")) {
             return program.clone();
         }

@@ -54,15 +54,28 @@ pub fn forward(
     })
 }
 
-/// Forward of `mean` over all elements.
+/// Forward of `mean` over all elements. A mean is linear, so an input that is a partial
+/// value (a sum or average not yet taken over some axes, such as a `reduce_mean` of a
+/// batch split over `dp`) stays partial through it: the loss is then the partial value,
+/// averaged where it is read and scaled by 1/N in the gradients, as a plain data-parallel
+/// loss is. Reducing the input first (an all-reduce before the mean) would leave every
+/// rank's backward seeded as if its share were the whole: gradients N times too large.
 pub fn mean_all_forward(inputs: &[DistTensor]) -> Result<Inferred> {
-    let rank = arg(inputs, 0, "mean_all")?.shape.len();
-    forward(
+    let x = arg(inputs, 0, "mean_all")?;
+    let rank = x.shape.len();
+    let mut r = forward(
         inputs,
         &(0..rank).collect::<Vec<_>>(),
         false,
         ReduceType::Avg,
-    )
+    )?;
+    for (axis, reduce) in x.layout.partial.iter() {
+        if let (Some(i), Some(o)) = (r.inputs.first_mut(), r.outputs.first_mut()) {
+            i.partial.set(axis, reduce);
+            o.partial.set(axis, reduce);
+        }
+    }
+    Ok(r)
 }
 
 /// Backward of a reduction: the output's letters decide the input; reduced dims replicated.

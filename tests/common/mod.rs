@@ -272,3 +272,22 @@ pub fn linear_layers_as_paddle(
     }
     inputs
 }
+
+/// A Mixtral-style decoder small enough for XLA and two processes: 1 layer, 4 experts,
+/// top-2, a batch of 8 sequences of 4 (the export suites' expert-parallel plan).
+#[allow(dead_code)]
+pub fn tiny_mixtral(dtype: shardlab::ir::DType) -> shardlab::models::ModelConfig {
+    use shardlab::models::{Model, ModelConfig};
+    ModelConfig {
+        batch: 8,
+        seq: 4,
+        hidden: 32,
+        ffn: 16,
+        experts: 4,
+        top_k: 2,
+        layers: 1,
+        vocab: 32,
+        dtype,
+        ..Model::Llama.default_config()
+    }
+}
