@@ -286,8 +286,7 @@ fn check_llama(cfg: &ModelConfig) -> Result<(), ModelError> {
     }
     if cfg.experts > 1024 || (cfg.experts > 0 && !(1..=cfg.experts).contains(&cfg.top_k)) {
         return Err(ModelError::BadSize(format!(
-            "experts {} and top_k {}: a Mixture of Experts has 1 to 1024 experts and routes \
-             each token to 1 to experts of them",
+            "experts {} and top_k {}: need 1 <= top_k <= experts <= 1024",
             cfg.experts, cfg.top_k
         )));
     }

@@ -352,19 +352,19 @@ pub fn encode(s: &str) -> String {
 /// `%` not followed by two hex digits, or bytes that are not UTF-8.
 pub fn decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
-    let malformed = bytes.iter().enumerate().any(|(i, &b)| {
-        b == b'%'
-            && !bytes
-                .get(i + 1..i + 3)
-                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
-    });
-    if malformed {
-        return None;
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = |k: usize| (*bytes.get(i + k)? as char).to_digit(16);
+            out.push((hex(1)? * 16 + hex(2)?) as u8);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
     }
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8()
-        .ok()
-        .map(|c| c.into_owned())
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
@@ -380,12 +380,25 @@ mod tests {
         .remove(b'@');
 
     #[test]
+    fn a_malformed_escape_or_bytes_that_are_not_utf8_decode_to_none() {
+        for bad in ["%", "%4", "%G0", "a%zz", "%FF", "%C3"] {
+            assert_eq!(super::decode(bad), None, "{bad}");
+        }
+        assert_eq!(super::decode("%C3%A9+a").as_deref(), Some("é+a"));
+    }
+
+    #[test]
     fn encode_escapes_what_the_crate_escapes_and_decodes_back() {
         let every_ascii: String = (0u8..128).map(char::from).collect();
         for s in [every_ascii.as_str(), "dp=2,tp=4; x+y #é ∑ 😀", ""] {
             let crate_form = percent_encoding::utf8_percent_encode(s, CRATE).to_string();
             assert_eq!(super::encode(s), crate_form);
             assert_eq!(super::decode(&super::encode(s)).as_deref(), Some(s));
+            let crate_decoded = percent_encoding::percent_decode_str(&crate_form).decode_utf8();
+            assert_eq!(
+                super::decode(&crate_form),
+                crate_decoded.ok().map(|c| c.into_owned())
+            );
         }
     }
 }

@@ -75,30 +75,30 @@ struct Step {
 /// whole all-reduces it then, as a reshard.
 fn take_back_all_reduce(b: &mut RankBuilder, v: VarId, to: &TensorDistAttr) {
     let n = b.program.ops().len();
-    let Some(last) = b.program.ops().last() else {
-        return;
-    };
-    let reduced_here = last.ty == OpType::AllReduce
-        && last.purpose() == Some(Purpose::TensorParallel)
-        && last.input("X") == [v]
-        && last.output("Out") == [v]
-        && last.attrs.get("reduce_type") == Some(&Attr::Str("SUM".into()));
     let Some((i, RankAttrs::Collective { axes, .. })) = b.recipes.last() else {
         return;
     };
-    let splits = |a: &MeshAxis| to.dims.iter().any(|d| d.contains(a));
-    if !reduced_here || *i + 1 != n || !to.partial.is_empty() || !axes.iter().all(splits) {
+    let split = |a: &MeshAxis| to.dims.iter().any(|d| d.contains(a));
+    if *i + 1 != n || !to.partial.is_empty() || !axes.iter().all(split) {
         return;
     }
-    let axes = axes.clone();
-    b.recipes.pop();
-    b.op_chunks.pop();
-    b.program.remove_op(n - 1);
+    let last = &b.program.ops()[n - 1];
+    let sum = matches!(last.attrs.get("reduce_type"), Some(Attr::Str(s)) if s == "SUM");
+    if last.ty != OpType::AllReduce
+        || last.purpose() != Some(Purpose::TensorParallel)
+        || last.inputs[0][0] != v
+        || !sum
+    {
+        return;
+    }
     let mut partial = b.cur[v.index()].clone();
-    for a in axes {
+    for &a in axes.iter() {
         partial.set_partial(a, ReduceType::Sum);
     }
     b.cur[v.index()] = partial;
+    b.recipes.pop();
+    b.op_chunks.pop();
+    b.program.remove_op(n - 1);
 }
 
 /// Step 1: Partial axes the target does not keep: reduce_scatter onto the dim the target splits
