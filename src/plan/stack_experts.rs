@@ -283,15 +283,7 @@ fn batched(program: &Program, out: &mut Program, l: &Layer, ids: &[Option<VarId>
             let b = if *v == last_in {
                 concat_out
             } else {
-                let var = program.var(*v);
-                let mut shape = vec![experts];
-                shape.extend_from_slice(&var.ty.shape);
-                out.add_var_unchecked(Var {
-                    name: format!("experts.{}", var.name).into(),
-                    ty: crate::ir::TensorType::new(var.ty.dtype, shape),
-                    kind: VarKind::Activation,
-                    persistable: false,
-                })
+                with_experts(out, program.var(*v), experts, VarKind::Activation)
             };
             map.insert(*v, b);
             *v = b;
@@ -306,12 +298,18 @@ fn batched(program: &Program, out: &mut Program, l: &Layer, ids: &[Option<VarId>
 /// The experts' weights `weights` (each `[in, out]`) as one `[experts, in, out]` parameter.
 fn stacked(program: &Program, out: &mut Program, weights: &[VarId]) -> VarId {
     let first = program.var(weights[0]);
-    let mut shape = vec![weights.len()];
-    shape.extend_from_slice(&first.ty.shape);
+    with_experts(out, first, weights.len(), VarKind::Parameter)
+}
+
+/// A new `experts.{var}` in `out`: `var` with a leading dim of `experts` (a parameter is
+/// persistable, as the weights it stacks are).
+fn with_experts(out: &mut Program, var: &Var, experts: usize, kind: VarKind) -> VarId {
+    let mut shape = vec![experts];
+    shape.extend_from_slice(&var.ty.shape);
     out.add_var_unchecked(Var {
-        name: format!("experts.{}", first.name).into(),
-        ty: crate::ir::TensorType::new(first.ty.dtype, shape),
-        kind: VarKind::Parameter,
-        persistable: true,
+        name: format!("experts.{}", var.name).into(),
+        ty: crate::ir::TensorType::new(var.ty.dtype, shape),
+        kind,
+        persistable: kind == VarKind::Parameter,
     })
 }
