@@ -190,6 +190,35 @@ impl Counts<'_> {
         out * k as f64
     }
 
+    /// b·h·d times the (query, key) pairs the mask keeps, of attention or one block of ring
+    /// attention (its offsets into the stored sequence in `q_offset` and `kv_offset`).
+    pub(super) fn attention_terms(&self) -> f64 {
+        let shape = |slot: &str| {
+            self.op
+                .input(slot)
+                .first()
+                .map(|&v| self.program.var(v).ty.shape.to_vec())
+                .unwrap_or_default()
+        };
+        let (q, k) = (shape("Q"), shape("K"));
+        let (&[b, sq, h, d], &[_, sk, _, _]) = (&q[..], &k[..]) else {
+            return 0.0;
+        };
+        let pairs = if self.op.attr_bool("causal", true) {
+            use crate::ir::ops::attention::{causal_pairs, original_ranges};
+            let at = |name: &str| self.op.attr_int(name, 0).max(0) as usize;
+            let seq = (self.op.attr_int("seq", sq as i64).max(0) as usize).max(sq);
+            let z = at("zigzag");
+            causal_pairs(
+                &original_ranges(at("q_offset"), sq, seq, z),
+                &original_ranges(at("kv_offset"), sk, seq, z),
+            ) as f64
+        } else {
+            (sq * sk) as f64
+        };
+        (b * h * d) as f64 * pairs
+    }
+
     /// S·k·H of a `moe_combine`: the output's elements times the choices per token.
     fn combine_terms(&self) -> f64 {
         let k = self
@@ -216,6 +245,7 @@ fn declared(c: &Counts, work: Formula) -> f64 {
                 Numel::Out(slot) => c.out_numel(slot),
                 Numel::MatmulTerms => c.matmul_terms(),
                 Numel::CombineTerms => c.combine_terms(),
+                Numel::AttentionTerms => c.attention_terms(),
             }
         })
         .sum()

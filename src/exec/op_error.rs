@@ -91,4 +91,6 @@ pub enum OpError {
     UnpadReshape { shape: Vec<usize>, numel: usize },
     #[error("shape entry {0} is negative")]
     NegativeDim(i64),
+    #[error("{0}")]
+    Attention(String),
 }

@@ -104,6 +104,38 @@ def causal_softmax(x):
     return jax.nn.softmax(jnp.where(keep, x, -jnp.inf), axis=-1)
 
 
+def attn_positions(n, offset, length, zigzag):
+    # Original positions of stored rows [offset, offset+length) (ir::ops::attention).
+    t = np.arange(offset, offset + length)
+    if zigzag <= 1:
+        return t
+    c = n // zigzag
+    i, w = t // c, t % c
+    orig = np.where(i % 2 == 0, i // 2, zigzag - 1 - (i - 1) // 2)
+    return orig * c + w
+
+
+def flash_attn(q, k, v, causal, zigzag, q_off=0, k_off=0, seq=None):
+    b, sq, h, d = q.shape
+    hk = k.shape[2]
+    k = jnp.repeat(k, h // hk, axis=2)
+    v = jnp.repeat(v, h // hk, axis=2)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d)
+    if causal:
+        n = sq if seq is None else seq
+        qp = attn_positions(n, q_off, sq, zigzag)
+        kp = attn_positions(n, k_off, k.shape[1], zigzag)
+        s = jnp.where(kp[None, :] <= qp[:, None], s, -jnp.inf)
+    lse = jax.nn.logsumexp(s, axis=-1)
+    p = jnp.exp(s - lse[..., None])
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v), lse
+
+
+def flash_attn_grad(q, k, v, dout, causal, zigzag):
+    f = lambda a, b, c: flash_attn(a, b, c, causal, zigzag)[0]
+    return jax.vjp(f, q, k, v)[1](dout)
+
+
 def softmax_grad(y, dy, axis):
     return y * (dy - jnp.sum(dy * y, axis=axis, keepdims=True))
 

@@ -83,6 +83,16 @@ pub enum InferErrorKind {
     NotScoreMatrix(TensorType),
     #[error("X must be [batch, seq, heads, head_dim], got {0}")]
     NotRopeLayout(TensorType),
+    #[error("{slot} must be [batch, seq, heads, head_dim], got {x}")]
+    NotAttentionLayout { slot: &'static str, x: TensorType },
+    #[error("{slot} {got} does not fit Q {q}: same dtype, batch and head_dim, heads dividing Q's, and (causal) Q's sequence length")]
+    AttentionOperand {
+        slot: &'static str,
+        q: TensorType,
+        got: TensorType,
+    },
+    #[error("zigzag {zigzag} must be 0 or an even number of chunks dividing the sequence ({seq})")]
+    Zigzag { zigzag: i64, seq: usize },
     #[error("head_dim {head_dim} of X {x} must be even (elements rotate in pairs)")]
     OddHeadDim { head_dim: usize, x: TensorType },
     #[error("W must be a [vocab, width] table, got {0}")]

@@ -72,13 +72,7 @@ impl PublishedPlan {
 
     /// The mesh spec and the annotations of the strategy on `program`.
     pub fn strategy(&self, program: &crate::ir::Program) -> (String, Vec<String>) {
-        let p = Parallel::parse(self.parallel).unwrap_or(Parallel {
-            dp: 1,
-            tp: 1,
-            pp: 1,
-            sp: false,
-            ep: 1,
-        });
+        let p = Parallel::parse(self.parallel).unwrap_or(Parallel::SERIAL);
         (p.mesh_spec(), p.tensor_specs(program))
     }
 }

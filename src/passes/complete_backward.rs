@@ -104,6 +104,7 @@ fn grad_partials(
         | Family::Reduce
         | Family::Mean
         | Family::Rotary
+        | Family::Attention
         | Family::Repeat
         | Family::MoeDispatch
         | Family::MoeCombine

@@ -17,6 +17,7 @@
 //! replicated, or `?` for "not annotated" (completion decides); `partial(axis=SUM, ...)`
 //! marks partial values. Annotated dims are pinned: completion never changes them.
 
+pub mod fuse_attention;
 mod located;
 mod options;
 pub mod parallel;

@@ -39,6 +39,46 @@ pub struct Parallel {
     pub sp: bool,
     /// Expert parallelism's degree, a divisor of `dp` (1: the experts are whole).
     pub ep: usize,
+    /// Context parallelism's degree: the sequence of every op split over `cp`.
+    pub cp: usize,
+    /// How attention is split over `cp` (`cp_mode=`; the planner's choice when absent).
+    pub cp_mode: CpMode,
+}
+
+/// How attention meets a split sequence: `ring` (Megatron-Core's ring attention, with the
+/// zig-zag order that balances the causal mask), `ring_contiguous` (the same without
+/// zig-zag: the last rank does about twice the work), `ulysses` (DeepSpeed-Ulysses: an
+/// all-to-all from sequence to heads and back), or `auto`: Ulysses when the heads divide
+/// over tp × cp (it moves `4·N·h/P` elements per link against the ring's `O(N)`), else ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpMode {
+    Auto,
+    Ring,
+    RingContiguous,
+    Ulysses,
+}
+
+impl CpMode {
+    /// The spec's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpMode::Auto => "auto",
+            CpMode::Ring => "ring",
+            CpMode::RingContiguous => "ring_contiguous",
+            CpMode::Ulysses => "ulysses",
+        }
+    }
+
+    fn parse(s: &str) -> Option<CpMode> {
+        [
+            CpMode::Auto,
+            CpMode::Ring,
+            CpMode::RingContiguous,
+            CpMode::Ulysses,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s || m.name().replace('_', "-") == s)
+    }
 }
 
 /// Why a `--parallel` spec is refused.
@@ -54,28 +94,37 @@ pub enum ParallelError {
     },
     #[error("`{0}` is given twice")]
     Twice(String),
-    #[error("unknown parallelism `{0}`; --parallel takes dp, tp, pp, ep and sp")]
+    #[error("unknown parallelism `{0}`; --parallel takes dp, tp, pp, ep, cp, sp and cp_mode")]
     Unknown(String),
+    #[error("cp_mode `{0}` is not one of ring, ring_contiguous, ulysses, auto")]
+    BadCpMode(String),
+    #[error("cp_mode needs cp > 1")]
+    CpModeWithoutCp,
     #[error("`sp` splits the sequence over the tensor-parallel group, so it needs tp > 1")]
     SequenceParallelWithoutTp,
     #[error("`sp` takes no degree: it is sequence parallelism over the tp group")]
     SequenceParallelDegree,
     #[error("ep={ep} must divide dp={dp}: the experts are laid on the data-parallel ranks")]
     ExpertsNotOnDataParallel { ep: usize, dp: usize },
-    #[error("dp × tp × pp = {0} devices, more than a mesh holds ({max})", max = crate::dist::MAX_MESH_SIZE)]
+    #[error("dp × cp × tp × pp = {0} devices, more than a mesh holds ({max})", max = crate::dist::MAX_MESH_SIZE)]
     TooLarge(usize),
 }
 
 impl Parallel {
+    /// Every degree 1.
+    pub const SERIAL: Parallel = Parallel {
+        dp: 1,
+        tp: 1,
+        pp: 1,
+        sp: false,
+        ep: 1,
+        cp: 1,
+        cp_mode: CpMode::Auto,
+    };
+
     /// Parses `dp=8,tp=8,pp=2` (any order; a missing degree is 1).
     pub fn parse(spec: &str) -> Result<Parallel, ParallelError> {
-        let mut p = Parallel {
-            dp: 1,
-            tp: 1,
-            pp: 1,
-            sp: false,
-            ep: 1,
-        };
+        let mut p = Parallel::SERIAL;
         let mut seen: Vec<&str> = Vec::new();
         for item in spec.split(',').map(str::trim) {
             if item == "sp" {
@@ -89,6 +138,15 @@ impl Parallel {
                 .split_once('=')
                 .ok_or_else(|| ParallelError::NotAPair(item.to_string()))?;
             let (key, value) = (key.trim(), value.trim());
+            if key == "cp_mode" || key == "cp-mode" {
+                if seen.contains(&"cp_mode") {
+                    return Err(ParallelError::Twice("cp_mode".into()));
+                }
+                seen.push("cp_mode");
+                p.cp_mode =
+                    CpMode::parse(value).ok_or_else(|| ParallelError::BadCpMode(value.into()))?;
+                continue;
+            }
             let max = crate::dist::MAX_MESH_SIZE;
             let degree = value
                 .parse::<usize>()
@@ -108,6 +166,7 @@ impl Parallel {
                 "tp" => p.tp = degree,
                 "pp" => p.pp = degree,
                 "ep" => p.ep = degree,
+                "cp" => p.cp = degree,
                 "sp" => return Err(ParallelError::SequenceParallelDegree),
                 other => return Err(ParallelError::Unknown(other.to_string())),
             }
@@ -118,7 +177,13 @@ impl Parallel {
         if !p.dp.is_multiple_of(p.ep) {
             return Err(ParallelError::ExpertsNotOnDataParallel { ep: p.ep, dp: p.dp });
         }
-        let devices = p.dp.saturating_mul(p.tp).saturating_mul(p.pp);
+        if p.cp_mode != CpMode::Auto && p.cp == 1 {
+            return Err(ParallelError::CpModeWithoutCp);
+        }
+        let devices =
+            p.dp.saturating_mul(p.tp)
+                .saturating_mul(p.pp)
+                .saturating_mul(p.cp);
         if devices > crate::dist::MAX_MESH_SIZE {
             return Err(ParallelError::TooLarge(devices));
         }
@@ -133,6 +198,7 @@ impl Parallel {
             (self.pp, "pp"),
             (self.dp / self.ep, "dp"),
             (self.ep, "ep"),
+            (self.cp, "cp"),
             (self.tp, "tp"),
         ]
         .into_iter()
@@ -160,10 +226,57 @@ impl Parallel {
         } else {
             program
         };
+        // Context parallelism attends through `flash_attn`.
+        let fused;
+        let program = if self.cp > 1 {
+            fused = super::fuse_attention::fuse_attention(program, self.attention_mode(program));
+            &fused
+        } else {
+            program
+        };
         if !self.sp || program.vars().iter().any(|v| v.name.ends_with(".gathered")) {
             return program.clone();
         }
         super::sequence_parallel::with_gather_points(program, &tensor_split(program))
+    }
+
+    /// The mode context parallelism runs attention in: the given one, or with `auto`
+    /// Ulysses when every attention's heads (query and key) divide over tp × cp, else
+    /// ring attention with the zig-zag order.
+    pub fn resolved_cp_mode(&self, program: &Program) -> CpMode {
+        if self.cp_mode != CpMode::Auto {
+            return self.cp_mode;
+        }
+        let ways = self.tp * self.cp;
+        let divides = |shape: &[usize]| shape.get(2).is_some_and(|h| h % ways == 0);
+        let heads_divide = attention_operands(program).all(|(q, k)| divides(&q) && divides(&k));
+        if heads_divide {
+            CpMode::Ulysses
+        } else {
+            CpMode::Ring
+        }
+    }
+
+    /// `flash_attn`'s attributes under this strategy (the zig-zag order needs the
+    /// sequence to divide into 2 × cp chunks; otherwise the ring keeps the natural order).
+    fn attention_mode(&self, program: &Program) -> super::fuse_attention::AttentionMode {
+        let mode = self.resolved_cp_mode(program);
+        let chunks = 2 * self.cp;
+        let seq_divides =
+            attention_operands(program).all(|(q, _)| q.get(1).is_some_and(|s| s % chunks == 0));
+        let zigzag = if mode == CpMode::Ring && seq_divides {
+            chunks
+        } else {
+            0
+        };
+        super::fuse_attention::AttentionMode {
+            cp_mode: if mode == CpMode::Ulysses {
+                "ulysses"
+            } else {
+                "ring"
+            },
+            zigzag,
+        }
     }
 
     /// The training options the strategy implies: with `sp`, Megatron's backward sums a
@@ -204,15 +317,34 @@ impl Parallel {
         for (v, dims) in first {
             put(v, dims);
         }
-        if self.dp > 1 {
+        if self.dp > 1 || self.cp > 1 {
+            // The batch's first input: dim 0 split over dp (and ep), dim 1, the sequence, over cp.
             let batch = program.vars().iter().position(|v| {
-                v.kind == VarKind::Input && v.ty.shape.first().is_some_and(|&n| n >= self.dp)
+                let s = &v.ty.shape;
+                v.kind == VarKind::Input
+                    && s.first().is_some_and(|&n| n >= self.dp)
+                    && (self.cp == 1 || s.get(1).is_some_and(|&n| n >= self.cp))
             });
             if let Some(v) = batch {
                 let rank = program.vars()[v].ty.shape.len();
                 let mut dims = vec!["-"; rank];
                 dims[0] = self.batch();
+                if self.cp > 1 && rank >= 2 {
+                    dims[1] = "cp";
+                }
                 put(v, dims);
+            }
+        }
+        if self.cp > 1 {
+            // Attention's output back on the sequence split: under Ulysses the planner
+            // moves it from the heads by an all-to-all (left alone, the heads' split would
+            // flow into the output projection and make it a reduce-scatter of the whole
+            // activation, `P` times the bytes).
+            let heads = if self.tp > 1 { "tp" } else { "-" };
+            for op in program.ops().iter().filter(|o| o.ty == OpType::FlashAttn) {
+                if let Some(&out) = op.output("Out").first() {
+                    put(out.index(), vec![self.batch(), "cp", heads, "-"]);
+                }
             }
         }
         if self.ep > 1 {
@@ -235,6 +367,31 @@ impl Parallel {
             (false, false) => "-",
         }
     }
+}
+
+/// The query and key shapes of every attention (a `flash_attn`, or the score matmul of
+/// one written out, whose operands are `[batch, heads, seq, head_dim]`: reported as
+/// `[batch, seq, heads, head_dim]`).
+fn attention_operands(program: &Program) -> impl Iterator<Item = (Vec<usize>, Vec<usize>)> + '_ {
+    program.ops().iter().filter_map(|op| {
+        let shape = |slot: &str| {
+            op.input(slot)
+                .first()
+                .map(|&v| program.var(v).ty.shape.to_vec())
+        };
+        if op.ty == OpType::FlashAttn {
+            return Some((shape("Q")?, shape("K")?));
+        }
+        let scores = op.ty == OpType::MatmulV2 && op.attr_bool("trans_y", false);
+        let swap = |s: Vec<usize>| match s[..] {
+            [b, h, n, d] => Some(vec![b, n, h, d]),
+            _ => None,
+        };
+        let q = swap(shape("X")?)?;
+        let k = swap(shape("Y")?)?;
+        (scores && program.var(*op.input("Y").first()?).kind != VarKind::Parameter)
+            .then_some((q, k))
+    })
 }
 
 /// The experts' weights: 3-D parameters read by a matmul (a dense layer's weight is 2-D;
@@ -358,8 +515,7 @@ mod tests {
                 dp: 32,
                 tp: 8,
                 pp: 16,
-                sp: false,
-                ep: 1,
+                ..Parallel::SERIAL
             }
         );
         assert_eq!(p.mesh_spec(), "16x32x8:pp,dp,tp");

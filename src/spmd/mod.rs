@@ -6,6 +6,7 @@
 //! type of the IR to its rule. Rules see tensors as flat lists (Paddle's argument order),
 //! so the oracle cases and the completer call the same code.
 
+mod attention;
 pub mod cases;
 mod concat;
 mod cross_entropy;
@@ -103,6 +104,8 @@ pub enum Rule {
     },
     /// The rotary embedding: inputs `[x, sin, cos]`, output `[out]`.
     Rotary,
+    /// `flash_attn`: inputs `[q, k, v]`, outputs `[out, lse]`, the sequence as `mode` says.
+    Attention { mode: attention::CpMode },
     /// `repeat_interleave` along `axis`: the same layout in and out (a rank's block of the
     /// repeated dim becomes its block of the output).
     Repeat { axis: usize },
@@ -138,6 +141,7 @@ impl Rule {
             Rule::Slice { .. } => "slice",
             Rule::CrossEntropy { .. } => "cross_entropy",
             Rule::Rotary => "rotary",
+            Rule::Attention { .. } => "flash_attention",
             Rule::Repeat { .. } => "repeat_interleave",
             Rule::Moe { .. } => "moe",
             Rule::Source => "source",
@@ -181,6 +185,7 @@ impl Rule {
                 cross_entropy::forward(inputs, *axis, *soft_label)
             }
             Rule::Rotary => rotary::forward(inputs),
+            Rule::Attention { mode } => attention::forward(inputs, *mode),
             Rule::Repeat { .. } => elementwise::unary_forward(inputs, 1),
             Rule::Moe {
                 letters,
@@ -234,6 +239,7 @@ impl Rule {
                 cross_entropy::backward(inputs, outputs, *axis, *soft_label)
             }
             Rule::Rotary => rotary::backward(outputs),
+            Rule::Attention { mode } => attention::backward(outputs, *mode),
             Rule::Repeat { .. } => elementwise::unary_backward(inputs, outputs),
             Rule::Moe {
                 letters,

@@ -21,6 +21,7 @@
 //! the same form. So `|dist − serial| ≤ E_serial + E_dist`, and verification allows
 //! [`TOLERANCE_FACTOR`] `× E` (see `verify.rs`).
 
+mod attention;
 mod decoder;
 mod loss;
 mod moe;
@@ -299,6 +300,7 @@ fn forward(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
         ForwardOp::SoftmaxWithCrossEntropy => loss::softmax_ce(op, view, u),
         ForwardOp::MoeDispatch => moe::dispatch(a),
         ForwardOp::MoeCombine => moe::combine(a),
+        ForwardOp::FlashAttn => attention::forward(a),
     }
 }
 
@@ -347,6 +349,7 @@ fn grad(a: &At, f: ForwardOp) -> Vec<(VarId, f64)> {
         ForwardOp::SoftmaxWithCrossEntropy => loss::softmax_ce_grad(a),
         ForwardOp::MoeDispatch => moe::dispatch_grad(a),
         ForwardOp::MoeCombine => moe::combine_grad(a),
+        ForwardOp::FlashAttn => attention::grad(a),
         ForwardOp::ElementwiseAdd | ForwardOp::ElementwiseSub => {
             let d = a.e("Out@GRAD");
             let md = a.m("Out@GRAD");

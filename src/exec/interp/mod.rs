@@ -3,6 +3,7 @@
 //! code runs ranks on threads (blocking exchanges) or cooperatively (a pending exchange
 //! returns `Blocked` and the op is retried on the next step).
 
+mod attention;
 mod comm;
 mod decoder;
 mod env;
@@ -514,6 +515,7 @@ impl<'a> Rank<'a> {
             F::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
             F::MoeDispatch => self.moe_dispatch(op)?,
             F::MoeCombine => self.moe_combine(op)?,
+            F::FlashAttn => self.flash_attn(op)?,
         }
         Ok(())
     }
@@ -553,6 +555,7 @@ impl<'a> Rank<'a> {
             F::SoftmaxWithCrossEntropy => self.softmax_ce_grad(op)?,
             F::MoeDispatch => self.moe_dispatch_grad(op)?,
             F::MoeCombine => self.moe_combine_grad(op)?,
+            F::FlashAttn => self.flash_attn_grad(op)?,
         }
         Ok(())
     }

@@ -112,6 +112,15 @@ fn grad_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
         OpType::LayerNormGrad => layer_norm_grad(e),
         OpType::RmsNormGrad => rms_norm_grad(e),
         OpType::MoeDispatchGrad | OpType::MoeCombineGrad => moe_grad(e),
+        OpType::FlashAttnGrad => Ok(e.assign(
+            &[e.out("Q@GRAD"), e.out("K@GRAD"), e.out("V@GRAD")],
+            format!(
+                "flash_attn_grad({}, {}, {})",
+                e.xs(&["Q", "K", "V"])?,
+                e.x("Out@GRAD")?,
+                super::attention_attrs(e)
+            ),
+        )),
         OpType::SoftmaxWithCrossEntropyGrad => {
             let sm = e.input("Softmax")?;
             Ok(e.assign(

@@ -73,6 +73,12 @@ impl Emit<'_> {
         Ok(self.var(self.input(slot)?))
     }
 
+    /// The first variables of `slots`, comma-separated.
+    fn xs(&self, slots: &[&str]) -> Result<String, ExportError> {
+        let names: Result<Vec<String>, ExportError> = slots.iter().map(|s| self.x(s)).collect();
+        Ok(names?.join(", "))
+    }
+
     fn opt(&self, slot: &str) -> String {
         self.op
             .input(slot)
@@ -240,7 +246,8 @@ fn forward_expr(e: &Emit, f: ForwardOp, args: &[String]) -> Result<Lowering, Exp
         | F::RmsNorm
         | F::SoftmaxWithCrossEntropy
         | F::MoeDispatch
-        | F::MoeCombine => return Ok(Lowering::Nn),
+        | F::MoeCombine
+        | F::FlashAttn => return Ok(Lowering::Nn),
         F::Cast | F::Assign | F::Reshape2 | F::Split | F::Concat => return Ok(Lowering::Shape),
     }))
 }
@@ -376,6 +383,14 @@ fn compute_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
             ))
         }
         OpType::MoeDispatch | OpType::MoeCombine => moe_forward(e),
+        OpType::FlashAttn => Ok(e.assign(
+            &[e.out("Out"), e.out("SoftmaxLse")],
+            format!(
+                "flash_attn({}, {})",
+                e.xs(&["Q", "K", "V"])?,
+                attention_attrs(e)
+            ),
+        )),
         OpType::Forward(_)
         | OpType::FillConstant
         | OpType::Grad(_)
@@ -385,6 +400,11 @@ fn compute_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
         | OpType::Collective(_)
         | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
     }
+}
+
+/// `flash_attn`'s mask attributes, as the prelude's functions take them.
+fn attention_attrs(e: &Emit) -> String {
+    format!("{}, {}", e.b("causal", true), e.op.attr_int("zigzag", 0))
 }
 
 /// The Mixture-of-Experts routing ops: the prelude's `moe_dispatch` and `moe_combine`.

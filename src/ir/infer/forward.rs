@@ -163,3 +163,44 @@ pub fn mean(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
 pub fn softmax_ce(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     super::softmax_ce(op, one(op, ins, 0)?, one(op, ins, 1)?)
 }
+
+/// `flash_attn`: Q `[b, s, h, d]`, K and V `[b, s_kv, h_kv, d]` with `h_kv` dividing `h`
+/// (and `s_kv = s` when causal); Out is Q's type, SoftmaxLse `[b, h, s]`.
+pub fn flash_attn(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
+    let q = super::float(one(op, ins, 0)?, "Q")?;
+    let k = one(op, ins, 1)?;
+    let v = one(op, ins, 2)?;
+    let [b, s, h, d] = q.shape[..] else {
+        return fail(E::NotAttentionLayout {
+            slot: "Q",
+            x: q.clone(),
+        });
+    };
+    for (slot, t) in [("K", k), ("V", v)] {
+        let [kb, ks, kh, kd] = t.shape[..] else {
+            return fail(E::NotAttentionLayout { slot, x: t.clone() });
+        };
+        let causal = op.attr_bool("causal", true);
+        if t.dtype != q.dtype || kb != b || kd != d || kh == 0 || h % kh != 0 || (causal && ks != s)
+        {
+            return fail(E::AttentionOperand {
+                slot,
+                q: q.clone(),
+                got: t.clone(),
+            });
+        }
+    }
+    if k.shape != v.shape {
+        return fail(E::AttentionOperand {
+            slot: "V",
+            q: q.clone(),
+            got: v.clone(),
+        });
+    }
+    let z = op.attr_int("zigzag", 0);
+    if z < 0 || (z > 1 && (z % 2 != 0 || s % z as usize != 0)) {
+        return fail(E::Zigzag { zigzag: z, seq: s });
+    }
+    let lse = TensorType::new(q.dtype, vec![b, h, s]);
+    Ok(vec![vec![q.clone()], vec![lse]])
+}

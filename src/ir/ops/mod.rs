@@ -17,6 +17,7 @@
 //! The one list of ops is the [`forward_ops!`] invocation below: it makes the enum, `ALL`,
 //! the flat `OpType` constants and the dispatch to each declaration.
 
+pub mod attention;
 mod binary;
 mod embedding;
 mod loss;
@@ -78,6 +79,9 @@ pub enum Family {
     MoeDispatch,
     /// The experts' outputs back to their tokens, weighted by the gates.
     MoeCombine,
+    /// Scaled-dot-product attention in one op (`flash_attn`): the planner's seam for
+    /// context parallelism.
+    Attention,
 }
 
 /// An element count an op's work is proportional to.
@@ -91,6 +95,9 @@ pub enum Numel {
     MatmulTerms,
     /// A `moe_combine`'s multiply-adds: the tokens' kept choices times the width (S·k·H).
     CombineTerms,
+    /// Attention's multiply-adds per matmul: batch × heads × the (query, key) pairs the
+    /// mask keeps × head_dim.
+    AttentionTerms,
 }
 
 /// FLOPs as a sum of coefficients × element counts (the sources of each coefficient are in
@@ -200,6 +207,7 @@ forward_ops! {
     RepeatInterleave / RepeatInterleaveGrad => repeat::REPEAT_INTERLEAVE,
     MoeDispatch / MoeDispatchGrad => moe::MOE_DISPATCH,
     MoeCombine / MoeCombineGrad => moe::MOE_COMBINE,
+    FlashAttn / FlashAttnGrad => attention::FLASH_ATTN,
 }
 
 impl ForwardOp {

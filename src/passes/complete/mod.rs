@@ -523,6 +523,7 @@ fn choose_impl(program: &Program, op: &crate::ir::Op, attr: &OperatorDistAttr) -
         Family::MaskedSoftmax
         | Family::Norm
         | Family::Rotary
+        | Family::Attention
         | Family::Repeat
         | Family::MoeDispatch
         | Family::MoeCombine

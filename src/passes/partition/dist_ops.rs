@@ -124,6 +124,7 @@ pub fn container_of(ty: OpType) -> &'static [DistImpl] {
         | Family::Reduce
         | Family::Mean
         | Family::Rotary
+        | Family::Attention
         | Family::Repeat
         | Family::MoeDispatch
         | Family::MoeCombine => &[],

@@ -139,6 +139,7 @@ pub fn lower(
     declared: &[TensorDistAttr],
 ) -> Result<(), PartitionError> {
     let fixups = redirect_outputs(b, &mut local, attr, declared)?;
+    let saved = local.ty == OpType::FlashAttn;
     let (local, recipe) = rewrite(b, local, attr, imp)?;
     match recipe {
         Some(r) => b.rank_dependent(Arc::unwrap_or_clone(local), r),
@@ -148,7 +149,13 @@ pub fn lower(
             }
         }
     }
+    // The grad of `flash_attn` reads its output as the op produced it (Ulysses' heads
+    // split), as DeepSpeed-Ulysses keeps it inside the attention: not moved back again.
     for (t, v) in fixups {
+        if saved {
+            let produced = b.cur[t.index()].layout.clone();
+            b.reshard_cache.insert((v, produced), t);
+        }
         let target = DistProgram::settled(&declared[v.index()]);
         let r = reshard(b, t, &target)?;
         let mut assign = Op::new(OpType::Assign);
