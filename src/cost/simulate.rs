@@ -105,6 +105,14 @@ fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Prim
                 Primitive::SendRecv,
                 size(op.input("X")).max(size(op.output("Out"))),
             ),
+            // Every member sends and receives at once, one hop of the ring.
+            CollectiveOp::Ppermute => one(
+                Primitive::SendRecv,
+                op.input("X")
+                    .iter()
+                    .map(|&v| super::memory::var_bytes(program, v, elem))
+                    .sum(),
+            ),
         },
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy) => {
             Some((Primitive::AllReduce, size(op.output("Loss")), 3.0))
@@ -124,7 +132,9 @@ fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Prim
             | RankLocalOp::FlattenPad
             | RankLocalOp::UnpadReshape
             | RankLocalOp::CoalesceTensor
-            | RankLocalOp::UncoalesceTensor,
+            | RankLocalOp::UncoalesceTensor
+            | RankLocalOp::RingAttnBlock
+            | RankLocalOp::RingAttnBlockGrad,
         ) => None,
     }
 }

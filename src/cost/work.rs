@@ -88,8 +88,11 @@ pub fn op_work(program: &Program, op: &Op, elem: ElementBytes) -> Work {
             | CollectiveOp::ReduceScatter
             | CollectiveOp::AllToAll
             | CollectiveOp::Send
-            | CollectiveOp::Recv,
+            | CollectiveOp::Recv
+            | CollectiveOp::Ppermute,
         ) => return Work::default(),
+        OpType::RankLocal(RankLocalOp::RingAttnBlock) => 4.0 * c.attention_terms(),
+        OpType::RankLocal(RankLocalOp::RingAttnBlockGrad) => 10.0 * c.attention_terms(),
         OpType::RankLocal(
             RankLocalOp::Slice
             | RankLocalOp::Pad

@@ -105,35 +105,90 @@ def causal_softmax(x):
 
 
 def attn_positions(n, offset, length, zigzag):
-    # Original positions of stored rows [offset, offset+length) (ir::ops::attention).
-    t = np.arange(offset, offset + length)
+    # Original positions of stored rows [offset, offset+length) (ir::ops::attention); the
+    # offset may be a rank's traced value.
+    t = offset + jnp.arange(length)
     if zigzag <= 1:
         return t
     c = n // zigzag
     i, w = t // c, t % c
-    orig = np.where(i % 2 == 0, i // 2, zigzag - 1 - (i - 1) // 2)
+    orig = jnp.where(i % 2 == 0, i // 2, zigzag - 1 - (i - 1) // 2)
     return orig * c + w
 
 
-def flash_attn(q, k, v, causal, zigzag, q_off=0, k_off=0, seq=None):
-    b, sq, h, d = q.shape
-    hk = k.shape[2]
-    k = jnp.repeat(k, h // hk, axis=2)
-    v = jnp.repeat(v, h // hk, axis=2)
+def attn_scores(q, k, causal, zigzag, q_off, k_off, seq):
+    # [b, h, s_q, s_k] scores of q against k (key heads repeated), masked by position.
+    d, h = q.shape[3], q.shape[2]
+    k = jnp.repeat(k, h // k.shape[2], axis=2)
     s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d)
     if causal:
-        n = sq if seq is None else seq
-        qp = attn_positions(n, q_off, sq, zigzag)
+        n = q.shape[1] if seq is None else seq
+        qp = attn_positions(n, q_off, q.shape[1], zigzag)
         kp = attn_positions(n, k_off, k.shape[1], zigzag)
         s = jnp.where(kp[None, :] <= qp[:, None], s, -jnp.inf)
-    lse = jax.nn.logsumexp(s, axis=-1)
-    p = jnp.exp(s - lse[..., None])
-    return jnp.einsum("bhqk,bkhd->bqhd", p, v), lse
+    return s
+
+
+def attn_block(q, k, v, causal, zigzag, q_off=0, k_off=0, seq=None):
+    # Out and log-sum-exp of one block; a row that sees no key gets 0 and -inf.
+    s = attn_scores(q, k, causal, zigzag, q_off, k_off, seq)
+    m = jnp.max(s, axis=-1)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    p = jnp.exp(s - m[..., None])
+    z = jnp.sum(p, axis=-1)
+    some = z > 0
+    zs = jnp.where(some, z, 1.0)
+    lse = jnp.where(some, m + jnp.log(zs), -jnp.inf)
+    v = jnp.repeat(v, q.shape[2] // v.shape[2], axis=2)
+    out = jnp.einsum("bhqk,bkhd->bqhd", p / zs[..., None], v)
+    return out, lse
+
+
+def flash_attn(q, k, v, causal, zigzag):
+    return attn_block(q, k, v, causal, zigzag)
 
 
 def flash_attn_grad(q, k, v, dout, causal, zigzag):
     f = lambda a, b, c: flash_attn(a, b, c, causal, zigzag)[0]
     return jax.vjp(f, q, k, v)[1](dout)
+
+
+def attn_merge(o1, l1, o2, l2):
+    # The online softmax: two partial results of the same rows as one.
+    top = jnp.maximum(l1, l2)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    w1, w2 = jnp.exp(l1 - top), jnp.exp(l2 - top)
+    z = w1 + w2
+    some = z > 0
+    zs = jnp.where(some, z, 1.0)
+    lse = jnp.where(some, top + jnp.log(zs), -jnp.inf)
+    a1 = jnp.transpose(w1 / zs, (0, 2, 1))[..., None]
+    a2 = jnp.transpose(w2 / zs, (0, 2, 1))[..., None]
+    return o1 * a1 + o2 * a2, lse
+
+
+def ring_attn_block(q, k, v, acc, acc_lse, q_off, kv_off, seq, zigzag, causal):
+    out, lse = attn_block(q, k, v, causal, zigzag, q_off, kv_off, seq)
+    if acc is None:
+        return out, lse
+    return attn_merge(acc, acc_lse, out, lse)
+
+
+def ring_attn_block_grad(q, k, v, out, lse, dout, dq, dk, dv, q_off, kv_off, seq, zigzag, causal):
+    b, sk, hk, d = k.shape
+    h = q.shape[2]
+    g = h // hk
+    s = attn_scores(q, k, causal, zigzag, q_off, kv_off, seq)
+    p = jnp.exp(s - lse[..., None])
+    big_d = jnp.transpose(jnp.sum(dout * out, axis=-1), (0, 2, 1))
+    kr, vr = jnp.repeat(k, g, axis=2), jnp.repeat(v, g, axis=2)
+    dp = jnp.einsum("bqhd,bkhd->bhqk", dout, vr)
+    ds = p * (dp - big_d[..., None]) / np.sqrt(d)
+    gq = jnp.einsum("bhqk,bkhd->bqhd", ds, kr)
+    gk = jnp.einsum("bhqk,bqhd->bkhd", ds, q).reshape(b, sk, hk, g, d).sum(3)
+    gv = jnp.einsum("bhqk,bqhd->bkhd", p, dout).reshape(b, sk, hk, g, d).sum(3)
+    add = lambda acc, x: x if acc is None else acc + x
+    return add(dq, gq), add(dk, gk), add(dv, gv)
 
 
 def softmax_grad(y, dy, axis):
@@ -414,6 +469,13 @@ def reduce_scatter(x, axis, axes, tag=0):
 def all_to_all(x, split_axis, concat_axis, axes, tag=0):
     x = fence(x, tag)
     return kept(lax.all_to_all(x, axes, split_axis, concat_axis, tiled=True))
+
+
+def ppermute(xs, shift, axes, tag=0):
+    # Each member's tensors to the member `shift` places on along the axes' ring.
+    n = lax.psum(1, axes)
+    perm = [(i, (i + shift) % n) for i in range(n)]
+    return [kept(lax.ppermute(fence(x, tag), axes, perm)) for x in xs]
 
 
 # --- seeded values (ShardLab's exec/init.rs: splitmix64 of the name's FNV hash) --------

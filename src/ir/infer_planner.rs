@@ -192,6 +192,11 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
             one(inputs, 0, "X")?;
             Ok(vec![])
         }
+        CollectiveOp::Ppermute => {
+            group_size(op)?;
+            let xs = inputs.first().map(|v| v.as_slice()).unwrap_or(&[]);
+            Ok(vec![xs.iter().map(|t| (*t).clone()).collect()])
+        }
         CollectiveOp::Recv => {
             let dtype = super::infer::dtype_attr(op, "dtype")?;
             let shape = op.attr_ints("shape").unwrap_or(&[]);
@@ -203,6 +208,15 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
 /// The ops of per-rank programs.
 fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
     match o {
+        // A block's outputs are the whole op's, for the rank's queries; its grad's are its
+        // operands' types (the inputs are checked as flash_attn's).
+        RankLocalOp::RingAttnBlock => super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())]),
+        RankLocalOp::RingAttnBlockGrad => {
+            super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())])?;
+            Ok((0..3)
+                .map(|k| Ok(vec![one(inputs, k, ["Q", "K", "V"][k])?.clone()]))
+                .collect::<Res<Vec<_>>>()?)
+        }
         RankLocalOp::Slice => {
             let x = one(inputs, 0, "Input")?;
             let (axes, starts, ends) = (

@@ -65,6 +65,10 @@ pub enum CollectiveOp {
     AllToAll,
     Send,
     Recv,
+    /// Every member sends its tensors to the member `shift` places on in the group's ring
+    /// and receives the tensors of the member `shift` places back (JAX's `ppermute`, XLA's
+    /// collective-permute): ring attention's K/V steps.
+    Ppermute,
 }
 
 /// Ops of per-rank programs only: a reshard's local slice, the vocab-parallel embedding and cross-entropy (Paddle's `c_*` ops) and their grads.
@@ -88,6 +92,13 @@ pub enum RankLocalOp {
     CoalesceTensor,
     /// A bucket's buffer back into its tensors, in place.
     UncoalesceTensor,
+    /// One step of ring attention: the rank's queries attend one block of keys and values
+    /// (at stored offsets `q_offset` and `kv_offset`), merged into the running result by
+    /// the online softmax.
+    RingAttnBlock,
+    /// One step of ring attention's backward: the block's gradient contributions added to
+    /// the running dq and to the dk, dv that travel with the block.
+    RingAttnBlockGrad,
 }
 
 impl MathOp {
@@ -145,13 +156,14 @@ impl AmpOp {
 
 impl CollectiveOp {
     /// Every op of the family, in declaration order.
-    pub const ALL: [CollectiveOp; 6] = [
+    pub const ALL: [CollectiveOp; 7] = [
         CollectiveOp::AllReduce,
         CollectiveOp::AllGather,
         CollectiveOp::ReduceScatter,
         CollectiveOp::AllToAll,
         CollectiveOp::Send,
         CollectiveOp::Recv,
+        CollectiveOp::Ppermute,
     ];
 
     /// Paddle's op type name.
@@ -163,13 +175,14 @@ impl CollectiveOp {
             CollectiveOp::AllToAll => "all_to_all",
             CollectiveOp::Send => "send",
             CollectiveOp::Recv => "recv",
+            CollectiveOp::Ppermute => "ppermute",
         }
     }
 }
 
 impl RankLocalOp {
     /// Every op of the family, in declaration order.
-    pub const ALL: [RankLocalOp; 10] = [
+    pub const ALL: [RankLocalOp; 12] = [
         RankLocalOp::Slice,
         RankLocalOp::Pad,
         RankLocalOp::CEmbedding,
@@ -180,6 +193,8 @@ impl RankLocalOp {
         RankLocalOp::UnpadReshape,
         RankLocalOp::CoalesceTensor,
         RankLocalOp::UncoalesceTensor,
+        RankLocalOp::RingAttnBlock,
+        RankLocalOp::RingAttnBlockGrad,
     ];
 
     /// Paddle's op type name.
@@ -195,6 +210,8 @@ impl RankLocalOp {
             RankLocalOp::UnpadReshape => "unpad_reshape",
             RankLocalOp::CoalesceTensor => "coalesce_tensor",
             RankLocalOp::UncoalesceTensor => "uncoalesce_tensor",
+            RankLocalOp::RingAttnBlock => "ring_attn_block",
+            RankLocalOp::RingAttnBlockGrad => "ring_attn_block_grad",
         }
     }
 }
@@ -219,6 +236,7 @@ impl OpType {
     pub const AllToAll: OpType = OpType::Collective(CollectiveOp::AllToAll);
     pub const Send: OpType = OpType::Collective(CollectiveOp::Send);
     pub const Recv: OpType = OpType::Collective(CollectiveOp::Recv);
+    pub const Ppermute: OpType = OpType::Collective(CollectiveOp::Ppermute);
     pub const Slice: OpType = OpType::RankLocal(RankLocalOp::Slice);
     pub const Pad: OpType = OpType::RankLocal(RankLocalOp::Pad);
     pub const CEmbedding: OpType = OpType::RankLocal(RankLocalOp::CEmbedding);
@@ -231,6 +249,8 @@ impl OpType {
     pub const UnpadReshape: OpType = OpType::RankLocal(RankLocalOp::UnpadReshape);
     pub const CoalesceTensor: OpType = OpType::RankLocal(RankLocalOp::CoalesceTensor);
     pub const UncoalesceTensor: OpType = OpType::RankLocal(RankLocalOp::UncoalesceTensor);
+    pub const RingAttnBlock: OpType = OpType::RankLocal(RankLocalOp::RingAttnBlock);
+    pub const RingAttnBlockGrad: OpType = OpType::RankLocal(RankLocalOp::RingAttnBlockGrad);
 }
 
 impl OpType {

@@ -28,11 +28,15 @@ pub enum Purpose {
     /// (Megatron's embedding group; the namescope is ours: Paddle's static planner has no
     /// copies, see `passes::pipeline::tied`).
     TiedParameter,
+    /// Ring attention's K/V blocks (and, backward, their gradients) passed around the
+    /// context-parallel group (the namescope is ours: Paddle's static planner has no ring
+    /// attention).
+    ContextParallel,
 }
 
 impl Purpose {
     /// Every purpose.
-    pub const ALL: [Purpose; 8] = [
+    pub const ALL: [Purpose; 9] = [
         Purpose::DataParallel,
         Purpose::TensorParallel,
         Purpose::Reshard,
@@ -41,6 +45,7 @@ impl Purpose {
         Purpose::GlobalNorm,
         Purpose::Sharding,
         Purpose::TiedParameter,
+        Purpose::ContextParallel,
     ];
 
     /// Paddle's namescope for ops of this purpose.
@@ -53,6 +58,7 @@ impl Purpose {
             Purpose::GlobalNorm => "/auto_parallel/global_norm_synchronization",
             Purpose::Sharding => "/auto_parallel/sharding",
             Purpose::TiedParameter => "/auto_parallel/tied_parameter",
+            Purpose::ContextParallel => "/auto_parallel/context_parallel",
         }
     }
 
@@ -67,6 +73,7 @@ impl Purpose {
             Purpose::GlobalNorm => "global norm",
             Purpose::Sharding => "ZeRO sharding",
             Purpose::TiedParameter => "tied parameter",
+            Purpose::ContextParallel => "context parallel",
         }
     }
 }

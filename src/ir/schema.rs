@@ -147,6 +147,25 @@ const UPDATE_SCALING: Slots = (
     ],
 );
 const SEND: Slots = (&[one("X")], &[]);
+const PPERMUTE: Slots = (&[list("X")], &[list("Out")]);
+const RING_BLOCK: Slots = (
+    &[one("Q"), one("K"), one("V"), opt("Acc"), opt("AccLse")],
+    &[one("Out"), one("SoftmaxLse")],
+);
+const RING_BLOCK_GRAD: Slots = (
+    &[
+        one("Q"),
+        one("K"),
+        one("V"),
+        one("Out"),
+        one("SoftmaxLse"),
+        one("Out@GRAD"),
+        opt("DQ"),
+        opt("DK"),
+        opt("DV"),
+    ],
+    &[one("Q@GRAD"), one("K@GRAD"), one("V@GRAD")],
+);
 const SLICE: Slots = (&[one("Input")], &[one("Out")]);
 
 const NONE: &[AttrSpec] = &[];
@@ -197,6 +216,17 @@ const RECV_ATTRS: &[AttrSpec] = &[
     attr("group", Ints),
     attr("ring_id", Int),
 ];
+/// `shift`: each member receives from the member `shift` places back on the ring.
+const PPERMUTE_ATTRS: &[AttrSpec] = &[req("shift", Int), req("group", Ints), attr("ring_id", Int)];
+/// A ring step's block: the stored offsets of the queries and of the keys in the sequence
+/// of `seq` positions stored in `zigzag` chunks.
+const RING_BLOCK_ATTRS: &[AttrSpec] = &[
+    req("q_offset", Int),
+    req("kv_offset", Int),
+    req("seq", Int),
+    attr("zigzag", Int),
+    attr("causal", Bool),
+];
 const SLICE_ATTRS: &[AttrSpec] = &[req("axes", Ints), req("starts", Ints), req("ends", Ints)];
 const FLATTEN_PAD_ATTRS: &[AttrSpec] = &[req("numel", Int)];
 const PAD_ATTRS: &[AttrSpec] = &[req("axis", Int), req("pad_size", Int)];
@@ -239,6 +269,9 @@ impl OpType {
             OpType::CheckFiniteAndUnscale => CHECK_FINITE,
             OpType::UpdateLossScaling => UPDATE_SCALING,
             OpType::Send => SEND,
+            OpType::Ppermute => PPERMUTE,
+            OpType::RingAttnBlock => RING_BLOCK,
+            OpType::RingAttnBlockGrad => RING_BLOCK_GRAD,
             OpType::Slice => SLICE,
             OpType::CoalesceTensor => COALESCE,
             OpType::UncoalesceTensor => UNCOALESCE,
@@ -280,6 +313,8 @@ impl OpType {
             OpType::AllToAll => ALL_TO_ALL_ATTRS,
             OpType::Send => SEND_ATTRS,
             OpType::Recv => RECV_ATTRS,
+            OpType::Ppermute => PPERMUTE_ATTRS,
+            OpType::RingAttnBlock | OpType::RingAttnBlockGrad => RING_BLOCK_ATTRS,
             OpType::Slice => SLICE_ATTRS,
             OpType::FlattenPad => FLATTEN_PAD_ATTRS,
             OpType::Pad => PAD_ATTRS,

@@ -43,6 +43,8 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
         OpType::AllGather => (n - 1.0) / n * out,
         OpType::ReduceScatter | OpType::AllToAll => (n - 1.0) / n * x,
         OpType::Send => x,
+        // Every tensor once, to the next member of the ring.
+        OpType::Ppermute => op.input("X").iter().map(|&v| size(Some(&v))).sum(),
         // Three all-reduces of one value per row: the max, the target logit, the exp-sum.
         OpType::CSoftmaxWithCrossEntropy => {
             let loss = size(op.output("Loss").first());
@@ -63,7 +65,9 @@ pub fn bytes_per_rank(program: &Program, op: &Op) -> f64 {
         | OpType::FlattenPad
         | OpType::UnpadReshape
         | OpType::CoalesceTensor
-        | OpType::UncoalesceTensor => 0.0,
+        | OpType::UncoalesceTensor
+        | OpType::RingAttnBlock
+        | OpType::RingAttnBlockGrad => 0.0,
     }
 }
 
@@ -128,6 +132,10 @@ impl fmt::Display for Reason {
                 f,
                 "sum the shares of tied gradient {t} over the stages holding a copy"
             ),
+            Purpose::ContextParallel => write!(
+                f,
+                "ring attention: pass the block {t} to the next rank of the context-parallel ring"
+            ),
         }
     }
 }
@@ -166,7 +174,8 @@ fn reason(program: &Program, ops: &[Arc<Op>], i: usize, purpose: Purpose) -> Rea
         | Purpose::GlobalNorm
         | Purpose::Pipeline
         | Purpose::Sharding
-        | Purpose::TiedParameter => None,
+        | Purpose::TiedParameter
+        | Purpose::ContextParallel => None,
     };
     let peer = matches!(op.ty, OpType::Send | OpType::Recv)
         .then(|| (op.ty == OpType::Send, op.attr_int("peer", -1)));

@@ -81,7 +81,9 @@ pub fn rule_for(op: &Op, program: &Program) -> Result<Binding, SpmdError> {
         | OpType::Pad
         | OpType::UnpadReshape
         | OpType::CoalesceTensor
-        | OpType::UncoalesceTensor => return Err(SpmdError::PlannerOp(op.ty)),
+        | OpType::UncoalesceTensor
+        | OpType::RingAttnBlock
+        | OpType::RingAttnBlockGrad => return Err(SpmdError::PlannerOp(op.ty)),
     };
     Ok(binding)
 }

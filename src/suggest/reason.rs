@@ -14,7 +14,9 @@ fn axis_of(purpose: Purpose) -> Option<Axis> {
         Purpose::TensorParallel => Some(Axis::Mp),
         Purpose::DataParallel | Purpose::Sharding => Some(Axis::Dp),
         Purpose::Pipeline | Purpose::TiedParameter => Some(Axis::Pp),
-        Purpose::Reshard | Purpose::AmpFlag | Purpose::GlobalNorm => None,
+        Purpose::Reshard | Purpose::AmpFlag | Purpose::GlobalNorm | Purpose::ContextParallel => {
+            None
+        }
     }
 }
 
@@ -43,6 +45,7 @@ fn collectives(purpose: Purpose) -> &'static str {
         Purpose::AmpFlag => "AMP flag all-reduces",
         Purpose::GlobalNorm => "global-norm all-reduces",
         Purpose::TiedParameter => "tied-parameter all-reduces",
+        Purpose::ContextParallel => "ring attention's K/V passes",
     }
 }
 

@@ -21,6 +21,7 @@ pub fn purpose_class(p: Purpose) -> &'static str {
         Purpose::AmpFlag => "amp",
         Purpose::GlobalNorm => "norm",
         Purpose::Sharding => "zero",
+        Purpose::ContextParallel => "cp",
     }
 }
 

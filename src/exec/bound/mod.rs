@@ -137,6 +137,8 @@ pub fn propagate(
             let e = a.e("FusedOutput");
             op.output("Output").iter().map(|&v| (v, e)).collect()
         }
+        OpType::RankLocal(RankLocalOp::RingAttnBlock) => attention::forward(&a),
+        OpType::RankLocal(RankLocalOp::RingAttnBlockGrad) => attention::grad(&a),
         OpType::RankLocal(RankLocalOp::CEmbedding) => forward(&a, ForwardOp::LookupTableV2),
         OpType::RankLocal(RankLocalOp::CEmbeddingGrad) => grad(&a, ForwardOp::LookupTableV2),
         OpType::RankLocal(RankLocalOp::CSoftmaxWithCrossEntropy) => {

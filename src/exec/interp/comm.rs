@@ -38,6 +38,26 @@ impl Rank<'_> {
         Ok(Progress::Next)
     }
 
+    /// `ppermute`: each tensor of X exchanged over the group, Out the one of the member
+    /// `shift` places back on the ring.
+    pub(super) fn ppermute(&mut self, op: &Op, comm: &dyn Communicator) -> Result<Progress, OpError> {
+        let xs = op.input("X");
+        let mut outs = Vec::with_capacity(xs.len());
+        for &x in xs {
+            let t = self.get(x)?.clone();
+            let Some((all, me)) = self.exchange(op, t, comm)? else {
+                return Ok(Progress::Blocked);
+            };
+            let n = all.len() as i64;
+            let from = (me as i64 - op.attr_int("shift", 1)).rem_euclid(n.max(1)) as usize;
+            outs.push(all.get(from).cloned().ok_or(OpError::MemberNotInGroup)?);
+        }
+        for (&v, t) in op.output("Out").iter().zip(outs) {
+            self.set_var(v, t);
+        }
+        Ok(Progress::Next)
+    }
+
     /// `c_softmax_with_cross_entropy`: all_reduce MAX of the row max, SUM of the target
     /// logit, SUM of the exp-sums (`kernels::vocab_ce`).
     pub(super) fn vocab_ce(

@@ -460,6 +460,8 @@ impl<'a> Rank<'a> {
                 self.move_data(op)?
             }
             OpType::CoalesceTensor | OpType::UncoalesceTensor => self.bucket(op)?,
+            OpType::RingAttnBlock => self.ring_attn_block(op)?,
+            OpType::RingAttnBlockGrad => self.ring_attn_block_grad(op)?,
             OpType::CEmbeddingGrad => self.lookup_grad(op, true)?,
             OpType::CSoftmaxWithCrossEntropyGrad => self.vocab_ce_grad(op)?,
             OpType::Sgd => self.update(op, Update::Sgd)?,
@@ -472,6 +474,7 @@ impl<'a> Rank<'a> {
             OpType::AllGather => return self.collective(op, comm, Collective::AllGather),
             OpType::ReduceScatter => return self.collective(op, comm, Collective::ReduceScatter),
             OpType::AllToAll => return self.collective(op, comm, Collective::AllToAll),
+            OpType::Ppermute => return self.ppermute(op, comm),
             OpType::CSoftmaxWithCrossEntropy => return self.vocab_ce(op, comm),
             OpType::Send => return self.p2p(op, comm, true),
             OpType::Recv => return self.p2p(op, comm, false),

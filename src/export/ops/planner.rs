@@ -197,6 +197,22 @@ pub(super) fn collective(e: &Emit) -> Result<Vec<String>, ExportError> {
                 e.index
             ))
         }
+        OpType::Ppermute => {
+            let mut lhs = e.outs("Out");
+            if lhs.len() == 1 {
+                lhs[0].push(',');
+            }
+            Ok(e.assign(
+                &lhs,
+                format!(
+                    "ppermute({}, {}, {}, tag={})",
+                    e.list("X"),
+                    op.attr_int("shift", 1),
+                    e.env.axes(e.index)?,
+                    e.index
+                ),
+            ))
+        }
         OpType::Send | OpType::Recv => Err(
             e.err("a pipeline send/recv outside a pipelined export (stages run as separate jobs)")
         ),
@@ -229,6 +245,27 @@ pub(super) fn rank_local(e: &Emit) -> Result<Vec<String>, ExportError> {
             ),
         )),
         OpType::Slice => slice(e),
+        OpType::RingAttnBlock => Ok(e.assign(
+            &[e.out("Out"), e.out("SoftmaxLse")],
+            format!(
+                "ring_attn_block({}, {}, {}, {})",
+                e.xs(&["Q", "K", "V"])?,
+                e.opt("Acc"),
+                e.opt("AccLse"),
+                ring_attrs(e)?
+            ),
+        )),
+        OpType::RingAttnBlockGrad => Ok(e.assign(
+            &[e.out("Q@GRAD"), e.out("K@GRAD"), e.out("V@GRAD")],
+            format!(
+                "ring_attn_block_grad({}, {}, {}, {}, {})",
+                e.xs(&["Q", "K", "V", "Out", "SoftmaxLse", "Out@GRAD"])?,
+                e.opt("DQ"),
+                e.opt("DK"),
+                e.opt("DV"),
+                ring_attrs(e)?
+            ),
+        )),
         OpType::FlattenPad => simple(format!(
             "flatten_pad({}, {})",
             e.x("X")?,
@@ -267,6 +304,18 @@ pub(super) fn rank_local(e: &Emit) -> Result<Vec<String>, ExportError> {
         | OpType::Collective(_)
         | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
     }
+}
+
+/// A ring step's offsets (per rank), sequence length, order and mask.
+fn ring_attrs(e: &Emit) -> Result<String, ExportError> {
+    Ok(format!(
+        "{}, {}, {}, {}, {}",
+        e.env.rank_int(e.index, "q_offset", 0)?,
+        e.env.rank_int(e.index, "kv_offset", 0)?,
+        e.op.attr_int("seq", 0),
+        e.op.attr_int("zigzag", 0),
+        e.b("causal", true)
+    ))
 }
 
 /// A reshard's local slice: `lax.dynamic_slice_in_dim` per axis, the start per rank.

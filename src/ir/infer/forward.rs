@@ -197,9 +197,11 @@ pub fn flash_attn(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
             got: v.clone(),
         });
     }
+    // A ring step's block holds part of a sequence of `seq` stored positions.
+    let total = usize::try_from(op.attr_int("seq", s as i64)).unwrap_or(0);
     let z = op.attr_int("zigzag", 0);
-    if z < 0 || (z > 1 && (z % 2 != 0 || s % z as usize != 0)) {
-        return fail(E::Zigzag { zigzag: z, seq: s });
+    if z < 0 || (z > 1 && (z % 2 != 0 || total % z as usize != 0)) {
+        return fail(E::Zigzag { zigzag: z, seq: total });
     }
     let lse = TensorType::new(q.dtype, vec![b, h, s]);
     Ok(vec![vec![q.clone()], vec![lse]])

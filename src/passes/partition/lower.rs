@@ -140,12 +140,20 @@ pub fn lower(
 ) -> Result<(), PartitionError> {
     let fixups = redirect_outputs(b, &mut local, attr, declared)?;
     let saved = local.ty == OpType::FlashAttn;
-    let (local, recipe) = rewrite(b, local, attr, imp)?;
-    match recipe {
-        Some(r) => b.rank_dependent(Arc::unwrap_or_clone(local), r),
-        None => {
-            if !uneven_mean(b, &local)? {
-                b.local(local)
+    if let Some(axes) = super::ring::ring_axes(b, &local) {
+        if local.ty == OpType::FlashAttn {
+            super::ring::forward(b, &local, axes)?;
+        } else {
+            super::ring::backward(b, &local, axes)?;
+        }
+    } else {
+        let (local, recipe) = rewrite(b, local, attr, imp)?;
+        match recipe {
+            Some(r) => b.rank_dependent(Arc::unwrap_or_clone(local), r),
+            None => {
+                if !uneven_mean(b, &local)? {
+                    b.local(local)
+                }
             }
         }
     }

@@ -10,6 +10,7 @@ mod megatron_sums;
 pub mod p2p;
 pub mod rank;
 pub mod reshard;
+mod ring;
 pub mod stamp;
 pub mod sync;
 pub mod zero;

@@ -196,6 +196,10 @@ pub enum PartitionError {
         first: Box<crate::ir::VerifyError>,
         count: usize,
     },
+    #[error(
+        "ring attention needs `{var}`'s sequence ({seq}) to split evenly over its ring of          {ring} ranks; use cp_mode=ulysses or a sequence length that divides"
+    )]
+    RingUneven { var: String, seq: usize, ring: usize },
     #[error("a pipeline send/recv needs the mesh's `pp` axis")]
     NoPipelineAxis,
     #[error("{ty} has no {slot}")]
@@ -210,7 +214,8 @@ impl crate::plan::Located for PartitionError {
         match self {
             PartitionError::Layout { var, .. }
             | PartitionError::Reshard { var, .. }
-            | PartitionError::ZeroPartial { param: var, .. } => Some(PlanSubject::Var(var.clone())),
+            | PartitionError::ZeroPartial { param: var, .. }
+            | PartitionError::RingUneven { var, .. } => Some(PlanSubject::Var(var.clone())),
             // A rank program's ops are not the plan's; its variables keep their names.
             PartitionError::RankVerify { first, .. } => match &first.subject {
                 crate::ir::Subject::Var(name) => Some(PlanSubject::Var(name.clone())),

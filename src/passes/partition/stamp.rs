@@ -61,6 +61,16 @@ pub enum RankAttrs {
         stage: usize,
         send: bool,
     },
+    /// Step `step` of ring attention over a sequence of `n` stored positions split over
+    /// `axes`: `q_offset`, the rank's first position, and `kv_offset`, the first position
+    /// of the block it attends at that step, the block of the ring member `step` places
+    /// back (forward) or on (`back`: the backward walks the ring the other way).
+    RingBlock {
+        n: usize,
+        axes: DimAxes,
+        step: usize,
+        back: bool,
+    },
     /// A collective over the ranks at `stages` along the `pp` axis, at this rank's
     /// coordinates on the other axes (a tied parameter's stages): `extra`, plus `group`
     /// and `ring_id`.
@@ -170,6 +180,23 @@ impl RankAttrs {
             } => {
                 let pad = pad_size(ctx, *n, outer, *axis, *whole);
                 attrs.insert("pad_size".into(), Attr::Int(pad as i64));
+            }
+            RankAttrs::RingBlock {
+                n,
+                axes,
+                step,
+                back,
+            } => {
+                let (q, _) = ctx.extent(*n, axes);
+                let group = ctx.group(axes);
+                let p = group.len().max(1);
+                let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
+                let at = if *back { me + step } else { me + p * step - step } % p;
+                let peer = group.get(at).copied().unwrap_or(ctx.rank);
+                let coords = ctx.mesh.coords_of(peer).unwrap_or_else(|| ctx.coords.clone());
+                let (kv, _) = crate::dist::chunk::extent(*n, axes, ctx.mesh, &coords);
+                attrs.insert("q_offset".into(), Attr::Int(q as i64));
+                attrs.insert("kv_offset".into(), Attr::Int(kv as i64));
             }
             RankAttrs::TableStart { axes, rows } => {
                 let (start, _) = ctx.extent(*rows, axes);
