@@ -119,6 +119,10 @@ struct PrintArgs {
     /// --shard adds to it or overrides a variable. docs/cli.md.
     #[arg(long, value_name = "dp=N,tp=N,pp=N", conflicts_with = "mesh")]
     parallel: Option<String>,
+    /// How context parallelism attends (with --parallel cp=N): ring (zig-zag order),
+    /// ring_contiguous, ulysses, or auto (Ulysses when the heads divide over tp × cp).
+    #[arg(long, value_name = "MODE", requires = "parallel")]
+    cp_mode: Option<String>,
     /// The most memory this command may allocate (bytes, or e.g. 512M, 4G); checked against
     /// an estimate before allocating. Default: half the available memory.
     #[arg(long, value_name = "BYTES")]
@@ -153,8 +157,20 @@ pub(crate) struct PlanSource {
     /// --shard adds to it or overrides a variable. docs/cli.md.
     #[arg(long, value_name = "dp=N,tp=N,pp=N", conflicts_with = "mesh")]
     parallel: Option<String>,
+    /// How context parallelism attends (with --parallel cp=N): ring (zig-zag order),
+    /// ring_contiguous, ulysses, or auto (Ulysses when the heads divide over tp × cp).
+    #[arg(long, value_name = "MODE", requires = "parallel")]
+    cp_mode: Option<String>,
     #[command(flatten)]
     batch: batch::BatchArgs,
+}
+
+/// `--parallel` with `--cp-mode` folded in (`cp_mode=` is part of the spec).
+fn with_cp_mode(parallel: &Option<String>, cp_mode: &Option<String>) -> Option<String> {
+    match (parallel, cp_mode) {
+        (Some(p), Some(m)) => Some(format!("{p},cp_mode={m}")),
+        (p, _) => p.clone(),
+    }
 }
 
 impl PlanSource {
@@ -172,10 +188,11 @@ impl PlanSource {
         else {
             return Ok(None);
         };
+        let spec = with_cp_mode(&self.parallel, &self.cp_mode);
         let layout = MeshArgs {
             mesh: self.mesh.as_deref(),
             shards: &self.shards,
-            parallel: self.parallel.as_deref(),
+            parallel: spec.as_deref(),
         };
         let sized = (&self.sizes, &self.batch);
         build_plan(
@@ -199,10 +216,11 @@ impl PlanSource {
         &self,
         micro_batches: usize,
     ) -> Result<Option<(Plan, Option<Origin>)>, String> {
+        let spec = with_cp_mode(&self.parallel, &self.cp_mode);
         let layout = MeshArgs {
             mesh: self.mesh.as_deref(),
             shards: &self.shards,
-            parallel: self.parallel.as_deref(),
+            parallel: spec.as_deref(),
         };
         resolve_plan(
             &self.file,
@@ -292,10 +310,11 @@ pub fn main() -> ExitCode {
 
 fn print(args: &PrintArgs) -> Result<ExitCode, String> {
     let budget = budget::budget(&args.max_memory)?;
+    let spec = with_cp_mode(&args.parallel, &args.cp_mode);
     let layout = MeshArgs {
         mesh: args.mesh.as_deref(),
         shards: &args.shards,
-        parallel: args.parallel.as_deref(),
+        parallel: spec.as_deref(),
     };
     let (plan, _) = build_plan(
         &args.preset,

@@ -171,6 +171,9 @@ pub(super) fn add_mesh_and_shards(mut plan: Plan, layout: &MeshArgs) -> Result<P
             // in the plan text like any other).
             plan.program = p.prepare(&plan.program);
             p.set_options(&mut plan.options);
+            if let Some(note) = p.cp_choice(&plan.program) {
+                eprintln!("{note}");
+            }
             strategy = p
                 .shard_specs(&plan.program)
                 .into_iter()

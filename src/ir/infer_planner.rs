@@ -210,7 +210,9 @@ fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<V
     match o {
         // A block's outputs are the whole op's, for the rank's queries; its grad's are its
         // operands' types (the inputs are checked as flash_attn's).
-        RankLocalOp::RingAttnBlock => super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())]),
+        RankLocalOp::RingAttnBlock => {
+            super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())])
+        }
         RankLocalOp::RingAttnBlockGrad => {
             super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())])?;
             Ok((0..3)

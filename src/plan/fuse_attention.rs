@@ -7,7 +7,9 @@
 //! The pattern, from the masked softmax out: its input is a `scale` by `1/√head_dim` of a
 //! `matmul(qᵗ, kᵗ, trans_y)`; its output is read only by `matmul(·, vᵗ)`, whose output is
 //! read only by a transpose back; `qᵗ`, `kᵗ`, `vᵗ` are `[0, 2, 1, 3]` transposes read only
-//! there. Every intermediate is read once, so nothing else loses a value. Variables keep
+//! there, and a `repeat_interleave` of the key and value heads before them (grouped-query
+//! attention) is absorbed too. Every intermediate is read once, so nothing else loses a
+//! value. Variables keep
 //! their ids (the fused ones stay declared, unused); the log-sum-exp is a new variable.
 
 use crate::ir::{Attr, Op, OpType, Program, Var, VarId, VarKind};
@@ -23,7 +25,7 @@ pub struct AttentionMode {
 
 /// One matched core: the op indices to drop, the operands and the output.
 struct Core {
-    drop: [usize; 8],
+    drop: Vec<usize>,
     q: VarId,
     k: VarId,
     v: VarId,
@@ -47,7 +49,7 @@ pub fn fuse_attention(program: &Program, mode: AttentionMode) -> Program {
     for (i, op) in program.ops().iter().enumerate() {
         match drop[i] {
             // The core's last op (the transpose back) is where the fused op goes.
-            Some(c) if i == cores[c].drop[7] => {
+            Some(c) if Some(&i) == cores[c].drop.last() => {
                 let core = &cores[c];
                 let lse = out.add_var_unchecked(Var {
                     name: format!("{}.lse", core.prefix).into(),
@@ -159,6 +161,19 @@ impl Graph<'_> {
         (t.attr_ints("axis") == Some(&SWAP[..])).then_some((i, *t.input("X").first()?))
     }
 
+    /// Grouped-query attention's shared key/value heads: `x` written by a
+    /// `repeat_interleave` over the heads (read once) is its input, which `flash_attn`
+    /// reads directly (ring attention then passes the fewer heads around the ring).
+    fn ungrouped(&self, x: VarId) -> (Option<usize>, VarId) {
+        let repeat = self
+            .single(x, OpType::RepeatInterleave)
+            .filter(|(_, r)| r.attr_int("axis", 0) == 2);
+        match repeat.and_then(|(i, r)| Some((i, *r.input("X").first()?))) {
+            Some((i, input)) => (Some(i), input),
+            None => (None, x),
+        }
+    }
+
     fn core_at(&self, m: usize) -> Option<Core> {
         let mask = self.op(m)?;
         let probs = *mask.output("Out").first()?;
@@ -169,6 +184,7 @@ impl Graph<'_> {
         }
         let (tq, q) = self.swap_into(*scores.input("X").first()?)?;
         let (tk, k) = self.swap_into(*scores.input("Y").first()?)?;
+        let (rk, k) = self.ungrouped(k);
         let (b, ctx) = self.next(probs, OpType::MatmulV2)?;
         if ctx.input("X").first() != Some(&probs)
             || ctx.attr_bool("trans_x", false)
@@ -177,6 +193,7 @@ impl Graph<'_> {
             return None;
         }
         let (tv, v) = self.swap_into(*ctx.input("Y").first()?)?;
+        let (rv, v) = self.ungrouped(v);
         let (t_out, back) = self.next(*ctx.output("Out").first()?, OpType::Transpose2)?;
         if back.attr_ints("axis") != Some(&SWAP[..]) {
             return None;
@@ -188,7 +205,8 @@ impl Graph<'_> {
             return None;
         }
         let name = &self.program.var(probs).name;
-        let mut drop = [tq, tk, tv, a, s, m, b, t_out];
+        let mut drop = vec![tq, tk, tv, a, s, m, b, t_out];
+        drop.extend(rk.into_iter().chain(rv));
         drop.sort_unstable();
         Some(Core {
             drop,

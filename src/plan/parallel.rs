@@ -229,7 +229,7 @@ impl Parallel {
         // Context parallelism attends through `flash_attn`.
         let fused;
         let program = if self.cp > 1 {
-            fused = super::fuse_attention::fuse_attention(program, self.attention_mode(program));
+            fused = self.fused(program);
             &fused
         } else {
             program
@@ -247,6 +247,9 @@ impl Parallel {
         if self.cp_mode != CpMode::Auto {
             return self.cp_mode;
         }
+        if !program.ops().iter().any(|o| o.ty == OpType::FlashAttn) {
+            return self.resolved_cp_mode(&self.fused(program));
+        }
         let ways = self.tp * self.cp;
         let divides = |shape: &[usize]| shape.get(2).is_some_and(|h| h % ways == 0);
         let heads_divide = attention_operands(program).all(|(q, k)| divides(&q) && divides(&k));
@@ -255,6 +258,49 @@ impl Parallel {
         } else {
             CpMode::Ring
         }
+    }
+
+    /// What context parallelism runs attention as, and why, for people (`None` without
+    /// `cp`): `program` as [`Parallel::prepare`] gives it.
+    pub fn cp_choice(&self, program: &Program) -> Option<String> {
+        if self.cp == 1 {
+            return None;
+        }
+        let mode = self.resolved_cp_mode(program);
+        let ways = self.tp * self.cp;
+        let heads = attention_operands(program).next().map(|(q, k)| {
+            (
+                q.get(2).copied().unwrap_or(0),
+                k.get(2).copied().unwrap_or(0),
+            )
+        });
+        let (q, k) = heads.unwrap_or((0, 0));
+        let why = if self.cp_mode != CpMode::Auto {
+            "as asked".to_string()
+        } else if mode == CpMode::Ulysses {
+            format!("{q} query and {k} key heads divide over tp × cp = {ways}")
+        } else {
+            format!("{q} query or {k} key heads do not divide over tp × cp = {ways}")
+        };
+        let what = match mode {
+            CpMode::Ulysses => "Ulysses (all-to-all from sequence to heads and back)",
+            CpMode::RingContiguous => "ring attention, contiguous order",
+            CpMode::Ring | CpMode::Auto => "ring attention, zig-zag order",
+        };
+        Some(format!("context parallelism cp={}: {what}; {why}", self.cp))
+    }
+
+    /// `program` with its attention fused (`flash_attn`) and given this strategy's mode,
+    /// which is chosen on the fused program (its key heads are the ungrouped ones).
+    fn fused(&self, program: &Program) -> Program {
+        use super::fuse_attention::{fuse_attention, AttentionMode};
+        let first = AttentionMode {
+            cp_mode: "ring",
+            zigzag: 0,
+        };
+        let once = fuse_attention(program, first);
+        let mode = self.attention_mode(&once);
+        fuse_attention(&once, mode)
     }
 
     /// `flash_attn`'s attributes under this strategy (the zig-zag order needs the
@@ -369,29 +415,20 @@ impl Parallel {
     }
 }
 
-/// The query and key shapes of every attention (a `flash_attn`, or the score matmul of
-/// one written out, whose operands are `[batch, heads, seq, head_dim]`: reported as
-/// `[batch, seq, heads, head_dim]`).
+/// The query and key shapes of every `flash_attn` (`[batch, seq, heads, head_dim]`).
 fn attention_operands(program: &Program) -> impl Iterator<Item = (Vec<usize>, Vec<usize>)> + '_ {
-    program.ops().iter().filter_map(|op| {
-        let shape = |slot: &str| {
-            op.input(slot)
-                .first()
-                .map(|&v| program.var(v).ty.shape.to_vec())
-        };
-        if op.ty == OpType::FlashAttn {
-            return Some((shape("Q")?, shape("K")?));
-        }
-        let scores = op.ty == OpType::MatmulV2 && op.attr_bool("trans_y", false);
-        let swap = |s: Vec<usize>| match s[..] {
-            [b, h, n, d] => Some(vec![b, n, h, d]),
-            _ => None,
-        };
-        let q = swap(shape("X")?)?;
-        let k = swap(shape("Y")?)?;
-        (scores && program.var(*op.input("Y").first()?).kind != VarKind::Parameter)
-            .then_some((q, k))
-    })
+    program
+        .ops()
+        .iter()
+        .filter(|op| op.ty == OpType::FlashAttn)
+        .filter_map(|op| {
+            let shape = |slot: &str| {
+                op.input(slot)
+                    .first()
+                    .map(|&v| program.var(v).ty.shape.to_vec())
+            };
+            Some((shape("Q")?, shape("K")?))
+        })
 }
 
 /// The experts' weights: 3-D parameters read by a matmul (a dense layer's weight is 2-D;

@@ -91,7 +91,11 @@ fn ring_positions(op: &Op, q: &Tensor, k: &Tensor) -> (Vec<usize>, Vec<usize>) {
 
 impl Rank<'_> {
     pub(super) fn ring_attn_block(&mut self, op: &Op) -> Res {
-        let (q, k, v) = (self.slot(op, "Q")?, self.slot(op, "K")?, self.slot(op, "V")?);
+        let (q, k, v) = (
+            self.slot(op, "Q")?,
+            self.slot(op, "K")?,
+            self.slot(op, "V")?,
+        );
         let (qp, kp) = ring_positions(op, q, k);
         let blk = Block {
             q,
@@ -112,7 +116,11 @@ impl Rank<'_> {
     }
 
     pub(super) fn ring_attn_block_grad(&mut self, op: &Op) -> Res {
-        let (q, k, v) = (self.slot(op, "Q")?, self.slot(op, "K")?, self.slot(op, "V")?);
+        let (q, k, v) = (
+            self.slot(op, "Q")?,
+            self.slot(op, "K")?,
+            self.slot(op, "V")?,
+        );
         let (qp, kp) = ring_positions(op, q, k);
         let blk = Block {
             q,
@@ -129,7 +137,10 @@ impl Rank<'_> {
         };
         let grads = attend_grad(&blk, &row).ok_or_else(|| refused(&blk))?;
         let mut outs = Vec::with_capacity(3);
-        for (acc, t) in ["DQ", "DK", "DV"].into_iter().zip(<[Tensor; 3]>::from(grads)) {
+        for (acc, t) in ["DQ", "DK", "DV"]
+            .into_iter()
+            .zip(<[Tensor; 3]>::from(grads))
+        {
             outs.push(match self.opt_slot(op, acc) {
                 Some(a) => a
                     .zip_map(&t, |x, y| x + y)

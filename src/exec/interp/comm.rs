@@ -40,7 +40,11 @@ impl Rank<'_> {
 
     /// `ppermute`: each tensor of X exchanged over the group, Out the one of the member
     /// `shift` places back on the ring.
-    pub(super) fn ppermute(&mut self, op: &Op, comm: &dyn Communicator) -> Result<Progress, OpError> {
+    pub(super) fn ppermute(
+        &mut self,
+        op: &Op,
+        comm: &dyn Communicator,
+    ) -> Result<Progress, OpError> {
         let xs = op.input("X");
         let mut outs = Vec::with_capacity(xs.len());
         for &x in xs {

@@ -201,7 +201,10 @@ pub fn flash_attn(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     let total = usize::try_from(op.attr_int("seq", s as i64)).unwrap_or(0);
     let z = op.attr_int("zigzag", 0);
     if z < 0 || (z > 1 && (z % 2 != 0 || total % z as usize != 0)) {
-        return fail(E::Zigzag { zigzag: z, seq: total });
+        return fail(E::Zigzag {
+            zigzag: z,
+            seq: total,
+        });
     }
     let lse = TensorType::new(q.dtype, vec![b, h, s]);
     Ok(vec![vec![q.clone()], vec![lse]])

@@ -199,7 +199,11 @@ pub enum PartitionError {
     #[error(
         "ring attention needs `{var}`'s sequence ({seq}) to split evenly over its ring of          {ring} ranks; use cp_mode=ulysses or a sequence length that divides"
     )]
-    RingUneven { var: String, seq: usize, ring: usize },
+    RingUneven {
+        var: String,
+        seq: usize,
+        ring: usize,
+    },
     #[error("a pipeline send/recv needs the mesh's `pp` axis")]
     NoPipelineAxis,
     #[error("{ty} has no {slot}")]

@@ -30,8 +30,15 @@ pub fn ring_axes(b: &RankBuilder, op: &Op) -> Option<DimAxes> {
 }
 
 fn slot(op: &Op, name: &'static str, input: bool) -> Result<VarId, PartitionError> {
-    let vars = if input { op.input(name) } else { op.output(name) };
-    vars.first().copied().ok_or(PartitionError::MissingSlot { ty: op.ty, slot: name })
+    let vars = if input {
+        op.input(name)
+    } else {
+        op.output(name)
+    };
+    vars.first().copied().ok_or(PartitionError::MissingSlot {
+        ty: op.ty,
+        slot: name,
+    })
 }
 
 /// The ring's size, after checking the sequence splits evenly over it (every step's block
@@ -70,8 +77,16 @@ fn like(b: &mut RankBuilder, of: VarId) -> Result<VarId, PartitionError> {
 }
 
 /// One `ppermute` of `xs` by `shift` over the ring; returns the received copies.
-fn pass(b: &mut RankBuilder, xs: &[VarId], axes: &DimAxes, shift: i64) -> Result<Vec<VarId>, PartitionError> {
-    let outs = xs.iter().map(|&x| like(b, x)).collect::<Result<Vec<_>, _>>()?;
+fn pass(
+    b: &mut RankBuilder,
+    xs: &[VarId],
+    axes: &DimAxes,
+    shift: i64,
+) -> Result<Vec<VarId>, PartitionError> {
+    let outs = xs
+        .iter()
+        .map(|&x| like(b, x))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut p = Op::new(OpType::Ppermute);
     p.inputs = crate::slots![xs.to_vec()];
     p.outputs = crate::slots![outs.clone()];
@@ -87,7 +102,11 @@ fn pass(b: &mut RankBuilder, xs: &[VarId], axes: &DimAxes, shift: i64) -> Result
 /// The forward: `P` blocks, `P − 1` passes of K and V.
 pub fn forward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), PartitionError> {
     let (p, seq) = ring_size(b, op, &axes)?;
-    let (q, k, v) = (slot(op, "Q", true)?, slot(op, "K", true)?, slot(op, "V", true)?);
+    let (q, k, v) = (
+        slot(op, "Q", true)?,
+        slot(op, "K", true)?,
+        slot(op, "V", true)?,
+    );
     let (out, lse) = (slot(op, "Out", false)?, slot(op, "SoftmaxLse", false)?);
     let (mut ck, mut cv) = (k, v);
     let mut acc: Option<(VarId, VarId)> = None;
@@ -105,7 +124,15 @@ pub fn forward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), Partit
         let (acc_o, acc_l): (Vec<VarId>, Vec<VarId>) = acc.into_iter().unzip();
         blk.inputs = crate::slots![[q], [ck], [cv], acc_o, acc_l];
         blk.outputs = crate::slots![[o], [l]];
-        b.rank_dependent(blk, RankAttrs::RingBlock { n: seq, axes, step, back: false });
+        b.rank_dependent(
+            blk,
+            RankAttrs::RingBlock {
+                n: seq,
+                axes,
+                step,
+                back: false,
+            },
+        );
         acc = Some((o, l));
     }
     Ok(())
@@ -148,7 +175,15 @@ pub fn backward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), Parti
             carried[2].clone()
         ];
         blk.outputs = crate::slots![[dq], [dk], [dv]];
-        b.rank_dependent(blk, RankAttrs::RingBlock { n: seq, axes, step, back: true });
+        b.rank_dependent(
+            blk,
+            RankAttrs::RingBlock {
+                n: seq,
+                axes,
+                step,
+                back: true,
+            },
+        );
         acc = Some([dq, dk, dv]);
     }
     if let Some([_, dk, dv]) = acc {

@@ -191,9 +191,16 @@ impl RankAttrs {
                 let group = ctx.group(axes);
                 let p = group.len().max(1);
                 let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
-                let at = if *back { me + step } else { me + p * step - step } % p;
+                let at = if *back {
+                    me + step
+                } else {
+                    me + p * step - step
+                } % p;
                 let peer = group.get(at).copied().unwrap_or(ctx.rank);
-                let coords = ctx.mesh.coords_of(peer).unwrap_or_else(|| ctx.coords.clone());
+                let coords = ctx
+                    .mesh
+                    .coords_of(peer)
+                    .unwrap_or_else(|| ctx.coords.clone());
                 let (kv, _) = crate::dist::chunk::extent(*n, axes, ctx.mesh, &coords);
                 attrs.insert("q_offset".into(), Attr::Int(q as i64));
                 attrs.insert("kv_offset".into(), Attr::Int(kv as i64));
