@@ -312,7 +312,8 @@ impl Program {
     /// and the same ops reading and writing the same variables with the same attributes,
     /// except that a collective's or rank-local op's attributes may differ (its group, ring,
     /// offsets or start index: the values stamping recomputes per rank, which change
-    /// neither an op's shapes nor its work). Ranks stamped from one template share it, so
+    /// neither an op's shapes nor its work; a ring attention block's offsets change its
+    /// work, the causal pairs it keeps, so they must agree). Ranks stamped from one template share it, so
     /// what depends on dataflow alone (op work, liveness) is computed once for all of them;
     /// shared variables and ops compare by pointer.
     pub fn same_dataflow(&self, other: &Program) -> bool {
@@ -325,8 +326,7 @@ impl Program {
                     || (a.ty == b.ty
                         && a.inputs == b.inputs
                         && a.outputs == b.outputs
-                        && (matches!(a.ty, OpType::Collective(_) | OpType::RankLocal(_))
-                            || a.attrs == b.attrs))
+                        && (stamped_only(a.ty) || a.attrs == b.attrs))
             })
             && self.vars.same(&other.vars)
     }
@@ -400,4 +400,12 @@ impl Program {
         let out = op.all_outputs().next()?;
         layer_of_name(&self.var(out).name)
     }
+}
+
+/// Whether an op type's attributes are only what stamping recomputes per rank (groups,
+/// rings, offsets) and leave its work alone.
+fn stamped_only(ty: OpType) -> bool {
+    matches!(ty, OpType::Collective(_) | OpType::RankLocal(_))
+        && ty != OpType::RingAttnBlock
+        && ty != OpType::RingAttnBlockGrad
 }
