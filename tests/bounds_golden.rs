@@ -121,6 +121,28 @@ fn llama_with_adam() {
     );
 }
 
+/// A Llama under `cp=2`: attention fused into `flash_attn` (its bound and its grad's).
+fn flash_llama() -> Plan {
+    let cfg = ModelConfig {
+        layers: 1,
+        dtype: shardlab::ir::DType::F64,
+        ..Model::Llama.default_config()
+    };
+    let p = shardlab::plan::parallel::Parallel::parse("cp=2,cp_mode=ring").unwrap();
+    let program = p.prepare(&Model::Llama.build(&cfg).unwrap());
+    let shards = p.shard_specs(&program);
+    common::plan_with(program, &p.mesh_spec(), &shards)
+}
+
+#[test]
+fn llama_with_flash_attention() {
+    check(
+        &flash_llama(),
+        &options("adam", false, None),
+        expect_file!["golden/bounds_llama_flash.txt"],
+    );
+}
+
 #[test]
 fn mlps_with_sgd() {
     check(
@@ -163,6 +185,7 @@ fn the_programs_cover_every_op_type_with_a_bound() {
             f64_model(Model::Llama, &["ids=dp,-"]),
             options("adam", false, None),
         ),
+        (flash_llama(), options("adam", false, None)),
         (
             f64_model(Model::Mlp, &["x=dp,-"]),
             options("sgd", false, None),

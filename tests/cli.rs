@@ -2033,7 +2033,7 @@ fn parallel_writes_the_mesh_and_every_annotation_out() {
         .count();
     assert_eq!(ranks, 64);
     for (args, want) in [
-        (vec!["--parallel", "dp=2,cp=2"], "error: --parallel dp=2,cp=2: unknown parallelism `cp`; --parallel takes dp, tp, pp, ep and sp\n"),
+        (vec!["--parallel", "dp=2,xp=2"], "error: --parallel dp=2,xp=2: unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, sp and cp_mode\n"),
         (vec!["--parallel", "tp=x"], "error: --parallel tp=x: `tp=x`: a degree is a whole number from 1 to 4096\n"),
         (vec!["--parallel", "dp=2,sp"], "error: --parallel dp=2,sp: `sp` splits the sequence over the tensor-parallel group, so it needs tp > 1\n"),
     ] {

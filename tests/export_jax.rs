@@ -155,7 +155,42 @@ fn cases(dtype: DType) -> Vec<Case> {
     out.extend(uneven_cases(dtype));
     out.push(moe_case(dtype));
     out.push(expert_parallel_case(dtype));
+    out.extend(context_parallel_cases(dtype));
     out
+}
+
+/// Context parallelism by sizes on a Llama block: ring attention (`cp=4`, zig-zag: the
+/// ring's blocks and `lax.ppermute` in `shard_map` mode) and Ulysses (`dp=2,cp=2,tp=2`:
+/// all-to-alls from the sequence to the heads and back).
+fn context_parallel_cases(dtype: DType) -> Vec<Case> {
+    let cfg = ModelConfig {
+        layers: 1,
+        seq: 16,
+        heads: 8,
+        kv_heads: 4,
+        hidden: 64,
+        dtype,
+        ..Model::Llama.default_config()
+    };
+    let program = Model::Llama.build(&cfg).unwrap();
+    [
+        ("llama_cp4_ring", "cp=4,cp_mode=ring"),
+        (
+            "llama_dp2_cp2_tp2_ulysses",
+            "dp=2,cp=2,tp=2,cp_mode=ulysses",
+        ),
+    ]
+    .into_iter()
+    .map(|(name, spec)| {
+        let p = shardlab::plan::parallel::Parallel::parse(spec).unwrap();
+        let prepared = p.prepare(&program);
+        let shards = p.shard_specs(&prepared);
+        Case {
+            name: name.into(),
+            plan: plan_with(prepared, &p.mesh_spec(), &shards),
+        }
+    })
+    .collect()
 }
 
 /// Expert parallelism by sizes (`dp=8,ep=4`: mesh `2x4:dp,ep`, the batch over both, a
@@ -320,6 +355,7 @@ fn ledger_counts(
             "all_gather" => "all-gather",
             "reduce_scatter" => "reduce-scatter",
             "all_to_all" => "all-to-all",
+            "ppermute" => "collective-permute",
             _ => continue,
         };
         *counts.entry(kind).or_insert(0) += 1;
@@ -487,7 +523,11 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
             && !prep.name.starts_with("gpt_sequence_parallel")
             && !prep.name.starts_with("sequence_parallel_llama")
             && !prep.name.starts_with("uneven_gpt_heads")
-            && !prep.name.starts_with("uneven_lm_vocab");
+            && !prep.name.starts_with("uneven_lm_vocab")
+            // Context parallelism: XLA's partitioner knows no ring attention or Ulysses
+            // (it gathers the sequence around the attention); the numbers still agree.
+            && !prep.name.starts_with("llama_cp4_ring")
+            && !prep.name.starts_with("llama_dp2_cp2_tp2_ulysses");
         if prep.mode == ExportMode::Gspmd && !prep.pipeline.is_pipelined() && one_to_one {
             let ours = ledger_counts(&prep.pipeline, Some("forward"));
             for kind in ["all-reduce", "all-gather", "reduce-scatter", "all-to-all"] {
@@ -506,7 +546,14 @@ fn run_dtype(dtype: DType, tag: &str) -> Vec<String> {
         }
         if prep.mode == ExportMode::ShardMap && !prep.pipeline.is_pipelined() {
             let ours = ledger_counts(&prep.pipeline, None);
-            for kind in ["all-reduce", "all-gather", "reduce-scatter", "all-to-all"] {
+            let kinds = [
+                "all-reduce",
+                "all-gather",
+                "reduce-scatter",
+                "all-to-all",
+                "collective-permute",
+            ];
+            for kind in kinds {
                 let xla = out["collectives"][kind]["count"]
                     .as_u64()
                     .unwrap_or(u64::MAX);

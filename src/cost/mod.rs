@@ -9,6 +9,7 @@ pub mod device;
 pub mod diff;
 pub mod estimate;
 pub mod memory;
+pub mod mfu;
 pub mod pipeline;
 pub mod pipeline_cost;
 pub mod simulate;

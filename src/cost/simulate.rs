@@ -278,6 +278,8 @@ pub fn shared_per_dataflow<T>(
         .collect()
 }
 
+pub use super::mfu::{mfu, model_flops};
+
 /// What an op costs, from its shapes alone (shared by ranks with one dataflow).
 #[derive(Clone, Copy, Debug)]
 enum OpCost {
@@ -568,35 +570,4 @@ fn group_of(op: &Op, rank: u32) -> Vec<u32> {
         }
         _ => vec![rank],
     }
-}
-
-/// Model FLOPs of a step: the forward and backward ops of `serial` (the unpartitioned
-/// program), the numerator of MFU.
-pub fn model_flops(serial: &Program, dtype: ComputeDType) -> f64 {
-    serial
-        .ops()
-        .iter()
-        .filter(|o| {
-            matches!(
-                o.ty.class(),
-                crate::ir::OpClass::Forward | crate::ir::OpClass::Grad
-            )
-        })
-        .map(|o| op_work(serial, o, ElementBytes(dtype.bytes())).flops)
-        .sum()
-}
-
-/// Model FLOPs utilisation: model FLOPs / (step time × peak × devices used). `devices` is
-/// the mesh's size, not the ranks simulated (symmetric ranks may be simulated once).
-pub fn mfu(
-    model_flops: f64,
-    step_s: f64,
-    devices: usize,
-    topo: &Topology,
-    dtype: ComputeDType,
-) -> f64 {
-    if step_s <= 0.0 {
-        return 0.0;
-    }
-    model_flops / (step_s * topo.device.peak(dtype) * devices.max(1) as f64)
 }

@@ -472,10 +472,17 @@ def all_to_all(x, split_axis, concat_axis, axes, tag=0):
 
 
 def ppermute(xs, shift, axes, tag=0):
-    # Each member's tensors to the member `shift` places on along the axes' ring.
+    # Each member's tensors to the member `shift` places on along the axes' ring, in one
+    # buffer (one collective-permute per op, as the ledger counts it).
     n = lax.psum(1, axes)
     perm = [(i, (i + shift) % n) for i in range(n)]
-    return [kept(lax.ppermute(fence(x, tag), axes, perm)) for x in xs]
+    flat = jnp.concatenate([jnp.ravel(x) for x in xs])
+    got = kept(lax.ppermute(fence(flat, tag), axes, perm))
+    out, at = [], 0
+    for x in xs:
+        out.append(got[at:at + x.size].reshape(x.shape))
+        at += x.size
+    return out
 
 
 # --- seeded values (ShardLab's exec/init.rs: splitmix64 of the name's FNV hash) --------

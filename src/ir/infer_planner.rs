@@ -205,20 +205,24 @@ fn collective(op: &Op, o: CollectiveOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<
     }
 }
 
+/// A ring attention step: the block's outputs are the whole op's for the rank's queries;
+/// its grad's are its operands' types (the inputs are checked as flash_attn's).
+fn ring_block(op: &Op, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
+    let outs = super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())])?;
+    if op.ty == OpType::RingAttnBlock {
+        return Ok(outs);
+    }
+    (0..3)
+        .map(|k| Ok(vec![one(inputs, k, ["Q", "K", "V"][k])?.clone()]))
+        .collect()
+}
+
 /// The ops of per-rank programs.
 fn rank_local(op: &Op, o: RankLocalOp, inputs: &[Vec<&TensorType>]) -> Res<Vec<Vec<TensorType>>> {
     match o {
         // A block's outputs are the whole op's, for the rank's queries; its grad's are its
         // operands' types (the inputs are checked as flash_attn's).
-        RankLocalOp::RingAttnBlock => {
-            super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())])
-        }
-        RankLocalOp::RingAttnBlockGrad => {
-            super::infer::forward::flash_attn(op, &inputs[..3.min(inputs.len())])?;
-            Ok((0..3)
-                .map(|k| Ok(vec![one(inputs, k, ["Q", "K", "V"][k])?.clone()]))
-                .collect::<Res<Vec<_>>>()?)
-        }
+        RankLocalOp::RingAttnBlock | RankLocalOp::RingAttnBlockGrad => ring_block(op, inputs),
         RankLocalOp::Slice => {
             let x = one(inputs, 0, "Input")?;
             let (axes, starts, ends) = (

@@ -561,8 +561,21 @@ mod tests {
         let err = |s: &str| Parallel::parse(s).unwrap_err().to_string();
         assert_eq!(err("dp=8,dp=2"), "`dp` is given twice");
         assert_eq!(
-            err("cp=2"),
-            "unknown parallelism `cp`; --parallel takes dp, tp, pp, ep and sp"
+            err("xp=2"),
+            "unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, sp and cp_mode"
+        );
+        assert_eq!(
+            Parallel::parse("dp=2,cp=4,tp=2,pp=2").unwrap().mesh_spec(),
+            "2x2x4x2:pp,dp,cp,tp"
+        );
+        assert_eq!(
+            Parallel::parse("cp=4,cp_mode=ring").unwrap().cp_mode,
+            CpMode::Ring
+        );
+        assert_eq!(err("cp_mode=ring"), "cp_mode needs cp > 1");
+        assert_eq!(
+            err("cp=2,cp_mode=star"),
+            "cp_mode `star` is not one of ring, ring_contiguous, ulysses, auto"
         );
         let ep = |s: &str| Parallel::parse(s).unwrap().mesh_spec();
         assert_eq!(ep("dp=4,ep=2,tp=2"), "2x2x2:dp,ep,tp");
@@ -579,7 +592,7 @@ mod tests {
         );
         assert_eq!(
             err("dp=64,tp=8,pp=16"),
-            "dp × tp × pp = 8192 devices, more than a mesh holds (4096)"
+            "dp × cp × tp × pp = 8192 devices, more than a mesh holds (4096)"
         );
     }
 }

@@ -44,6 +44,13 @@ impl CpMode {
 
 const QKV: &str = "bshd";
 
+/// The rule of a `flash_attn` op, by its `cp_mode`.
+pub fn rule(op: &crate::ir::Op) -> super::Rule {
+    super::Rule::Attention {
+        mode: CpMode::of(op.attr_str("cp_mode").unwrap_or("")),
+    }
+}
+
 fn rank4(t: &DistTensor, what: &'static str) -> Result<()> {
     check_rank(t, what)?;
     if t.shape.len() != 4 {

@@ -203,9 +203,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
         }
         Family::Mean => with(Rule::MeanAll),
         Family::Rotary => with(Rule::Rotary),
-        Family::Attention => with(Rule::Attention {
-            mode: super::attention::CpMode::of(op.attr_str("cp_mode").unwrap_or("")),
-        }),
+        Family::Attention => with(super::attention::rule(op)),
         Family::Repeat => with(Rule::Repeat {
             axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
         }),

@@ -383,14 +383,7 @@ fn compute_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
             ))
         }
         OpType::MoeDispatch | OpType::MoeCombine => moe_forward(e),
-        OpType::FlashAttn => Ok(e.assign(
-            &[e.out("Out"), e.out("SoftmaxLse")],
-            format!(
-                "flash_attn({}, {})",
-                e.xs(&["Q", "K", "V"])?,
-                attention_attrs(e)
-            ),
-        )),
+        OpType::FlashAttn => flash_attn(e),
         OpType::Forward(_)
         | OpType::FillConstant
         | OpType::Grad(_)
@@ -400,6 +393,18 @@ fn compute_nn(e: &Emit) -> Result<Vec<String>, ExportError> {
         | OpType::Collective(_)
         | OpType::RankLocal(_) => Err(e.err(WRONG_FAMILY)),
     }
+}
+
+/// `flash_attn`: the prelude's function of the same name.
+fn flash_attn(e: &Emit) -> Result<Vec<String>, ExportError> {
+    Ok(e.assign(
+        &[e.out("Out"), e.out("SoftmaxLse")],
+        format!(
+            "flash_attn({}, {})",
+            e.xs(&["Q", "K", "V"])?,
+            attention_attrs(e)
+        ),
+    ))
 }
 
 /// `flash_attn`'s mask attributes, as the prelude's functions take them.

@@ -187,21 +187,7 @@ impl RankAttrs {
                 step,
                 back,
             } => {
-                let (q, _) = ctx.extent(*n, axes);
-                let group = ctx.group(axes);
-                let p = group.len().max(1);
-                let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
-                let at = if *back {
-                    me + step
-                } else {
-                    me + p * step - step
-                } % p;
-                let peer = group.get(at).copied().unwrap_or(ctx.rank);
-                let coords = ctx
-                    .mesh
-                    .coords_of(peer)
-                    .unwrap_or_else(|| ctx.coords.clone());
-                let (kv, _) = crate::dist::chunk::extent(*n, axes, ctx.mesh, &coords);
+                let (q, kv) = ring_offsets(ctx, *n, axes, *step, *back);
                 attrs.insert("q_offset".into(), Attr::Int(q as i64));
                 attrs.insert("kv_offset".into(), Attr::Int(kv as i64));
             }
@@ -255,6 +241,33 @@ impl RankAttrs {
             }
         }
     }
+}
+
+/// A [`RankAttrs::RingBlock`]'s offsets on `ctx`'s rank: its own first position, and the
+/// first position of the ring member `step` places back (forward) or on (`back`).
+fn ring_offsets(
+    ctx: &RankCtx,
+    n: usize,
+    axes: &DimAxes,
+    step: usize,
+    back: bool,
+) -> (usize, usize) {
+    let (q, _) = ctx.extent(n, axes);
+    let group = ctx.group(axes);
+    let p = group.len().max(1);
+    let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
+    let at = if back {
+        (me + step) % p
+    } else {
+        (me + p - step % p) % p
+    };
+    let peer = group.get(at).copied().unwrap_or(ctx.rank);
+    let coords = ctx
+        .mesh
+        .coords_of(peer)
+        .unwrap_or_else(|| ctx.coords.clone());
+    let (kv, _) = crate::dist::chunk::extent(n, axes, ctx.mesh, &coords);
+    (q, kv)
 }
 
 /// The zeros a [`RankAttrs::Pad`] appends on `ctx`'s rank.
