@@ -252,7 +252,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("web/mesh_editor.rs", "MeshEditor", 116),
     ("passes/backward.rs", "append_backward", 122),
     ("exec/gather.rs", "gather", 107),
-    ("spmd/registry.rs", "forward_rule", 85),
+    ("spmd/registry.rs", "forward_rule", 83),
     ("passes/optimizer.rs", "append_optimizer", 84),
     ("exec/bound/optim.rs", "adam", 99),
     ("web/inspector.rs", "Inspector", 91),

@@ -133,6 +133,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
     let first_input = op.all_inputs().next().map(|v| &program.var(v).ty);
     let rank = first_input.map_or(0, |t| t.rank());
     let with = |rule: Rule| binding(op, rule);
+    let axis0 = || axis(op.attr_int("axis", 0), rank, "axis").map_err(err);
     Ok(match f.family() {
         Family::Matmul => with(Rule::Matmul {
             trans_x: op.attr_bool("trans_x", false),
@@ -186,9 +187,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
                 outputs: sections.len(),
             })
         }
-        Family::Concat => with(Rule::Concat {
-            axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
-        }),
+        Family::Concat => with(Rule::Concat { axis: axis0()? }),
         Family::Reduce => {
             let reduce = if op.ty == OpType::ReduceSum {
                 ReduceType::Sum
@@ -204,9 +203,7 @@ fn forward_rule(op: &Op, program: &Program, f: ForwardOp) -> Result<Binding, Spm
         Family::Mean => with(Rule::MeanAll),
         Family::Rotary => with(Rule::Rotary),
         Family::Attention => with(super::attention::rule(op)),
-        Family::Repeat => with(Rule::Repeat {
-            axis: axis(op.attr_int("axis", 0), rank, "axis").map_err(err)?,
-        }),
+        Family::Repeat => with(Rule::Repeat { axis: axis0()? }),
         Family::MoeDispatch | Family::MoeCombine => with(moe_rule(op, f)),
         Family::CrossEntropy => with(Rule::CrossEntropy {
             axis: axis(op.attr_int("axis", -1), rank, "axis").map_err(err)?,

@@ -22,6 +22,7 @@ pub(super) fn grad(e: &Emit) -> Result<Vec<String>, ExportError> {
         | T::SoftmaxWithCrossEntropyGrad
         | T::MoeDispatchGrad
         | T::MoeCombineGrad
+        | T::FlashAttnGrad
         | T::CSoftmaxWithCrossEntropyGrad
         | T::CEmbeddingGrad => grad_nn(e),
         T::Grad(f) => vjp_grad(e, f),

@@ -8,12 +8,12 @@
 //! block's gradient is one rank short of home, and a last pass brings it there.
 //!
 //! Which block a rank holds at step `i` depends on the rank: the block ops' offsets are a
-//! recipe ([`RankAttrs::RingBlock`]) like a slice's. The zig-zag order (`zigzag` = 2·P) is
+//! recipe ([`RingStep`]) like a slice's. The zig-zag order (`zigzag` = 2·P) is
 //! the op's stored order: rank `r` holds original chunks `r` and `2P − 1 − r`, so every
 //! rank's causal mask keeps the same number of pairs.
 
 use super::rank::{PartitionError, RankBuilder};
-use super::stamp::RankAttrs;
+use super::stamp::{RankAttrs, RingStep};
 use crate::dist::DimAxes;
 use crate::ir::{Attr, Op, OpType, Purpose, VarId};
 
@@ -126,12 +126,12 @@ pub fn forward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), Partit
         blk.outputs = crate::slots![[o], [l]];
         b.rank_dependent(
             blk,
-            RankAttrs::RingBlock {
+            RankAttrs::RingBlock(RingStep {
                 n: seq,
                 axes,
                 step,
                 back: false,
-            },
+            }),
         );
         acc = Some((o, l));
     }
@@ -177,12 +177,12 @@ pub fn backward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), Parti
         blk.outputs = crate::slots![[dq], [dk], [dv]];
         b.rank_dependent(
             blk,
-            RankAttrs::RingBlock {
+            RankAttrs::RingBlock(RingStep {
                 n: seq,
                 axes,
                 step,
                 back: true,
-            },
+            }),
         );
         acc = Some([dq, dk, dv]);
     }

@@ -65,12 +65,7 @@ pub enum RankAttrs {
     /// `axes`: `q_offset`, the rank's first position, and `kv_offset`, the first position
     /// of the block it attends at that step, the block of the ring member `step` places
     /// back (forward) or on (`back`: the backward walks the ring the other way).
-    RingBlock {
-        n: usize,
-        axes: DimAxes,
-        step: usize,
-        back: bool,
-    },
+    RingBlock(RingStep),
     /// A collective over the ranks at `stages` along the `pp` axis, at this rank's
     /// coordinates on the other axes (a tied parameter's stages): `extra`, plus `group`
     /// and `ring_id`.
@@ -181,16 +176,7 @@ impl RankAttrs {
                 let pad = pad_size(ctx, *n, outer, *axis, *whole);
                 attrs.insert("pad_size".into(), Attr::Int(pad as i64));
             }
-            RankAttrs::RingBlock {
-                n,
-                axes,
-                step,
-                back,
-            } => {
-                let (q, kv) = ring_offsets(ctx, *n, axes, *step, *back);
-                attrs.insert("q_offset".into(), Attr::Int(q as i64));
-                attrs.insert("kv_offset".into(), Attr::Int(kv as i64));
-            }
+            RankAttrs::RingBlock(r) => r.apply(ctx, attrs),
             RankAttrs::TableStart { axes, rows } => {
                 let (start, _) = ctx.extent(*rows, axes);
                 attrs.insert("start_index".into(), Attr::Int(start as i64));
@@ -243,31 +229,38 @@ impl RankAttrs {
     }
 }
 
-/// A [`RankAttrs::RingBlock`]'s offsets on `ctx`'s rank: its own first position, and the
-/// first position of the ring member `step` places back (forward) or on (`back`).
-fn ring_offsets(
-    ctx: &RankCtx,
-    n: usize,
-    axes: &DimAxes,
-    step: usize,
-    back: bool,
-) -> (usize, usize) {
-    let (q, _) = ctx.extent(n, axes);
-    let group = ctx.group(axes);
-    let p = group.len().max(1);
-    let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
-    let at = if back {
-        (me + step) % p
-    } else {
-        (me + p - step % p) % p
-    };
-    let peer = group.get(at).copied().unwrap_or(ctx.rank);
-    let coords = ctx
-        .mesh
-        .coords_of(peer)
-        .unwrap_or_else(|| ctx.coords.clone());
-    let (kv, _) = crate::dist::chunk::extent(n, axes, ctx.mesh, &coords);
-    (q, kv)
+/// Step `step` of ring attention over a sequence of `n` stored positions split over
+/// `axes`: `q_offset`, the rank's first position, and `kv_offset`, the first position of
+/// the block it attends at that step, the block of the ring member `step` places back
+/// (forward) or on (`back`: the backward walks the ring the other way).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RingStep {
+    pub n: usize,
+    pub axes: DimAxes,
+    pub step: usize,
+    pub back: bool,
+}
+
+impl RingStep {
+    fn apply(&self, ctx: &mut RankCtx, attrs: &mut Attrs) {
+        let (q, _) = ctx.extent(self.n, &self.axes);
+        let group = ctx.group(&self.axes);
+        let p = group.len().max(1);
+        let me = group.iter().position(|&r| r == ctx.rank).unwrap_or(0);
+        let at = if self.back {
+            (me + self.step) % p
+        } else {
+            (me + p - self.step % p) % p
+        };
+        let peer = group.get(at).copied().unwrap_or(ctx.rank);
+        let coords = ctx
+            .mesh
+            .coords_of(peer)
+            .unwrap_or_else(|| ctx.coords.clone());
+        let (kv, _) = crate::dist::chunk::extent(self.n, &self.axes, ctx.mesh, &coords);
+        attrs.insert("q_offset".into(), Attr::Int(q as i64));
+        attrs.insert("kv_offset".into(), Attr::Int(kv as i64));
+    }
 }
 
 /// The zeros a [`RankAttrs::Pad`] appends on `ctx`'s rank.
