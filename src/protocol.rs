@@ -49,6 +49,8 @@ pub enum Task {
     },
     /// A model file imported (`crate::import`; the link is not read).
     Import(ImportFile),
+    /// Lesson N's words (the link is not read).
+    Lesson(usize),
 }
 
 /// A model file to import: `name` is the file's name, `dims` the sizes of its symbolic
@@ -87,6 +89,11 @@ pub enum Outcome {
     Suggest(Result<SuggestView, Failure>),
     /// An imported model (a file that does not import is `Failed`, with the reason).
     Import(ImportView),
+    /// A lesson's text and "try this".
+    Lesson {
+        text: String,
+        try_this: String,
+    },
     /// The job could not be done at all (the link did not open, the worker failed).
     Failed(String),
 }

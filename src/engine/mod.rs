@@ -59,6 +59,15 @@ pub enum Started {
 
 /// Begins `job`: every task but the search is done at once.
 pub fn start(job: &Job) -> Started {
+    if let Task::Lesson(n) = job.task {
+        return Started::Done(match crate::session::lesson_words(n) {
+            Some((text, try_this)) => Outcome::Lesson {
+                text: text.into(),
+                try_this: try_this.into(),
+            },
+            None => Outcome::Failed(format!("there is no lesson {n}")),
+        });
+    }
     if let Task::Import(f) = &job.task {
         return Started::Done(
             match import_model(&f.name, &f.bytes, &f.dims, &f.parallel) {
@@ -122,7 +131,9 @@ pub fn start(job: &Job) -> Started {
             Err(e) => Outcome::Suggest(Err(e)),
         },
         // Done before the session is opened.
-        Task::Import(_) => Outcome::Failed("an import is not a task on a plan".into()),
+        Task::Import(_) | Task::Lesson(_) => {
+            Outcome::Failed("an import or a lesson is not a task on a plan".into())
+        }
     })
 }
 
@@ -137,7 +148,8 @@ fn failed_execution(task: &Task, e: crate::session::SessionError) -> Outcome {
         | Task::Cost { .. }
         | Task::PipelineCost
         | Task::Suggest { .. }
-        | Task::Import(_) => Outcome::Run(Err(e)),
+        | Task::Import(_)
+        | Task::Lesson(_) => Outcome::Run(Err(e)),
     }
 }
 

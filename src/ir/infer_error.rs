@@ -83,14 +83,19 @@ pub enum InferErrorKind {
     NotScoreMatrix(TensorType),
     #[error("X must be [batch, seq, heads, head_dim], got {0}")]
     NotRopeLayout(TensorType),
+    #[cfg(feature = "context-parallel")]
     #[error("{slot} must be [batch, seq, heads, head_dim], got {x}")]
     NotAttentionLayout { slot: &'static str, x: TensorType },
+    #[cfg(feature = "context-parallel")]
     #[error("{slot} {got} does not fit Q {q}: same dtype, batch and head_dim, heads dividing Q's, and (causal) Q's sequence length")]
     AttentionOperand {
         slot: &'static str,
         q: TensorType,
         got: TensorType,
     },
+    #[error("{0} is planned by the command-line tool (`shardlab plan`); the playground does not carry it yet")]
+    NotInThisBuild(&'static str),
+    #[cfg(feature = "context-parallel")]
     #[error("zigzag {zigzag} must be 0 or an even number of chunks dividing the sequence ({seq})")]
     Zigzag { zigzag: i64, seq: usize },
     #[error("head_dim {head_dim} of X {x} must be even (elements rotate in pairs)")]

@@ -70,14 +70,13 @@ impl CpMode {
     }
 
     fn parse(s: &str) -> Option<CpMode> {
-        [
-            CpMode::Auto,
-            CpMode::Ring,
-            CpMode::RingContiguous,
-            CpMode::Ulysses,
-        ]
-        .into_iter()
-        .find(|m| m.name() == s || m.name().replace('_', "-") == s)
+        Some(match s {
+            "auto" => CpMode::Auto,
+            "ring" => CpMode::Ring,
+            "ring_contiguous" | "ring-contiguous" => CpMode::RingContiguous,
+            "ulysses" => CpMode::Ulysses,
+            _ => return None,
+        })
     }
 }
 
@@ -381,7 +380,8 @@ impl Parallel {
                 put(v, dims);
             }
         }
-        if self.cp > 1 {
+        // (Only the builds that plan `flash_attn`: links do not carry `cp`.)
+        if cfg!(feature = "context-parallel") && self.cp > 1 {
             // Attention's output back on the sequence split: under Ulysses the planner
             // moves it from the heads by an all-to-all (left alone, the heads' split would
             // flow into the output projection and make it a reduce-scatter of the whole

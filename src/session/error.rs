@@ -47,8 +47,10 @@ pub enum LinkError {
     Mesh(SpecError),
     #[error("the link's parallel: {0}")]
     Parallel(crate::plan::parallel::ParallelError),
-    #[error("the link's parallel: links do not carry `sp` yet (`shardlab plan` does)")]
-    SequenceParallel,
+    /// `sp` and `cp` rewrite the program (gather points, fused attention), which a link
+    /// does not carry.
+    #[error("the link's parallel: links do not carry `{0}` yet (`shardlab plan` does)")]
+    NotInLinks(&'static str),
     #[error("the link gives both `parallel` and `mesh`; `parallel` builds the mesh")]
     ParallelAndMesh,
     #[error("the link's mesh is too large for the playground")]

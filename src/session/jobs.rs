@@ -29,6 +29,9 @@ impl Session {
             Outcome::Values(v) => self.values = Some(v.clone()),
             Outcome::Run(Err(e)) | Outcome::Broken(Err(e)) => self.message = Some(e.to_string()),
             Outcome::Failed(e) => self.message = Some(e.clone()),
+            Outcome::Lesson { text, try_this } => {
+                self.lesson_words = Some((text.clone(), try_this.clone()))
+            }
             // The text is the printer's, so it parses; the editor would show it if not.
             Outcome::Import(v) => {
                 self.edit_text(v.text.clone());

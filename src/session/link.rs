@@ -289,7 +289,10 @@ impl Session {
     fn apply_parallel(&mut self, spec: &str) -> Result<(), LinkError> {
         let p = crate::plan::parallel::Parallel::parse(spec).map_err(LinkError::Parallel)?;
         if p.sp {
-            return Err(LinkError::SequenceParallel);
+            return Err(LinkError::NotInLinks("sp"));
+        }
+        if p.cp > 1 {
+            return Err(LinkError::NotInLinks("cp"));
         }
         let m = crate::plan::parse_mesh_spec(&p.mesh_spec()).map_err(LinkError::Mesh)?;
         if m.size() > MAX_LINK_MESH {

@@ -20,6 +20,7 @@ pub mod error;
 mod exercises;
 mod export;
 mod jobs;
+mod lesson_words;
 mod lessons;
 mod link;
 mod picture;
@@ -38,6 +39,7 @@ pub use action::{Action, DimChoice, PipelineAction};
 pub use cost::{Pinned, TOPOLOGIES};
 pub use error::{LinkError, SessionError};
 pub use exercises::{AnswerKind, Exercise, Grade};
+pub use lesson_words::lesson_words;
 pub use lessons::{Lesson, LESSONS};
 pub use link::{decode, encode, preset_names};
 pub use picture::{InsertedOp, Operand};
@@ -99,6 +101,9 @@ pub struct Session {
     pub notation: Notation,
     /// A message for the user (an invalid choice, a bad link).
     pub message: Option<String>,
+    /// An open lesson's text and "try this", once the engine sends them (the page's module
+    /// does not carry them: `lesson_words`).
+    pub lesson_words: Option<(String, String)>,
     pub run: Option<RunSummary>,
     pub embed: bool,
     /// Partition with Megatron's backward sums instead of Paddle's per-matmul all-reduces.
@@ -163,6 +168,7 @@ impl PartialEq for Session {
             && self.values.is_some() == other.values.is_some()
             && self.job.as_ref().map(|j| j.id) == other.job.as_ref().map(|j| j.id)
             && self.pinned == other.pinned
+            && self.lesson_words == other.lesson_words
     }
 }
 
@@ -270,6 +276,7 @@ impl Session {
             selected_rank: 0,
             notation: Notation::Paddle,
             message: None,
+            lesson_words: None,
             run: None,
             embed: false,
             megatron_sums: false,

@@ -17,8 +17,11 @@
 //! ring    q[0,1,2,-1] k,v alike  =>  q,k,v wanted [0,1,2,-1],      out [0,1,2,-1],      lse [0,2,1]
 //! ```
 
+#[cfg(feature = "context-parallel")]
 use super::einsum::{merge, AxisMap, OnAxisConflict, OnMeshConflict};
-use super::{arg, check_rank, DimAxes, DistTensor, Inferred, Layout, Result, SpmdError};
+#[cfg(feature = "context-parallel")]
+use super::{arg, check_rank, DimAxes, Layout};
+use super::{DistTensor, Inferred, Result, SpmdError};
 
 /// How the rule treats a split sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +45,7 @@ impl CpMode {
     }
 }
 
+#[cfg(feature = "context-parallel")]
 const QKV: &str = "bshd";
 
 /// The rule of a `flash_attn` op, by its `cp_mode`.
@@ -51,6 +55,7 @@ pub fn rule(op: &crate::ir::Op) -> super::Rule {
     }
 }
 
+#[cfg(feature = "context-parallel")]
 fn rank4(t: &DistTensor, what: &'static str) -> Result<()> {
     check_rank(t, what)?;
     if t.shape.len() != 4 {
@@ -62,6 +67,7 @@ fn rank4(t: &DistTensor, what: &'static str) -> Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "context-parallel")]
 /// The merged map with head_dim whole and the sequence treated as `mode` says.
 fn settle(mut map: AxisMap, mode: CpMode) -> Inferred {
     map.set('d', DimAxes::WHOLE);
@@ -88,6 +94,19 @@ fn settle(mut map: AxisMap, mode: CpMode) -> Inferred {
 }
 
 /// Forward from q, k and v.
+#[cfg(not(feature = "context-parallel"))]
+pub fn forward(_: &[DistTensor], _: CpMode) -> Result<Inferred> {
+    Err(SpmdError::NotInThisBuild("flash_attn"))
+}
+
+/// Backward from out and the log-sum-exp.
+#[cfg(not(feature = "context-parallel"))]
+pub fn backward(_: &[DistTensor], _: CpMode) -> Result<Inferred> {
+    Err(SpmdError::NotInThisBuild("flash_attn"))
+}
+
+/// Forward from q, k and v.
+#[cfg(feature = "context-parallel")]
 pub fn forward(inputs: &[DistTensor], mode: CpMode) -> Result<Inferred> {
     let names = ["attention Q", "attention K", "attention V"];
     let mut tensors = Vec::with_capacity(3);
@@ -106,6 +125,7 @@ pub fn forward(inputs: &[DistTensor], mode: CpMode) -> Result<Inferred> {
 }
 
 /// Backward from out and the log-sum-exp.
+#[cfg(feature = "context-parallel")]
 pub fn backward(outputs: &[DistTensor], mode: CpMode) -> Result<Inferred> {
     let out = arg(outputs, 0, "attention")?;
     rank4(out, "attention Out")?;

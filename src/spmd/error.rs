@@ -25,6 +25,10 @@ pub enum SpmdError {
          backward and optimizer ops copies from their forward ops)"
     )]
     PlannerOp(OpType),
+    /// An op whose planning this build leaves out (the playground's modules, under their
+    /// size budget).
+    #[error("{0} is planned by the command-line tool (`shardlab plan`); the playground does not carry it yet")]
+    NotInThisBuild(&'static str),
     #[error("{rule}: expected at least {want} tensors, got {got}")]
     Arity {
         rule: &'static str,

@@ -36,7 +36,8 @@ fn ask_for_script(
                 | Outcome::Cost(_)
                 | Outcome::PipelineCost(_)
                 | Outcome::Suggest(_)
-                | Outcome::Import(_) => return,
+                | Outcome::Import(_)
+                | Outcome::Lesson { .. } => return,
             };
             if *latest.borrow() == id {
                 script.set(Some((mode, Some(r))));

@@ -2,6 +2,7 @@
 //! previous and next lessons. The panel the lesson is about is outlined (the page's
 //! `data-focus`, see `www/style.css`).
 
+use super::app::AppCtx;
 use crate::session::{Lesson, LESSONS};
 use yew::prelude::*;
 
@@ -17,6 +18,11 @@ pub fn LessonCard(props: &LessonCardProps) -> Html {
     let Some(l) = Lesson::by_number(props.number) else {
         return html! {};
     };
+    // The words come from the engine's module (`session::lesson_words`), asked for when
+    // the lesson opens: the page's module stays under its size budget.
+    let words = use_context::<AppCtx>().and_then(|c| c.session().lesson_words.clone());
+    let busy = words.is_none().to_string();
+    let (text, try_this) = words.unwrap_or_else(|| ("…".into(), "…".into()));
     let link = |n: usize| format!("?lesson={n}");
     let prev = (l.number > 1)
         .then(|| html! { <a class="prev" href={link(l.number - 1)}>{ "← previous" }</a> });
@@ -25,8 +31,8 @@ pub fn LessonCard(props: &LessonCardProps) -> Html {
     html! {
         <section class="lesson-card" aria-label="lesson" data-lesson={l.number.to_string()}>
             <h2>{ format!("Lesson {} of {}: {}", l.number, LESSONS.len(), l.title) }</h2>
-            <p class="lesson-text">{ l.text }</p>
-            <p class="try-this"><strong>{ "Try this: " }</strong>{ l.try_this }</p>
+            <p class="lesson-text" aria-busy={busy}>{ text }</p>
+            <p class="try-this"><strong>{ "Try this: " }</strong>{ try_this }</p>
             <nav class="lesson-nav">{ prev }<a href="./">{ "leave the tour" }</a>{ next }</nav>
         </section>
     }

@@ -116,7 +116,8 @@ fn start_search(
                 | Outcome::Export(_)
                 | Outcome::Cost(_)
                 | Outcome::PipelineCost(_)
-                | Outcome::Import(_) => {}
+                | Outcome::Import(_)
+                | Outcome::Lesson { .. } => {}
             }
         });
         ctx.engine.send(job, on);

@@ -74,26 +74,26 @@ pub fn attend(blk: &Block, acc: Option<(&Tensor, &Tensor)>) -> Option<(Tensor, T
             for i in 0..sq {
                 let qo = ((bi * sq + i) * h + hi) * d;
                 let mut m = f64::NEG_INFINITY;
-                for j in 0..sk {
-                    s[j] = if blk.causal && blk.k_pos[j] > blk.q_pos[i] {
+                for (j, sj) in s.iter_mut().enumerate() {
+                    *sj = if blk.causal && blk.k_pos[j] > blk.q_pos[i] {
                         f64::NEG_INFINITY
                     } else {
                         let ko = ((bi * sk + j) * hk + g) * d;
                         scale * (0..d).map(|c| q[qo + c] * k[ko + c]).sum::<f64>()
                     };
-                    m = m.max(s[j]);
+                    m = m.max(*sj);
                 }
                 if m == f64::NEG_INFINITY {
                     continue;
                 }
                 let mut sum = 0.0;
                 let mut o = vec![0.0; d];
-                for j in 0..sk {
-                    let p = (s[j] - m).exp();
+                for (j, &sj) in s.iter().enumerate() {
+                    let p = (sj - m).exp();
                     sum += p;
                     let vo = ((bi * sk + j) * hk + g) * d;
-                    for c in 0..d {
-                        o[c] += p * v[vo + c];
+                    for (c, oc) in o.iter_mut().enumerate() {
+                        *oc += p * v[vo + c];
                     }
                 }
                 let l_blk = m + sum.ln();

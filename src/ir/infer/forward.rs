@@ -164,8 +164,15 @@ pub fn softmax_ce(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     super::softmax_ce(op, one(op, ins, 0)?, one(op, ins, 1)?)
 }
 
+/// `flash_attn` in a build without its planning (the playground's modules).
+#[cfg(not(feature = "context-parallel"))]
+pub fn flash_attn(_: &Op, _: &[Vec<&TensorType>]) -> Outs {
+    fail(E::NotInThisBuild("flash_attn"))
+}
+
 /// `flash_attn`: Q `[b, s, h, d]`, K and V `[b, s_kv, h_kv, d]` with `h_kv` dividing `h`
 /// (and `s_kv = s` when causal); Out is Q's type, SoftmaxLse `[b, h, s]`.
+#[cfg(feature = "context-parallel")]
 pub fn flash_attn(op: &Op, ins: &[Vec<&TensorType>]) -> Outs {
     let q = super::float(one(op, ins, 0)?, "Q")?;
     let k = one(op, ins, 1)?;

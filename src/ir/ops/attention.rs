@@ -55,7 +55,7 @@ pub fn original_ranges(
     seq: usize,
     zigzag: usize,
 ) -> Vec<(usize, usize)> {
-    if zigzag <= 1 || seq % zigzag != 0 {
+    if zigzag <= 1 || !seq.is_multiple_of(zigzag) {
         return vec![(offset, len)];
     }
     let c = seq / zigzag;
@@ -64,7 +64,7 @@ pub fn original_ranges(
     while t < end {
         let i = t / c;
         let stop = ((i + 1) * c).min(end);
-        let orig = if i % 2 == 0 {
+        let orig = if i.is_multiple_of(2) {
             i / 2
         } else {
             zigzag - 1 - (i - 1) / 2

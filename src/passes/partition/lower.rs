@@ -139,13 +139,9 @@ pub fn lower(
     declared: &[TensorDistAttr],
 ) -> Result<(), PartitionError> {
     let fixups = redirect_outputs(b, &mut local, attr, declared)?;
-    let saved = local.ty == OpType::FlashAttn;
+    let saved = cfg!(feature = "context-parallel") && local.ty == OpType::FlashAttn;
     if let Some(axes) = super::ring::ring_axes(b, &local) {
-        if local.ty == OpType::FlashAttn {
-            super::ring::forward(b, &local, axes)?;
-        } else {
-            super::ring::backward(b, &local, axes)?;
-        }
+        super::ring::lower(b, &local, axes)?;
     } else {
         let (local, recipe) = rewrite(b, local, attr, imp)?;
         match recipe {

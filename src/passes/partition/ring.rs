@@ -15,11 +15,28 @@
 use super::rank::{PartitionError, RankBuilder};
 use super::stamp::{RankAttrs, RingStep};
 use crate::dist::DimAxes;
-use crate::ir::{Attr, Op, OpType, Purpose, VarId};
+use crate::ir::{Attr, Op, OpType, Purpose, Slot, VarId};
+
+/// A ring's forward or backward (an op only the builds with context parallelism plan;
+/// see `spmd::attention`).
+pub fn lower(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), PartitionError> {
+    if cfg!(feature = "context-parallel") {
+        if op.ty == OpType::FlashAttn {
+            forward(b, op, axes)
+        } else {
+            backward(b, op, axes)
+        }
+    } else {
+        Ok(())
+    }
+}
 
 /// The sequence axes of `op`'s queries when it runs as ring attention (a `flash_attn` or
 /// its grad with `cp_mode` ring and a split sequence).
 pub fn ring_axes(b: &RankBuilder, op: &Op) -> Option<DimAxes> {
+    if !cfg!(feature = "context-parallel") {
+        return None;
+    }
     let attention = op.ty == OpType::FlashAttn || op.ty == OpType::FlashAttnGrad;
     if !attention || op.attr_str("cp_mode") != Some("ring") {
         return None;
@@ -29,22 +46,30 @@ pub fn ring_axes(b: &RankBuilder, op: &Op) -> Option<DimAxes> {
     (!axes.is_empty()).then_some(axes)
 }
 
-fn slot(op: &Op, name: &'static str, input: bool) -> Result<VarId, PartitionError> {
-    let vars = if input {
-        op.input(name)
-    } else {
-        op.output(name)
-    };
-    vars.first().copied().ok_or(PartitionError::MissingSlot {
-        ty: op.ty,
-        slot: name,
-    })
+/// The first variable of each named slot (inputs, or outputs with `outputs`).
+fn slots<const N: usize>(
+    op: &Op,
+    names: [&'static str; N],
+    outputs: bool,
+) -> Result<[VarId; N], PartitionError> {
+    let mut out = [VarId(0); N];
+    for (k, name) in names.into_iter().enumerate() {
+        let vars = if outputs {
+            op.output(name)
+        } else {
+            op.input(name)
+        };
+        out[k] = *vars.first().ok_or(PartitionError::MissingSlot {
+            ty: op.ty,
+            slot: name,
+        })?;
+    }
+    Ok(out)
 }
 
-/// The ring's size, after checking the sequence splits evenly over it (every step's block
-/// must have one shape).
-fn ring_size(b: &RankBuilder, op: &Op, axes: &DimAxes) -> Result<(usize, usize), PartitionError> {
-    let q = slot(op, "Q", true)?;
+/// The ring's size and the sequence's length, after checking the sequence splits evenly
+/// over the ring (every step's block must have one shape).
+fn ring_size(b: &RankBuilder, q: VarId, axes: &DimAxes) -> Result<(usize, usize), PartitionError> {
     let p: usize = axes.iter().map(|&a| b.mesh.axis_size(a)).product();
     let seq = b.global_shape(q).get(1).copied().unwrap_or(0);
     if p == 0 || seq % p != 0 {
@@ -57,17 +82,32 @@ fn ring_size(b: &RankBuilder, op: &Op, axes: &DimAxes) -> Result<(usize, usize),
     Ok((p, seq))
 }
 
-/// A ring step's op with the op's mask attributes.
-fn block(ty: OpType, op: &Op, seq: usize) -> Op {
+/// An op of `ty` in `like`'s role and scope, its slots from plain lists (one call site
+/// for every op the ring adds keeps the page's module small).
+fn new_op(ty: OpType, like: &Op, ins: &[&[VarId]], outs: &[&[VarId]]) -> Op {
     let mut o = Op::new(ty);
-    o.role = op.role;
-    o.namescope = op.namescope.clone();
+    o.inputs = ins.iter().map(|s| Slot::from_slice(s)).collect();
+    o.outputs = outs.iter().map(|s| Slot::from_slice(s)).collect();
+    o.role = like.role;
+    o.namescope = like.namescope.clone();
+    o
+}
+
+/// Appends step `step`'s block op, with the op's mask attributes and its offsets.
+fn push_block(b: &mut RankBuilder, mut o: Op, like: &Op, seq: usize, axes: DimAxes, step: usize) {
     o.attrs.insert("seq".into(), Attr::Int(seq as i64));
     o.attrs
-        .insert("zigzag".into(), Attr::Int(op.attr_int("zigzag", 0)));
+        .insert("zigzag".into(), Attr::Int(like.attr_int("zigzag", 0)));
     o.attrs
-        .insert("causal".into(), Attr::Bool(op.attr_bool("causal", true)));
-    o
+        .insert("causal".into(), Attr::Bool(like.attr_bool("causal", true)));
+    let back = o.ty == OpType::RingAttnBlockGrad;
+    let step = RingStep {
+        n: seq,
+        axes,
+        step,
+        back,
+    };
+    b.rank_dependent(o, RankAttrs::RingBlock(step));
 }
 
 /// A temporary like `of`, in its current layout.
@@ -82,14 +122,13 @@ fn pass(
     xs: &[VarId],
     axes: &DimAxes,
     shift: i64,
+    like_op: &Op,
 ) -> Result<Vec<VarId>, PartitionError> {
     let outs = xs
         .iter()
         .map(|&x| like(b, x))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut p = Op::new(OpType::Ppermute);
-    p.inputs = crate::slots![xs.to_vec()];
-    p.outputs = crate::slots![outs.clone()];
+    let mut p = new_op(OpType::Ppermute, like_op, &[xs], &[&outs]);
     p.namescope = Purpose::ContextParallel.namescope().into();
     let recipe = RankAttrs::Collective {
         axes: axes.iter().copied().collect(),
@@ -101,39 +140,29 @@ fn pass(
 
 /// The forward: `P` blocks, `P − 1` passes of K and V.
 pub fn forward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), PartitionError> {
-    let (p, seq) = ring_size(b, op, &axes)?;
-    let (q, k, v) = (
-        slot(op, "Q", true)?,
-        slot(op, "K", true)?,
-        slot(op, "V", true)?,
-    );
-    let (out, lse) = (slot(op, "Out", false)?, slot(op, "SoftmaxLse", false)?);
-    let (mut ck, mut cv) = (k, v);
-    let mut acc: Option<(VarId, VarId)> = None;
+    let [q, mut k, mut v] = slots(op, ["Q", "K", "V"], false)?;
+    let [out, lse] = slots(op, ["Out", "SoftmaxLse"], true)?;
+    let (p, seq) = ring_size(b, q, &axes)?;
+    let mut acc: Vec<VarId> = Vec::new();
     for step in 0..p {
         if step > 0 {
-            let got = pass(b, &[ck, cv], &axes, 1)?;
-            (ck, cv) = (got[0], got[1]);
+            let got = pass(b, &[k, v], &axes, 1, op)?;
+            (k, v) = (got[0], got[1]);
         }
-        let (o, l) = if step + 1 == p {
-            (out, lse)
+        let res = if step + 1 == p {
+            vec![out, lse]
         } else {
-            (like(b, out)?, like(b, lse)?)
+            vec![like(b, out)?, like(b, lse)?]
         };
-        let mut blk = block(OpType::RingAttnBlock, op, seq);
-        let (acc_o, acc_l): (Vec<VarId>, Vec<VarId>) = acc.into_iter().unzip();
-        blk.inputs = crate::slots![[q], [ck], [cv], acc_o, acc_l];
-        blk.outputs = crate::slots![[o], [l]];
-        b.rank_dependent(
-            blk,
-            RankAttrs::RingBlock(RingStep {
-                n: seq,
-                axes,
-                step,
-                back: false,
-            }),
+        let (acc_o, acc_l) = acc.split_at(acc.len() / 2);
+        let o = new_op(
+            OpType::RingAttnBlock,
+            op,
+            &[&[q], &[k], &[v], acc_o, acc_l],
+            &[&res[..1], &res[1..]],
         );
-        acc = Some((o, l));
+        push_block(b, o, op, seq, axes, step);
+        acc = res;
     }
     Ok(())
 }
@@ -141,60 +170,52 @@ pub fn forward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), Partit
 /// The backward: `P` block gradients over `P − 1` passes of K, V and their running
 /// gradients the other way round the ring, then one pass of the gradients home.
 pub fn backward(b: &mut RankBuilder, op: &Op, axes: DimAxes) -> Result<(), PartitionError> {
-    let (p, seq) = ring_size(b, op, &axes)?;
-    let ins = ["Q", "K", "V", "Out", "SoftmaxLse", "Out@GRAD"]
-        .map(|s| slot(op, s, true))
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-    let outs = ["Q@GRAD", "K@GRAD", "V@GRAD"]
-        .map(|s| slot(op, s, false))
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-    let (mut ck, mut cv) = (ins[1], ins[2]);
-    let mut acc: Option<[VarId; 3]> = None;
+    let [q, mut k, mut v, out, lse, dout] =
+        slots(op, ["Q", "K", "V", "Out", "SoftmaxLse", "Out@GRAD"], false)?;
+    let [dq_out, dk_out, dv_out] = slots(op, ["Q@GRAD", "K@GRAD", "V@GRAD"], true)?;
+    let (p, seq) = ring_size(b, q, &axes)?;
+    let mut acc: Vec<VarId> = Vec::new();
     for step in 0..p {
-        let mut carried: Vec<Vec<VarId>> = vec![vec![]; 3];
-        if let Some([dq, dk, dv]) = acc {
-            let got = pass(b, &[ck, cv, dk, dv], &axes, -1)?;
-            (ck, cv) = (got[0], got[1]);
-            carried = vec![vec![dq], vec![got[2]], vec![got[3]]];
+        if let [dq, dk, dv] = acc[..] {
+            let got = pass(b, &[k, v, dk, dv], &axes, -1, op)?;
+            (k, v) = (got[0], got[1]);
+            acc = vec![dq, got[2], got[3]];
         }
-        let last = step + 1 == p;
-        let dq = if last { outs[0] } else { like(b, outs[0])? };
-        let (dk, dv) = (like(b, outs[1])?, like(b, outs[2])?);
-        let mut blk = block(OpType::RingAttnBlockGrad, op, seq);
-        blk.inputs = crate::slots![
-            [ins[0]],
-            [ck],
-            [cv],
-            [ins[3]],
-            [ins[4]],
-            [ins[5]],
-            carried[0].clone(),
-            carried[1].clone(),
-            carried[2].clone()
+        let dq = if step + 1 == p {
+            dq_out
+        } else {
+            like(b, dq_out)?
+        };
+        let res = [dq, like(b, dk_out)?, like(b, dv_out)?];
+        let carried: Vec<&[VarId]> = if acc.is_empty() {
+            vec![&[], &[], &[]]
+        } else {
+            acc.chunks(1).collect()
+        };
+        let ins = [
+            &[q][..],
+            &[k],
+            &[v],
+            &[out],
+            &[lse],
+            &[dout],
+            carried[0],
+            carried[1],
+            carried[2],
         ];
-        blk.outputs = crate::slots![[dq], [dk], [dv]];
-        b.rank_dependent(
-            blk,
-            RankAttrs::RingBlock(RingStep {
-                n: seq,
-                axes,
-                step,
-                back: true,
-            }),
+        let o = new_op(
+            OpType::RingAttnBlockGrad,
+            op,
+            &ins,
+            &[&res[..1], &res[1..2], &res[2..]],
         );
-        acc = Some([dq, dk, dv]);
+        push_block(b, o, op, seq, axes, step);
+        acc = res.to_vec();
     }
-    if let Some([_, dk, dv]) = acc {
-        let home = pass(b, &[dk, dv], &axes, -1)?;
-        for (k, &g) in home.iter().enumerate() {
-            let mut assign = Op::new(OpType::Assign);
-            assign.inputs = crate::slots![[g]];
-            assign.outputs = crate::slots![[outs[k + 1]]];
-            assign.role = op.role;
-            assign.namescope = op.namescope.clone();
-            b.local(assign);
+    if let [_, dk, dv] = acc[..] {
+        let home = pass(b, &[dk, dv], &axes, -1, op)?;
+        for (g, to) in home.into_iter().zip([dk_out, dv_out]) {
+            b.local(new_op(OpType::Assign, op, &[&[g]], &[&[to]]));
         }
     }
     Ok(())

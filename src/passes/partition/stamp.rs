@@ -243,6 +243,10 @@ pub struct RingStep {
 
 impl RingStep {
     fn apply(&self, ctx: &mut RankCtx, attrs: &mut Attrs) {
+        // Only the builds that plan ring attention make these steps.
+        if !cfg!(feature = "context-parallel") {
+            return;
+        }
         let (q, _) = ctx.extent(self.n, &self.axes);
         let group = ctx.group(&self.axes);
         let p = group.len().max(1);
