@@ -158,6 +158,8 @@ fn context_parallel_steps_equal_the_serial_step_on_every_replica() {
         "cp=2,cp_mode=ulysses",
         "cp=4,cp_mode=ulysses",
         "dp=2,cp=2,tp=2,cp_mode=ulysses",
+        "cp=2,pp=2,cp_mode=ring",
+        "cp=2,pp=2,cp_mode=ulysses",
     ];
     for spec in specs {
         verifies_against_serial(&passes(&program, spec), 2)
