@@ -16,7 +16,7 @@ use shardlab::models::{Model, ModelConfig};
 use shardlab::passes::driver::{run_passes, PassOptions, Passes};
 use shardlab::passes::ledger::ledger;
 use shardlab::plan::parallel::Parallel;
-use shardlab::session::{Action, Breakage, Session};
+use shardlab::session::{Action, Session};
 
 /// A Llama in miniature: 8 query heads sharing 4 key/value heads, a sequence of 16.
 fn llama() -> ModelConfig {
@@ -182,25 +182,11 @@ fn context_parallel_steps_equal_the_serial_step_on_every_replica() {
 fn every_deletion_caught(spec: &str, kind: &str, want: usize) {
     let program = Model::Llama.build(&llama()).unwrap();
     let s = Session::from_plan("cp", plan_under(&program, spec)).reduce(Action::SetBreakMode(true));
-    let ops: Vec<usize> = s
-        .inserted_ops()
-        .into_iter()
-        .filter(|o| o.label.starts_with(kind))
-        .map(|o| o.op)
-        .collect();
-    assert_eq!(ops.len(), want, "{spec}: {kind}");
-    for op in ops {
-        let broken = shardlab::engine::finish(
-            s.clone()
-                .reduce(Action::Break(Breakage::Delete { op }))
-                .reduce(Action::RunBroken),
-        );
-        let r = broken.break_report.as_ref().expect("a report");
-        assert!(
-            !r.diverged.is_empty() || r.failure.is_some(),
-            "{spec}: deleting op {op} went unnoticed"
-        );
-    }
+    assert_eq!(
+        common::every_deletion_caught(&s, kind),
+        want,
+        "{spec}: {kind}"
+    );
 }
 
 #[test]

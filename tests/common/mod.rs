@@ -291,3 +291,30 @@ pub fn tiny_mixtral(dtype: shardlab::ir::DType) -> shardlab::models::ModelConfig
         ..Model::Llama.default_config()
     }
 }
+
+/// Deletes, in turn, each inserted op of `s` (in break-it mode) whose label starts with
+/// `kind`, runs the broken plan, and panics if a deletion goes unnoticed; returns how many
+/// were deleted.
+#[allow(dead_code)]
+pub fn every_deletion_caught(s: &shardlab::session::Session, kind: &str) -> usize {
+    use shardlab::session::{Action, Breakage};
+    let ops: Vec<usize> = s
+        .inserted_ops()
+        .into_iter()
+        .filter(|o| o.label.starts_with(kind))
+        .map(|o| o.op)
+        .collect();
+    for &op in &ops {
+        let broken = shardlab::engine::finish(
+            s.clone()
+                .reduce(Action::Break(Breakage::Delete { op }))
+                .reduce(Action::RunBroken),
+        );
+        let r = broken.break_report.as_ref().expect("a report");
+        assert!(
+            !r.diverged.is_empty() || r.failure.is_some(),
+            "deleting op {op} ({kind}) went unnoticed"
+        );
+    }
+    ops.len()
+}

@@ -1,5 +1,8 @@
-//! `flash_attn` and its grad: one block holding every key (`kernels::attention`), the
-//! positions those of the op's stored order (`zigzag`).
+//! `flash_attn` and ring attention's blocks, forward and grad: a block of queries attends a
+//! block of keys (`kernels::attention`) at their original positions. The serial op is one
+//! block holding every key (offsets 0, the whole sequence); a ring step's block has its
+//! offsets into the stored sequence in `q_offset` and `kv_offset`, and merges into the
+//! running result (or adds to the running gradients) it is given.
 
 use super::Rank;
 use crate::exec::kernels::attention::{attend, attend_grad, shape_error, Block, Row};
@@ -10,93 +13,32 @@ use crate::ir::Op;
 
 type Res = Result<(), OpError>;
 
-/// The original positions of `len` stored rows from `offset` of the op's sequence.
-fn pos(op: &Op, offset: usize, len: usize, seq: usize) -> Vec<usize> {
-    positions(offset, len, seq, op.attr_int("zigzag", 0).max(0) as usize)
-}
-
 fn refused(blk: &Block) -> OpError {
     OpError::Attention(shape_error(blk).unwrap_or_else(|| "attention operands do not fit".into()))
 }
 
-impl Rank<'_> {
-    pub(super) fn flash_attn(&mut self, op: &Op) -> Res {
-        let (q, k, v) = (
-            self.slot(op, "Q")?,
-            self.slot(op, "K")?,
-            self.slot(op, "V")?,
-        );
-        let (sq, sk) = (seq_len(q), seq_len(k));
-        let (qp, kp) = (pos(op, 0, sq, sq), pos(op, 0, sk, sk));
-        let blk = Block {
-            q,
-            k,
-            v,
-            q_pos: &qp,
-            k_pos: &kp,
-            causal: op.attr_bool("causal", true),
-        };
-        let (out, lse) = attend(&blk, None).ok_or_else(|| refused(&blk))?;
-        self.set(op, "Out", out);
-        self.set(op, "SoftmaxLse", lse);
-        Ok(())
-    }
-
-    pub(super) fn flash_attn_grad(&mut self, op: &Op) -> Res {
-        let (q, k, v) = (
-            self.slot(op, "Q")?,
-            self.slot(op, "K")?,
-            self.slot(op, "V")?,
-        );
-        let (sq, sk) = (seq_len(q), seq_len(k));
-        let (qp, kp) = (pos(op, 0, sq, sq), pos(op, 0, sk, sk));
-        let blk = Block {
-            q,
-            k,
-            v,
-            q_pos: &qp,
-            k_pos: &kp,
-            causal: op.attr_bool("causal", true),
-        };
-        let row = Row {
-            out: self.slot(op, "Out")?,
-            lse: self.slot(op, "SoftmaxLse")?,
-            dout: self.slot(op, "Out@GRAD")?,
-        };
-        let (dq, dk, dv) = attend_grad(&blk, &row).ok_or_else(|| refused(&blk))?;
-        for (slot, t) in [("Q@GRAD", dq), ("K@GRAD", dk), ("V@GRAD", dv)] {
-            if !op.output(slot).is_empty() {
-                self.set(op, slot, t);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Dim 1 of a `[b, s, h, d]` operand (0 for another rank; the kernel refuses it).
-pub(super) fn seq_len(t: &Tensor) -> usize {
-    t.shape.get(1).copied().unwrap_or(0)
-}
-
-/// A ring step's block: the rank's queries at `q_offset`, the visiting keys at
-/// `kv_offset`, of the op's whole stored sequence.
-fn ring_positions(op: &Op, q: &Tensor, k: &Tensor) -> (Vec<usize>, Vec<usize>) {
-    let seq = op.attr_int("seq", 0).max(0) as usize;
+/// The original positions of the queries and keys of `op`'s block: `seq` stored positions
+/// (the queries' count without the attribute) in `zigzag` order, from the offsets (0
+/// without them).
+fn block_positions(op: &Op, q: &Tensor, k: &Tensor) -> (Vec<usize>, Vec<usize>) {
+    let seq = op.attr_int("seq", seq_len(q) as i64).max(0) as usize;
     let at = |name: &str| op.attr_int(name, 0).max(0) as usize;
+    let z = op.attr_int("zigzag", 0).max(0) as usize;
     (
-        pos(op, at("q_offset"), seq_len(q), seq),
-        pos(op, at("kv_offset"), seq_len(k), seq),
+        positions(at("q_offset"), seq_len(q), seq, z),
+        positions(at("kv_offset"), seq_len(k), seq, z),
     )
 }
 
 impl Rank<'_> {
-    pub(super) fn ring_attn_block(&mut self, op: &Op) -> Res {
+    /// `flash_attn`, or a ring step's block merged into the running `Acc`, `AccLse`.
+    pub(super) fn attention(&mut self, op: &Op) -> Res {
         let (q, k, v) = (
             self.slot(op, "Q")?,
             self.slot(op, "K")?,
             self.slot(op, "V")?,
         );
-        let (qp, kp) = ring_positions(op, q, k);
+        let (qp, kp) = block_positions(op, q, k);
         let blk = Block {
             q,
             k,
@@ -115,13 +57,15 @@ impl Rank<'_> {
         Ok(())
     }
 
-    pub(super) fn ring_attn_block_grad(&mut self, op: &Op) -> Res {
+    /// The grad of `flash_attn`, or a ring step's block gradient added to the running
+    /// `DQ`, `DK`, `DV` it carries.
+    pub(super) fn attention_grad(&mut self, op: &Op) -> Res {
         let (q, k, v) = (
             self.slot(op, "Q")?,
             self.slot(op, "K")?,
             self.slot(op, "V")?,
         );
-        let (qp, kp) = ring_positions(op, q, k);
+        let (qp, kp) = block_positions(op, q, k);
         let blk = Block {
             q,
             k,
@@ -153,4 +97,9 @@ impl Rank<'_> {
         }
         Ok(())
     }
+}
+
+/// Dim 1 of a `[b, s, h, d]` operand (0 for another rank; the kernel refuses it).
+fn seq_len(t: &Tensor) -> usize {
+    t.shape.get(1).copied().unwrap_or(0)
 }

@@ -460,8 +460,8 @@ impl<'a> Rank<'a> {
                 self.move_data(op)?
             }
             OpType::CoalesceTensor | OpType::UncoalesceTensor => self.bucket(op)?,
-            OpType::RingAttnBlock => self.ring_attn_block(op)?,
-            OpType::RingAttnBlockGrad => self.ring_attn_block_grad(op)?,
+            OpType::RingAttnBlock => self.attention(op)?,
+            OpType::RingAttnBlockGrad => self.attention_grad(op)?,
             OpType::CEmbeddingGrad => self.lookup_grad(op, true)?,
             OpType::CSoftmaxWithCrossEntropyGrad => self.vocab_ce_grad(op)?,
             OpType::Sgd => self.update(op, Update::Sgd)?,
@@ -518,7 +518,7 @@ impl<'a> Rank<'a> {
             F::SoftmaxWithCrossEntropy => self.softmax_ce(op)?,
             F::MoeDispatch => self.moe_dispatch(op)?,
             F::MoeCombine => self.moe_combine(op)?,
-            F::FlashAttn => self.flash_attn(op)?,
+            F::FlashAttn => self.attention(op)?,
         }
         Ok(())
     }
@@ -558,7 +558,7 @@ impl<'a> Rank<'a> {
             F::SoftmaxWithCrossEntropy => self.softmax_ce_grad(op)?,
             F::MoeDispatch => self.moe_dispatch_grad(op)?,
             F::MoeCombine => self.moe_combine_grad(op)?,
-            F::FlashAttn => self.flash_attn_grad(op)?,
+            F::FlashAttn => self.attention_grad(op)?,
         }
         Ok(())
     }
