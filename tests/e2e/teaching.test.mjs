@@ -55,6 +55,11 @@ test('every lesson opens its state, text and focus panel, with no page errors', 
     const focus = await page.locator('main.app').getAttribute('data-focus');
     assert.equal(await page.locator(`.${focus}`).count() >= 1, true, `lesson ${n} focuses .${focus}`);
     assert.equal(await page.locator('.banner.error').count(), 0, `lesson ${n} plans`);
+    // The words come from the engine's module (the page's does not carry them).
+    await page.waitForFunction(() => {
+      const t = document.querySelector('.lesson-text')?.innerText ?? '';
+      return t.length > 40;
+    }, null, { timeout: 10000 });
     if (n === 4 || n === 12) await page.screenshot({ path: `${screenshotDir}/lesson-${n}.png` });
     assert.deepEqual(errors, [], `lesson ${n}`);
   }
