@@ -1969,6 +1969,27 @@ fn the_help_names_every_preset() {
 }
 
 #[test]
+fn context_parallelism_says_which_attention_it_runs() {
+    // Llama's 4 query and 2 key heads: Ulysses over cp=2, the ring past them.
+    for (spec, says) in [
+        ("cp=2", "context parallelism cp=2: Ulysses (all-to-all from sequence to heads and back); 4 query and 2 key heads divide over tp × cp = 2\n"),
+        ("cp=4", "context parallelism cp=4: ring attention, zig-zag order; 4 query or 2 key heads do not divide over tp × cp = 4\n"),
+    ] {
+        let out = shardlab(&["print", "--preset", "llama", "--parallel", spec]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stderr), says);
+        assert!(text(&out.stdout).contains("flash_attn("), "{spec}");
+    }
+    let out = shardlab(&["print", "--preset", "llama", "--cp-mode", "ring"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--parallel"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn parallel_writes_the_mesh_and_every_annotation_out() {
     let out = shardlab(&[
         "print",
@@ -2036,6 +2057,8 @@ fn parallel_writes_the_mesh_and_every_annotation_out() {
         (vec!["--parallel", "dp=2,xp=2"], "error: --parallel dp=2,xp=2: unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, sp and cp_mode\n"),
         (vec!["--parallel", "tp=x"], "error: --parallel tp=x: `tp=x`: a degree is a whole number from 1 to 4096\n"),
         (vec!["--parallel", "dp=2,sp"], "error: --parallel dp=2,sp: `sp` splits the sequence over the tensor-parallel group, so it needs tp > 1\n"),
+        (vec!["--parallel", "cp=2", "--cp-mode", "star"], "error: --parallel cp=2,cp_mode=star: cp_mode `star` is not one of ring, ring_contiguous, ulysses, auto\n"),
+        (vec!["--parallel", "dp=2", "--cp-mode", "ring"], "error: --parallel dp=2,cp_mode=ring: cp_mode needs cp > 1\n"),
     ] {
         let mut all = vec!["print", "--preset", "gpt"];
         all.extend(args);

@@ -201,6 +201,10 @@ fn a_link_s_parallel_field_builds_the_strategy() {
             "s=gpt2-small&parallel=tp=2,sp",
             "links do not carry `sp` yet",
         ),
+        (
+            "s=gpt2-small&parallel=dp=2,cp=2",
+            "links do not carry `cp` yet",
+        ),
     ] {
         let e = Session::from_hash(hash).err().unwrap().to_string();
         assert!(e.contains(says), "{hash}: {e}");
