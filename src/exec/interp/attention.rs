@@ -31,8 +31,9 @@ fn block_positions(op: &Op, q: &Tensor, k: &Tensor) -> (Vec<usize>, Vec<usize>) 
 }
 
 impl Rank<'_> {
-    /// `flash_attn`, or a ring step's block merged into the running `Acc`, `AccLse`.
-    pub(super) fn attention(&mut self, op: &Op) -> Res {
+    /// `f` of the op's block (Q, K, V at their positions); a block the kernel refuses is
+    /// an error naming its shapes.
+    fn with_block<R>(&self, op: &Op, f: impl FnOnce(&Block) -> Option<R>) -> Result<R, OpError> {
         let (q, k, v) = (
             self.slot(op, "Q")?,
             self.slot(op, "K")?,
@@ -47,11 +48,16 @@ impl Rank<'_> {
             k_pos: &kp,
             causal: op.attr_bool("causal", true),
         };
+        f(&blk).ok_or_else(|| refused(&blk))
+    }
+
+    /// `flash_attn`, or a ring step's block merged into the running `Acc`, `AccLse`.
+    pub(super) fn attention(&mut self, op: &Op) -> Res {
         let acc = match (self.opt_slot(op, "Acc"), self.opt_slot(op, "AccLse")) {
             (Some(o), Some(l)) => Some((o, l)),
             _ => None,
         };
-        let (out, lse) = attend(&blk, acc).ok_or_else(|| refused(&blk))?;
+        let (out, lse) = self.with_block(op, |blk| attend(blk, acc))?;
         self.set(op, "Out", out);
         self.set(op, "SoftmaxLse", lse);
         Ok(())
@@ -60,26 +66,12 @@ impl Rank<'_> {
     /// The grad of `flash_attn`, or a ring step's block gradient added to the running
     /// `DQ`, `DK`, `DV` it carries.
     pub(super) fn attention_grad(&mut self, op: &Op) -> Res {
-        let (q, k, v) = (
-            self.slot(op, "Q")?,
-            self.slot(op, "K")?,
-            self.slot(op, "V")?,
-        );
-        let (qp, kp) = block_positions(op, q, k);
-        let blk = Block {
-            q,
-            k,
-            v,
-            q_pos: &qp,
-            k_pos: &kp,
-            causal: op.attr_bool("causal", true),
-        };
         let row = Row {
             out: self.slot(op, "Out")?,
             lse: self.slot(op, "SoftmaxLse")?,
             dout: self.slot(op, "Out@GRAD")?,
         };
-        let grads = attend_grad(&blk, &row).ok_or_else(|| refused(&blk))?;
+        let grads = self.with_block(op, |blk| attend_grad(blk, &row))?;
         let mut outs = Vec::with_capacity(3);
         for (acc, t) in ["DQ", "DK", "DV"]
             .into_iter()
