@@ -2054,8 +2054,8 @@ fn parallel_writes_the_mesh_and_every_annotation_out() {
         .count();
     assert_eq!(ranks, 64);
     for (args, want) in [
-        (vec!["--parallel", "dp=2,xp=2"], "error: --parallel dp=2,xp=2: unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, sp and cp_mode\n"),
-        (vec!["--parallel", "tp=x"], "error: --parallel tp=x: `tp=x`: a degree is a whole number from 1 to 4096\n"),
+        (vec!["--parallel", "dp=2,xp=2"], "error: --parallel dp=2,xp=2: unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, vpp, sp, flash and cp_mode\n"),
+        (vec!["--parallel", "tp=x"], "error: --parallel tp=x: `tp=x`: a degree is a whole number from 1 to 16384\n"),
         (vec!["--parallel", "dp=2,sp"], "error: --parallel dp=2,sp: `sp` splits the sequence over the tensor-parallel group, so it needs tp > 1\n"),
         (vec!["--parallel", "cp=2", "--cp-mode", "star"], "error: --parallel cp=2,cp_mode=star: cp_mode `star` is not one of ring, ring_contiguous, ulysses, auto\n"),
         (vec!["--parallel", "dp=2", "--cp-mode", "ring"], "error: --parallel dp=2,cp_mode=ring: cp_mode needs cp > 1\n"),

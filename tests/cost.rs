@@ -459,10 +459,10 @@ mod simulation {
         let tpu = Topology::preset("tpu-v5e-16").unwrap();
         let beta = |g: &[u32]| tpu.effective_link(g).unwrap().beta_bytes_per_s;
         let world: Vec<u32> = (0..16).collect();
-        assert_eq!(beta(&world), 100e9);
-        assert_eq!(beta(&[0, 1, 2, 3]), 50e9, "a row");
-        assert_eq!(beta(&[1, 5, 9, 13]), 50e9, "a column");
-        assert_eq!(beta(&[0, 1, 4, 5]), 100e9, "a 2 x 2 block");
+        assert_eq!(beta(&world), 90e9);
+        assert_eq!(beta(&[0, 1, 2, 3]), 45e9, "a row");
+        assert_eq!(beta(&[1, 5, 9, 13]), 45e9, "a column");
+        assert_eq!(beta(&[0, 1, 4, 5]), 90e9, "a 2 x 2 block");
         // The scaling book's all-reduce of S bytes over the 16 chips: 2·15·α + 2·15/16·S/(2β).
         let s = 64e6;
         let t = shardlab::cost::collective::time(
@@ -472,15 +472,23 @@ mod simulation {
             tpu.effective_link(&world).unwrap(),
         );
         assert!(
-            (t - (30.0 * 5e-6 + 30.0 / 16.0 * s / 100e9)).abs() < 1e-12,
+            (t - (30.0 * 5e-6 + 30.0 / 16.0 * s / 90e9)).abs() < 1e-12,
             "{t}"
         );
+        // A v5p slice is 3-D: 64 chips are 4 x 4 x 4; a group over all three axes gets three
+        // links, one along z one link.
+        let v5p = Topology::preset("tpu-v5p-128").unwrap();
+        let beta = |g: &[u32]| v5p.effective_link(g).unwrap().beta_bytes_per_s;
+        assert_eq!(beta(&(0..64).collect::<Vec<u32>>()), 270e9);
+        assert_eq!(beta(&[0, 1, 2, 3]), 90e9);
+        assert_eq!(beta(&[0, 4, 16, 20]), 180e9);
+        // NVLink at NCCL's share of its line rate (hardware.rs).
         let h100 = Topology::preset("h100x8").unwrap();
         assert_eq!(
             h100.effective_link(&[0, 1, 2, 3, 4, 5, 6, 7])
                 .unwrap()
                 .beta_bytes_per_s,
-            450e9
+            450e9 * shardlab::cost::hardware::NVLINK_BUS_EFFICIENCY
         );
     }
 

@@ -71,14 +71,21 @@ impl DeviceArgs {
         max_memory: &Option<String>,
     ) -> Result<Result<(Passes, Estimate), PlanError>, String> {
         let budget = super::budget::budget(max_memory)?;
-        if let Err(e) = super::budget::check(
-            "costing",
-            plan.estimated_planning_bytes(crate::plan::RanksPlanned::All),
-            budget,
-        ) {
+        let classes = plan
+            .mesh()
+            .and_then(|m| crate::cost::classes::representatives(m));
+        let planned = classes
+            .as_ref()
+            .map_or(crate::plan::RanksPlanned::All, |r| {
+                crate::plan::RanksPlanned::Count(r.len())
+            });
+        if let Err(e) =
+            super::budget::check("costing", plan.estimated_planning_bytes(planned), budget)
+        {
             return Ok(Err(PlanError::whole(e.to_string())));
         }
-        let opts = PassOptions::from_plan(&plan.options);
+        let mut opts = PassOptions::from_plan(&plan.options);
+        opts.partition.ranks = classes;
         let p = match run_passes(plan, &opts) {
             Ok(p) => p,
             Err(e) => return Ok(Err(PlanError::from_located(&e, None))),

@@ -2,27 +2,19 @@
 //! first devices in the preset's order); a group's collective runs over the slowest link
 //! class that connects all its members.
 //!
-//! Sources, per preset:
-//! - `h100x8`: NVIDIA H100 Tensor Core GPU datasheet (H100 SXM5): dense BF16/FP16 tensor
-//!   989.4 TFLOP/s (1,979 with sparsity), TF32 494.7, FP32 66.9; HBM3 3.35 TB/s, 80 GB; NVLink
-//!   900 GB/s per GPU, both directions together, so 450 GB/s each way.
-//! - `h100x8x2`, `h100x8x4`, `h100x8x8`, `h100x8x16`: 2 to 16 such nodes; between nodes one ConnectX-7 InfiniBand NDR port per GPU,
-//!   400 Gb/s = 50 GB/s each way (NVIDIA DGX H100 user guide: eight 400 Gb/s ports for
-//!   eight GPUs).
-//! - `tpu-v5e-16`: Cloud TPU v5e documentation: 197 TFLOP/s BF16 per chip, 16 GiB HBM at
-//!   819 GB/s, ICI 400 GB/s per chip in both directions over 4 ports, so 50 GB/s each way
-//!   per link; a 2-D torus (the 256-chip pod is 16 × 16). The slice is 4 × 4. Whether a 4 × 4
-//!   slice has wraparound links is not stated in that documentation, so the model does not
-//!   rely on it: a group along one torus dimension is priced at one link's bandwidth (a
-//!   ring laid on a line uses each link both ways; wraparound would double it). A group
-//!   that spans both dimensions runs its collective along both at once (half the data
-//!   each way round: X then Y, and Y then X), so it gets twice one link's bandwidth: the
-//!   scaling book's "bandwidth scales with the number of axes" (How to Scale Your Model,
-//!   the collectives chapter). An f32 matmul
-//!   on a TPU runs as one bf16 pass at XLA's default precision, so f32 gets the bf16 peak.
+//! The GPU clusters and TPU slices, with their sources and calibration, are in
+//! `hardware.rs` (`h100x8x2048`, `tpu-v5p-128`, ...). Besides them:
 //! - `cpu`: this machine, measured when `shardlab cost` runs on it (the executor's GEMM, an
 //!   elementwise kernel, and the threads' exchange: `cli/calibrate.rs`). Without a
 //!   measurement (the browser) the figures are nominal ones for a small laptop, marked so.
+//!
+//! On a torus (a TPU slice) no wraparound is assumed: a group along one torus dimension is
+//! priced at one link's bandwidth (a ring laid on a line uses each link both ways). A group
+//! that spans k dimensions runs its collective along all k at once (a share of the data
+//! each way round), so it gets k links' bandwidth: the scaling book's "bandwidth scales
+//! with the number of axes" (How to Scale Your Model, the collectives chapter). An f32
+//! matmul on a TPU runs as one bf16 pass at XLA's default precision, so f32 gets the bf16
+//! peak.
 //!
 //! Latency α is not on any datasheet. The presets use 5 µs per ring step over NVLink and
 //! ICI, and 10 µs over InfiniBand: the order of the small-message times NCCL's tests report
@@ -68,6 +60,9 @@ pub struct Device {
     /// Memory bandwidth, bytes/s, and capacity, bytes.
     pub mem_bandwidth: f64,
     pub mem_capacity: f64,
+    /// The fraction of the peak a large matmul reaches (1 where the peak is measured, as on
+    /// `cpu`): FLOPs are priced at peak × this.
+    pub matmul_efficiency: f64,
     /// The executor's own kernels (`cpu` only): what neither the peak nor the memory
     /// bandwidth describes.
     pub kernels: Option<CpuKernels>,
@@ -127,10 +122,10 @@ pub struct LinkClass {
     pub name: &'static str,
     pub block: usize,
     pub link: Link,
-    /// A 2-D torus of `(rows, cols)` devices in row-major order (the TPU slice): a group
-    /// whose members differ in both coordinates runs its collective along both dimensions at
-    /// once, on twice the links (the scaling book's multi-axis collectives).
-    pub torus: Option<(usize, usize)>,
+    /// A torus of `[x, y, z]` devices in row-major order (a TPU slice; a 2-D one has
+    /// x = 1): a group whose members differ in k coordinates runs its collective along k
+    /// dimensions at once, on k times the links (the scaling book's multi-axis collectives).
+    pub torus: Option<[usize; 3]>,
 }
 
 /// A set of devices and their links.
@@ -154,7 +149,7 @@ pub struct Topology {
 /// Why a plan cannot be costed on a topology.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
-    #[error("unknown topology `{0}` (known: cpu, h100x8, h100x8x2, h100x8x4, h100x8x8, h100x8x16, tpu-v5e-16)")]
+    #[error("unknown topology `{0}` (known: cpu, {forms})", forms = super::hardware::NAME_FORMS)]
     Unknown(String),
     #[error("rank {rank} has no device: {topology} has {devices} devices (ranks run on devices 0 to {last})", last = devices - 1)]
     TooFewDevices {
@@ -164,113 +159,27 @@ pub enum TopologyError {
     },
 }
 
-const NVLINK: Link = Link {
-    alpha_s: 5e-6,
-    beta_bytes_per_s: 450e9,
-};
-
-fn h100() -> Device {
-    Device {
-        peak_bf16: 989.4e12,
-        peak_f16: 989.4e12,
-        peak_f32: 66.9e12,
-        mem_bandwidth: 3.35e12,
-        mem_capacity: 80e9,
-        kernels: None,
-    }
-}
-
-/// `nodes` 8-GPU NVLink nodes joined by InfiniBand (see the module doc for the figures).
-fn h100_nodes(name: &'static str, nodes: usize) -> Topology {
-    Topology {
-        name,
-        devices: 8 * nodes,
-        device: h100(),
-        links: vec![
-            LinkClass {
-                name: "NVLink",
-                block: 8,
-                link: NVLINK,
-                torus: None,
-            },
-            LinkClass {
-                name: "InfiniBand",
-                block: 8 * nodes,
-                link: Link {
-                    alpha_s: 10e-6,
-                    beta_bytes_per_s: 50e9,
-                },
-                torus: None,
-            },
-        ],
-        default_dtype: ComputeDType::Bf16,
-        placement: "rank r on GPU r mod 8 of node r / 8; nodes joined by InfiniBand",
-        devices_of_ranks: None,
-    }
-}
-
-/// Every preset's name (`cpu` is this machine, measured).
-pub const PRESETS: [&str; 7] = [
+/// Examples of preset names, for help texts (`cpu` is this machine, measured; any node
+/// count or slice size of `hardware::NAME_FORMS` is a preset too).
+pub const PRESETS: [&str; 9] = [
     "cpu",
     "h100x8",
     "h100x8x2",
     "h100x8x4",
-    "h100x8x8",
     "h100x8x16",
+    "a100x8x384",
+    "h100x8x2048",
     "tpu-v5e-16",
+    "tpu-v5p-128",
 ];
 
 impl Topology {
-    /// A preset by name: one of [`PRESETS`].
+    /// A preset by name: `cpu`, or a cluster or slice of `hardware::by_name`.
     pub fn preset(name: &str) -> Result<Topology, TopologyError> {
-        Ok(match name {
-            "cpu" => Topology::cpu(CpuCalibration::default()),
-            "h100x8" => Topology {
-                name: "h100x8",
-                devices: 8,
-                device: h100(),
-                links: vec![LinkClass {
-                    name: "NVLink",
-                    block: 8,
-                    link: NVLINK,
-                    torus: None,
-                }],
-                default_dtype: ComputeDType::Bf16,
-                placement: "rank r on GPU r of one 8-GPU NVLink node",
-                devices_of_ranks: None,
-            },
-            "h100x8x2" => h100_nodes("h100x8x2", 2),
-            "h100x8x4" => h100_nodes("h100x8x4", 4),
-            "h100x8x8" => h100_nodes("h100x8x8", 8),
-            "h100x8x16" => h100_nodes("h100x8x16", 16),
-            "tpu-v5e-16" => Topology {
-                name: "tpu-v5e-16",
-                devices: 16,
-                device: Device {
-                    peak_bf16: 197e12,
-                    peak_f16: 197e12,
-                    peak_f32: 197e12,
-                    mem_bandwidth: 819e9,
-                    mem_capacity: 16.0 * (1u64 << 30) as f64,
-                    kernels: None,
-                },
-                links: vec![LinkClass {
-                    name: "ICI",
-                    block: 16,
-                    link: Link {
-                        alpha_s: 5e-6,
-                        beta_bytes_per_s: 50e9,
-                    },
-                    torus: Some((4, 4)),
-                }],
-                default_dtype: ComputeDType::Bf16,
-                placement: "rank r on chip (r / 4, r mod 4) of a 4 x 4 slice: a [2, 4] mesh's \
-                            mp groups are rows of the slice, its dp groups pairs of chips in \
-                            adjacent rows of one column",
-                devices_of_ranks: None,
-            },
-            other => return Err(TopologyError::Unknown(other.to_string())),
-        })
+        if name == "cpu" {
+            return Ok(Topology::cpu(CpuCalibration::default()));
+        }
+        super::hardware::by_name(name).ok_or_else(|| TopologyError::Unknown(name.to_string()))
     }
 
     /// This machine, from a calibration.
@@ -284,6 +193,7 @@ impl Topology {
                 peak_f32: c.flops,
                 mem_bandwidth: c.mem_bandwidth,
                 mem_capacity: c.mem_capacity,
+                matmul_efficiency: 1.0,
                 kernels: Some(CpuKernels {
                     rate_small: c.kernel_rate_small,
                     rate_large: c.kernel_rate,
@@ -310,23 +220,19 @@ impl Topology {
         let devices = self.devices_of(group);
         let group = &devices[..];
         let class = self.link_for_devices(group)?;
-        let Some((_, cols)) = class.torus else {
+        let Some([_, y, z]) = class.torus else {
             return Ok(class.link);
         };
-        let cols = cols.max(1);
-        let spans = |coord: &dyn Fn(u32) -> usize| {
-            group
-                .first()
-                .is_some_and(|&a| group.iter().any(|&b| coord(b) != coord(a)))
+        let (y, z) = (y.max(1), z.max(1));
+        let coords = |d: u32| {
+            let d = d as usize;
+            [d / (y * z), (d / z) % y, d % z]
         };
-        let dims = [
-            spans(&|r: u32| r as usize / cols),
-            spans(&|r: u32| r as usize % cols),
-        ]
-        .iter()
-        .filter(|&&s| s)
-        .count()
-        .max(1);
+        let first = group.first().map(|&d| coords(d));
+        let dims = (0..3)
+            .filter(|&k| first.is_some_and(|f| group.iter().any(|&d| coords(d)[k] != f[k])))
+            .count()
+            .max(1);
         Ok(Link {
             beta_bytes_per_s: class.link.beta_bytes_per_s * dims as f64,
             ..class.link

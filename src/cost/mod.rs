@@ -4,10 +4,12 @@
 //! over the step (`memory.rs`); `estimate.rs` puts them together for a planned pipeline;
 //! `diff.rs` compares two plans; `pipeline.rs` lays a pipeline schedule out in time. Pure core: it reads rank programs and returns numbers.
 
+pub mod classes;
 pub mod collective;
 pub mod device;
 pub mod diff;
 pub mod estimate;
+pub mod hardware;
 pub mod memory;
 pub mod mfu;
 pub mod pipeline;

@@ -139,13 +139,15 @@ fn collective_of(program: &Program, op: &Op, elem: ElementBytes) -> Option<(Prim
     }
 }
 
-/// The roofline time of a compute op: max(FLOPs / peak, bytes / memory bandwidth). On this
+/// The roofline time of a compute op: max(FLOPs / achievable peak, bytes / memory
+/// bandwidth), the achievable peak being the peak × the device's matmul efficiency. On this
 /// CPU's executor (a device with `kernels`), an op other than a matmul also takes at least
 /// its elements over the kernel rate for its size, and a matmul pays a fixed cost per GEMM
 /// call it makes.
 pub fn compute_time(program: &Program, op: &Op, topo: &Topology, dtype: ComputeDType) -> f64 {
     let w = op_work(program, op, ElementBytes(dtype.bytes()));
-    let roofline = (w.flops / topo.device.peak(dtype)).max(w.bytes / topo.device.mem_bandwidth);
+    let achievable = topo.device.peak(dtype) * topo.device.matmul_efficiency;
+    let roofline = (w.flops / achievable).max(w.bytes / topo.device.mem_bandwidth);
     let matmul = matches!(op.ty, OpType::MatmulV2 | OpType::MatmulV2Grad);
     match topo.device.kernels {
         Some(k) if matmul => roofline + gemm_calls(program, op) * k.gemm_call_s,

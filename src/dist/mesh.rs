@@ -34,8 +34,10 @@ pub enum MeshError {
     NoSuchRank(u32),
 }
 
-/// The largest mesh we plan for (the playground draws up to 8×8×8).
-pub const MAX_MESH_SIZE: usize = 4096;
+/// The largest mesh we plan for: 16,384 devices, the largest published training runs'
+/// (Llama 3 405B). The playground draws up to 8×8×8; the cost model prices a mesh this
+/// large by rank classes (`cost::classes`), not rank by rank.
+pub const MAX_MESH_SIZE: usize = 16384;
 
 /// An n-D array of process ids with named axes, row-major.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

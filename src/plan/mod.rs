@@ -99,6 +99,8 @@ pub enum RanksPlanned {
     None,
     One,
     All,
+    /// This many ranks (the rank classes of a large mesh, `cost::classes`).
+    Count(usize),
 }
 
 impl Plan {
@@ -136,7 +138,11 @@ impl Plan {
         let items = (self.program.ops().len() + self.program.vars().len()) as f64;
         let further = match (self.mesh(), partitioned) {
             (Some(m), RanksPlanned::All) => m.size().saturating_sub(1) as f64,
-            (Some(_) | None, RanksPlanned::One | RanksPlanned::None | RanksPlanned::All) => 0.0,
+            (Some(_), RanksPlanned::Count(n)) => n.saturating_sub(1) as f64,
+            (
+                Some(_) | None,
+                RanksPlanned::One | RanksPlanned::None | RanksPlanned::All | RanksPlanned::Count(_),
+            ) => 0.0,
         };
         items * (FIRST_RANK_BYTES_PER_ITEM + FURTHER_RANK_BYTES_PER_ITEM * further)
     }

@@ -43,6 +43,12 @@ pub struct Parallel {
     pub cp: usize,
     /// How attention is split over `cp` (`cp_mode=`; the planner's choice when absent).
     pub cp_mode: CpMode,
+    /// Attention fused into one `flash_attn` even without `cp` (`flash`): the scores are
+    /// never written out, as FlashAttention runs them (Megatron's `--use-flash-attn`).
+    pub flash: bool,
+    /// Model chunks per pipeline stage (`vpp=V`: the interleaved schedule with V chunks; 1:
+    /// not interleaved).
+    pub vpp: usize,
 }
 
 /// How attention meets a split sequence: `ring` (Megatron-Core's ring attention, with the
@@ -93,12 +99,14 @@ pub enum ParallelError {
     },
     #[error("`{0}` is given twice")]
     Twice(String),
-    #[error("unknown parallelism `{0}`; --parallel takes dp, tp, pp, ep, cp, sp and cp_mode")]
+    #[error("unknown parallelism `{0}`; --parallel takes dp, tp, pp, ep, cp, vpp, sp, flash and cp_mode")]
     Unknown(String),
     #[error("cp_mode `{0}` is not one of ring, ring_contiguous, ulysses, auto")]
     BadCpMode(String),
     #[error("cp_mode needs cp > 1")]
     CpModeWithoutCp,
+    #[error("vpp=V interleaves V model chunks per pipeline stage, so it needs pp > 1")]
+    VirtualWithoutPipeline,
     #[error("`sp` splits the sequence over the tensor-parallel group, so it needs tp > 1")]
     SequenceParallelWithoutTp,
     #[error("`sp` takes no degree: it is sequence parallelism over the tp group")]
@@ -119,6 +127,8 @@ impl Parallel {
         ep: 1,
         cp: 1,
         cp_mode: CpMode::Auto,
+        flash: false,
+        vpp: 1,
     };
 
     /// Parses `dp=8,tp=8,pp=2` (any order; a missing degree is 1).
@@ -126,11 +136,16 @@ impl Parallel {
         let mut p = Parallel::SERIAL;
         let mut seen: Vec<&str> = Vec::new();
         for item in spec.split(',').map(str::trim) {
-            if item == "sp" {
-                if p.sp {
-                    return Err(ParallelError::Twice("sp".into()));
+            if item == "sp" || item == "flash" {
+                let flag = if item == "sp" {
+                    &mut p.sp
+                } else {
+                    &mut p.flash
+                };
+                if *flag {
+                    return Err(ParallelError::Twice(item.into()));
                 }
-                p.sp = true;
+                *flag = true;
                 continue;
             }
             let (key, value) = item
@@ -166,6 +181,7 @@ impl Parallel {
                 "pp" => p.pp = degree,
                 "ep" => p.ep = degree,
                 "cp" => p.cp = degree,
+                "vpp" => p.vpp = degree,
                 "sp" => return Err(ParallelError::SequenceParallelDegree),
                 other => return Err(ParallelError::Unknown(other.to_string())),
             }
@@ -178,6 +194,9 @@ impl Parallel {
         }
         if p.cp_mode != CpMode::Auto && p.cp == 1 {
             return Err(ParallelError::CpModeWithoutCp);
+        }
+        if p.vpp > 1 && p.pp == 1 {
+            return Err(ParallelError::VirtualWithoutPipeline);
         }
         let devices =
             p.dp.saturating_mul(p.tp)
@@ -227,7 +246,7 @@ impl Parallel {
         };
         // Context parallelism attends through `flash_attn`.
         let fused;
-        let program = if self.cp > 1 {
+        let program = if self.cp > 1 || self.flash {
             fused = self.fused(program);
             &fused
         } else {
@@ -329,6 +348,10 @@ impl Parallel {
     /// partial, so the sum is reduce-scattered once, as Megatron's fused layers do.
     pub fn set_options(&self, options: &mut super::PlanOptions) {
         options.megatron_sums |= self.sp;
+        if self.vpp > 1 {
+            options.schedule = super::options::ScheduleKind::Vpp;
+            options.chunks = self.vpp;
+        }
     }
 
     /// The annotations of `program` (as [`Parallel::prepare`] gives it) under this
@@ -562,8 +585,18 @@ mod tests {
         assert_eq!(err("dp=8,dp=2"), "`dp` is given twice");
         assert_eq!(
             err("xp=2"),
-            "unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, sp and cp_mode"
+            "unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, vpp, sp, flash and cp_mode"
         );
+        assert_eq!(
+            err("vpp=2"),
+            "vpp=V interleaves V model chunks per pipeline stage, so it needs pp > 1"
+        );
+        assert_eq!(err("pp=2,flash,flash"), "`flash` is given twice");
+        let v = Parallel::parse("pp=4,vpp=3,flash").unwrap();
+        assert!(v.flash && v.vpp == 3);
+        let mut o = crate::plan::PlanOptions::default();
+        v.set_options(&mut o);
+        assert_eq!((o.schedule, o.chunks), (crate::plan::ScheduleKind::Vpp, 3));
         assert_eq!(
             Parallel::parse("dp=2,cp=4,tp=2,pp=2").unwrap().mesh_spec(),
             "2x2x4x2:pp,dp,cp,tp"
@@ -588,11 +621,11 @@ mod tests {
         assert_eq!(err("tp"), "`tp` is not NAME=DEGREE (e.g. dp=8,tp=8,pp=2)");
         assert_eq!(
             err("tp=0"),
-            "`tp=0`: a degree is a whole number from 1 to 4096"
+            "`tp=0`: a degree is a whole number from 1 to 16384"
         );
         assert_eq!(
-            err("dp=64,tp=8,pp=16"),
-            "dp × cp × tp × pp = 8192 devices, more than a mesh holds (4096)"
+            err("dp=256,tp=8,pp=16"),
+            "dp × cp × tp × pp = 32768 devices, more than a mesh holds (16384)"
         );
     }
 }
