@@ -120,9 +120,40 @@ pub(crate) struct CostArgs {
     /// an estimate before planning. Default: half the available memory.
     #[arg(long, value_name = "BYTES")]
     max_memory: Option<String>,
+    /// How TFLOP/s per device and MFU count the model's FLOPs: model_6n (6 × parameters ×
+    /// tokens plus attention; the default for a preset), megatron_ptdp (Megatron's
+    /// 96·B·s·l·h²·(1 + s/6h + V/16lh), recomputation included) or program (the planned
+    /// program's ops; the only one for a plan file). docs/cost.md
+    #[arg(long, value_name = "FORMULA")]
+    flops_formula: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+}
+
+/// The formula `--flops-formula` names, checked against what the plan's source knows.
+fn formula(
+    given: &Option<String>,
+    shape: Option<&crate::cost::throughput::ModelShape>,
+) -> Result<crate::cost::throughput::FlopsFormula, String> {
+    use crate::cost::throughput::FlopsFormula;
+    let Some(name) = given else {
+        return Ok(if shape.is_some() {
+            FlopsFormula::Model6N
+        } else {
+            FlopsFormula::Program
+        });
+    };
+    let f = FlopsFormula::parse(name).ok_or_else(|| {
+        format!("--flops-formula: `{name}` is not one of model_6n, megatron_ptdp, program")
+    })?;
+    if shape.is_none() && f != FlopsFormula::Program {
+        return Err(format!(
+            "--flops-formula {name} needs a transformer preset's sizes (--preset); a plan \
+             file or scenario counts its program (--flops-formula program)"
+        ));
+    }
+    Ok(f)
 }
 
 /// Plans, simulates and prints.
@@ -131,6 +162,8 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(1));
     };
     args.training.apply(&mut plan)?;
+    let shape = args.source.model_shape(&plan)?;
+    let formula = formula(&args.flops_formula, shape.as_ref())?;
     let e = match args.devices.costed(&plan, &args.max_memory)? {
         Ok((p, e)) => {
             args.training.check_applied(&p)?;
@@ -141,10 +174,12 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
             return Ok(ExitCode::from(1));
         }
     };
+    let t = e.throughput(formula, shape.as_ref());
     let text = match args.format {
-        Format::Text => text(&e),
+        Format::Text => text(&e, &t),
         Format::Json => {
             let mut doc = estimate_json(&e);
+            crate::cost::estimate::add_throughput(&mut doc, &t);
             doc["schema_version"] = json!(crate::report::SCHEMA_VERSION);
             format!(
                 "{}\n",
@@ -191,16 +226,36 @@ fn mb(b: f64) -> String {
     }
 }
 
-fn text(e: &Estimate) -> String {
+fn text(e: &Estimate, t: &crate::cost::throughput::Throughput) -> String {
     let mut out = format!(
         "cost on {} ({}; compute priced at {}): step {}, MFU {:.2}%, critical rank {}\n",
         e.topology,
         e.placement,
         e.dtype.name(),
         ms(e.step_s()),
-        e.mfu * 100.0,
+        t.mfu * 100.0,
         e.step.critical_rank
     );
+    let tokens = t
+        .tokens_per_s_per_device
+        .map_or(String::new(), |n| format!(", {n:.0} tokens/s"));
+    out.push_str(&format!(
+        "per device: {:.1} TFLOP/s ({}){tokens}; peak memory {:.1} GB of {:.1} GB: {}\n",
+        t.tflops_per_device,
+        t.formula.name(),
+        t.peak_bytes / 1e9,
+        e.device_memory / 1e9,
+        if t.fits { "fits" } else { "does not fit" },
+    ));
+    if e.step.ranks.len() < e.mesh_ranks {
+        out.push_str(&format!(
+            "priced {} rank classes of {} ranks: one rank per pipeline stage (and \
+             context-parallel position) stands for the ranks that share its program \
+             (docs/cost.md)\n",
+            e.step.ranks.len(),
+            e.mesh_ranks
+        ));
+    }
     out.push_str(&format!(
         "{:>5} {:>12} {:>12} {:>12} {:>12} {:>12}  peak by category\n",
         "rank", "compute", "comm", "idle", "total", "peak memory"

@@ -205,6 +205,51 @@ impl PlanSource {
         .map(Some)
     }
 
+    /// The sizes the FLOPs formulas need, for a preset (`None` for a plan file or a
+    /// scenario): its config at the flags' sizes and global batch, and the active
+    /// parameters of `plan`'s program (a Mixture of Experts' routed experts only).
+    pub(crate) fn model_shape(
+        &self,
+        plan: &Plan,
+    ) -> Result<Option<crate::cost::throughput::ModelShape>, String> {
+        let Some(preset) = &self.preset else {
+            return Ok(None);
+        };
+        let (model, base) = crate::models::Model::preset(preset).map_err(|e| e.to_string())?;
+        if matches!(
+            model,
+            crate::models::Model::Mlp | crate::models::Model::MlpMse
+        ) {
+            return Ok(None);
+        }
+        let mut cfg = self.sizes.config(model, base)?;
+        if let Some(global) = self.batch.global(&cfg)? {
+            cfg.batch = global;
+        }
+        let total: f64 = plan
+            .program
+            .vars()
+            .iter()
+            .filter(|v| v.kind == crate::ir::VarKind::Parameter)
+            .map(|v| v.ty.numel() as f64)
+            .sum();
+        // Each expert is a SwiGLU MLP (gate, up and down: 3·h·ffn); a token skips all but
+        // top_k of them.
+        let skipped = cfg.experts.saturating_sub(cfg.top_k) as f64
+            * 3.0
+            * (cfg.hidden * cfg.ffn) as f64
+            * cfg.layers as f64;
+        let skipped = if cfg.experts > 0 { skipped } else { 0.0 };
+        Ok(Some(crate::cost::throughput::ModelShape {
+            active_params: total - skipped,
+            layers: cfg.layers as f64,
+            hidden: cfg.hidden as f64,
+            seq: cfg.seq as f64,
+            vocab: cfg.vocab as f64,
+            global_batch: cfg.batch as f64,
+        }))
+    }
+
     /// Whether the plan is a preset (built at the sizes the flags give).
     pub(crate) fn is_preset(&self) -> bool {
         self.preset.is_some()

@@ -25,14 +25,76 @@ pub struct Estimate {
     /// micro-batch's pass through every rank's program, and the step time is the
     /// schedule's.
     pub pipeline: Option<super::pipeline_cost::PipelineCost>,
+    /// The mesh's ranks: more than `step.ranks` when rank classes were priced
+    /// (`super::classes`).
+    #[serde(default)]
+    pub mesh_ranks: usize,
+    /// The device's memory capacity, bytes, and its dense peak FLOP/s at `dtype`.
+    #[serde(default)]
+    pub device_memory: f64,
+    #[serde(default)]
+    pub peak_flops: f64,
+    /// The serial program's forward and backward FLOPs over the step (every micro-batch).
+    #[serde(default)]
+    pub program_flops: f64,
 }
 
 impl Estimate {
+    /// The largest peak memory over the ranks, pipeline in-flight activations included.
+    pub fn peak_bytes(&self) -> f64 {
+        peak_of(&self.step.ranks, &self.memory, self.pipeline.as_ref())
+    }
+
+    /// Throughput with the FLOPs counted by `formula` from `shape` (the program's without).
+    pub fn throughput(
+        &self,
+        formula: super::throughput::FlopsFormula,
+        shape: Option<&super::throughput::ModelShape>,
+    ) -> super::throughput::Throughput {
+        super::throughput::throughput(
+            formula,
+            shape,
+            self.program_flops,
+            self.step_s(),
+            self.mesh_ranks,
+            super::throughput::DeviceLimits {
+                peak_flops: self.peak_flops,
+                memory: self.device_memory,
+            },
+            self.peak_bytes(),
+        )
+    }
     /// The step time: the pipeline schedule's when there is one, else the simulated step's.
     pub fn step_s(&self) -> f64 {
         self.pipeline
             .as_ref()
             .map_or(self.step.step_s, |c| c.timeline.step)
+    }
+}
+
+/// The largest peak over the ranks; a pipeline stage also holds the activations of the
+/// micro-batches in flight beyond the one its program's timeline has.
+
+pub fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
+    ranks: &[crate::cost::simulate::RankTime],
+    memory: &[M],
+    pipeline: Option<&crate::cost::pipeline_cost::PipelineCost>,
+) -> f64 {
+    let rank_peak = |rank: u32| {
+        ranks
+            .iter()
+            .zip(memory)
+            .find(|(r, _)| r.rank == rank)
+            .map_or(0.0, |(_, m)| m.borrow().peak)
+    };
+    let program_peak = memory.iter().map(|m| m.borrow().peak).fold(0.0, f64::max);
+    match pipeline {
+        None => program_peak,
+        Some(c) => c
+            .stages
+            .iter()
+            .map(|s| rank_peak(s.rank) + s.activation_bytes * s.in_flight.saturating_sub(1) as f64)
+            .fold(program_peak, f64::max),
     }
 }
 
@@ -105,7 +167,24 @@ pub fn estimate(
         mfu,
         overlap_grad_sync: opts.overlap_grad_sync,
         pipeline,
+        mesh_ranks: p.full.mesh.size(),
+        device_memory: topo.device.mem_capacity,
+        peak_flops: topo.device.peak(dtype),
+        program_flops: flops,
     })
+}
+
+/// Adds the throughput fields to `doc` (an [`estimate_json`]): `step_time_s` is there already;
+/// `mfu` becomes the formula's.
+pub fn add_throughput(doc: &mut Value, t: &super::throughput::Throughput) {
+    doc["mfu"] = json!(t.mfu);
+    doc["flops_formula"] = json!(t.formula.name());
+    doc["flops_per_step"] = json!(t.flops_per_step);
+    doc["tflops_per_device"] = json!(t.tflops_per_device);
+    doc["tokens_per_s_per_device"] = json!(t.tokens_per_s_per_device);
+    doc["peak_memory_bytes"] = json!(t.peak_bytes);
+    doc["fits"] = json!(t.fits);
+    doc["devices"] = json!(t.devices);
 }
 
 /// The estimate as one JSON value (the shells add `schema_version`; field names are part of

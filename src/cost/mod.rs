@@ -15,4 +15,5 @@ pub mod mfu;
 pub mod pipeline;
 pub mod pipeline_cost;
 pub mod simulate;
+pub mod throughput;
 pub mod work;

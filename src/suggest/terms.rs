@@ -7,34 +7,12 @@ use crate::cost::pipeline_cost::StageJobs;
 use crate::ir::Purpose;
 use crate::passes::driver::Passes;
 
-/// The largest peak over the ranks; a pipeline stage also holds the activations of the
-/// micro-batches in flight beyond the one its program's timeline has.
+/// The largest peak over the ranks (see [`crate::cost::estimate::peak_of`]).
 pub fn peak_bytes(e: &Estimate) -> f64 {
-    peak_of(&e.step.ranks, &e.memory, e.pipeline.as_ref())
+    e.peak_bytes()
 }
 
-pub(super) fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
-    ranks: &[crate::cost::simulate::RankTime],
-    memory: &[M],
-    pipeline: Option<&crate::cost::pipeline_cost::PipelineCost>,
-) -> f64 {
-    let rank_peak = |rank: u32| {
-        ranks
-            .iter()
-            .zip(memory)
-            .find(|(r, _)| r.rank == rank)
-            .map_or(0.0, |(_, m)| m.borrow().peak)
-    };
-    let program_peak = memory.iter().map(|m| m.borrow().peak).fold(0.0, f64::max);
-    match pipeline {
-        None => program_peak,
-        Some(c) => c
-            .stages
-            .iter()
-            .map(|s| rank_peak(s.rank) + s.activation_bytes * s.in_flight.saturating_sub(1) as f64)
-            .fold(program_peak, f64::max),
-    }
-}
+pub(super) use crate::cost::estimate::peak_of;
 
 /// Where the step's time goes on the busiest rank (the one with the most compute and
 /// communication): per-micro-batch ops counted once per micro-batch.
