@@ -109,7 +109,7 @@ impl DeviceArgs {
 }
 
 #[derive(Args, Debug)]
-pub(crate) struct CostArgs {
+pub struct CostArgs {
     #[command(flatten)]
     source: PlanSource,
     #[command(flatten)]
@@ -158,23 +158,10 @@ fn formula(
 
 /// Plans, simulates and prints.
 pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
-    let Some((mut plan, origin)) = args.source.resolve(args.training.micro_batches())? else {
-        return Ok(ExitCode::from(1));
+    let (e, t) = match priced(args)? {
+        Ok(priced) => priced,
+        Err(code) => return Ok(code),
     };
-    args.training.apply(&mut plan)?;
-    let shape = args.source.model_shape(&plan)?;
-    let formula = formula(&args.flops_formula, shape.as_ref())?;
-    let e = match args.devices.costed(&plan, &args.max_memory)? {
-        Ok((p, e)) => {
-            args.training.check_applied(&p)?;
-            e
-        }
-        Err(err) => {
-            super::report_plan_error(origin.as_ref(), &plan, &err);
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let t = e.throughput(formula, shape.as_ref());
     let text = match args.format {
         Format::Text => text(&e, &t),
         Format::Json => {
@@ -189,6 +176,31 @@ pub fn cost(args: &CostArgs) -> Result<ExitCode, String> {
     };
     super::emit(&text);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan `args` give, priced, with its throughput; a problem with the plan is reported
+/// (on stderr) and gives its exit code.
+pub(crate) fn priced(
+    args: &CostArgs,
+) -> Result<Result<(Estimate, crate::cost::throughput::Throughput), ExitCode>, String> {
+    let Some((mut plan, origin)) = args.source.resolve(args.training.micro_batches())? else {
+        return Ok(Err(ExitCode::from(1)));
+    };
+    args.training.apply(&mut plan)?;
+    let shape = args.source.model_shape(&plan)?;
+    let formula = formula(&args.flops_formula, shape.as_ref())?;
+    let e = match args.devices.costed(&plan, &args.max_memory)? {
+        Ok((p, e)) => {
+            args.training.check_applied(&p)?;
+            e
+        }
+        Err(err) => {
+            super::report_plan_error(origin.as_ref(), &plan, &err);
+            return Ok(Err(ExitCode::from(1)));
+        }
+    };
+    let t = e.throughput(formula, shape.as_ref());
+    Ok(Ok((e, t)))
 }
 
 /// This machine, measured (once per process), for `ranks` threads sharing its cores.

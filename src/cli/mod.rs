@@ -4,6 +4,7 @@
 mod batch;
 mod bench;
 mod bench_import;
+pub mod bench_published;
 mod bench_step;
 mod budget;
 mod calibrate;
@@ -335,6 +336,7 @@ pub fn main() -> ExitCode {
             BenchWhat::Cost => bench::bench_cost(repeat),
             BenchWhat::Suggest => bench::bench_suggest(repeat),
             BenchWhat::Import => bench_import::bench_import(repeat),
+            BenchWhat::Published => bench_published::bench_published(),
             BenchWhat::Pipeline => bench::bench_pipeline(&layers, repeat),
             BenchWhat::Stages => bench::bench_stages(&layers, repeat),
             BenchWhat::Complete => bench::bench_complete(&layers, repeat),

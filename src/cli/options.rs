@@ -102,4 +102,7 @@ pub enum BenchWhat {
     Suggest,
     /// The ONNX import of the fixtures in tests/models/ (run from the repository).
     Import,
+    /// The published training runs (src/cli/published_runs.json) priced at their published
+    /// configurations: modelled TFLOP/s per device against the reported figure.
+    Published,
 }
