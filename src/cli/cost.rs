@@ -31,8 +31,9 @@ impl DTypeFlag {
 /// The devices a plan is costed on (`cost` and `diff`).
 #[derive(Args, Debug)]
 pub(crate) struct DeviceArgs {
-    /// The devices: cpu (this machine, measured), h100x8, h100x8x2, h100x8x4, h100x8x8, h100x8x16
-    /// (8-GPU nodes) or tpu-v5e-16.
+    /// The devices: cpu (this machine, measured), or a cluster of 8-GPU nodes, a100x8xN,
+    /// a100-40gbx8xN, h100x8xN or h200x8xN (N from 1 to 2048; h100x8 is one node), or a TPU
+    /// slice, tpu-v5e-N (chips) or tpu-v5p-N (TensorCores). docs/cost.md
     #[arg(long, default_value = "cpu")]
     topology: String,
     /// The precision compute is priced at (default: bf16 on GPU and TPU presets, f32 on cpu).

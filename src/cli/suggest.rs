@@ -29,8 +29,9 @@ pub(crate) struct SuggestArgs {
     /// How many devices to plan for (default: all of the topology's; required with cpu).
     #[arg(long)]
     devices: Option<usize>,
-    /// The devices: cpu (this machine, measured), h100x8, h100x8x2, h100x8x4, h100x8x8,
-    /// h100x8x16 (8-GPU nodes) or tpu-v5e-16.
+    /// The devices: cpu (this machine, measured), or a cluster of 8-GPU nodes, a100x8xN,
+    /// a100-40gbx8xN, h100x8xN or h200x8xN (N from 1 to 2048; h100x8 is one node), or a TPU
+    /// slice, tpu-v5e-N (chips) or tpu-v5p-N (TensorCores). docs/cost.md
     #[arg(long, default_value = "h100x8")]
     topology: String,
     /// The most memory a device may hold at its peak (bytes, or e.g. 40G; powers of 1024).

@@ -74,7 +74,6 @@ impl Estimate {
 
 /// The largest peak over the ranks; a pipeline stage also holds the activations of the
 /// micro-batches in flight beyond the one its program's timeline has.
-
 pub fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
     ranks: &[crate::cost::simulate::RankTime],
     memory: &[M],

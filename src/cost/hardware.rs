@@ -233,7 +233,7 @@ impl Tpu {
 
     /// A slice of `cores` TensorCores, named `name`.
     pub fn slice(&self, name: String, cores: usize) -> Option<Topology> {
-        if cores % self.cores_per_chip != 0 {
+        if !cores.is_multiple_of(self.cores_per_chip) {
             return None;
         }
         let chips = cores / self.cores_per_chip;
