@@ -21,6 +21,7 @@ pub mod fuse_attention;
 mod located;
 mod options;
 pub mod parallel;
+mod parallel_spec;
 mod parse;
 mod print;
 pub mod sequence_parallel;

@@ -103,13 +103,18 @@ fn point(out: &mut Program, x: VarId, what: &str, like: &Op) -> VarId {
 }
 
 /// The sequence-parallel annotations of `program` (built by [`with_gather_points`]), as
-/// `(variable, dims)`; `dp` names the batch's axis (`-` without data parallelism).
+/// `(variable, dims)`; `dp` names the batch's axis (`-` without data parallelism). With
+/// context parallelism (`cp`) the sequence is split over `cp` first: sequence parallelism
+/// splits each context-parallel rank's chunk over `tp` (`cp+tp`, Megatron's order), and a
+/// gathered input is whole over `tp` only, still split over `cp`.
 pub fn annotations<'a>(
     program: &Program,
     split: &[bool],
     dp: &'a str,
+    cp: bool,
 ) -> Vec<(usize, Vec<&'a str>)> {
-    let seq_split = |v: VarId| (v.index(), vec![dp, "tp", "-"]);
+    let (seq, gathered) = if cp { ("cp+tp", "cp") } else { ("tp", "-") };
+    let seq_split = |v: VarId| (v.index(), vec![dp, seq, "-"]);
     let is_split = |v: VarId| split.get(v.index()).copied().unwrap_or(false);
     let rank3 = |v: VarId| program.var(v).ty.rank() == 3;
     let mut out = Vec::new();
@@ -133,7 +138,7 @@ pub fn annotations<'a>(
         } else if ty == OpType::Assign {
             for &o in op.output("Out").iter().filter(|&&o| rank3(o)) {
                 if program.var(o).name.ends_with(".gathered") {
-                    out.push((o.index(), vec![dp, "-", "-"]));
+                    out.push((o.index(), vec![dp, gathered, "-"]));
                 }
             }
         } else if (ty == OpType::MatmulV2 && linear(program, op) && x.is_some_and(is_split))
