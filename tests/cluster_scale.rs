@@ -136,7 +136,8 @@ fn published_runs_price_as_documented() {
     let expected = [
         ("megatron_1.7b_32_a100", 151.9),
         ("megatron_7.5b_128_a100", 140.2),
-        ("torchtitan_llama3_8b_64_a100", 116.7),
+        ("torchtitan_llama3_8b_64_a100", 136.0),
+        ("torchtitan_llama3_70b_64_a100", 156.9),
     ];
     for (id, tflops) in expected {
         let run = runs.iter().find(|r| r.id == id).unwrap();

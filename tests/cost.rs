@@ -452,6 +452,73 @@ mod simulation {
         assert!(close(tp_over.step_s, plain.step_s));
     }
 
+    /// ZeRO-3's parameter all-gather, prefetched (traced by hand): it runs on the
+    /// communication stream from the step's start, beside the matmul before it in program
+    /// order, and the matmul that reads it starts when both are done. In order the step is
+    /// matmul + all-gather + matmul; prefetched, max(matmul, all-gather) + matmul.
+    #[test]
+    fn zero3_parameter_gathers_are_prefetched_under_overlap() {
+        use shardlab::cost::simulate::{compute_time, simulate_with, SimOptions};
+        let topo = Topology::cpu(CpuCalibration {
+            devices: 2,
+            flops: 1e9,
+            mem_bandwidth: 1e15,
+            kernel_rate: 1e30,
+            kernel_rate_small: 1e30,
+            gemm_call_s: 0.0,
+            crowding: 1.0,
+            mem_capacity: 1e9,
+            link: Link {
+                alpha_s: 1e-6,
+                beta_bytes_per_s: 1e7,
+            },
+        });
+        let text = "var x: f32[64, 64] input\nvar w0: f32[64, 64] parameter persistable\n\
+             var s1: f32[32, 64] parameter persistable\nvar w1: f32[64, 64] activation\n\
+             var y: f32[64, 64] activation\nvar z: f32[64, 64] activation\n\
+             op matmul_v2(X=x, Y=w0) -> (Out=y)\n\
+             op all_gather(X=s1) -> (Out=w1) {group=[0, 1], ring_id=0, axis=0} scope=\"/auto_parallel/sharding\"\n\
+             op matmul_v2(X=y, Y=w1) -> (Out=z)\n";
+        let ranks: Vec<RankProgram> = (0..2)
+            .map(|r| RankProgram {
+                rank: r,
+                program: program(text),
+                attrs: Arc::new(Vec::new().into()),
+                origin: Arc::new(Vec::new()),
+                op_chunks: Default::default(),
+            })
+            .collect();
+        let ops = ranks[0].program.ops();
+        let mm = compute_time(&ranks[0].program, &ops[0], &topo, ComputeDType::F32);
+        // All-gather of a 16,384-byte output over 2: 1 step, half the bytes.
+        let comm = 1e-6 + 8192.0 / 1e7;
+        assert!(
+            comm > mm,
+            "the gather is the longer of the two: {comm} vs {mm}"
+        );
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-9);
+        let plain = simulate(&ranks, &topo, ComputeDType::F32).unwrap();
+        assert!(close(plain.step_s, mm + comm + mm), "{}", plain.step_s);
+        let on = SimOptions {
+            overlap_grad_sync: true,
+        };
+        let over = simulate_with(&ranks, &topo, ComputeDType::F32, on).unwrap();
+        assert!(close(over.step_s, comm + mm), "{}", over.step_s);
+        // A tensor-parallel all-gather is not prefetched.
+        let tp = text.replace("sharding", "reshard");
+        let tp_ranks: Vec<RankProgram> = (0..2)
+            .map(|r| RankProgram {
+                rank: r,
+                program: program(&tp),
+                attrs: Arc::new(Vec::new().into()),
+                origin: Arc::new(Vec::new()),
+                op_chunks: Default::default(),
+            })
+            .collect();
+        let tp_over = simulate_with(&tp_ranks, &topo, ComputeDType::F32, on).unwrap();
+        assert!(close(tp_over.step_s, plain.step_s));
+    }
+
     /// On the TPU slice's 2-D torus a group that spans both dimensions runs its collective
     /// along both at once: twice one link's bandwidth; along one dimension, one link's.
     #[test]

@@ -40,7 +40,8 @@ pub(crate) struct DeviceArgs {
     #[arg(long, value_enum)]
     compute_dtype: Option<DTypeFlag>,
     /// Overlap the backward's gradient synchronisation (data-parallel all-reduces, ZeRO's
-    /// reduce-scatters) with the compute after it, as DDP and FSDP do.
+    /// reduce-scatters) with the compute after it, and prefetch ZeRO-3's parameter
+    /// all-gathers, as DDP and FSDP do.
     #[arg(long)]
     overlap: bool,
 }
@@ -260,6 +261,13 @@ fn text(e: &Estimate, t: &crate::cost::throughput::Throughput) -> String {
         e.device_memory / 1e9,
         if t.fits { "fits" } else { "does not fit" },
     ));
+    out.push_str(if e.overlap_grad_sync {
+        "communication: gradient synchronisation overlaps the backward and ZeRO-3 gathers are \
+         prefetched (--overlap, as DDP and FSDP); tensor-parallel communication is exposed\n"
+    } else {
+        "communication: all exposed (--overlap overlaps gradient synchronisation and \
+         prefetches ZeRO-3 gathers, as DDP and FSDP)\n"
+    });
     if e.step.ranks.len() < e.mesh_ranks {
         out.push_str(&format!(
             "priced {} rank classes of {} ranks: one rank per pipeline stage (and \

@@ -7,7 +7,9 @@
 //!
 //! With [`SimOptions::overlap_grad_sync`], the backward pass's gradient synchronisation
 //! (data-parallel all-reduce and scale, ZeRO's flatten, reduce-scatter and scale) runs on a
-//! second stream per rank, as DDP and FSDP run it: a rank issues it and computes on; the
+//! second stream per rank, as DDP and FSDP run it, and ZeRO-3's parameter all-gathers are
+//! prefetched on that stream (issued as soon as it is free, not when the compute reaches
+//! them, as FSDP prefetches the next layer's): a rank issues it and computes on; the
 //! collective starts when every member has issued it and its stream is free; an op that
 //! reads its result (the optimizer) waits for it. A rank's time is then when both streams
 //! are done, and its compute + communication + idle can exceed it: that excess is the
@@ -34,6 +36,16 @@ fn is_grad_sync(op: &Op) -> bool {
             op.purpose(),
             Some(Purpose::DataParallel | Purpose::Sharding)
         )
+}
+
+/// Whether `op` is ZeRO-3's all-gather of a parameter for forward or backward, which FSDP
+/// prefetches: issued on the communication stream as soon as it is free, ahead of the
+/// compute that reads it (the stream serialises the gathers, so running ahead is bounded
+/// by the communication itself, as FSDP's prefetch of the next layer is in steady state).
+fn is_param_gather(op: &Op) -> bool {
+    matches!(op.role, OpRole::Forward | OpRole::Backward)
+        && op.ty == OpType::Collective(CollectiveOp::AllGather)
+        && op.purpose() == Some(Purpose::Sharding)
 }
 
 /// A member's arrival at a collective: when, and (overlapped) the variable it writes and
@@ -336,7 +348,8 @@ impl Sim<'_> {
         let mut progressed = false;
         while let Some(op) = program.ops().get(self.pc[i]) {
             let cost = costs[self.pc[i]];
-            let overlapped = self.overlap && is_grad_sync(op);
+            let prefetched = self.overlap && is_param_gather(op);
+            let overlapped = self.overlap && (is_grad_sync(op) || prefetched);
             let waits = !self.pending[i].is_empty()
                 && op.all_inputs().any(|v| self.pending[i].contains(&v));
             if waits && !(overlapped && matches!(cost, OpCost::Compute(_))) {
@@ -367,27 +380,7 @@ impl Sim<'_> {
             }
             seq[gid] += 1;
             let key = (gid, seq[gid]);
-            let arrival = if overlapped {
-                let out = op.all_outputs().next().unwrap_or(VarId(0));
-                let at = self.out[i]
-                    .total_s
-                    .max(self.comm_free[i])
-                    .max(self.inputs_ready(i, op));
-                self.pending[i].insert(out);
-                Arrival {
-                    rank: i,
-                    at,
-                    overlapped: Some((out, self.pc[i])),
-                }
-            } else {
-                self.wait_for_inputs(i, op);
-                self.blocked[i] = true;
-                Arrival {
-                    rank: i,
-                    at: self.out[i].total_s,
-                    overlapped: None,
-                }
-            };
+            let arrival = self.arrival(i, op, overlapped, prefetched);
             let arrived = self.waiting.entry(key).or_default();
             arrived.push(arrival);
             let all_here = arrived.len() == self.groups[gid].1;
@@ -402,6 +395,30 @@ impl Sim<'_> {
             }
         }
         Ok(progressed)
+    }
+
+    /// Rank `i`'s arrival at collective `op`: on the communication stream when overlapped
+    /// (a prefetched gather as soon as the stream is free, not when the compute reaches
+    /// it), else blocking its compute stream.
+    fn arrival(&mut self, i: usize, op: &Op, overlapped: bool, prefetched: bool) -> Arrival {
+        if !overlapped {
+            self.wait_for_inputs(i, op);
+            self.blocked[i] = true;
+            return Arrival {
+                rank: i,
+                at: self.out[i].total_s,
+                overlapped: None,
+            };
+        }
+        let out = op.all_outputs().next().unwrap_or(VarId(0));
+        let issued = if prefetched { 0.0 } else { self.out[i].total_s };
+        let at = issued.max(self.comm_free[i]).max(self.inputs_ready(i, op));
+        self.pending[i].insert(out);
+        Arrival {
+            rank: i,
+            at,
+            overlapped: Some((out, self.pc[i])),
+        }
     }
 
     /// The id of `op`'s group (rank `i` alone without one), interned on first sight.
