@@ -105,7 +105,7 @@ fn clusters_by_name() {
 }
 
 /// The runs file: at least ten runs, each with its source, its reading and a formula
-/// `cost` knows; A100 and H100 runs, dense, long-context with cp and ZeRO-3.
+/// `cost` knows; A100, H100 and TPU runs, dense, long-context with cp and ZeRO-3.
 #[test]
 fn the_published_runs_are_recorded_with_their_sources() {
     let runs = shardlab::cli::bench_published::runs().unwrap();
@@ -123,6 +123,8 @@ fn the_published_runs_are_recorded_with_their_sources() {
         |f: &dyn Fn(&shardlab::cli::bench_published::PublishedRun) -> bool| runs.iter().any(f);
     assert!(has(&|r| r.hardware.starts_with("A100")));
     assert!(has(&|r| r.hardware.starts_with("H100")));
+    assert!(has(&|r| r.hardware.starts_with("TPU v5e")));
+    assert!(has(&|r| r.hardware.starts_with("TPU v5p")));
     assert!(has(&|r| r.args.iter().any(|a| a.contains("cp="))));
     assert!(has(&|r| r.args.windows(2).any(|w| w == ["--zero", "3"])));
 }
