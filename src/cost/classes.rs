@@ -16,9 +16,10 @@
 
 use crate::dist::ProcessMesh;
 
-/// Up to this many ranks `cost` prices every rank; above it, rank classes. The tables of
-/// plans up to 512 ranks stay rank by rank, as they were.
-pub const PRICE_EVERY_RANK_UP_TO: usize = 512;
+/// Up to this many ranks (eight 8-GPU nodes) `cost` prices every rank and prints every
+/// rank's row; above it, rank classes, whose table a reader can still take in. Pricing
+/// every rank of a 175B model on 384 GPUs took 19 s and 4.4 GB; its classes, 0.4 s.
+pub const PRICE_EVERY_RANK_UP_TO: usize = 64;
 
 /// The axes whose positions differ in work (see the module doc).
 const CLASS_AXES: [&str; 2] = [crate::dist::pipeline::PP_AXIS, "cp"];

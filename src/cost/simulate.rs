@@ -248,6 +248,7 @@ pub fn simulate_with(
         groups: Vec::new(),
         seq: vec![Vec::new(); ranks.len()],
         blocked: vec![false; ranks.len()],
+        inflight: vec![0; ranks.len()],
     };
     loop {
         let mut progressed = false;
@@ -333,6 +334,8 @@ struct Sim<'a> {
     seq: Vec<Vec<usize>>,
     /// Ranks waiting in a collective.
     blocked: Vec<bool>,
+    /// Per rank (overlap): its overlapped collectives issued and not yet complete.
+    inflight: Vec<usize>,
 }
 
 impl Sim<'_> {
@@ -354,6 +357,11 @@ impl Sim<'_> {
                 && op.all_inputs().any(|v| self.pending[i].contains(&v));
             if waits && !(overlapped && matches!(cost, OpCost::Compute(_))) {
                 break; // its input is still in flight
+            }
+            if overlapped && self.inflight[i] > 0 && matches!(cost, OpCost::Collective(..)) {
+                // The stream is busy with a collective whose start is not known yet: this
+                // one queues behind it (issued once it completes and frees the stream).
+                break;
             }
             progressed = true;
             let (prim, bytes, times) = match cost {
@@ -411,6 +419,7 @@ impl Sim<'_> {
             };
         }
         let out = op.all_outputs().next().unwrap_or(VarId(0));
+        self.inflight[i] += 1;
         let issued = if prefetched { 0.0 } else { self.out[i].total_s };
         let at = issued.max(self.comm_free[i]).max(self.inputs_ready(i, op));
         self.pending[i].insert(out);
@@ -480,10 +489,11 @@ impl Sim<'_> {
             }
             return;
         }
-        let start = self.out[i]
-            .total_s
-            .max(self.comm_free[i])
-            .max(self.inputs_ready(i, op));
+        // After a collective already done, it runs on the stream right behind it (as it
+        // would have queued behind it in flight); otherwise when the compute issues it.
+        let chained = op.all_inputs().any(|v| self.ready[i].contains_key(&v));
+        let issued = if chained { 0.0 } else { self.out[i].total_s };
+        let start = issued.max(self.comm_free[i]).max(self.inputs_ready(i, op));
         self.comm_free[i] = start + t;
         if let Some(o) = out {
             self.ready[i].insert(o, start + t);
@@ -508,6 +518,7 @@ impl Sim<'_> {
             self.out[j].comm_s += d;
             match a.overlapped {
                 Some((v, at_op)) => {
+                    self.inflight[j] -= 1;
                     let (extra, derived) = self.queued[j].remove(&v).unwrap_or_default();
                     let done = start + d + extra;
                     self.comm_free[j] = done;
