@@ -223,3 +223,108 @@ fn published_runs_price_as_documented() {
         assert!(p.fits, "{id}");
     }
 }
+
+/// `shardlab cost` with `args` (plus the published runs' shared options), priced as the
+/// published-runs benchmark prices a run: its modelled TFLOP/s per device by `formula`.
+fn tflops(args: &str, formula: &str) -> f64 {
+    let run = shardlab::cli::bench_published::PublishedRun {
+        id: args.to_string(),
+        source: String::new(),
+        hardware: String::new(),
+        args: args.split_whitespace().map(String::from).collect(),
+        reported_tflops_per_device: 1.0,
+        formula: formula.to_string(),
+        reading: String::new(),
+    };
+    shardlab::cli::bench_published::price(&run)
+        .unwrap()
+        .modelled
+}
+
+/// Narayanan et al. 2021 (Figure 10): GPT-3 175B at a global batch of 1,536 on 384, 768 and
+/// 1,536 A100s. ZeRO-3 without model parallelism moves the whole model three times a step
+/// whatever the data-parallel degree while each GPU's share of the batch shrinks, so its
+/// throughput per GPU falls; PTD-P's (tp 8, pp 8, interleaved) holds.
+#[test]
+fn ptdp_holds_where_zero3_falls_as_gpus_grow() {
+    let base = "--preset gpt3-175b --global-batch 1536 --micro-batch-size 1 \
+                --compute-dtype f16 --recompute full";
+    let zero3: Vec<f64> = [384, 768, 1536]
+        .iter()
+        .map(|&n| {
+            let args = format!(
+                "{base} --parallel dp={n},flash --zero 3 --topology a100x8x{}",
+                n / 8
+            );
+            tflops(&args, "megatron_ptdp")
+        })
+        .collect();
+    let ptdp: Vec<f64> = [384, 768, 1536]
+        .iter()
+        .map(|&n| {
+            let args = format!(
+                "{base} --parallel tp=8,pp=8,dp={},vpp=3,flash --megatron-sums --topology a100x8x{}",
+                n / 64,
+                n / 8
+            );
+            tflops(&args, "megatron_ptdp")
+        })
+        .collect();
+    assert!(zero3[0] > zero3[1] && zero3[1] > zero3[2], "{zero3:?}");
+    assert!(zero3[2] < 0.6 * zero3[0], "{zero3:?}");
+    for t in &ptdp {
+        assert!((t / ptdp[0] - 1.0).abs() < 0.1, "{ptdp:?}");
+    }
+    assert!(ptdp[0] > 2.0 * zero3[0], "{ptdp:?} {zero3:?}");
+}
+
+/// The interleaved schedule divides the pipeline bubble by its chunk count v (Narayanan et
+/// al. 2021: (p−1)/(v·m) against (p−1)/m): with v = 2 the bubble is within 10% of half
+/// 1F1B's. Each chunk boundary adds a point-to-point transfer on the critical path, so the
+/// gain at v = 4 is smaller than 4 (the paper's communication caveat), but still a gain.
+#[test]
+fn interleaving_divides_the_bubble() {
+    use shardlab::cli::bench_published::{price_json, PublishedRun};
+    let bubble = |v: usize| {
+        let schedule = if v == 1 {
+            "--schedule 1f1b".to_string()
+        } else {
+            format!("--parallel tp=8,pp=4,flash,vpp={v}")
+        };
+        let parallel = if v == 1 {
+            "--parallel tp=8,pp=4,flash"
+        } else {
+            ""
+        };
+        let args = format!(
+            "--preset gpt --layers 32 --hidden 4096 --heads 32 --seq 2048 --batch 16 \
+             --micro-batches 16 {parallel} {schedule} --topology h100x8x4"
+        );
+        let run = PublishedRun {
+            id: args.clone(),
+            source: String::new(),
+            hardware: String::new(),
+            args: args.split_whitespace().map(String::from).collect(),
+            reported_tflops_per_device: 1.0,
+            formula: "program".to_string(),
+            reading: String::new(),
+        };
+        let doc = price_json(&run).unwrap();
+        let p = &doc["pipeline"];
+        let step = p["step_s"].as_f64().unwrap();
+        // Stage 0's time outside its forward and backward jobs, less its optimizer job.
+        let s0 = &p["schedule"][0];
+        let busy: f64 = s0["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["kind"] != "optimizer")
+            .map(|j| j["end_s"].as_f64().unwrap() - j["start_s"].as_f64().unwrap())
+            .sum();
+        let optimizer = s0["job_times_s"]["optimizer"].as_f64().unwrap();
+        step - busy - optimizer
+    };
+    let (b1, b2, b4) = (bubble(1), bubble(2), bubble(4));
+    assert!((b1 / b2 - 2.0).abs() < 0.2, "{b1} / {b2}");
+    assert!(b4 < b2, "{b2} then {b4}");
+}

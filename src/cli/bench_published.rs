@@ -66,13 +66,27 @@ impl Priced {
     }
 }
 
-/// Prices `run`.
-pub fn price(run: &PublishedRun) -> Result<Priced, String> {
+/// `run`'s `cost` arguments, parsed.
+fn parsed(run: &PublishedRun) -> Result<Cost, String> {
     let argv = std::iter::once("cost".to_string())
         .chain(COMMON.iter().map(|s| s.to_string()))
         .chain(run.args.iter().cloned())
         .chain(["--flops-formula".to_string(), run.formula.clone()]);
-    let cli = Cost::try_parse_from(argv).map_err(|e| format!("{}: {e}", run.id))?;
+    Cost::try_parse_from(argv).map_err(|e| format!("{}: {e}", run.id))
+}
+
+/// `run` priced, as the JSON document `cost --format json` prints.
+pub fn price_json(run: &PublishedRun) -> Result<serde_json::Value, String> {
+    let (e, t) = priced(&parsed(run)?.args)?
+        .map_err(|_| format!("{}: the plan was refused (reported above)", run.id))?;
+    let mut doc = crate::cost::estimate::estimate_json(&e);
+    crate::cost::estimate::add_throughput(&mut doc, &t);
+    Ok(doc)
+}
+
+/// Prices `run`.
+pub fn price(run: &PublishedRun) -> Result<Priced, String> {
+    let cli = parsed(run)?;
     let start = Instant::now();
     let (e, t) = priced(&cli.args)?
         .map_err(|_| format!("{}: the plan was refused (reported above)", run.id))?;
