@@ -74,6 +74,7 @@ mod tests {
         let reps = representatives(&m).unwrap();
         assert_eq!(reps.len(), 256);
         assert_eq!(&reps[..3], &[0, 8, 16]);
-        assert!(representatives(&mesh(&[4, 128], &["pp", "dp"])).is_none());
+        assert!(representatives(&mesh(&[4, 16], &["pp", "dp"])).is_none());
+        assert!(representatives(&mesh(&[4, 32], &["pp", "dp"])).is_some());
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod classes;
 pub mod collective;
+pub mod compute;
 pub mod device;
 pub mod diff;
 pub mod estimate;
