@@ -44,6 +44,11 @@ pub(crate) struct DeviceArgs {
     /// all-gathers, as DDP and FSDP do.
     #[arg(long)]
     overlap: bool,
+    /// Where the mesh's axes run, innermost first (Megatron-Core's `order`), e.g.
+    /// tp-cp-dp-pp (the default: the mesh's own order, its last axis innermost, which for
+    /// --parallel is Megatron's: tp inside a node, then cp, dp and pp).
+    #[arg(long, value_name = "AXES")]
+    order: Option<String>,
 }
 
 /// A planned pipeline's schedule priced on `topology` (the outer error is a usage error).
@@ -71,7 +76,7 @@ impl DeviceArgs {
         &self,
         plan: &crate::plan::Plan,
         max_memory: &Option<String>,
-    ) -> Result<Result<(Passes, Estimate), PlanError>, String> {
+    ) -> Result<Result<(Passes, Estimate, crate::cost::estimate::Scale), PlanError>, String> {
         let budget = super::budget::budget(max_memory)?;
         let classes = plan
             .mesh()
@@ -92,11 +97,16 @@ impl DeviceArgs {
             Ok(p) => p,
             Err(e) => return Ok(Err(PlanError::from_located(&e, None))),
         };
-        let topo = if self.topology == "cpu" {
+        let mut topo = if self.topology == "cpu" {
             cpu_topology(p.partitioned.ranks.len())
         } else {
             Topology::preset(&self.topology).map_err(|e| format!("--topology: {e}"))?
         };
+        if let Some(order) = &self.order {
+            let devices = crate::cost::placement::devices_in_order(&p.full.mesh, order)
+                .map_err(|e| format!("--order {order}: {e}"))?;
+            topo.devices_of_ranks = Some(devices.into());
+        }
         let dtype = self
             .compute_dtype
             .map_or(topo.default_dtype, DTypeFlag::dtype);
@@ -104,8 +114,19 @@ impl DeviceArgs {
             mixed_precision: plan.options.amp,
             overlap_grad_sync: self.overlap,
         };
+        let scale = crate::cost::estimate::scale(&p, &topo, dtype);
+        let placed = |mut e: Estimate| {
+            if let Some(order) = &self.order {
+                e.placement = format!(
+                    "mesh axes placed {order}, innermost first, on {} devices",
+                    topo.devices
+                )
+                .into();
+            }
+            e
+        };
         Ok(estimate(&p, &topo, dtype, opts)
-            .map(|e| (p, e))
+            .map(|e| (p, placed(e), scale))
             .map_err(|e| PlanError::from_located(&e, None)))
     }
 }
@@ -191,17 +212,17 @@ pub(crate) fn priced(
     args.training.apply(&mut plan)?;
     let shape = args.source.model_shape(&plan)?;
     let formula = formula(&args.flops_formula, shape.as_ref())?;
-    let e = match args.devices.costed(&plan, &args.max_memory)? {
-        Ok((p, e)) => {
+    let (e, scale) = match args.devices.costed(&plan, &args.max_memory)? {
+        Ok((p, e, scale)) => {
             args.training.check_applied(&p)?;
-            e
+            (e, scale)
         }
         Err(err) => {
             super::report_plan_error(origin.as_ref(), &plan, &err);
             return Ok(Err(ExitCode::from(1)));
         }
     };
-    let t = e.throughput(formula, shape.as_ref());
+    let t = e.throughput(formula, shape.as_ref(), &scale);
     Ok(Ok((e, t)))
 }
 
@@ -258,7 +279,7 @@ fn text(e: &Estimate, t: &crate::cost::throughput::Throughput) -> String {
         t.tflops_per_device,
         t.formula.name(),
         t.peak_bytes / 1e9,
-        e.device_memory / 1e9,
+        t.memory / 1e9,
         if t.fits { "fits" } else { "does not fit" },
     ));
     out.push_str(if e.overlap_grad_sync {
@@ -268,13 +289,13 @@ fn text(e: &Estimate, t: &crate::cost::throughput::Throughput) -> String {
         "communication: all exposed (--overlap overlaps gradient synchronisation and \
          prefetches ZeRO-3 gathers, as DDP and FSDP)\n"
     });
-    if e.step.ranks.len() < e.mesh_ranks {
+    if e.step.ranks.len() < t.devices {
         out.push_str(&format!(
             "priced {} rank classes of {} ranks: one rank per pipeline stage (and \
              context-parallel position) stands for the ranks that share its program \
              (docs/cost.md)\n",
             e.step.ranks.len(),
-            e.mesh_ranks
+            t.devices
         ));
     }
     out.push_str(&format!(

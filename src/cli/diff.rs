@@ -60,7 +60,8 @@ pub fn diff(args: &DiffArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    let [(pa, ea), (pb, eb)] = <[_; 2]>::try_from(costed).map_err(|_| "two plans".to_string())?;
+    let [(pa, ea, _), (pb, eb, _)] =
+        <[_; 2]>::try_from(costed).map_err(|_| "two plans".to_string())?;
     let d = compare(&pa, &ea, &pb, &eb);
     let text = match args.format {
         Format::Text => format!(

@@ -25,18 +25,6 @@ pub struct Estimate {
     /// micro-batch's pass through every rank's program, and the step time is the
     /// schedule's.
     pub pipeline: Option<super::pipeline_cost::PipelineCost>,
-    /// The mesh's ranks: more than `step.ranks` when rank classes were priced
-    /// (`super::classes`).
-    #[serde(default)]
-    pub mesh_ranks: usize,
-    /// The device's memory capacity, bytes, and its dense peak FLOP/s at `dtype`.
-    #[serde(default)]
-    pub device_memory: f64,
-    #[serde(default)]
-    pub peak_flops: f64,
-    /// The serial program's forward and backward FLOPs over the step (every micro-batch).
-    #[serde(default)]
-    pub program_flops: f64,
 }
 
 impl Estimate {
@@ -45,25 +33,28 @@ impl Estimate {
         peak_of(&self.step.ranks, &self.memory, self.pipeline.as_ref())
     }
 
-    /// Throughput with the FLOPs counted by `formula` from `shape` (the program's without).
+    /// Throughput with the FLOPs counted by `formula` from `shape` (the program's without),
+    /// at `scale` (what [`scale`] gives for the planning this estimate prices).
     pub fn throughput(
         &self,
         formula: super::throughput::FlopsFormula,
         shape: Option<&super::throughput::ModelShape>,
+        scale: &Scale,
     ) -> super::throughput::Throughput {
         super::throughput::throughput(
             formula,
             shape,
-            self.program_flops,
+            scale.program_flops,
             self.step_s(),
-            self.mesh_ranks,
+            scale.mesh_ranks,
             super::throughput::DeviceLimits {
-                peak_flops: self.peak_flops,
-                memory: self.device_memory,
+                peak_flops: scale.peak_flops,
+                memory: scale.device_memory,
             },
             self.peak_bytes(),
         )
     }
+
     /// The step time: the pipeline schedule's when there is one, else the simulated step's.
     pub fn step_s(&self) -> f64 {
         self.pipeline
@@ -94,6 +85,28 @@ pub fn peak_of<M: std::borrow::Borrow<crate::cost::memory::Memory>>(
             .iter()
             .map(|s| rank_peak(s.rank) + s.activation_bytes * s.in_flight.saturating_sub(1) as f64)
             .fold(program_peak, f64::max),
+    }
+}
+
+/// What an estimate's throughput is measured against: the mesh's ranks (more than the
+/// estimate's when rank classes were priced, `super::classes`), the device's memory and
+/// dense peak at the compute precision, and the serial program's forward and backward FLOPs
+/// over the step. Kept out of [`Estimate`], which the engine sends the page.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scale {
+    pub mesh_ranks: usize,
+    pub device_memory: f64,
+    pub peak_flops: f64,
+    pub program_flops: f64,
+}
+
+/// The scale of `p` priced on `topo` at `dtype`.
+pub fn scale(p: &Passes, topo: &Topology, dtype: ComputeDType) -> Scale {
+    Scale {
+        mesh_ranks: p.full.mesh.size(),
+        device_memory: topo.device.mem_capacity,
+        peak_flops: topo.device.peak(dtype),
+        program_flops: model_flops(&p.full.program, dtype) * p.micro_batches() as f64,
     }
 }
 
@@ -166,10 +179,6 @@ pub fn estimate(
         mfu,
         overlap_grad_sync: opts.overlap_grad_sync,
         pipeline,
-        mesh_ranks: p.full.mesh.size(),
-        device_memory: topo.device.mem_capacity,
-        peak_flops: topo.device.peak(dtype),
-        program_flops: flops,
     })
 }
 

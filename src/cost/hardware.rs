@@ -64,8 +64,6 @@ pub struct Gpu {
     /// NVLink bandwidth each way per GPU, and the NIC's, at line rate.
     pub nvlink_bytes_per_s: f64,
     pub nic_bytes_per_s: f64,
-    /// What the network across nodes is, in words.
-    pub network: &'static str,
     /// Achievable matmul throughput over the peak (MAMF).
     pub matmul_efficiency: f64,
 }
@@ -80,7 +78,6 @@ pub const GPUS: [Gpu; 4] = [
         mem_capacity: 80e9,
         nvlink_bytes_per_s: 300e9,
         nic_bytes_per_s: 25e9,
-        network: "8 x 200 Gb/s HDR InfiniBand per node",
         matmul_efficiency: 271.2 / 312.0,
     },
     Gpu {
@@ -91,7 +88,6 @@ pub const GPUS: [Gpu; 4] = [
         mem_capacity: 40e9,
         nvlink_bytes_per_s: 300e9,
         nic_bytes_per_s: 25e9,
-        network: "8 x 200 Gb/s HDR InfiniBand per node",
         matmul_efficiency: 271.2 / 312.0,
     },
     Gpu {
@@ -102,7 +98,6 @@ pub const GPUS: [Gpu; 4] = [
         mem_capacity: 80e9,
         nvlink_bytes_per_s: 450e9,
         nic_bytes_per_s: 50e9,
-        network: "8 x 400 Gb/s InfiniBand NDR or RoCE per node",
         matmul_efficiency: 794.5 / 989.4,
     },
     Gpu {
@@ -113,7 +108,6 @@ pub const GPUS: [Gpu; 4] = [
         mem_capacity: 141e9,
         nvlink_bytes_per_s: 450e9,
         nic_bytes_per_s: 50e9,
-        network: "8 x 400 Gb/s InfiniBand NDR or RoCE per node",
         matmul_efficiency: 828.6 / 989.4,
     },
 ];
@@ -155,13 +149,10 @@ impl Gpu {
             });
         }
         let placement = if nodes == 1 {
-            "rank r on GPU r of one 8-GPU NVLink node".to_string()
+            "rank r on GPU r of one 8-GPU NVLink node"
         } else {
-            format!(
-                "rank r on GPU r mod 8 of node r / 8; {nodes} nodes on a rail-optimised fat tree \
-                 ({})",
-                self.network
-            )
+            "rank r on GPU r mod 8 of node r / 8; nodes on a rail-optimised, non-blocking fat \
+             tree at each GPU's NIC rate"
         };
         Topology {
             name: leak(name),
@@ -169,7 +160,7 @@ impl Gpu {
             device: self.device(),
             links,
             default_dtype: ComputeDType::Bf16,
-            placement: leak(placement),
+            placement,
             devices_of_ranks: None,
         }
     }
@@ -238,7 +229,6 @@ impl Tpu {
         }
         let chips = cores / self.cores_per_chip;
         let dims = self.torus(chips)?;
-        let [x, y, z] = dims;
         Some(Topology {
             name: leak(name),
             devices: chips,
@@ -261,28 +251,20 @@ impl Tpu {
                 torus: Some(dims),
             }],
             default_dtype: ComputeDType::Bf16,
-            placement: leak(format!(
-                "rank r on chip r of a {x} x {y} x {z} torus in row-major order ({chips} chips)"
-            )),
+            placement: "rank r on chip r of the slice's torus, in row-major order",
             devices_of_ranks: None,
         })
     }
 }
 
-/// Names are made once per process per distinct topology; a topology keeps `&'static str`s
-/// so estimates stay cheap to clone. The table bounds what is kept.
-fn leak(s: String) -> &'static str {
-    use std::sync::Mutex;
-    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&known) = names.iter().find(|&&n| n == s) {
-        return known;
+/// `name` as a `&'static str` (a topology keeps its name so estimates stay cheap to clone):
+/// a preset's own when it is one of [`super::device::PRESETS`], else leaked once per call
+/// (a command prices one topology; the playground offers only the presets).
+fn leak(name: String) -> &'static str {
+    match super::device::PRESETS.iter().find(|&&p| p == name) {
+        Some(&known) => known,
+        None => Box::leak(name.into_boxed_str()),
     }
-    let made: &'static str = Box::leak(s.into_boxed_str());
-    if names.len() < 4096 {
-        names.push(made);
-    }
-    made
 }
 
 /// A cluster or slice by name: `<gpu>x8x<nodes>` (`h100x8` is one node), or
@@ -317,9 +299,8 @@ fn parse_count(s: &str) -> Option<usize> {
 }
 
 /// The families of names, for help texts and errors.
-pub const NAME_FORMS: &str = "a100x8xN, a100-40gbx8xN, h100x8xN, h200x8xN (N nodes of 8 GPUs, \
-                              1 to 2048), tpu-v5e-N (N chips, 1 to 256), tpu-v5p-N (N TensorCores, \
-                              2 per chip)";
+pub const NAME_FORMS: &str =
+    "a100x8xN, a100-40gbx8xN, h100x8xN, h200x8xN (N: 1 to 2048 nodes), tpu-v5e-N, tpu-v5p-N";
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,7 @@ pub mod memory;
 pub mod mfu;
 pub mod pipeline;
 pub mod pipeline_cost;
+pub mod placement;
 pub mod simulate;
 pub mod throughput;
 pub mod work;

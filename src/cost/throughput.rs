@@ -102,8 +102,9 @@ pub struct Throughput {
     /// `None` when the tokens per step are not known (a plan file).
     pub tokens_per_s_per_device: Option<f64>,
     pub mfu: f64,
-    /// The largest peak memory of any rank, against the device's capacity.
+    /// The largest peak memory of any rank, against the device's capacity (`memory`).
     pub peak_bytes: f64,
+    pub memory: f64,
     pub fits: bool,
 }
 
@@ -141,6 +142,7 @@ pub fn throughput(
         tokens_per_s_per_device: shape.map(|s| per_device(s.tokens())),
         mfu: per_device(flops) / limits.peak_flops,
         peak_bytes,
+        memory: limits.memory,
         fits: peak_bytes <= limits.memory,
     }
 }

@@ -45,10 +45,14 @@ pub struct Parallel {
     /// How attention is split over `cp` (`cp_mode=`; the planner's choice when absent).
     pub cp_mode: CpMode,
     /// Attention fused into one `flash_attn` even without `cp` (`flash`): the scores are
-    /// never written out, as FlashAttention runs them (Megatron's `--use-flash-attn`).
+    /// never written out, as FlashAttention runs them (Megatron's `--use-flash-attn`). This
+    /// and `vpp` are the command line's: the playground's module, on a size budget, has
+    /// neither.
+    #[cfg(feature = "context-parallel")]
     pub flash: bool,
     /// Model chunks per pipeline stage (`vpp=V`: the interleaved schedule with V chunks; 1:
     /// not interleaved).
+    #[cfg(feature = "context-parallel")]
     pub vpp: usize,
 }
 
@@ -98,7 +102,9 @@ impl Parallel {
         ep: 1,
         cp: 1,
         cp_mode: CpMode::Auto,
+        #[cfg(feature = "context-parallel")]
         flash: false,
+        #[cfg(feature = "context-parallel")]
         vpp: 1,
     };
 
@@ -140,7 +146,11 @@ impl Parallel {
         };
         // Context parallelism attends through `flash_attn`.
         let fused;
-        let program = if self.cp > 1 || self.flash {
+        #[cfg(feature = "context-parallel")]
+        let flash = self.flash;
+        #[cfg(not(feature = "context-parallel"))]
+        let flash = false;
+        let program = if self.cp > 1 || flash {
             fused = self.fused(program);
             &fused
         } else {
@@ -242,6 +252,7 @@ impl Parallel {
     /// partial, so the sum is reduce-scattered once, as Megatron's fused layers do.
     pub fn set_options(&self, options: &mut super::PlanOptions) {
         options.megatron_sums |= self.sp;
+        #[cfg(feature = "context-parallel")]
         if self.vpp > 1 {
             options.schedule = super::options::ScheduleKind::Vpp;
             options.chunks = self.vpp;
@@ -486,16 +497,19 @@ mod tests {
             err("xp=2"),
             "unknown parallelism `xp`; --parallel takes dp, tp, pp, ep, cp, vpp, sp, flash and cp_mode"
         );
-        assert_eq!(
-            err("vpp=2"),
-            "vpp=V interleaves V model chunks per pipeline stage, so it needs pp > 1"
-        );
-        assert_eq!(err("pp=2,flash,flash"), "`flash` is given twice");
-        let v = Parallel::parse("pp=4,vpp=3,flash").unwrap();
-        assert!(v.flash && v.vpp == 3);
-        let mut o = crate::plan::PlanOptions::default();
-        v.set_options(&mut o);
-        assert_eq!((o.schedule, o.chunks), (crate::plan::ScheduleKind::Vpp, 3));
+        #[cfg(feature = "context-parallel")]
+        {
+            assert_eq!(
+                err("vpp=2"),
+                "vpp=V interleaves V model chunks per pipeline stage, so it needs pp > 1"
+            );
+            assert_eq!(err("pp=2,flash,flash"), "`flash` is given twice");
+            let v = Parallel::parse("pp=4,vpp=3,flash").unwrap();
+            assert!(v.flash && v.vpp == 3);
+            let mut o = crate::plan::PlanOptions::default();
+            v.set_options(&mut o);
+            assert_eq!((o.schedule, o.chunks), (crate::plan::ScheduleKind::Vpp, 3));
+        }
         assert_eq!(
             Parallel::parse("dp=2,cp=4,tp=2,pp=2").unwrap().mesh_spec(),
             "2x2x4x2:pp,dp,cp,tp"

@@ -294,10 +294,6 @@ impl Planned {
                 ),
                 overlap_grad_sync: false,
                 pipeline: w.pipeline,
-                mesh_ranks: problem.devices,
-                device_memory: w.topo.device.mem_capacity,
-                peak_flops: w.topo.device.peak(problem.dtype),
-                program_flops: flops,
             });
             out.push((o, s, e));
         });
