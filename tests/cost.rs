@@ -381,14 +381,10 @@ mod simulation {
         assert!((t(1) - 512e-6).abs() < 1e-12, "{}", t(1));
     }
 
-    /// Overlap, traced by hand: a gradient's all-reduce (1,640.4 µs: 2·1 µs + 16,384 B at
-    /// 10 MB/s) runs beside the 524.288 µs matmul after it, and the update waits for it. In
-    /// order, the step is fill + all-reduce + matmul + sgd; overlapped, fill + all-reduce +
-    /// sgd, the matmul hidden, and the rank idles while the all-reduce finishes.
-    #[test]
-    fn overlapped_gradient_sync_hides_behind_later_compute() {
-        use shardlab::cost::simulate::{compute_time, simulate_with, SimOptions};
-        let topo = Topology::cpu(CpuCalibration {
+    /// Two ranks of 1 GFLOP/s, memory and kernels never the bound, joined by a 10 MB/s link
+    /// with 1 µs of latency: collectives long enough to hide compute behind.
+    fn slow_pair() -> Topology {
+        Topology::cpu(CpuCalibration {
             devices: 2,
             flops: 1e9,
             mem_bandwidth: 1e15,
@@ -401,15 +397,12 @@ mod simulation {
                 alpha_s: 1e-6,
                 beta_bytes_per_s: 1e7,
             },
-        });
-        let text = "var x: f32[64, 64] input\nvar w: f32[64, 64] parameter persistable\n\
-             var g: f32[64, 64] gradient\nvar y: f32[64, 64] activation\n\
-             var lr: f32[] optimizer_state persistable\n\
-             op fill_constant() -> (Out=g) {shape=[64, 64], value=1.0, dtype=\"f32\"} role=backward\n\
-             op all_reduce(X=g) -> (Out=g) {group=[0, 1], ring_id=0, reduce_type=\"SUM\"} role=backward scope=\"/auto_parallel/data_parallel\"\n\
-             op matmul_v2(X=x, Y=w) -> (Out=y) role=backward\n\
-             op sgd(Param=w, Grad=g, LearningRate=lr) -> (ParamOut=w) role=optimize\n";
-        let ranks: Vec<RankProgram> = (0..2)
+        })
+    }
+
+    /// Ranks 0 and 1, each running the program `text`.
+    fn pair_of(text: &str) -> Vec<RankProgram> {
+        (0..2)
             .map(|r| RankProgram {
                 rank: r,
                 program: program(text),
@@ -417,7 +410,25 @@ mod simulation {
                 origin: Arc::new(Vec::new()),
                 op_chunks: Default::default(),
             })
-            .collect();
+            .collect()
+    }
+
+    /// Overlap, traced by hand: a gradient's all-reduce (1,640.4 µs: 2·1 µs + 16,384 B at
+    /// 10 MB/s) runs beside the 524.288 µs matmul after it, and the update waits for it. In
+    /// order, the step is fill + all-reduce + matmul + sgd; overlapped, fill + all-reduce +
+    /// sgd, the matmul hidden, and the rank idles while the all-reduce finishes.
+    #[test]
+    fn overlapped_gradient_sync_hides_behind_later_compute() {
+        use shardlab::cost::simulate::{compute_time, simulate_with, SimOptions};
+        let topo = slow_pair();
+        let text = "var x: f32[64, 64] input\nvar w: f32[64, 64] parameter persistable\n\
+             var g: f32[64, 64] gradient\nvar y: f32[64, 64] activation\n\
+             var lr: f32[] optimizer_state persistable\n\
+             op fill_constant() -> (Out=g) {shape=[64, 64], value=1.0, dtype=\"f32\"} role=backward\n\
+             op all_reduce(X=g) -> (Out=g) {group=[0, 1], ring_id=0, reduce_type=\"SUM\"} role=backward scope=\"/auto_parallel/data_parallel\"\n\
+             op matmul_v2(X=x, Y=w) -> (Out=y) role=backward\n\
+             op sgd(Param=w, Grad=g, LearningRate=lr) -> (ParamOut=w) role=optimize\n";
+        let ranks = pair_of(text);
         let ops = ranks[0].program.ops();
         let t = |i: usize| compute_time(&ranks[0].program, &ops[i], &topo, ComputeDType::F32);
         let comm = 2e-6 + 16384.0 / 1e7;
@@ -439,15 +450,7 @@ mod simulation {
         assert!(close(t(2), 524.288e-6));
         // Gradient sync that is not backward (or not data parallel) is not overlapped.
         let tp = text.replace("data_parallel", "tensor_parallel");
-        let tp_ranks: Vec<RankProgram> = (0..2)
-            .map(|r| RankProgram {
-                rank: r,
-                program: program(&tp),
-                attrs: Arc::new(Vec::new().into()),
-                origin: Arc::new(Vec::new()),
-                op_chunks: Default::default(),
-            })
-            .collect();
+        let tp_ranks = pair_of(&tp);
         let tp_over = simulate_with(&tp_ranks, &topo, ComputeDType::F32, on).unwrap();
         assert!(close(tp_over.step_s, plain.step_s));
     }
@@ -459,35 +462,14 @@ mod simulation {
     #[test]
     fn zero3_parameter_gathers_are_prefetched_under_overlap() {
         use shardlab::cost::simulate::{compute_time, simulate_with, SimOptions};
-        let topo = Topology::cpu(CpuCalibration {
-            devices: 2,
-            flops: 1e9,
-            mem_bandwidth: 1e15,
-            kernel_rate: 1e30,
-            kernel_rate_small: 1e30,
-            gemm_call_s: 0.0,
-            crowding: 1.0,
-            mem_capacity: 1e9,
-            link: Link {
-                alpha_s: 1e-6,
-                beta_bytes_per_s: 1e7,
-            },
-        });
+        let topo = slow_pair();
         let text = "var x: f32[64, 64] input\nvar w0: f32[64, 64] parameter persistable\n\
              var s1: f32[32, 64] parameter persistable\nvar w1: f32[64, 64] activation\n\
              var y: f32[64, 64] activation\nvar z: f32[64, 64] activation\n\
              op matmul_v2(X=x, Y=w0) -> (Out=y)\n\
              op all_gather(X=s1) -> (Out=w1) {group=[0, 1], ring_id=0, axis=0} scope=\"/auto_parallel/sharding\"\n\
              op matmul_v2(X=y, Y=w1) -> (Out=z)\n";
-        let ranks: Vec<RankProgram> = (0..2)
-            .map(|r| RankProgram {
-                rank: r,
-                program: program(text),
-                attrs: Arc::new(Vec::new().into()),
-                origin: Arc::new(Vec::new()),
-                op_chunks: Default::default(),
-            })
-            .collect();
+        let ranks = pair_of(text);
         let ops = ranks[0].program.ops();
         let mm = compute_time(&ranks[0].program, &ops[0], &topo, ComputeDType::F32);
         // All-gather of a 16,384-byte output over 2: 1 step, half the bytes.
@@ -506,15 +488,7 @@ mod simulation {
         assert!(close(over.step_s, comm + mm), "{}", over.step_s);
         // A tensor-parallel all-gather is not prefetched.
         let tp = text.replace("sharding", "reshard");
-        let tp_ranks: Vec<RankProgram> = (0..2)
-            .map(|r| RankProgram {
-                rank: r,
-                program: program(&tp),
-                attrs: Arc::new(Vec::new().into()),
-                origin: Arc::new(Vec::new()),
-                op_chunks: Default::default(),
-            })
-            .collect();
+        let tp_ranks = pair_of(&tp);
         let tp_over = simulate_with(&tp_ranks, &topo, ComputeDType::F32, on).unwrap();
         assert!(close(tp_over.step_s, plain.step_s));
     }
