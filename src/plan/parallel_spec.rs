@@ -99,6 +99,13 @@ impl Parallel {
                 other => return Err(ParallelError::Unknown(other.to_string())),
             }
         }
+        p.check()?;
+        Ok(p)
+    }
+
+    /// The degrees' constraints on each other, once every item is read.
+    fn check(&self) -> Result<(), ParallelError> {
+        let p = self;
         if p.sp && p.tp == 1 {
             return Err(ParallelError::SequenceParallelWithoutTp);
         }
@@ -119,6 +126,6 @@ impl Parallel {
         if devices > crate::dist::MAX_MESH_SIZE {
             return Err(ParallelError::TooLarge(devices));
         }
-        Ok(p)
+        Ok(())
     }
 }
