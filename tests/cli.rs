@@ -2075,6 +2075,63 @@ fn parallel_writes_the_mesh_and_every_annotation_out() {
     );
 }
 
+/// `cost` at cluster scale from the command line: the per-device throughput line, the
+/// rank-class note, and clear refusals of a bad formula, order or topology.
+#[test]
+fn cost_at_cluster_scale() {
+    let base = [
+        "cost",
+        "--preset",
+        "llama3-70b",
+        "--parallel",
+        "tp=8,pp=4,dp=4,flash",
+        "--global-batch",
+        "64",
+        "--micro-batch-size",
+        "1",
+        "--topology",
+        "h100x8x16",
+    ];
+    let out = shardlab(&base);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("TFLOP/s (model_6n)"), "{stdout}");
+    assert!(
+        stdout.contains("priced 4 rank classes of 128 ranks"),
+        "{stdout}"
+    );
+    for (extra, want) in [
+        (
+            vec!["--flops-formula", "7n"],
+            "error: --flops-formula: `7n` is not one of model_6n, megatron_ptdp, program\n",
+        ),
+        (
+            vec!["--order", "tp-xx"],
+            "error: --order tp-xx: `xx` is not an axis of the mesh (its axes: pp, dp, tp)\n",
+        ),
+        (
+            vec!["--order", "tp-dp"],
+            "error: --order tp-dp: the order leaves out the mesh axis `pp`; name every axis, innermost first\n",
+        ),
+    ] {
+        let mut all = base.to_vec();
+        all.extend(extra);
+        let out = shardlab(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}");
+        assert_eq!(text(&out.stderr), want);
+    }
+    let mut far = base.to_vec();
+    let last = far.len() - 1;
+    far[last] = "h100x8x4096";
+    let out = shardlab(&far);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("unknown topology `h100x8x4096`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn the_batch_by_megatrons_arguments() {
     let micro_batches = |extra: &[&str]| {
